@@ -1,0 +1,23 @@
+"""Exceptions raised by laya-eval.
+
+Every error meant for a user derives from :class:`LayaEvalError`; the CLI turns
+it into one line ``Error: <message>`` and exit code 2.
+"""
+
+from __future__ import annotations
+
+
+class LayaEvalError(Exception):
+    """Base class of every user-facing laya-eval error."""
+
+
+class CheckpointError(LayaEvalError):
+    """A checkpoint is missing, truncated, unsafe or not a laya-eval checkpoint."""
+
+
+class DataError(LayaEvalError):
+    """A dataset cannot be found, read or does not fit the model."""
+
+
+class ConfigError(LayaEvalError, ValueError):
+    """An option, name or hyper-parameter is invalid."""
