@@ -1,0 +1,28 @@
+# Two commands for a new user: `make demo` and `make test`. Both set everything up.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DEMO   := demo-out
+
+.PHONY: demo test setup clean
+
+setup: $(STAMP)
+
+# torch==2.13.0 first: it is a local CPU wheel; resolving torch from scratch pulls a CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]" torch==2.13.0
+	touch $@
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+demo: $(STAMP)
+	$(BIN)/laya-eval train --dataset digits --backbone mlp --head laya --seed 0 --out $(DEMO)/digits-laya.pt
+	$(BIN)/laya-eval train --dataset digits --backbone mlp --head scalarmix --seed 0 --out $(DEMO)/digits-scalarmix.pt
+	$(BIN)/laya-eval info $(DEMO)/digits-laya.pt
+
+clean:
+	rm -rf $(VENV) $(DEMO) .pytest_cache

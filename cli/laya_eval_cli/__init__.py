@@ -1,0 +1,1 @@
+"""Command-line front end of laya-eval (entry point ``laya-eval``)."""

@@ -1,0 +1,47 @@
+"""The ``laya-eval`` command group and its one error boundary.
+
+Every user error — a click usage error or a :class:`laya_eval.LayaEvalError`
+raised by the library — ends in a single ``Error: ...`` line on stderr and exit
+code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from laya_eval_cli import commands
+
+
+class LayaGroup(click.Group):
+    """A click group that turns user errors into one line and exit code 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: D102
+        from laya_eval.errors import LayaEvalError
+
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(130)
+        except click.ClickException as exc:
+            click.echo(f"Error: {exc.format_message()}", err=True)
+            sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
+        except LayaEvalError as exc:
+            click.echo(f"Error: {exc}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("Interrupted; nothing half-written was left behind.", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=LayaGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="laya-eval", prog_name="laya-eval")
+def cli() -> None:
+    """How faithful are layer attributions? Train, evaluate and report on layer-aggregating heads."""
+
+
+for _command in commands.ALL:
+    cli.add_command(_command)

@@ -1,0 +1,77 @@
+"""LayeredModel: a backbone that yields hidden states and a head that aggregates them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor, nn
+
+from laya_eval.heads import LayerHead
+
+__all__ = ["LayeredModel", "ModelInfo"]
+
+
+@dataclass
+class ModelInfo:
+    """What a checkpoint records besides weights.
+
+    Attributes
+    ----------
+    num_classes : int
+    class_names : tuple of str
+    input_shape : tuple of int or None
+        Per-sample input shape; ``None`` for text.
+    dataset : str or None
+        Registry name of the dataset the model was trained on.
+    preprocessing : dict
+    training : dict
+        Training options and history (epochs, wall time, ...).
+    metrics : dict
+        Test metrics (accuracy, macro-F1, ...).
+    """
+
+    num_classes: int
+    class_names: tuple[str, ...] = ()
+    input_shape: tuple[int, ...] | None = None
+    dataset: str | None = None
+    preprocessing: dict[str, Any] = field(default_factory=dict)
+    training: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class LayeredModel(nn.Module):
+    """``model(x) = head(backbone(x))``.
+
+    Parameters
+    ----------
+    backbone : laya_eval.backbones.Backbone
+        Returns the hidden states ``[h_1 ... h_L]``.
+    head : LayerHead
+    info : ModelInfo, optional
+    """
+
+    def __init__(self, backbone: nn.Module, head: LayerHead, info: ModelInfo | None = None) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.head = head
+        self.info = info if info is not None else ModelInfo(num_classes=head.num_classes)
+
+    @property
+    def n_layers(self) -> int:
+        """Number of hidden states ``L``."""
+        return self.head.n_layers
+
+    @property
+    def layer_names(self) -> list[str]:
+        """Human-readable names of the hidden states, ``layer 1 .. L`` when the backbone has none."""
+        names = getattr(self.backbone, "layer_names", None)
+        return list(names) if names else [f"layer {i + 1}" for i in range(self.n_layers)]
+
+    def hidden_states(self, x: Any) -> list[Tensor]:
+        """Hidden states ``[h_1 ... h_L]``, each (B, d_i) or (B, C_i, *spatial)."""
+        return list(self.backbone(x))
+
+    def forward(self, x: Any, keep: Tensor | None = None) -> Tensor:
+        """Logits (B, C); ``keep`` (B, L) gates the head's per-layer terms."""
+        return self.head(self.hidden_states(x), keep)

@@ -1,0 +1,293 @@
+"""Training loop that produces checkpoints (the paper's reference protocol).
+
+Adam (lr 3e-4), batch 128, up to 50 epochs, early stopping on validation
+accuracy with patience 5, best weights restored. When the backbone is frozen
+its hidden states are computed once (pooled, as the heads pool them) and the
+head trains on that cache, so a frozen encoder runs once, not once per epoch.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from laya_eval.data import Dataset
+from laya_eval.errors import ConfigError, DataError
+from laya_eval.heads import make_head, pool_hidden
+from laya_eval.model import LayeredModel, ModelInfo
+
+__all__ = [
+    "TrainOptions",
+    "TrainResult",
+    "build_model",
+    "classification_metrics",
+    "encode",
+    "predict",
+    "resolve_device",
+    "train",
+]
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """Training hyper-parameters; the defaults are the paper's reference protocol."""
+
+    epochs: int = 50
+    batch_size: int = 128
+    lr: float = 3e-4
+    patience: int = 5
+    seed: int = 1337
+    device: str = "cpu"
+    freeze_backbone: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "patience"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"{name} must be a positive integer; got {getattr(self, name)}.")
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be positive; got {self.lr}.")
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` did: epochs run, the best epoch and the per-epoch history."""
+
+    epochs_run: int
+    best_epoch: int
+    best_val_accuracy: float
+    wall_time_s: float
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def resolve_device(device: str) -> torch.device:
+    """Check that ``device`` exists here; ``cuda`` without a GPU is a ConfigError."""
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ConfigError(f"device must be 'cpu' or 'cuda'; got {device!r}.")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} was requested but no CUDA GPU is available; use --device cpu.")
+    return torch.device(device)
+
+
+def build_model(
+    backbone: str,
+    head: str,
+    data: Dataset,
+    *,
+    backbone_kwargs: dict[str, Any] | None = None,
+    head_kwargs: dict[str, Any] | None = None,
+    seed: int = 0,
+) -> LayeredModel:
+    """A fresh model whose backbone input fits ``data`` and whose head fits its classes.
+
+    Parameters
+    ----------
+    backbone : str
+        Backbone registry name (``mlp``, ``cnn``, ``vit``, ``hf``).
+    head : str
+        Head registry name (``lastlayer``, ``concat``, ``scalarmix``, ``laya``).
+    data : Dataset
+        Any split of the training data; it fixes the input shape and classes.
+    seed : int
+        Seeds the initial weights.
+    """
+    from laya_eval.backbones import make_backbone
+
+    kwargs = dict(backbone_kwargs or {})
+    shape = data.input_shape
+    if backbone == "mlp" and shape is not None:
+        kwargs.setdefault("in_features", int(np.prod(shape)))
+    elif backbone in ("cnn", "vit") and shape is not None:
+        if len(shape) != 3:
+            raise DataError(
+                f"the {backbone} backbone needs image inputs (channels, height, width); "
+                f"dataset '{data.name}' has samples of shape {tuple(shape)}."
+            )
+        kwargs.setdefault("in_channels", int(shape[0]))
+        if backbone == "vit":
+            kwargs.setdefault("image_size", int(shape[-1]))
+    if shape is None and backbone != "hf":
+        raise DataError(f"dataset '{data.name}' holds text; only the 'hf' backbone reads text.")
+    torch.manual_seed(seed)
+    bb = make_backbone(backbone, **kwargs)
+    hd = make_head(head, bb.layer_dims, len(data.class_names), **(head_kwargs or {}))
+    info = ModelInfo(
+        num_classes=len(data.class_names),
+        class_names=tuple(data.class_names),
+        input_shape=None if shape is None else tuple(int(s) for s in shape),
+        dataset=data.name,
+        preprocessing=dict(data.preprocessing),
+    )
+    return LayeredModel(bb, hd, info)
+
+
+def _batches(n: int, batch_size: int) -> list[slice]:
+    return [slice(i, min(i + batch_size, n)) for i in range(0, n, batch_size)]
+
+
+def _inputs(x: Any, index: Any, device: torch.device) -> Any:
+    if isinstance(x, Tensor):
+        return x[index].to(device)
+    if isinstance(index, slice):
+        return list(x[index])
+    return [x[int(i)] for i in index]
+
+
+@torch.no_grad()
+def encode(model: LayeredModel, data: Dataset, *, batch_size: int = 256, pooled: bool = True) -> list[Tensor]:
+    """Run the backbone once over ``data``: the hidden states, on the CPU.
+
+    Parameters
+    ----------
+    pooled : bool
+        Global-average-pool spatial maps to (N, C_i), as the heads do, so the
+        cache stays small.
+
+    Returns
+    -------
+    list of Tensor, each (N, d_i)
+    """
+    device = next(model.parameters()).device
+    model.eval()
+    chunks: list[list[Tensor]] = [[] for _ in range(model.n_layers)]
+    for sl in _batches(len(data), batch_size):
+        hidden = model.hidden_states(_inputs(data.x, sl, device))
+        for store, h in zip(chunks, hidden):
+            store.append((pool_hidden(h) if pooled else h).cpu())
+    return [torch.cat(c) for c in chunks]
+
+
+@torch.no_grad()
+def predict(model: LayeredModel, data: Dataset, *, batch_size: int = 256) -> Tensor:
+    """Predicted classes (N,) over ``data``."""
+    device = next(model.parameters()).device
+    model.eval()
+    preds = [model(_inputs(data.x, sl, device)).argmax(-1).cpu() for sl in _batches(len(data), batch_size)]
+    return torch.cat(preds)
+
+
+def classification_metrics(y_true: Tensor, y_pred: Tensor) -> dict[str, float]:
+    """Accuracy and macro-F1 (scikit-learn)."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    yt, yp = y_true.numpy(), y_pred.numpy()
+    return {"accuracy": float(accuracy_score(yt, yp)), "macro_f1": float(f1_score(yt, yp, average="macro"))}
+
+
+def _is_frozen(model: LayeredModel, options: TrainOptions) -> bool:
+    return options.freeze_backbone or getattr(model.backbone, "stored_by_reference", False)
+
+
+def _check_fits(model: LayeredModel, data: Dataset) -> None:
+    expected = model.info.input_shape
+    if expected is not None and data.input_shape is not None and tuple(data.input_shape) != tuple(expected):
+        raise DataError(
+            f"dataset '{data.name}' has samples of shape {tuple(data.input_shape)}; "
+            f"the model expects {tuple(expected)}."
+        )
+    if int(data.y.max()) >= model.info.num_classes:
+        raise DataError(
+            f"dataset '{data.name}' has label {int(data.y.max())}; the model has {model.info.num_classes} classes."
+        )
+
+
+def train(
+    model: LayeredModel,
+    train_data: Dataset,
+    val_data: Dataset,
+    options: TrainOptions = TrainOptions(),
+    *,
+    on_epoch: Callable[[dict[str, float]], None] | None = None,
+) -> TrainResult:
+    """Train ``model`` in place and restore the weights of the best validation epoch.
+
+    Parameters
+    ----------
+    model : LayeredModel
+    train_data, val_data : Dataset
+    options : TrainOptions
+    on_epoch : callable, optional
+        Called after every epoch with ``{"epoch", "train_loss", "val_accuracy"}``
+        (the CLI draws its progress bar from it).
+    """
+    for d in (train_data, val_data):
+        _check_fits(model, d)
+    device = resolve_device(options.device)
+    model.to(device)
+    torch.manual_seed(options.seed)
+    gen = torch.Generator().manual_seed(options.seed)
+    frozen = _is_frozen(model, options)
+    if frozen:
+        for p in model.backbone.parameters():
+            p.requires_grad_(False)
+        cache_train = [h.to(device) for h in encode(model, train_data, batch_size=max(256, options.batch_size))]
+        cache_val = [h.to(device) for h in encode(model, val_data, batch_size=max(256, options.batch_size))]
+        params: Sequence[torch.nn.Parameter] = list(model.head.parameters())
+    else:
+        params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=options.lr)
+    y_train, y_val = train_data.y.to(device), val_data.y.to(device)
+
+    def logits_of(which: str, index: Any) -> Tensor:
+        if frozen:
+            cache = cache_train if which == "train" else cache_val
+            return model.head([h[index] for h in cache])
+        data = train_data if which == "train" else val_data
+        return model(_inputs(data.x, index, device))
+
+    best_acc, best_epoch, best_state, history = -math.inf, 0, None, []
+    start = time.perf_counter()
+    for epoch in range(1, options.epochs + 1):
+        model.train()
+        if frozen:
+            model.backbone.eval()
+        order = torch.randperm(len(train_data), generator=gen)
+        total, count = 0.0, 0
+        for sl in _batches(len(order), options.batch_size):
+            idx = order[sl].to(device) if frozen else order[sl]
+            loss = torch.nn.functional.cross_entropy(logits_of("train", idx), y_train[idx.to(device)])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += float(loss) * len(idx)
+            count += len(idx)
+        model.eval()
+        with torch.no_grad():
+            correct = sum(
+                int((logits_of("val", sl).argmax(-1) == y_val[sl]).sum()) for sl in _batches(len(val_data), 512)
+            )
+        val_acc = correct / len(val_data)
+        record = {"epoch": epoch, "train_loss": total / count, "val_accuracy": val_acc}
+        history.append(record)
+        if on_epoch is not None:
+            on_epoch(record)
+        if val_acc > best_acc:
+            best_acc, best_epoch = val_acc, epoch
+            best_state = copy.deepcopy(model.state_dict())
+        elif epoch - best_epoch >= options.patience:
+            break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    result = TrainResult(
+        epochs_run=len(history),
+        best_epoch=best_epoch,
+        best_val_accuracy=best_acc,
+        wall_time_s=time.perf_counter() - start,
+        history=history,
+    )
+    # Wall time stays out of the checkpoint: the same seed must give the same bytes.
+    model.info.training = {
+        **asdict(options),
+        "epochs_run": result.epochs_run,
+        "best_epoch": best_epoch,
+        "best_val_accuracy": best_acc,
+        "history": history,
+    }
+    return result
