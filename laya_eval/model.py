@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from torch import Tensor, nn
 
+from laya_eval.errors import DataError
 from laya_eval.heads import LayerHead
 
 __all__ = ["LayeredModel", "ModelInfo"]
@@ -68,10 +69,31 @@ class LayeredModel(nn.Module):
         names = getattr(self.backbone, "layer_names", None)
         return list(names) if names else [f"layer {i + 1}" for i in range(self.n_layers)]
 
-    def hidden_states(self, x: Any) -> list[Tensor]:
-        """Hidden states ``[h_1 ... h_L]``, each (B, d_i) or (B, C_i, *spatial)."""
+    def hidden_states(self, x: Any, replace: Mapping[int, Callable[[Tensor], Tensor]] | None = None) -> list[Tensor]:
+        """Hidden states ``[h_1 ... h_L]``, each (B, d_i) or (B, C_i, *spatial).
+
+        ``replace`` maps a 0-based layer index to a function applied to that
+        block's full output inside the backbone; later blocks see the result
+        (network-scope removal).
+        """
+        if replace:
+            return list(self.backbone(x, replace=replace))
         return list(self.backbone(x))
 
     def forward(self, x: Any, keep: Tensor | None = None) -> Tensor:
         """Logits (B, C); ``keep`` (B, L) gates the head's per-layer terms."""
         return self.head(self.hidden_states(x), keep)
+
+    def check_fits(self, data: Any) -> None:
+        """Raise :class:`DataError` if ``data`` (a Dataset) does not fit this model's inputs or classes."""
+        expected = self.info.input_shape
+        got = getattr(data, "input_shape", None)
+        if (expected is None) != (got is None) or (expected is not None and tuple(got) != tuple(expected)):
+            raise DataError(
+                f"dataset '{data.name}' has samples of shape {'text' if got is None else tuple(got)}; "
+                f"the model expects {'text' if expected is None else tuple(expected)}."
+            )
+        if len(data) and int(data.y.max()) >= self.info.num_classes:
+            raise DataError(
+                f"dataset '{data.name}' has label {int(data.y.max())}; the model has {self.info.num_classes} classes."
+            )

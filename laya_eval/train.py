@@ -184,19 +184,6 @@ def _is_frozen(model: LayeredModel, options: TrainOptions) -> bool:
     return options.freeze_backbone or getattr(model.backbone, "stored_by_reference", False)
 
 
-def _check_fits(model: LayeredModel, data: Dataset) -> None:
-    expected = model.info.input_shape
-    if expected is not None and data.input_shape is not None and tuple(data.input_shape) != tuple(expected):
-        raise DataError(
-            f"dataset '{data.name}' has samples of shape {tuple(data.input_shape)}; "
-            f"the model expects {tuple(expected)}."
-        )
-    if int(data.y.max()) >= model.info.num_classes:
-        raise DataError(
-            f"dataset '{data.name}' has label {int(data.y.max())}; the model has {model.info.num_classes} classes."
-        )
-
-
 def train(
     model: LayeredModel,
     train_data: Dataset,
@@ -217,7 +204,7 @@ def train(
         (the CLI draws its progress bar from it).
     """
     for d in (train_data, val_data):
-        _check_fits(model, d)
+        model.check_fits(d)
     device = resolve_device(options.device)
     model.to(device)
     torch.manual_seed(options.seed)
@@ -255,7 +242,7 @@ def train(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            total += float(loss) * len(idx)
+            total += float(loss.detach()) * len(idx)
             count += len(idx)
         model.eval()
         with torch.no_grad():

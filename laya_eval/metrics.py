@@ -1,0 +1,129 @@
+"""Metrics over per-sample layer scores: plain functions with one metadata record each.
+
+Spearman uses average ranks. A sample whose attribution or effect vector is
+constant has an undefined rho: it is counted in ``n_undefined`` and excluded
+from means (never a NaN in a summary, never hidden with an ``eps``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy.stats import rankdata
+
+__all__ = [
+    "METRICS",
+    "MetricInfo",
+    "Interval",
+    "bootstrap_mean",
+    "rank_layers",
+    "spearman_per_sample",
+    "top1_hit",
+]
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """What a metric means: direction, range and best value (read by CSVs, tables and plots)."""
+
+    name: str
+    higher_is_better: bool
+    lower_bound: float
+    upper_bound: float
+    best: float
+    description: str
+
+
+METRICS: dict[str, MetricInfo] = {
+    m.name: m
+    for m in (
+        MetricInfo("faithfulness", True, -1.0, 1.0, 1.0,
+                   "Mean over samples of Spearman rho between attribution and leave-one-layer-out effect."),
+        MetricInfo("deletion_at_1", True, -1.0, 1.0, 1.0,
+                   "Mean drop of the predicted class probability when the top-ranked layer is removed."),
+        MetricInfo("top1_hit_rate", True, 0.0, 1.0, 1.0,
+                   "Share of samples whose top-ranked layer is also the layer with the largest effect."),
+        MetricInfo("aopc", True, -1.0, 1.0, 1.0,
+                   "Area over the perturbation curve: mean of deletion@1..L."),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean over samples with its bootstrap interval and counts."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+    n_undefined: int
+
+
+def spearman_per_sample(attribution: np.ndarray, effect: np.ndarray) -> np.ndarray:
+    """Spearman rho per row, average ranks for ties.
+
+    Parameters
+    ----------
+    attribution, effect : ndarray, (N, L)
+
+    Returns
+    -------
+    ndarray, (N,)
+        NaN where either row is constant (rho undefined).
+    """
+    a = rankdata(np.asarray(attribution, dtype=np.float64), axis=1, method="average")
+    e = rankdata(np.asarray(effect, dtype=np.float64), axis=1, method="average")
+    a -= a.mean(1, keepdims=True)
+    e -= e.mean(1, keepdims=True)
+    num = (a * e).sum(1)
+    den = np.sqrt((a * a).sum(1) * (e * e).sum(1))
+    out = np.full(a.shape[0], np.nan)
+    ok = den > 0
+    out[ok] = np.clip(num[ok] / den[ok], -1.0, 1.0)
+    return out
+
+
+def rank_layers(attribution: np.ndarray) -> np.ndarray:
+    """Layer indices by descending score, ties broken by the lowest layer index.
+
+    Parameters
+    ----------
+    attribution : ndarray, (N, L)
+
+    Returns
+    -------
+    ndarray of int, (N, L)
+    """
+    return np.argsort(-np.asarray(attribution, dtype=np.float64), axis=1, kind="stable")
+
+
+def top1_hit(attribution: np.ndarray, effect: np.ndarray) -> np.ndarray:
+    """Whether the top-ranked layer is also the layer with the largest effect (ties: lowest index), (N,) bool."""
+    return rank_layers(attribution)[:, 0] == rank_layers(effect)[:, 0]
+
+
+def bootstrap_mean(
+    values: np.ndarray, *, n_resamples: int = 1000, seed: int | Sequence[int] = 0, level: float = 0.95
+) -> Interval:
+    """Mean of the defined values with a percentile bootstrap interval over samples.
+
+    NaN entries are undefined samples: counted, excluded. All resamples are
+    drawn in one vectorised call.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    defined = values[~np.isnan(values)]
+    n_undefined = int(values.size - defined.size)
+    if defined.size == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), int(values.size), n_undefined)
+    mean = float(defined.mean())
+    if n_resamples <= 0 or defined.size == 1:
+        return Interval(mean, mean, mean, int(values.size), n_undefined)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, defined.size, size=(n_resamples, defined.size))
+    means = defined[idx].mean(1)
+    alpha = (1 - level) / 2
+    low, high = np.quantile(means, [alpha, 1 - alpha])
+    return Interval(mean, float(low), float(high), int(values.size), n_undefined)
