@@ -24,6 +24,7 @@ import csv
 import dataclasses
 import gzip
 import hashlib
+import http.client
 import io
 import os
 import pickle
@@ -34,6 +35,7 @@ import tarfile
 import tempfile
 import urllib.request
 import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -173,7 +175,10 @@ def _train_val_rows(n: int, split: str) -> slice:
 def _stratified_rows(y: np.ndarray, split: str) -> np.ndarray:
     from sklearn.model_selection import train_test_split
 
-    train, test = train_test_split(np.arange(len(y)), test_size=0.2, stratify=y, random_state=0)
+    try:
+        train, test = train_test_split(np.arange(len(y)), test_size=0.2, stratify=y, random_state=0)
+    except ValueError as exc:  # e.g. a class with a single row
+        raise DataError(f"cannot make the stratified 20% test split: {exc}") from exc
     return test if split == "test" else train[_train_val_rows(len(train), split)]
 
 
@@ -195,7 +200,7 @@ def _fetch(url: str, dest: Path) -> None:
     try:
         with urllib.request.urlopen(url, timeout=60) as response, open(dest, "wb") as out:
             shutil.copyfileobj(response, out, 1 << 20)
-    except OSError as exc:  # URLError is an OSError
+    except (OSError, http.client.HTTPException) as exc:  # URLError and timeouts are OSErrors
         raise DataError(f"could not download {url}: {exc}") from exc
 
 
@@ -243,7 +248,7 @@ def _read_idx(path: Path, ndim: int) -> np.ndarray:
     """Parse an IDX file (optionally gzipped): magic 0x0000 <dtype> <ndim>, big-endian dims, data."""
     try:
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    except (OSError, EOFError, zipfile.BadZipFile) as exc:
+    except (OSError, EOFError, zlib.error) as exc:
         raise DataError(f"{path}: cannot read ({exc}); the file is truncated or not gzip") from exc
     if len(raw) < 4 + 4 * ndim or raw[:2] != b"\0\0" or raw[2] not in _IDX_DTYPES or raw[3] != ndim:
         raise DataError(f"{path}: bad IDX magic number {raw[:4].hex() or 'empty'} "

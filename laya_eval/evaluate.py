@@ -13,7 +13,7 @@ import os
 import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -181,7 +181,7 @@ def evaluate(
     *,
     options: EvalOptions | None = None,
     data_dir: str | os.PathLike | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Any = None,
 ) -> EvaluationResult:
     """Score layer attributions against leave-one-layer-out effects.
 
@@ -193,8 +193,9 @@ def evaluate(
     options : EvalOptions
     data_dir : path, optional
         Where to look for the dataset files.
-    progress : callable, optional
-        Called with the number of samples processed after every batch.
+    progress : tqdm-like, optional
+        Its ``total`` is set to the number of samples times the number of
+        passes, and ``update(n)`` is called after every batch.
 
     Returns
     -------
@@ -226,8 +227,14 @@ def evaluate(
     wants_static = any(m.dataset_mean for m in methods)
     deferred = wants_static and options.scope == "head" and options.ablation.startswith("gate")
     fill, static = None, None
-    if options.ablation == "mean" or (wants_static and not deferred):
-        fill, static = _prepass(model, data, options, device, progress)
+    prepass = options.ablation == "mean" or (wants_static and not deferred)
+    tick = None
+    if progress is not None:
+        progress.total = len(data) * (2 if prepass else 1)
+        progress.refresh()
+        tick = progress.update
+    if prepass:
+        fill, static = _prepass(model, data, options, device, tick)
 
     ctx = MethodContext(scope=options.scope, n_steps=options.n_steps, internal_batch_size=options.internal_batch_size,
                         rng=np.random.default_rng(options.seed))
@@ -251,8 +258,8 @@ def evaluate(
             store.deletion.setdefault(m.name, []).append(_deletion(tr, model, scores, options, fill).cpu())
             if m.name == "ig" and options.scope == "head":
                 store.ig_delta.append(ig_completeness_delta(tr, model, scores).cpu())
-        if progress:
-            progress(len(y))
+        if tick:
+            tick(len(y))
     if deferred:
         _finish_deferred(store, model, methods, options)
     return _tables(store, model, data, options, ckpt, methods, notes)

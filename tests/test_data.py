@@ -217,7 +217,7 @@ def test_fashion_missing_files_message(tmp_path):
         assert part in msg
 
 
-@pytest.mark.parametrize("damage", ["truncate", "magic", "gzip", "count"])
+@pytest.mark.parametrize("damage", ["truncate", "magic", "gzip", "deflate", "count"])
 def test_fashion_damaged_files(tmp_path, damage):
     folder = tmp_path / "fm"
     write_fashion(folder)
@@ -229,6 +229,8 @@ def test_fashion_damaged_files(tmp_path, damage):
         images.write_bytes(gzip.compress(b"\x00\x00\x08\x02" + raw[4:]))
     elif damage == "gzip":
         images.write_bytes(images.read_bytes()[:50])
+    elif damage == "deflate":  # zlib.error, not an OSError
+        images.write_bytes(images.read_bytes()[:10] + b"\xff" * 4 + images.read_bytes()[14:])
     else:
         (folder / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx_bytes(np.zeros(9))))
     with pytest.raises(DataError, match="t10k-images-idx3-ubyte.gz"):

@@ -1,0 +1,84 @@
+"""``laya-eval faithfulness``: score layer attributions against leave-one-layer-out effects."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from laya_eval_cli.options import data_dir_option, device_option, progress_bar, quiet_option, seed_option
+
+# Kept in step with laya_eval.attribution.METHODS by tests/test_cli.py (importing torch here would slow --help).
+METHOD_NAMES = ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random"]
+
+
+def _methods(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    unknown = [n for n in names if n not in METHOD_NAMES]
+    if unknown or not names:
+        raise click.BadParameter(
+            f"must be among {{{', '.join(METHOD_NAMES)}}}; got {unknown[0] if unknown else value!r}.",
+            param_hint="--methods")
+    return names
+
+
+def _table(summary) -> str:
+    cols = ["method", "faithfulness", "deletion_at_1", "top1_hit_rate", "n", "n_undefined"]
+    lines = [f"{'method':<13} {'faithfulness [95% CI]':<26} {'deletion@1 [95% CI]':<26} {'top-1 hit':>9} {'n':>7} {'undef':>6}"]
+    for row in summary[cols + ["faithfulness_ci_low", "faithfulness_ci_high", "deletion_at_1_ci_low",
+                               "deletion_at_1_ci_high"]].itertuples(index=False):
+        faith = f"{row.faithfulness:+.4f} [{row.faithfulness_ci_low:+.3f}, {row.faithfulness_ci_high:+.3f}]"
+        dele = f"{row.deletion_at_1:+.4f} [{row.deletion_at_1_ci_low:+.3f}, {row.deletion_at_1_ci_high:+.3f}]"
+        lines.append(f"{row.method:<13} {faith:<26} {dele:<26} {row.top1_hit_rate:>9.3f} {row.n:>7} {row.n_undefined:>6}")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("checkpoint", type=click.Path(dir_okay=False))
+@click.option("--data", default=None, help="Dataset name or npz:PATH (default: the one recorded in the checkpoint).")
+@click.option("--split", default="test", show_default=True, type=click.Choice(["train", "val", "test"]))
+@click.option("--methods", default=None, help=f"Comma-separated methods (default: all): {', '.join(METHOD_NAMES)}.")
+@click.option("--ablation", default="gate", show_default=True, type=click.Choice(["gate", "gate-renorm", "zero", "mean"]),
+              help="How a layer is removed (see README).")
+@click.option("--scope", default="head", show_default=True, type=click.Choice(["head", "network"]),
+              help="head: direct effect on cached hidden states; network: replace inside the backbone.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Evaluate only the first N samples.")
+@click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1))
+@seed_option
+@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0), help="Bootstrap resamples for the 95% intervals.")
+@click.option("--out", "out_dir", default="faithfulness-out", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for layers.csv, samples.csv, summary.csv and manifest.json.")
+@data_dir_option
+@device_option
+@quiet_option
+def faithfulness(checkpoint, data, split, methods, ablation, scope, limit, batch_size, seed, bootstrap, out_dir,
+                 data_dir, device, quiet):
+    """Score layer attributions of CHECKPOINT against leave-one-layer-out effects.
+
+    For every input, each method's layer scores are compared with the drop of the
+    predicted class's probability when each layer is removed: Spearman
+    faithfulness, Deletion@1 and the top-1 hit rate, with 95% bootstrap intervals.
+
+    Example: laya-eval faithfulness ckpt.pt --limit 1000 --out results/
+    """
+    from laya_eval.evaluate import EvalOptions, evaluate, write_results
+    from laya_eval.train import resolve_device
+
+    options = EvalOptions(methods=_methods(methods), ablation=ablation, scope=scope, split=split, limit=limit,
+                          batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device)
+    resolve_device(device)
+    start = time.perf_counter()
+    with progress_bar(quiet, desc="evaluate", unit="sample") as bar:
+        result = evaluate(checkpoint, data, options=options, data_dir=data_dir, progress=bar)
+    elapsed = time.perf_counter() - start
+    if result.summary.empty:
+        raise click.UsageError("no requested method applies to this model's head: " + " ".join(result.notes))
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    click.echo(f"{checkpoint}: {result.manifest['head']} head, {result.manifest['dataset']} ({split}), "
+               f"ablation {ablation}, scope {scope}, n = {result.manifest['n_samples']}")
+    click.echo(_table(result.summary))
+    paths = write_results(result, out_dir)
+    click.echo(f"wrote {', '.join(p.name for p in paths)} to {out_dir} ({elapsed:.1f} s)")
