@@ -374,10 +374,15 @@ def write_results(result: EvaluationResult, out_dir: str | os.PathLike) -> list[
         "summary.csv": result.summary.to_csv(index=False, float_format="%.8g", lineterminator="\n"),
         "manifest.json": json.dumps(result.manifest, indent=2, sort_keys=True, default=str) + "\n",
     }
-    written = []
-    for name, text in payloads.items():
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, out / name)
-        written.append(out / name)
-    return written
+    # Every file goes to a temporary name first; only when all are written are they renamed, the
+    # manifest last, so an interruption never leaves a half-written file under a final name.
+    temps = {name: out / f".{name}.tmp" for name in payloads}
+    try:
+        for name, text in payloads.items():
+            temps[name].write_text(text)
+        for name in payloads:
+            os.replace(temps[name], out / name)
+    finally:
+        for tmp in temps.values():
+            tmp.unlink(missing_ok=True)
+    return [out / name for name in payloads]

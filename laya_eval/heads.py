@@ -53,6 +53,12 @@ def pool_hidden(h: Tensor) -> Tensor:
     return h.flatten(2).mean(-1)
 
 
+def _kept_mass(weights: Tensor, keep: Tensor) -> Tensor:
+    """``sum_i keep_i w_i`` as (B, 1); 1 where nothing is kept (the logits are then the bias alone)."""
+    mass = (weights * keep).sum(1, keepdim=True)
+    return torch.where(mass > 0, mass, torch.ones_like(mass))
+
+
 class LayerHead(nn.Module):
     """Base class: a classifier head over ``L`` hidden states.
 
@@ -142,7 +148,7 @@ class LayerHead(nn.Module):
         if renormalize:
             w = self.layer_weights(hidden)
             if w is not None:
-                logits = logits / (w * keep).sum(1, keepdim=True)
+                logits = logits / _kept_mass(w, keep)
         return logits + self.bias
 
 
@@ -303,7 +309,7 @@ class LayaHead(_AdaptedHead):
         alpha = self._alpha(z)
         t = self._weighted_terms(z, alpha)
         keep = keep.to(t.dtype).expand(t.shape[:2])
-        return (t * keep.unsqueeze(-1)).sum(1) / (alpha * keep).sum(1, keepdim=True) + self.bias
+        return (t * keep.unsqueeze(-1)).sum(1) / _kept_mass(alpha, keep) + self.bias
 
 
 HEADS: dict[str, type[LayerHead]] = {

@@ -90,7 +90,9 @@ def _head_scope_logits(
     if ablation in ("gate", "gate-renorm"):
         logits = torch.einsum("blc,bkl->bkc", tr.terms, masks)
         if ablation == "gate-renorm" and tr.layer_weights is not None:
-            logits = logits / torch.einsum("bl,bkl->bk", tr.layer_weights, masks).unsqueeze(-1)
+            mass = torch.einsum("bl,bkl->bk", tr.layer_weights, masks).unsqueeze(-1)
+            # With every layer removed no weight is left to renormalise: the logits are the bias alone.
+            logits = logits / torch.where(mass > 0, mass, torch.ones_like(mass))
         return logits + head.bias
     # zero / mean: the heads pool maps first, so replacing the pooled state is exact.
     batch, k, n = masks.shape
@@ -169,4 +171,5 @@ def removal_probs(
 
 def removal_effects(tr: Trace, model: LayeredModel, masks: Tensor, **kwargs) -> Tensor:
     """Effects ``p_c(x) - p_c(x removed)`` for each removal in ``masks``, (B, K). Options as :func:`removal_probs`."""
-    return tr.confidence[:, None] - removal_probs(tr, model, masks, **kwargs)
+    probs = removal_probs(tr, model, masks, **kwargs)
+    return tr.confidence[:, None] - probs

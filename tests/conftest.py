@@ -1,0 +1,40 @@
+"""Shared fixtures: small real checkpoints trained on scikit-learn's bundled digits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from laya_eval.checkpoint import save_checkpoint
+from laya_eval.data import load_dataset
+from laya_eval.train import TrainOptions, build_model, train
+
+HEAD_NAMES = ("lastlayer", "concat", "scalarmix", "laya")
+
+
+@pytest.fixture(scope="session")
+def digits():
+    """The digits splits: {'train', 'val', 'test'}."""
+    return {s: load_dataset("digits", s) for s in ("train", "val", "test")}
+
+
+def _trained(head: str, digits, widths=(64, 32, 16)):
+    torch.manual_seed(0)
+    model = build_model("mlp", head, digits["train"], backbone_kwargs={"widths": list(widths)},
+                        head_kwargs={"d_star": 16, "scorer_hidden": 16} if head == "laya" else
+                        ({"d_star": 16} if head == "scalarmix" else {}), seed=0)
+    train(model, digits["train"], digits["val"], TrainOptions(epochs=4, seed=0, batch_size=64))
+    return model
+
+
+@pytest.fixture(scope="session")
+def digits_models(digits):
+    """One small trained MLP model per head (L = 3), keyed by head name."""
+    return {h: _trained(h, digits) for h in HEAD_NAMES}
+
+
+@pytest.fixture(scope="session")
+def digits_checkpoints(digits_models, tmp_path_factory):
+    """Each of :func:`digits_models` saved as a .pt checkpoint; {head: path}."""
+    root = tmp_path_factory.mktemp("ckpt")
+    return {h: save_checkpoint(m, root / f"digits-{h}.pt") for h, m in digits_models.items()}
