@@ -76,7 +76,7 @@ def resolve_device(device: str) -> torch.device:
 
 
 def build_model(
-    backbone: str,
+    backbone: str | torch.nn.Module,
     head: str,
     data: Dataset,
     *,
@@ -88,8 +88,9 @@ def build_model(
 
     Parameters
     ----------
-    backbone : str
-        Backbone registry name (``mlp``, ``cnn``, ``vit``, ``hf``).
+    backbone : str or Backbone
+        Backbone registry name (``mlp``, ``cnn``, ``vit``, ``hf``), or an existing
+        backbone (e.g. taken from a checkpoint to train a new head on it).
     head : str
         Head registry name (``lastlayer``, ``concat``, ``scalarmix``, ``laya``).
     data : Dataset
@@ -101,6 +102,10 @@ def build_model(
 
     kwargs = dict(backbone_kwargs or {})
     shape = data.input_shape
+    if isinstance(backbone, torch.nn.Module):
+        torch.manual_seed(seed)
+        hd = make_head(head, backbone.layer_dims, len(data.class_names), **(head_kwargs or {}))
+        return LayeredModel(backbone, hd, _info_for(data))
     if backbone == "mlp" and shape is not None:
         kwargs.setdefault("in_features", int(np.prod(shape)))
     elif backbone in ("cnn", "vit") and shape is not None:
@@ -117,14 +122,18 @@ def build_model(
     torch.manual_seed(seed)
     bb = make_backbone(backbone, **kwargs)
     hd = make_head(head, bb.layer_dims, len(data.class_names), **(head_kwargs or {}))
-    info = ModelInfo(
+    return LayeredModel(bb, hd, _info_for(data))
+
+
+def _info_for(data: Dataset) -> ModelInfo:
+    shape = data.input_shape
+    return ModelInfo(
         num_classes=len(data.class_names),
         class_names=tuple(data.class_names),
         input_shape=None if shape is None else tuple(int(s) for s in shape),
         dataset=data.name,
         preprocessing=dict(data.preprocessing),
     )
-    return LayeredModel(bb, hd, info)
 
 
 def _batches(n: int, batch_size: int) -> list[slice]:

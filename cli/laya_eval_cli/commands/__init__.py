@@ -1,7 +1,9 @@
-"""All ``laya-eval`` subcommands, in the order ``--help`` lists them."""
+"""All ``laya-eval`` subcommands, in the order ``--help`` lists them.
 
-from laya_eval_cli.commands.faithfulness import faithfulness
-from laya_eval_cli.commands.info import info
-from laya_eval_cli.commands.train import train
+Modules are imported whole (``faithfulness.faithfulness`` is the command) so that
+the module names stay reachable for tests.
+"""
 
-ALL = [train, faithfulness, info]
+from laya_eval_cli.commands import faithfulness, info, profile, report, train
+
+ALL = [train.train, faithfulness.faithfulness, profile.profile, report.report, info.info]

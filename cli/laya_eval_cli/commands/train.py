@@ -58,15 +58,18 @@ def train(dataset, backbone, head, out, seed, epochs, batch_size, lr, patience, 
     head_kwargs = {"d_star": d_star} if head in ("scalarmix", "laya") else {}
     if head == "laya":
         head_kwargs.update(tau=tau, scorer_hidden=scorer_hidden, psi=psi)
-    model = T.build_model(backbone, head, splits["train"], backbone_kwargs=parse_key_values(backbone_arg, "--backbone-arg"),
-                          head_kwargs=head_kwargs, seed=seed)
     if init_ckpt:
         source = load_checkpoint(init_ckpt)
-        if source.info.input_shape != model.info.input_shape:
+        if source.info.input_shape != splits["train"].input_shape:
             raise click.BadParameter(
                 f"'{init_ckpt}' takes inputs of shape {source.info.input_shape}; dataset '{dataset}' has "
-                f"{model.info.input_shape}.", param_hint="--init")
-        model.backbone = source.backbone
+                f"{splits['train'].input_shape}.", param_hint="--init")
+        backbone_spec = source.backbone
+    else:
+        backbone_spec = backbone
+    model = T.build_model(backbone_spec, head, splits["train"],
+                          backbone_kwargs=parse_key_values(backbone_arg, "--backbone-arg"), head_kwargs=head_kwargs,
+                          seed=seed)
     bar = progress_bar(quiet, total=epochs, desc=f"train {head}", unit="epoch")
     with bar:
         def on_epoch(rec):

@@ -1,0 +1,42 @@
+"""``laya-eval report``: tables, figures, markdown and HTML from ``faithfulness`` result folders."""
+
+from __future__ import annotations
+
+import click
+
+
+def _table(faithfulness) -> str:
+    lines = [f"{'run':<28} {'method':<13} {'faithfulness':>12} {'deletion@1':>11} {'n':>7} {'undef':>6}"]
+    for row in faithfulness.itertuples(index=False):
+        lines.append(f"{row.run[:28]:<28} {row.method:<13} {row.faithfulness:>+12.4f} {row.deletion_at_1:>+11.4f} "
+                     f"{row.n:>7} {row.n_undefined:>6}")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("result_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--out", "out_dir", default="report-out", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for report.md, report.html, the tables (CSV) and figures/.")
+@click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(["png", "svg", "pdf"]),
+              help="Figure file format (report.html embeds PNG or SVG either way).")
+@click.option("--title", default=None, help="Report title.")
+@click.option("--html/--no-html", "html_report", default=True, show_default=True,
+              help="Also write the self-contained report.html.")
+@click.option("--max-points", default=300, show_default=True, type=click.IntRange(min=1),
+              help="Samples drawn (seeded) per attribution-vs-effect scatter.")
+def report(result_dirs, out_dir, fmt, title, html_report, max_points):
+    """Report on one or several RESULT_DIRS written by `laya-eval faithfulness`.
+
+    Faithfulness and Deletion@1 with 95% intervals (and mean +- std across
+    folders sharing head and dataset), deletion@k curves, the distribution of
+    per-sample Spearman rho, attribution-vs-effect scatters and a method
+    agreement matrix, as report.md, report.html, CSVs and figures.
+
+    Example: laya-eval report runs/laya runs/scalarmix --out report/
+    """
+    from laya_eval.report import load_runs, report_tables, write_report
+
+    runs = load_runs(result_dirs)
+    click.echo(_table(report_tables(runs).faithfulness))
+    paths = write_report(runs, out_dir, fmt=fmt, html_report=html_report, title=title, max_points=max_points)
+    click.echo(f"wrote {len(paths)} files to {out_dir}: report.md" + (", report.html" if html_report else ""))

@@ -1,0 +1,117 @@
+"""The click front end: exit codes, one-line errors, end to end on a real tiny checkpoint."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from click.testing import CliRunner
+
+from laya_eval.attribution import METHODS
+from laya_eval.backbones import BACKBONES
+from laya_eval.heads import HEADS
+from laya_eval_cli.commands import ALL
+from laya_eval_cli.commands import faithfulness as faith_cmd  # the module
+from laya_eval_cli.commands import train as train_cmd
+from laya_eval_cli.main import cli
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def assert_one_line_error(result, pattern):
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("Error: ")
+    assert re.search(pattern, lines[0]), lines[0]
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("command", [c.name for c in ALL])
+def test_every_command_has_help_and_is_in_the_readme(command):
+    result = run(command, "--help")
+    assert result.exit_code == 0 and "Usage:" in result.output
+    assert f"laya-eval {command}" in README.read_text()
+
+
+def test_cli_choices_come_from_the_registries():
+    assert faith_cmd.METHOD_NAMES == list(METHODS)
+    assert sorted(train_cmd._HEADS) == sorted(HEADS)
+    assert set(train_cmd._BACKBONES) == set(BACKBONES) - {"modules"}  # 'modules' wraps a Python object
+
+
+def test_faithfulness_end_to_end(digits_checkpoints, tmp_path):
+    out = tmp_path / "res"
+    result = run("faithfulness", digits_checkpoints["scalarmix"], "--limit", 40, "--bootstrap", 50, "--out", out, "-q")
+    assert result.exit_code == 0, result.output
+    assert "note: skipped 'laya' needs a LAYA head" in result.output
+    assert sorted(p.name for p in out.iterdir()) == ["layers.csv", "manifest.json", "samples.csv", "summary.csv"]
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary.method) == ["static", "contribution", "ig", "gradcam", "grad_x_act", "random"]
+    for row in summary.itertuples():  # every method's row of the printed table carries its numbers
+        assert re.search(rf"^{row.method}\s+{re.escape(f'{row.faithfulness:+.4f}')} ", result.output, re.M)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["n_samples"] == 40 and manifest["options"]["bootstrap"] == 50
+
+
+def test_train_then_info(digits, tmp_path):
+    ckpt = tmp_path / "m.pt"
+    result = run("train", "--dataset", "digits", "--head", "concat", "--epochs", 2, "--seed", 0, "--out", ckpt, "-q",
+                 "--backbone-arg", "widths=[16,8]")
+    assert result.exit_code == 0, result.output
+    m = re.search(r"test accuracy (\d\.\d{4}), macro-F1 (\d\.\d{4})", result.output)
+    assert m, result.output
+    info = run("info", ckpt)
+    assert info.exit_code == 0
+    stored = float(re.search(r"metrics\.test_accuracy\s+(\S+)", info.output).group(1))
+    assert stored == pytest.approx(float(m.group(1)), abs=1e-4)
+    assert re.search(r"backbone\s+mlp .*'widths': \[16, 8\]", info.output)
+
+
+def test_freeze_backbone_with_init(digits_checkpoints, tmp_path):
+    ckpt = tmp_path / "head-only.pt"
+    result = run("train", "--dataset", "digits", "--head", "laya", "--epochs", 1, "--out", ckpt, "-q",
+                 "--freeze-backbone", "--init", digits_checkpoints["concat"], "--d-star", 8)
+    assert result.exit_code == 0, result.output
+    from laya_eval.checkpoint import load_checkpoint
+
+    new, old = load_checkpoint(ckpt), load_checkpoint(digits_checkpoints["concat"])
+    for (k, a), b in zip(new.backbone.state_dict().items(), old.backbone.state_dict().values()):
+        assert torch.equal(a, b), k
+
+
+def test_bad_input_gives_one_line_and_exit_2(digits_checkpoints, tmp_path):
+    ckpt = digits_checkpoints["laya"]
+    assert_one_line_error(run("faithfulness", ckpt, "--methods", "ig,gi"),
+                          r"--methods.*must be among \{laya, static, contribution, ig, gradcam, grad_x_act, random\}; got 'gi'")
+    assert_one_line_error(run("faithfulness", tmp_path / "nope.pt"), r"checkpoint '.*nope.pt' does not exist")
+    assert_one_line_error(run("faithfulness", ckpt, "--limit", 99999), r"limit 99999 is larger than the 360 samples")
+    assert_one_line_error(run("faithfulness", ckpt, "--ablation", "drop"), r"--ablation")
+    assert_one_line_error(run("faithfulness", ckpt, "--scope", "network"), r"with --scope network use --ablation zero or mean")
+    assert_one_line_error(run("faithfulness", ckpt, "--data", "imagenet"), r"dataset must be one of .*got 'imagenet'")
+    assert_one_line_error(run("train", "--dataset", "digits", "--head", "lay", "--out", tmp_path / "x.pt"), r"--head")
+    assert_one_line_error(run("train", "--dataset", "cifar10", "--backbone", "cnn", "--data-dir", tmp_path,
+                              "--out", tmp_path / "x.pt", "--epochs", 1), r"cifar")
+    if not torch.cuda.is_available():
+        assert_one_line_error(run("faithfulness", ckpt, "--device", "cuda"), r"no CUDA GPU is available; use --device cpu")
+    truncated = tmp_path / "cut.pt"
+    truncated.write_bytes(Path(ckpt).read_bytes()[:1000])
+    assert_one_line_error(run("info", truncated), r"cut.pt' is not a readable checkpoint")
+    assert_one_line_error(run("nosuchcommand"), r"No such command")
+
+
+def test_data_that_does_not_fit_the_model(digits_checkpoints, tmp_path):
+    import numpy as np
+
+    path = tmp_path / "wrong.npz"
+    np.savez(path, x=np.zeros((5, 10), dtype=np.float32), y=np.zeros(5, dtype=np.int64))
+    assert_one_line_error(run("faithfulness", digits_checkpoints["laya"], "--data", f"npz:{path}"),
+                          r"has samples of shape \(10,\); the model expects \(64,\)")
