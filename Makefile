@@ -19,10 +19,13 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# The main job on the bundled default: train small LAYA and ScalarMix models on scikit-learn's
+# digits, then score their layer attributions against leave-one-layer-out effects.
 demo: $(STAMP)
 	$(BIN)/laya-eval train --dataset digits --backbone mlp --head laya --seed 0 --out $(DEMO)/digits-laya.pt
 	$(BIN)/laya-eval train --dataset digits --backbone mlp --head scalarmix --seed 0 --out $(DEMO)/digits-scalarmix.pt
-	$(BIN)/laya-eval info $(DEMO)/digits-laya.pt
+	$(BIN)/laya-eval faithfulness $(DEMO)/digits-laya.pt --out $(DEMO)/faithfulness-laya
+	$(BIN)/laya-eval faithfulness $(DEMO)/digits-scalarmix.pt --out $(DEMO)/faithfulness-scalarmix
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache

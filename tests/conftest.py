@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Tests never reach a model hub: the MiniLM encoder is read from its installed package.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch
 
 from laya_eval.checkpoint import save_checkpoint
