@@ -58,6 +58,13 @@ class MethodContext:
     ig_method: str = "gausslegendre"
     internal_batch_size: int | None = None
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    # The gradients of the last (trace, target, scope): gradcam and grad_x_act read the
+    # same d logit_c / d h_i, so one backward pass serves both.
+    _last_grads: tuple | None = field(default=None, init=False, repr=False, compare=False)
+
+    def clear_cache(self) -> None:
+        """Drop the gradients kept from the last batch (call when moving to the next batch)."""
+        self._last_grads = None
 
 
 AttributionFn = Callable[..., Tensor]
@@ -105,7 +112,8 @@ def _target_logit_sum(logits: Tensor, target: Tensor) -> Tensor:
 
 def _head_grads(tr: Trace, model: LayeredModel, target: Tensor) -> tuple[list[Tensor], list[Tensor]]:
     """Activations (the cached head inputs, as leaves) and d logit_c / d h_i."""
-    acts = [h.detach().clone().requires_grad_(True) for h in tr.hidden]
+    # detach() already gives fresh leaves sharing the cached storage; the head never writes into its inputs.
+    acts = [h.detach().requires_grad_(True) for h in tr.hidden]
     with torch.enable_grad():
         out = _target_logit_sum(model.head(acts), target)
         # A layer the head ignores (LastLayer) has gradient zero, not "unused".
@@ -136,8 +144,15 @@ def _network_grads(tr: Trace, model: LayeredModel, target: Tensor) -> tuple[list
     return [a.detach() for a in acts], list(grads)
 
 
-def _grads(tr: Trace, model: LayeredModel, target: Tensor, scope: str):
-    return _head_grads(tr, model, target) if scope == "head" else _network_grads(tr, model, target)
+def _grads(tr: Trace, model: LayeredModel, target: Tensor, context: MethodContext):
+    """Activations and gradients for ``context.scope``, computed once per (trace, target)."""
+    last = context._last_grads
+    if last is not None and last[0] is tr and last[1] is target and last[2] == context.scope:
+        return last[3]
+    scope = context.scope
+    result = _head_grads(tr, model, target) if scope == "head" else _network_grads(tr, model, target)
+    context._last_grads = (tr, target, scope, result)
+    return result
 
 
 def _channel_first(t: Tensor) -> Tensor:
@@ -146,12 +161,12 @@ def _channel_first(t: Tensor) -> Tensor:
 
 
 def _grad_x_act(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
-    acts, grads = _grads(tr, model, target, context.scope)
+    acts, grads = _grads(tr, model, target, context)
     return torch.stack([(g * a).flatten(1).sum(1) for a, g in zip(acts, grads)], 1)
 
 
 def _gradcam(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
-    acts, grads = _grads(tr, model, target, context.scope)
+    acts, grads = _grads(tr, model, target, context)
     scores = []
     for a, g in zip(acts, grads):
         a, g = _channel_first(a), _channel_first(g)

@@ -258,6 +258,7 @@ def evaluate(
             store.deletion.setdefault(m.name, []).append(_deletion(tr, model, scores, options, fill).cpu())
             if m.name == "ig" and options.scope == "head":
                 store.ig_delta.append(ig_completeness_delta(tr, model, scores).cpu())
+        ctx.clear_cache()
         if tick:
             tick(len(y))
     if deferred:
