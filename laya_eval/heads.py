@@ -123,6 +123,11 @@ class LayerHead(nn.Module):
         """Per-input layer weights (B, L) summing to 1, or ``None`` if the head has none."""
         return None
 
+    def terms_and_weights(self, hidden: Sequence[Tensor]) -> tuple[Tensor, Tensor | None]:
+        """``(terms(hidden), layer_weights(hidden))`` in one call; heads whose weights are an
+        intermediate of their terms (LAYA) compute both from one adapter pass."""
+        return self.terms(hidden), self.layer_weights(hidden)
+
     def forward(self, hidden: Sequence[Tensor], keep: Tensor | None = None, renormalize: bool = False) -> Tensor:
         """Logits with an optional keep gate.
 
@@ -298,8 +303,12 @@ class LayaHead(_AdaptedHead):
         return self._alpha(self.adapted(hidden))
 
     def terms(self, hidden: Sequence[Tensor]) -> Tensor:
+        return self.terms_and_weights(hidden)[0]
+
+    def terms_and_weights(self, hidden: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
         z = self.adapted(hidden)
-        return self._weighted_terms(z, self._alpha(z))
+        alpha = self._alpha(z)
+        return self._weighted_terms(z, alpha), alpha
 
     def forward(self, hidden: Sequence[Tensor], keep: Tensor | None = None, renormalize: bool = False) -> Tensor:
         if not renormalize or keep is None:

@@ -105,13 +105,16 @@ def top1_hit(attribution: np.ndarray, effect: np.ndarray) -> np.ndarray:
     return rank_layers(attribution)[:, 0] == rank_layers(effect)[:, 0]
 
 
+_CHUNK = 100
+
+
 def bootstrap_mean(
     values: np.ndarray, *, n_resamples: int = 1000, seed: int | Sequence[int] = 0, level: float = 0.95
 ) -> Interval:
     """Mean of the defined values with a percentile bootstrap interval over samples.
 
-    NaN entries are undefined samples: counted, excluded. All resamples are
-    drawn in one vectorised call.
+    NaN entries are undefined samples: counted, excluded. Resamples are drawn
+    vectorised, 100 at a time.
     """
     values = np.asarray(values, dtype=np.float64)
     defined = values[~np.isnan(values)]
@@ -122,8 +125,11 @@ def bootstrap_mean(
     if n_resamples <= 0 or defined.size == 1:
         return Interval(mean, mean, mean, int(values.size), n_undefined)
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, defined.size, size=(n_resamples, defined.size))
-    means = defined[idx].mean(1)
+    # Resamples are drawn in fixed chunks so memory stays at chunk x n, whatever n_resamples is.
+    means = np.concatenate([
+        defined[rng.integers(0, defined.size, size=(min(_CHUNK, n_resamples - start), defined.size))].mean(1)
+        for start in range(0, n_resamples, _CHUNK)
+    ])
     alpha = (1 - level) / 2
     low, high = np.quantile(means, [alpha, 1 - alpha])
     return Interval(mean, float(low), float(high), int(values.size), n_undefined)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from laya_eval.heads import LayaHead, LayerHead
+from laya_eval.heads import LayerHead
 from laya_eval.model import LayeredModel
 
 __all__ = ["Trace", "trace", "trace_from_hidden"]
@@ -66,26 +66,11 @@ class Trace:
         return self.probs.gather(1, self.pred[:, None]).squeeze(1)
 
 
-def _terms_and_weights(head: LayerHead, hidden: tuple[Tensor, ...]) -> tuple[Tensor, Tensor | None]:
-    """``head.terms(hidden)`` and ``head.layer_weights(hidden)``, bit for bit.
-
-    LAYA's alpha is an intermediate of its terms: computing both from one
-    adapter pass halves the head's cost in a trace (the head is ~1/3 of the
-    Fashion-MNIST MLP's forward pass).
-    """
-    cls = type(head)
-    if isinstance(head, LayaHead) and cls.terms is LayaHead.terms and cls.layer_weights is LayaHead.layer_weights:
-        z = head.adapted(hidden)
-        alpha = head._alpha(z)
-        return head._weighted_terms(z, alpha), alpha
-    return head.terms(hidden), head.layer_weights(hidden)
-
-
 @torch.no_grad()
 def trace_from_hidden(head: LayerHead, hidden: list[Tensor], labels: Tensor | None = None, inputs: Any = None) -> Trace:
     """Build a :class:`Trace` from hidden states that are already computed."""
     hidden = tuple(h.detach() for h in hidden)
-    terms, weights = _terms_and_weights(head, hidden)
+    terms, weights = head.terms_and_weights(hidden)
     logits = terms.sum(1) + head.bias
     return Trace(
         hidden=hidden,

@@ -156,3 +156,29 @@ def test_network_scope_gradients_refuse_text_inputs():
     model = LayeredModel(nn.Identity(), head)
     with pytest.raises(ConfigError, match="need tensor inputs; use --scope head"):
         _run("grad_x_act", tr, model, scope="network")
+
+
+def test_ig_on_spatial_maps_equals_captum_over_the_full_maps():
+    """laya-eval integrates over the pooled states; Captum over the full maps must give the same layer sums."""
+    from captum.attr import IntegratedGradients
+
+    torch.manual_seed(0)
+    head = make_head("laya", [3, 5], 4, d_star=6, scorer_hidden=5).double()
+    g = torch.Generator().manual_seed(2)
+    maps = [torch.randn(6, 3, 4, 4, generator=g, dtype=torch.float64),
+            torch.randn(6, 5, 2, 2, generator=g, dtype=torch.float64)]
+    tr = trace_from_hidden(head, maps)
+    model = type("M", (), {"head": head})()
+    ours = _run("ig", tr, model)
+    ref = IntegratedGradients(lambda *h: head(list(h))).attribute(tuple(maps), target=tr.pred, n_steps=50,
+                                                                  method="gausslegendre")
+    torch.testing.assert_close(ours, torch.stack([a.flatten(1).sum(1) for a in ref], 1), atol=1e-8, rtol=1e-6)
+
+
+def test_terms_and_weights_equal_the_separate_calls(digits_models, digits):
+    for model in digits_models.values():
+        hidden = model.hidden_states(digits["test"].x[:9])
+        terms, weights = model.head.terms_and_weights(hidden)
+        assert torch.equal(terms, model.head.terms(hidden))
+        w = model.head.layer_weights(hidden)
+        assert (weights is None and w is None) or torch.equal(weights, w)
