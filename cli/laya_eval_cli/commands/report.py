@@ -6,9 +6,10 @@ import click
 
 
 def _table(faithfulness) -> str:
-    lines = [f"{'run':<28} {'method':<13} {'faithfulness':>12} {'deletion@1':>11} {'n':>7} {'undef':>6}"]
+    w = max(3, *(len(r) for r in faithfulness["run"]))
+    lines = [f"{'run':<{w}} {'method':<13} {'faithfulness':>12} {'deletion@1':>11} {'n':>7} {'undef':>6}"]
     for row in faithfulness.itertuples(index=False):
-        lines.append(f"{row.run[:28]:<28} {row.method:<13} {row.faithfulness:>+12.4f} {row.deletion_at_1:>+11.4f} "
+        lines.append(f"{row.run:<{w}} {row.method:<13} {row.faithfulness:>+12.4f} {row.deletion_at_1:>+11.4f} "
                      f"{row.n:>7} {row.n_undefined:>6}")
     return "\n".join(lines)
 

@@ -1,0 +1,164 @@
+"""Class-wise layer profiles: a hand-computed table, pandas group-by oracles, figures and CLI errors."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from click.testing import CliRunner
+from PIL import Image
+
+from laya_eval.errors import ConfigError
+from laya_eval.evaluate import EvalOptions
+from laya_eval.profile import PROFILE_COLUMNS, SUBSETS, layer_profile, layer_table, profile_table
+from laya_eval_cli.main import cli
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def assert_one_line_error(result, pattern):
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+def assert_plausible_image(path, min_side=250, max_side=4000):
+    assert path.stat().st_size > 5_000, path
+    with Image.open(path) as img:
+        img.load()
+        w, h = img.size
+        lo, hi = np.asarray(img.convert("L")).min(), np.asarray(img.convert("L")).max()
+    assert min_side <= w <= max_side and min_side <= h <= max_side, (path, img.size)
+    assert hi - lo > 100, f"{path} looks blank"
+
+
+def pandas_profile(scores: pd.DataFrame, by: str) -> pd.DataFrame:
+    """The oracle: a direct pandas group-by per subset (std with pandas' default ddof=1)."""
+    parts = []
+    for subset in SUBSETS:
+        part = scores if subset == "all" else scores[(scores["label"] == scores["pred"]) == (subset == "correct")]
+        g = part.groupby([by, "layer"])["score"].agg(["mean", "std", "count"]).reset_index()
+        parts.append(g.rename(columns={by: "class", "count": "n"}).assign(subset=subset))
+    return pd.concat(parts, ignore_index=True)
+
+
+def compare(table: pd.DataFrame, oracle: pd.DataFrame) -> None:
+    merged = table.merge(oracle, on=["subset", "class", "layer"], how="outer", suffixes=("", "_oracle"),
+                         indicator=True)
+    assert (merged["_merge"] == "both").all(), merged[merged["_merge"] != "both"]
+    np.testing.assert_allclose(merged["mean"], merged["mean_oracle"], rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(merged["std"], merged["std_oracle"], rtol=1e-6, atol=1e-12)  # NaN == NaN
+    assert (merged["n"] == merged["n_oracle"]).all()
+
+
+def test_profile_table_by_hand():
+    # Two classes, two layers. Class 0: samples 0 (correct) and 1 (predicted 1, wrong);
+    # class 1: sample 2 (correct). Scores per sample: s0 = (0.2, 0.8), s1 = (0.6, 0.4), s2 = (0.5, 0.5).
+    scores = pd.DataFrame({
+        "sample": [0, 0, 1, 1, 2, 2], "label": [0, 0, 0, 0, 1, 1], "pred": [0, 0, 1, 1, 1, 1],
+        "layer": [1, 2, 1, 2, 1, 2], "score": [0.2, 0.8, 0.6, 0.4, 0.5, 0.5],
+    })
+    flat = profile_table(scores, ["cat", "dog"])
+    assert list(flat.columns) == PROFILE_COLUMNS
+    table = flat.set_index(["subset", "class", "layer"])
+    # all, class 0, layer 1: mean (0.2 + 0.6) / 2 = 0.4; std ddof=1: sqrt(((-0.2)^2 + 0.2^2) / 1) = 0.2828...
+    assert table.loc[("all", 0, 1), "mean"] == pytest.approx(0.4)
+    assert table.loc[("all", 0, 1), "std"] == pytest.approx(np.sqrt(0.08))
+    assert table.loc[("all", 0, 2), "mean"] == pytest.approx(0.6)
+    assert table.loc[("all", 0, 1), "class_name"] == "cat" and table.loc[("all", 0, 1), "n"] == 2
+    # correct: class 0 only sample 0 -> its own scores, a single sample has no std.
+    assert table.loc[("correct", 0, 2), "mean"] == pytest.approx(0.8)
+    assert np.isnan(table.loc[("correct", 0, 2), "std"])
+    # incorrect: only sample 1 (class 0); class 1 has no error and therefore no row.
+    assert table.loc[("incorrect", 0, 1), "mean"] == pytest.approx(0.6)
+    assert ("incorrect", 1, 1) not in table.index
+    # by predicted class: sample 1 moves to class 1 -> class 1 layer 1 = (0.6 + 0.5) / 2.
+    by_pred = profile_table(scores, ["cat", "dog"], by="pred").set_index(["subset", "class", "layer"])
+    assert by_pred.loc[("all", 1, 1), "mean"] == pytest.approx(0.55)
+    # pooled per layer: layer 2 over all = (0.8 + 0.4 + 0.5) / 3
+    layers = layer_table(scores).set_index(["subset", "layer"])
+    assert layers.loc[("all", 2), "mean"] == pytest.approx(1.7 / 3) and layers.loc[("all", 2), "n"] == 3
+
+
+def test_profile_csv_equals_a_pandas_group_by_of_faithfulness_scores(digits_checkpoints, digits, tmp_path):
+    ckpt = digits_checkpoints["laya"]
+    assert run("faithfulness", ckpt, "--methods", "laya", "--bootstrap", 0, "--out", tmp_path / "f").exit_code == 0
+    result = run("profile", ckpt, "--out", tmp_path / "p")
+    assert result.exit_code == 0, result.output
+    layers = pd.read_csv(tmp_path / "f" / "layers.csv")
+    samples = pd.read_csv(tmp_path / "f" / "samples.csv")
+    scores = layers.merge(samples[["sample", "label", "pred"]], on="sample").rename(columns={"attribution": "score"})
+    table = pd.read_csv(tmp_path / "p" / "profile.csv", keep_default_na=False, na_values=[""], dtype={"class_name": str})
+    assert list(table.columns) == PROFILE_COLUMNS
+    compare(table, pandas_profile(scores, "label"))
+    names = dict(zip(table["class"], table["class_name"]))
+    assert names == {k: digits["test"].class_names[k] for k in names}
+    # correct + incorrect partition all
+    n = table.pivot_table(index=["class", "layer"], columns="subset", values="n", fill_value=0)
+    assert (n["correct"] + n["incorrect"] == n["all"]).all()
+    pooled = pd.read_csv(tmp_path / "p" / "profile_layers.csv")
+    oracle = scores.groupby("layer")["score"].agg(["mean", "std"])
+    got = pooled[pooled["subset"] == "all"].set_index("layer")
+    np.testing.assert_allclose(got["mean"], oracle["mean"], rtol=1e-6)
+    np.testing.assert_allclose(got["std"], oracle["std"], rtol=1e-6)
+    for name in ("profile_heatmap_all", "profile_heatmap_correct", "profile_heatmap_incorrect", "profile_layers"):
+        assert_plausible_image(tmp_path / "p" / f"{name}.png")
+
+
+def test_profile_by_prediction_of_a_gradient_method(digits_models, digits):
+    model = digits_models["concat"]
+    prof = layer_profile(model, digits["test"], method="ig", by="pred", options=EvalOptions(limit=100))
+    compare(prof.table, pandas_profile(prof.scores, "pred"))
+    assert prof.meta["method"] == "ig" and prof.meta["by"] == "pred" and prof.meta["n"] == 100
+
+
+def test_static_profile_is_scalarmix_softmax_weights(digits_models, digits):
+    model = digits_models["scalarmix"]
+    prof = layer_profile(model, digits["test"], method="static", options=EvalOptions(limit=50))
+    # static = softmax(w), the same for every sample: every group's mean is softmax(w)_i, its std 0.
+    expected = torch.softmax(model.head.scalar_weights.detach().double(), 0).numpy()
+    for layer, w in enumerate(expected, start=1):
+        part = prof.table[prof.table["layer"] == layer]
+        np.testing.assert_allclose(part["mean"], w, rtol=1e-5)
+        assert np.nanmax(part["std"]) < 1e-6
+
+
+def test_profile_figures_in_svg_and_title_names_the_run(digits_checkpoints, tmp_path):
+    result = run("profile", digits_checkpoints["laya"], "--limit", 80, "--format", "svg", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    svg = (tmp_path / "profile_heatmap_all.svg").read_text()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    # The title names checkpoint, dataset, ablation and scope (matplotlib writes SVG text as glyph paths,
+    # so check the figure object instead).
+    from laya_eval import figures
+
+    prof = layer_profile(digits_checkpoints["laya"], options=EvalOptions(limit=80))
+    fig = figures.profile_heatmap(prof.table, subset="all", meta=prof.meta)
+    text = " ".join(t.get_text() for t in fig.texts)
+    for needle in ("digits-laya.pt", "dataset: digits", "ablation:", "scope: head", "LAYA α(x)"):
+        assert needle in text, (needle, text)
+
+
+def test_profile_is_deterministic(digits_checkpoints, tmp_path):
+    for out in ("a", "b"):
+        assert run("profile", digits_checkpoints["laya"], "--limit", 60, "--out", tmp_path / out).exit_code == 0
+    for name in ("profile.csv", "profile_layers.csv", "profile_heatmap_all.png", "profile_layers.png"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_profile_errors_are_one_line(digits_checkpoints, tmp_path):
+    assert_one_line_error(run("profile", digits_checkpoints["laya"], "--method", "gi", "--out", tmp_path),
+                          r"method must be among \{laya, static, contribution, ig, gradcam, grad_x_act, random\}; got 'gi'")
+    assert_one_line_error(run("profile", digits_checkpoints["concat"], "--out", tmp_path),
+                          r"cannot profile 'laya' needs a LAYA head; this model has a concat head")
+    assert_one_line_error(run("profile", tmp_path / "nope.pt", "--out", tmp_path), r"nope.pt' does not exist")
+    assert_one_line_error(run("profile", digits_checkpoints["laya"], "--format", "gif"), r"--format")
+    assert not list(tmp_path.glob("*.csv"))
+    with pytest.raises(ConfigError, match=r"by must be 'label' \(true class\) or 'pred' \(predicted class\); got 'true'"):
+        profile_table(pd.DataFrame({"sample": [0], "label": [0], "pred": [0], "layer": [1], "score": [1.0]}), by="true")

@@ -1,0 +1,306 @@
+"""Reports: every number in report.md equals its CSV, the CSVs equal independent recomputations,
+figures are real images that name their run, the HTML is self-contained, errors are one line."""
+
+from __future__ import annotations
+
+import base64
+import re
+import warnings
+
+import matplotlib.text
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+from scipy.stats import spearmanr
+
+from laya_eval import figures as F
+from laya_eval.attribution import METHODS
+from laya_eval.errors import ConfigError, DataError
+from laya_eval.evaluate import EvalOptions, evaluate, write_results
+from laya_eval.report import load_run, load_runs, report_tables, run_from_result, write_report
+from laya_eval_cli.main import cli
+
+LABEL_TO_METHOD = {label: name for name, label in F.METHOD_LABELS.items()}
+LAYA_RUNS = ("digits-laya.pt [laya-s0]", "digits-laya.pt [laya-s1]")
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def assert_one_line_error(result, pattern):
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+def f4(value) -> str:
+    return "n/a" if pd.isna(value) else f"{value:.4f}"
+
+
+@pytest.fixture(scope="module")
+def result_dirs(digits_checkpoints, tmp_path_factory):
+    """Three faithfulness folders: the LAYA checkpoint under two evaluation seeds, and a LastLayer checkpoint."""
+    root = tmp_path_factory.mktemp("results")
+    specs = {"laya-s0": ("laya", 0), "laya-s1": ("laya", 1), "lastlayer": ("lastlayer", 0)}
+    for name, (head, seed) in specs.items():
+        result = evaluate(digits_checkpoints[head], options=EvalOptions(limit=120, bootstrap=200, seed=seed))
+        write_results(result, root / name)
+    return [root / name for name in specs]
+
+
+@pytest.fixture(scope="module")
+def report_dir(result_dirs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    result = run("report", *result_dirs, "--out", out, "--max-points", 60)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def read_csv(path) -> pd.DataFrame:
+    return pd.read_csv(path, keep_default_na=False, na_values=[""])
+
+
+def md_tables(text: str) -> list[tuple[str, str | None, list[str], list[list[str]]]]:
+    """Every markdown table as (section, subsection, header, rows)."""
+    cells = lambda line: [c.strip() for c in line.strip().strip("|").split(" | ")]  # noqa: E731
+    lines, out, h2, h3, i = text.splitlines(), [], None, None, 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("## "):
+            h2, h3 = line[3:], None
+        elif line.startswith("### "):
+            h3 = line[4:]
+        elif line.startswith("|"):
+            header, rows, i = cells(line), [], i + 2
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append(cells(lines[i]))
+                i += 1
+            out.append((h2, h3, header, rows))
+            continue
+        i += 1
+    return out
+
+
+def section(tables, prefix):
+    found = [t for t in tables if t[0].startswith(prefix)]
+    assert found, prefix
+    return found
+
+
+def test_every_number_in_report_md_equals_its_csv(report_dir):
+    tables = md_tables((report_dir / "report.md").read_text())
+    faith = read_csv(report_dir / "faithfulness.csv")
+    runs = list(dict.fromkeys(faith["run"]))
+    assert set(runs) == {*LAYA_RUNS, "digits-lastlayer.pt"}
+
+    found = section(tables, "Faithfulness and Deletion@1")
+    assert [t[1] for t in found] == runs
+    for _, run_label, _, rows in found:
+        part = faith[faith["run"] == run_label].set_index("method")
+        assert [LABEL_TO_METHOD[r[0]] for r in rows] == list(part.index)
+        for row in rows:
+            s = part.loc[LABEL_TO_METHOD[row[0]]]
+            assert row[1:] == [f4(s.faithfulness), f"[{f4(s.faithfulness_ci_low)}, {f4(s.faithfulness_ci_high)}]",
+                               f4(s.deletion_at_1), f"[{f4(s.deletion_at_1_ci_low)}, {f4(s.deletion_at_1_ci_high)}]",
+                               f4(s.top1_hit_rate), f4(s.aopc), str(s.n), str(s.n_undefined)]
+
+    across = read_csv(report_dir / "across_runs.csv")
+    (_, _, header, rows), = section(tables, "Across runs")
+    assert len(rows) == len(across) == 7  # the two LAYA folders share head and dataset; all 7 methods apply
+    for row, s in zip(rows, across.itertuples()):
+        assert row == [s.head, s.dataset, s.ablation, s.scope, F.method_label(s.method), str(s.n_runs),
+                       f4(s.faithfulness_mean), f4(s.faithfulness_std), f4(s.deletion_at_1_mean), f4(s.deletion_at_1_std)]
+
+    curves = read_csv(report_dir / "deletion_curves.csv")
+    found = section(tables, "Deletion@k")
+    assert [t[1] for t in found] == runs
+    for _, run_label, header, rows in found:
+        assert header[1:] == ["k = 1", "k = 2", "k = 3"]
+        for row in rows:
+            part = curves[(curves["run"] == run_label) & (curves["method"] == LABEL_TO_METHOD[row[0]])]
+            assert row[1:] == [f4(v) for v in part.sort_values("k")["deletion"]]
+
+    dist = read_csv(report_dir / "spearman_distribution.csv")
+    found = section(tables, "Per-sample Spearman")
+    assert [t[1] for t in found] == runs
+    for _, run_label, _, rows in found:
+        for row in rows:
+            s = dist[(dist["run"] == run_label) & (dist["method"] == LABEL_TO_METHOD[row[0]])].iloc[0]
+            assert row[1:] == [str(s.n), str(s.n_rho_one), str(s.n_rho_high), str(s.n_rho_low),
+                               str(s.n_rho_negative), str(s.n_undefined), f4(s.share_rho_one), f4(s.median_rho)]
+
+    agreement = read_csv(report_dir / "agreement.csv")
+    found = section(tables, "Method agreement")
+    assert [t[1] for t in found] == runs
+    for _, run_label, header, rows in found:
+        part = agreement[agreement["run"] == run_label].set_index(["method_a", "method_b"])["mean_spearman"]
+        for row in rows:
+            for col_label, cell in zip(header[1:], row[1:]):
+                assert cell == f4(part[(LABEL_TO_METHOD[row[0]], LABEL_TO_METHOD[col_label])])
+
+
+def test_report_csvs_equal_independent_recomputations(result_dirs, report_dir):
+    faith = read_csv(report_dir / "faithfulness.csv")
+    summaries = {d.name: pd.read_csv(d / "summary.csv").set_index("method") for d in result_dirs}
+    for folder, run_label in zip(("laya-s0", "laya-s1", "lastlayer"), [*LAYA_RUNS, "digits-lastlayer.pt"]):
+        mine = faith[faith["run"] == run_label].set_index("method")
+        cols = [c for c in mine.columns if c in summaries[folder].columns]
+        pd.testing.assert_frame_equal(mine[cols], summaries[folder].loc[mine.index, cols], check_dtype=False)
+    assert "laya" not in set(faith.loc[faith["run"] == "digits-lastlayer.pt", "method"])
+
+    # mean and sample std over the two LAYA folders
+    across = read_csv(report_dir / "across_runs.csv").set_index("method")
+    a, b = summaries["laya-s0"], summaries["laya-s1"]
+    for m in a.index:
+        pair = np.array([a.loc[m, "faithfulness"], b.loc[m, "faithfulness"]])
+        assert across.loc[m, "faithfulness_mean"] == pytest.approx(pair.mean(), rel=1e-7)
+        assert across.loc[m, "faithfulness_std"] == pytest.approx(abs(pair[0] - pair[1]) / np.sqrt(2), rel=1e-6, abs=1e-9)
+
+    dist = read_csv(report_dir / "spearman_distribution.csv")
+    samples = pd.read_csv(result_dirs[2] / "samples.csv")
+    for m, rho in samples.groupby("method")["spearman"]:
+        s = dist[(dist["run"] == "digits-lastlayer.pt") & (dist["method"] == m)].iloc[0]
+        assert s.n_rho_one == (rho == 1).sum() and s.n_undefined == rho.isna().sum()
+        assert s.n_rho_negative == (rho < 0).sum() and s.n_rho_high == ((rho >= 0.5) & (rho < 1)).sum()
+        assert s.n == len(rho) == 120
+
+    # agreement: scipy's spearmanr sample by sample
+    agreement = read_csv(report_dir / "agreement.csv")
+    layers = pd.read_csv(result_dirs[0] / "layers.csv")
+    wide = {m: g.sort_values(["sample", "layer"])["attribution"].to_numpy().reshape(-1, 3)
+            for m, g in layers.groupby("method")}
+    for a_name, b_name in [("laya", "ig"), ("contribution", "random"), ("gradcam", "static"), ("ig", "ig")]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rhos = np.array([spearmanr(x, y).statistic for x, y in zip(wide[a_name], wide[b_name])])
+        got = agreement[(agreement["run"] == LAYA_RUNS[0]) & (agreement["method_a"] == a_name)
+                        & (agreement["method_b"] == b_name)].iloc[0]
+        assert got.mean_spearman == pytest.approx(np.nanmean(rhos), abs=1e-7)
+        assert got.n_undefined == np.isnan(rhos).sum()
+
+
+def assert_plausible_image(path):
+    assert path.stat().st_size > 5_000, path
+    with Image.open(path) as img:
+        img.load()
+        gray = np.asarray(img.convert("L"))
+    assert 300 <= img.size[0] <= 4000 and 250 <= img.size[1] <= 4000, (path, img.size)
+    assert gray.max() - gray.min() > 100, f"{path} looks blank"
+
+
+def test_figures_are_images_and_the_html_embeds_them(report_dir):
+    pngs = sorted((report_dir / "figures").glob("*.png"))
+    names = {p.stem for p in pngs}
+    assert {"faithfulness", "deletion_curves", "spearman_distribution"} <= names
+    assert len([n for n in names if n.startswith("scatter_")]) == 3
+    assert len([n for n in names if n.startswith("agreement_")]) == 3
+    for path in pngs:
+        assert_plausible_image(path)
+    md = (report_dir / "report.md").read_text()
+    for path in pngs:
+        assert f"](figures/{path.name})" in md
+    page = (report_dir / "report.html").read_text()
+    assert not re.search(r"<script|<link|(src|href)=\"(https?:|//)", page)
+    uris = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert len(uris) == len(pngs)
+    assert base64.b64decode(uris[0]) == (report_dir / "figures" / "faithfulness.png").read_bytes()
+
+
+def test_every_figure_names_checkpoint_dataset_ablation_and_scope(result_dirs):
+    runs = load_runs(result_dirs[:1] + result_dirs[2:])
+    t = report_tables(runs)
+    metas = [r.meta for r in runs]
+    figs = [F.faithfulness_figure(t.faithfulness, metas), F.deletion_curves_figure(t.deletion_curves, metas),
+            F.spearman_distribution_figure(t.spearman_distribution, metas)]
+    for r in runs:
+        figs.append(F.scatter_figure(r.layers, meta=r.meta))
+        matrix = t.agreement[t.agreement["run"] == r.label].pivot(index="method_a", columns="method_b",
+                                                                   values="mean_spearman")
+        figs.append(F.agreement_figure(matrix, meta=r.meta))
+    for k, fig in enumerate(figs):
+        text = " ".join(obj.get_text() for obj in fig.findobj(matplotlib.text.Text))
+        shown = runs if k < 3 else [runs[(k - 3) // 2]]
+        for r in shown:
+            for needle in (r.label, "digits", "ablation", "gate", "scope", "head"):
+                assert needle in text, (k, needle, text[:300])
+
+
+def test_palette_covers_every_method_once():
+    assert set(F.PALETTE) == set(METHODS) == set(F.METHOD_LABELS)
+    assert len(set(F.PALETTE.values())) == len(F.PALETTE)
+    assert len(set(F.METHOD_LABELS.values())) == len(F.METHOD_LABELS)
+
+
+def test_report_is_deterministic_and_other_formats(result_dirs, tmp_path):
+    runs = [load_run(result_dirs[2])]
+    for out in ("a", "b"):
+        write_report(runs, tmp_path / out, html_report=False, max_points=40)
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert files and not (tmp_path / "a" / "report.html").exists()
+    for rel in files:
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
+    result = run("report", result_dirs[2], "--format", "pdf", "--max-points", 40, "--out", tmp_path / "pdf")
+    assert result.exit_code == 0, result.output
+    pdfs = list((tmp_path / "pdf" / "figures").glob("*.pdf"))
+    assert len(pdfs) == 5 and all(p.read_bytes().startswith(b"%PDF") for p in pdfs)
+    assert "data:image/png;base64," in (tmp_path / "pdf" / "report.html").read_text()
+    fig = F.deletion_curves_figure(report_tables(runs).deletion_curves, [runs[0].meta])
+    assert F.figure_bytes(fig, "svg").lstrip().startswith(b"<?xml")
+    with pytest.raises(ConfigError, match=r"figure format must be among \{png, svg, pdf\}; got 'gif'"):
+        F.figure_bytes(fig, "gif")
+
+
+def test_in_memory_results_make_the_same_tables(digits_models, result_dirs):
+    result = evaluate(digits_models["lastlayer"], options=EvalOptions(limit=120, bootstrap=200))
+    mine = report_tables([run_from_result(result, label="x")])
+    theirs = report_tables([load_run(result_dirs[2])])
+    pd.testing.assert_frame_equal(mine.spearman_distribution.drop(columns="run"),
+                                  theirs.spearman_distribution.drop(columns="run"))
+    np.testing.assert_allclose(mine.agreement["mean_spearman"], theirs.agreement["mean_spearman"], atol=1e-6)
+
+
+def test_bad_result_folders_give_one_line_errors(result_dirs, tmp_path):
+    assert_one_line_error(run("report", tmp_path / "nope", "--out", tmp_path / "o"),
+                          r"result folder '.*nope' does not exist")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert_one_line_error(run("report", result_dirs[0], empty, "--out", tmp_path / "o"),
+                          r"result folder '.*empty' has no summary.csv, samples.csv, layers.csv")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("samples.csv", "layers.csv"):
+        (broken / name).write_bytes((result_dirs[0] / name).read_bytes())
+    pd.read_csv(result_dirs[0] / "summary.csv").drop(columns="faithfulness").to_csv(broken / "summary.csv", index=False)
+    assert_one_line_error(run("report", broken, "--out", tmp_path / "o"),
+                          r"summary.csv: missing column\(s\) faithfulness; is it from `laya-eval faithfulness`\?")
+    assert not (tmp_path / "o").exists()
+    assert_one_line_error(run("report"), r"Missing argument 'RESULT_DIRS...'")
+    with pytest.raises(DataError, match="at least one result folder"):
+        load_runs([])
+
+
+def test_spearman_bands_and_agreement_by_hand():
+    from laya_eval.report import Run, _spearman_table, agreement_matrix
+
+    # rho per sample: 1 (twice), 0.5, 0.2, -0.5, undefined
+    samples = pd.DataFrame({"sample": range(6), "label": 0, "pred": 0, "method": "laya",
+                            "spearman": [1.0, 1.0, 0.5, 0.2, -0.5, np.nan]})
+    summary = pd.DataFrame({"checkpoint": ["c.pt"], "head": ["laya"], "dataset": ["d"], "method": ["laya"],
+                            "ablation": ["gate"], "scope": ["head"], "n": [6], "n_undefined": [1]})
+    dist = _spearman_table([Run("c.pt", summary, samples, pd.DataFrame())]).iloc[0]
+    assert (dist.n_rho_one, dist.n_rho_high, dist.n_rho_low, dist.n_rho_negative, dist.n_undefined) == (2, 1, 1, 1, 1)
+    assert dist.share_rho_one == pytest.approx(2 / 6) and dist.median_rho == pytest.approx(0.5)
+
+    # Two samples, three layers. a = (1, 2, 3) and (3, 2, 1); b = (1, 2, 3) and (5, 5, 5) (constant: undefined);
+    # c is constant everywhere. rho(a, b) = mean over the defined sample 0 = 1; rho(a, c) undefined -> NaN.
+    layers = pd.DataFrame({"sample": np.repeat([0, 1], 9), "method": np.tile(np.repeat(["a", "b", "c"], 3), 2),
+                           "layer": np.tile([1, 2, 3], 6),
+                           "attribution": [1, 2, 3, 1, 2, 3, 7, 7, 7, 3, 2, 1, 5, 5, 5, 7, 7, 7]})
+    m = agreement_matrix(layers, ["a", "b", "c"]).set_index(["method_a", "method_b"])
+    assert m.loc[("a", "b"), "mean_spearman"] == 1.0 and m.loc[("a", "b"), "n_undefined"] == 1
+    assert m.loc[("a", "a"), "mean_spearman"] == 1.0 and m.loc[("a", "a"), "n_defined"] == 2
+    assert np.isnan(m.loc[("a", "c"), "mean_spearman"]) and m.loc[("a", "c"), "n_defined"] == 0
