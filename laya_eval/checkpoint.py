@@ -101,6 +101,10 @@ def save_checkpoint(model: LayeredModel, path: str | os.PathLike) -> Path:
             buffer = io.BytesIO()
             torch.save(payload, buffer)
             Path(tmp).write_bytes(buffer.getvalue())
+        # mkstemp creates the file private (0600); give it the permissions a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -29,6 +29,16 @@ def test_round_trip_gives_identical_logits(digits_models, digits, tmp_path, head
     assert loaded.info.training["epochs"] == 4
 
 
+def test_saved_file_gets_ordinary_permissions(digits_models, tmp_path):
+    umask = os.umask(0o022)
+    try:
+        path = save_checkpoint(digits_models["concat"], tmp_path / "m.pt")
+    finally:
+        os.umask(umask)
+    assert (path.stat().st_mode & 0o777) == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["m.pt"]  # no temporary file left
+
+
 def test_same_model_same_bytes(digits_models, tmp_path):
     a = save_checkpoint(digits_models["laya"], tmp_path / "a.pt").read_bytes()
     b = save_checkpoint(digits_models["laya"], tmp_path / "other-name.pt").read_bytes()
