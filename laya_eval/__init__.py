@@ -3,32 +3,66 @@
 Load a checkpoint whose head aggregates every hidden layer (LAYA, ScalarMix,
 Concat, LastLayer), compute layer attributions, measure leave-one-layer-out
 effects and score the attributions.
+
+The public names below are imported lazily (PEP 562), so ``import laya_eval``
+and the CLI's ``--help`` do not pay for importing torch.
+
+Examples
+--------
+>>> import laya_eval                                            # doctest: +SKIP
+>>> result = laya_eval.evaluate("ckpt.pt")                      # doctest: +SKIP
+>>> result.summary[["method", "faithfulness", "deletion_at_1"]]  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
 
-from laya_eval.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
-from laya_eval.errors import CheckpointError, ConfigError, DataError, LayaEvalError
-from laya_eval.heads import HEADS, ConcatHead, LastLayerHead, LayaHead, ScalarMixHead, make_head
-from laya_eval.model import LayeredModel, ModelInfo
+_EXPORTS = {
+    "CheckpointError": "laya_eval.errors",
+    "ConfigError": "laya_eval.errors",
+    "DataError": "laya_eval.errors",
+    "LayaEvalError": "laya_eval.errors",
+    "HEADS": "laya_eval.heads",
+    "ConcatHead": "laya_eval.heads",
+    "LastLayerHead": "laya_eval.heads",
+    "LayaHead": "laya_eval.heads",
+    "ScalarMixHead": "laya_eval.heads",
+    "make_head": "laya_eval.heads",
+    "make_backbone": "laya_eval.backbones",
+    "LayeredModel": "laya_eval.model",
+    "ModelInfo": "laya_eval.model",
+    "load_checkpoint": "laya_eval.checkpoint",
+    "read_checkpoint": "laya_eval.checkpoint",
+    "save_checkpoint": "laya_eval.checkpoint",
+    "load_dataset": "laya_eval.data",
+    "Trace": "laya_eval.trace",
+    "trace": "laya_eval.trace",
+    "METHODS": "laya_eval.attribution",
+    "METRICS": "laya_eval.metrics",
+    "EvalOptions": "laya_eval.evaluate",
+    "EvaluationResult": "laya_eval.evaluate",
+    "evaluate": "laya_eval.evaluate",
+    "write_results": "laya_eval.evaluate",
+    "layer_profile": "laya_eval.profile",
+    "write_profile": "laya_eval.profile",
+    "load_runs": "laya_eval.report",
+    "write_report": "laya_eval.report",
+}
 
-__all__ = [
-    "HEADS",
-    "CheckpointError",
-    "ConcatHead",
-    "ConfigError",
-    "DataError",
-    "LastLayerHead",
-    "LayaEvalError",
-    "LayaHead",
-    "LayeredModel",
-    "ModelInfo",
-    "ScalarMixHead",
-    "__version__",
-    "load_checkpoint",
-    "make_head",
-    "read_checkpoint",
-    "save_checkpoint",
-]
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'laya_eval' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

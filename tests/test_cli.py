@@ -115,3 +115,22 @@ def test_data_that_does_not_fit_the_model(digits_checkpoints, tmp_path):
     np.savez(path, x=np.zeros((5, 10), dtype=np.float32), y=np.zeros(5, dtype=np.int64))
     assert_one_line_error(run("faithfulness", digits_checkpoints["laya"], "--data", f"npz:{path}"),
                           r"has samples of shape \(10,\); the model expects \(64,\)")
+
+
+def test_help_does_not_import_torch():
+    """--help must be instant: the library (and torch) load only inside a command."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from click.testing import CliRunner; from laya_eval_cli.main import cli; "
+            "r = CliRunner().invoke(cli, ['faithfulness', '--help']); "
+            "assert r.exit_code == 0, r.output; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_public_api_names_resolve():
+    import laya_eval
+
+    for name in laya_eval.__all__:
+        assert getattr(laya_eval, name) is not None
