@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from laya_eval.attribution import METHODS, AttributionMethod, MethodContext, applicable, ig_completeness_delta, resolve_methods
+from laya_eval.attribution import AttributionMethod, MethodContext, applicable, ig_completeness_delta, resolve_methods
 from laya_eval.data import Dataset, load_dataset
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.metrics import METRICS, bootstrap_mean, rank_layers, spearman_per_sample, top1_hit

@@ -9,7 +9,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from click.testing import CliRunner
 
 from laya_eval.attribution import METHODS
 from laya_eval.backbones import BACKBONES
@@ -17,22 +16,11 @@ from laya_eval.heads import HEADS
 from laya_eval_cli.commands import ALL
 from laya_eval_cli.commands import faithfulness as faith_cmd  # the module
 from laya_eval_cli.commands import train as train_cmd
-from laya_eval_cli.main import cli
+from tests.cli_helpers import assert_one_line_error, run
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def assert_one_line_error(result, pattern):
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1, result.output
-    assert lines[0].startswith("Error: ")
-    assert re.search(pattern, lines[0]), lines[0]
-    assert "Traceback" not in result.output
 
 
 @pytest.mark.parametrize("command", [c.name for c in ALL])

@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from click.testing import CliRunner
 from PIL import Image
 
 from laya_eval.errors import ConfigError
 from laya_eval.evaluate import EvalOptions
 from laya_eval.profile import PROFILE_COLUMNS, SUBSETS, layer_profile, layer_table, profile_table
-from laya_eval_cli.main import cli
+from tests.cli_helpers import assert_one_line_error, run
 
 
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def assert_one_line_error(result, pattern):
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    assert re.search(pattern, lines[0]), lines[0]
 
 
 def assert_plausible_image(path, min_side=250, max_side=4000):

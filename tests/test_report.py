@@ -11,7 +11,6 @@ import matplotlib.text
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 from PIL import Image
 from scipy.stats import spearmanr
 
@@ -20,21 +19,12 @@ from laya_eval.attribution import METHODS
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.evaluate import EvalOptions, evaluate, write_results
 from laya_eval.report import load_run, load_runs, report_tables, run_from_result, write_report
-from laya_eval_cli.main import cli
+from tests.cli_helpers import assert_one_line_error, run
 
 LABEL_TO_METHOD = {label: name for name, label in F.METHOD_LABELS.items()}
 LAYA_RUNS = ("digits-laya.pt [laya-s0]", "digits-laya.pt [laya-s1]")
 
 
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def assert_one_line_error(result, pattern):
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    assert re.search(pattern, lines[0]), lines[0]
 
 
 def f4(value) -> str:

@@ -17,6 +17,9 @@ data_dir_option = click.option(
     default=None,
     help="Folder with the dataset files (else $LAYA_EVAL_DATA, then system folders).",
 )
+split_option = click.option("--split", default="test", show_default=True, type=click.Choice(["train", "val", "test"]))
+limit_option = click.option("--limit", type=click.IntRange(min=1), default=None, help="Use only the first N samples.")
+batch_size_option = click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1))
 download_option = click.option(
     "--download", is_flag=True, help="Download the dataset from its official source if it is not found."
 )

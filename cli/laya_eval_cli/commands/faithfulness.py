@@ -6,7 +6,16 @@ import time
 
 import click
 
-from laya_eval_cli.options import data_dir_option, device_option, progress_bar, quiet_option, seed_option
+from laya_eval_cli.options import (
+    batch_size_option,
+    data_dir_option,
+    device_option,
+    limit_option,
+    progress_bar,
+    quiet_option,
+    seed_option,
+    split_option,
+)
 
 # Kept in step with laya_eval.attribution.METHODS by tests/test_cli.py (importing torch here would slow --help).
 METHOD_NAMES = ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random"]
@@ -38,14 +47,14 @@ def _table(summary) -> str:
 @click.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False))
 @click.option("--data", default=None, help="Dataset name or npz:PATH (default: the one recorded in the checkpoint).")
-@click.option("--split", default="test", show_default=True, type=click.Choice(["train", "val", "test"]))
+@split_option
 @click.option("--methods", default=None, help=f"Comma-separated methods (default: all): {', '.join(METHOD_NAMES)}.")
 @click.option("--ablation", default="gate", show_default=True, type=click.Choice(["gate", "gate-renorm", "zero", "mean"]),
               help="How a layer is removed (see README).")
 @click.option("--scope", default="head", show_default=True, type=click.Choice(["head", "network"]),
               help="head: direct effect on cached hidden states; network: replace inside the backbone.")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Evaluate only the first N samples.")
-@click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1))
+@limit_option
+@batch_size_option
 @seed_option
 @click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0), help="Bootstrap resamples for the 95% intervals.")
 @click.option("--out", "out_dir", default="faithfulness-out", show_default=True, type=click.Path(file_okay=False),

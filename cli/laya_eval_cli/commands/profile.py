@@ -7,7 +7,16 @@ import time
 import click
 
 from laya_eval_cli.commands.faithfulness import METHOD_NAMES
-from laya_eval_cli.options import data_dir_option, device_option, progress_bar, quiet_option, seed_option
+from laya_eval_cli.options import (
+    batch_size_option,
+    data_dir_option,
+    device_option,
+    limit_option,
+    progress_bar,
+    quiet_option,
+    seed_option,
+    split_option,
+)
 
 
 def _table(profile) -> str:
@@ -25,15 +34,15 @@ def _table(profile) -> str:
 @click.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False))
 @click.option("--data", default=None, help="Dataset name or npz:PATH (default: the one recorded in the checkpoint).")
-@click.option("--split", default="test", show_default=True, type=click.Choice(["train", "val", "test"]))
+@split_option
 @click.option("--method", default="laya", show_default=True,
               help=f"Whose layer scores to profile: {', '.join(METHOD_NAMES)}.")
 @click.option("--by", default="label", show_default=True, type=click.Choice(["label", "pred"]),
               help="Group samples by their true (label) or predicted (pred) class.")
 @click.option("--scope", default="head", show_default=True, type=click.Choice(["head", "network"]),
               help="For gradient methods: head (direct effect) or network (total effect).")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Profile only the first N samples.")
-@click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1))
+@limit_option
+@batch_size_option
 @seed_option
 @click.option("--out", "out_dir", default="profile-out", show_default=True, type=click.Path(file_okay=False),
               help="Folder for profile.csv, profile_layers.csv, profile.json and the figures.")
