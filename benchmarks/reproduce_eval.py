@@ -23,9 +23,9 @@ from torch import Tensor
 
 from laya_eval.attribution import MethodContext, applicable, resolve_methods
 from laya_eval.data import Dataset
-from laya_eval.evaluate import EvalOptions, evaluate
+from laya_eval.evaluate import EvalOptions, evaluate, score_method
 from laya_eval.heads import pool_hidden
-from laya_eval.metrics import bootstrap_mean, rank_layers, spearman_per_sample, top1_hit
+from laya_eval.metrics import rank_layers
 from laya_eval.model import LayeredModel
 from laya_eval.perturb import deletion_masks, leave_one_out_masks, removal_effects
 from laya_eval.trace import Trace, trace
@@ -98,25 +98,19 @@ def _pass(model: LayeredModel, data: Dataset, methods, options: EvalOptions) -> 
 def _score(tr: Trace, model, data: Dataset, methods, scores, ablation: str, options: EvalOptions) -> AblationResult:
     fill = [h.mean(0) for h in tr.hidden] if ablation == "mean" else None
     effects = _effects(tr, model, leave_one_out_masks(model.n_layers), ablation, fill, options.batch_size)
-    n, n_layers = effects.shape
+    n = effects.shape[0]
     summary, samples = [], []
     for k, m in enumerate(methods):
         s = scores[m.name].double().numpy()
         masks = deletion_masks(torch.from_numpy(rank_layers(s)))
         deletion = _effects(tr, model, masks, ablation, fill, options.batch_size)
-        rho, hit = spearman_per_sample(s, effects), top1_hit(s, effects)
-        faith = bootstrap_mean(rho, n_resamples=options.bootstrap, seed=[options.seed, k, 0])
-        d1 = bootstrap_mean(deletion[:, 0], n_resamples=options.bootstrap, seed=[options.seed, k, 1])
-        row = {"head": model.head.name, "dataset": data.name, "method": m.name, "ablation": ablation, "scope": "head",
-               "n": n, "n_undefined": faith.n_undefined, "faithfulness": faith.mean,
-               "faithfulness_ci_low": faith.low, "faithfulness_ci_high": faith.high, "deletion_at_1": d1.mean,
-               "deletion_at_1_ci_low": d1.low, "deletion_at_1_ci_high": d1.high,
-               "top1_hit_rate": float(hit.mean()), "aopc": float(deletion.mean())}
-        row.update({f"deletion_at_{j}": float(deletion[:, j - 1].mean()) for j in range(2, n_layers + 1)})
-        summary.append(row)
+        scored = score_method(s, effects, deletion, bootstrap=options.bootstrap, seed=[options.seed, k])
+        summary.append({"head": model.head.name, "dataset": data.name, "method": m.name, "ablation": ablation,
+                        "scope": "head", **scored.summary})
         samples.append(pd.DataFrame({"sample": np.arange(n), "label": tr.labels.numpy(), "pred": tr.pred.numpy(),
                                      "confidence": tr.confidence.double().numpy(), "method": m.name,
-                                     "spearman": rho, "deletion_at_1": deletion[:, 0], "top1_hit": hit}))
+                                     "spearman": scored.spearman, "deletion_at_1": deletion[:, 0],
+                                     "top1_hit": scored.top1_hit}))
     return AblationResult(pd.DataFrame(summary), pd.concat(samples, ignore_index=True))
 
 

@@ -28,7 +28,7 @@ from laya_eval.model import LayeredModel
 from laya_eval.perturb import check_ablation, deletion_masks, leave_one_out_masks, removal_effects
 from laya_eval.trace import Trace, trace
 
-__all__ = ["EvalOptions", "EvaluationResult", "evaluate", "write_results"]
+__all__ = ["EvalOptions", "EvaluationResult", "MethodScore", "evaluate", "score_method", "write_results"]
 
 SUMMARY_COLUMNS = [
     "checkpoint", "head", "dataset", "method", "ablation", "scope", "n", "n_undefined",
@@ -283,6 +283,55 @@ def _cat(parts: list[Tensor]) -> np.ndarray:
     return torch.cat(parts).double().numpy()
 
 
+@dataclass
+class MethodScore:
+    """Per-sample and summary metrics of one method.
+
+    Attributes
+    ----------
+    spearman : ndarray, (N,)
+        NaN where undefined.
+    top1_hit : ndarray of bool, (N,)
+    summary : dict
+        ``n, n_undefined, faithfulness(+_ci_low/_ci_high), deletion_at_1(+ci), top1_hit_rate, aopc,
+        deletion_at_2..L`` in the column order of ``summary.csv``.
+    """
+
+    spearman: np.ndarray
+    top1_hit: np.ndarray
+    summary: dict[str, Any]
+
+
+def score_method(
+    scores: np.ndarray, effects: np.ndarray, deletion: np.ndarray, *, bootstrap: int, seed: Sequence[int]
+) -> MethodScore:
+    """Faithfulness, Deletion@k, top-1 hits and AOPC of one method.
+
+    Parameters
+    ----------
+    scores, effects : ndarray, (N, L)
+        Attributions and leave-one-layer-out effects.
+    deletion : ndarray, (N, L)
+        Effect of removing the k top-ranked layers, k = 1..L.
+    bootstrap : int
+        Resamples for the 95% intervals.
+    seed : sequence of int
+        Seeds the bootstrap; faithfulness and Deletion@1 draw from ``[*seed, 0]`` and ``[*seed, 1]``.
+    """
+    rho = spearman_per_sample(scores, effects)
+    hit = top1_hit(scores, effects)
+    faith = bootstrap_mean(rho, n_resamples=bootstrap, seed=[*seed, 0])
+    d1 = bootstrap_mean(deletion[:, 0], n_resamples=bootstrap, seed=[*seed, 1])
+    summary = {
+        "n": int(effects.shape[0]), "n_undefined": faith.n_undefined, "faithfulness": faith.mean,
+        "faithfulness_ci_low": faith.low, "faithfulness_ci_high": faith.high, "deletion_at_1": d1.mean,
+        "deletion_at_1_ci_low": d1.low, "deletion_at_1_ci_high": d1.high, "top1_hit_rate": float(hit.mean()),
+        "aopc": float(deletion.mean()),
+    }
+    summary.update({f"deletion_at_{j}": float(deletion[:, j - 1].mean()) for j in range(2, deletion.shape[1] + 1)})
+    return MethodScore(spearman=rho, top1_hit=hit, summary=summary)
+
+
 def _tables(store: _Store, model: LayeredModel, data: Dataset, options: EvalOptions, ckpt: dict,
             methods: Sequence[AttributionMethod], notes: list[str]) -> EvaluationResult:
     n_layers = model.n_layers
@@ -293,8 +342,7 @@ def _tables(store: _Store, model: LayeredModel, data: Dataset, options: EvalOpti
     layer_rows, sample_rows, summary_rows = [], [], []
     for k, m in enumerate(methods):
         scores, deletion = _cat(store.scores[m.name]), _cat(store.deletion[m.name])
-        rho = spearman_per_sample(scores, effects)
-        hit = top1_hit(scores, effects)
+        scored = score_method(scores, effects, deletion, bootstrap=options.bootstrap, seed=[options.seed, k])
         layer_rows.append(pd.DataFrame({
             "sample": np.repeat(sample, n_layers), "method": m.name,
             "layer": np.tile(np.arange(1, n_layers + 1), n),
@@ -302,19 +350,12 @@ def _tables(store: _Store, model: LayeredModel, data: Dataset, options: EvalOpti
         }))
         sample_rows.append(pd.DataFrame({
             "sample": sample, "label": labels, "pred": preds, "confidence": conf, "method": m.name,
-            "spearman": rho, "deletion_at_1": deletion[:, 0], "top1_hit": hit,
+            "spearman": scored.spearman, "deletion_at_1": deletion[:, 0], "top1_hit": scored.top1_hit,
         }))
-        faith = bootstrap_mean(rho, n_resamples=options.bootstrap, seed=[options.seed, k, 0])
-        d1 = bootstrap_mean(deletion[:, 0], n_resamples=options.bootstrap, seed=[options.seed, k, 1])
-        row = {
+        summary_rows.append({
             "checkpoint": ckpt["path"] or "<in-memory>", "head": model.head.name, "dataset": data.name,
-            "method": m.name, "ablation": options.ablation, "scope": options.scope, "n": n,
-            "n_undefined": faith.n_undefined, "faithfulness": faith.mean, "faithfulness_ci_low": faith.low,
-            "faithfulness_ci_high": faith.high, "deletion_at_1": d1.mean, "deletion_at_1_ci_low": d1.low,
-            "deletion_at_1_ci_high": d1.high, "top1_hit_rate": float(hit.mean()), "aopc": float(deletion.mean()),
-        }
-        row.update({f"deletion_at_{j}": float(deletion[:, j - 1].mean()) for j in range(2, n_layers + 1)})
-        summary_rows.append(row)
+            "method": m.name, "ablation": options.ablation, "scope": options.scope, **scored.summary,
+        })
     manifest = _manifest(model, data, options, ckpt, methods, notes, n, store)
     return EvaluationResult(
         layers=pd.concat(layer_rows, ignore_index=True) if layer_rows else pd.DataFrame(),
