@@ -26,6 +26,7 @@ _EXPORTS = {
     "ConfigError": "laya_eval.errors",
     "DataError": "laya_eval.errors",
     "LayaEvalError": "laya_eval.errors",
+    "ResultsError": "laya_eval.errors",
     "HEADS": "laya_eval.heads",
     "ConcatHead": "laya_eval.heads",
     "LastLayerHead": "laya_eval.heads",

@@ -21,3 +21,7 @@ class DataError(LayaEvalError):
 
 class ConfigError(LayaEvalError, ValueError):
     """An option, name or hyper-parameter is invalid."""
+
+
+class ResultsError(DataError):
+    """A results folder (the output of ``laya-eval faithfulness``) is missing, incomplete or unreadable."""

@@ -376,6 +376,12 @@ def _versions() -> dict[str, str]:
             "captum": captum.__version__, "numpy": np.__version__, "scipy": scipy.__version__, "pandas": pd.__version__}
 
 
+def _model_record(model: LayeredModel) -> dict[str, Any]:
+    """What the checkpoint says about how the model was trained and how well it did (history left out)."""
+    training = {k: v for k, v in model.info.training.items() if k != "history"}
+    return {"training": training, "metrics": dict(model.info.metrics)}
+
+
 def _manifest(model, data, options, ckpt, methods, notes, n, store) -> dict[str, Any]:
     ig = None
     if store.ig_delta:
@@ -385,6 +391,7 @@ def _manifest(model, data, options, ckpt, methods, notes, n, store) -> dict[str,
     return {
         "versions": _versions(),
         "checkpoint": ckpt,
+        "model": _model_record(model),
         "head": model.head.name,
         "dataset": data.name,
         "split": options.split,

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from laya_eval.errors import DataError
+from laya_eval.errors import ResultsError
 from laya_eval.figures import METHOD_LABELS, RHO_BANDS, method_label
 
 __all__ = [
@@ -87,10 +87,10 @@ def _read_csv(path: Path) -> pd.DataFrame:
     try:
         table = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not a readable CSV ({exc}).") from None
+        raise ResultsError(f"{path}: not a readable CSV ({exc}).") from None
     missing = [c for c in _REQUIRED[path.name] if c not in table.columns]
     if missing:
-        raise DataError(f"{path}: missing column(s) {', '.join(missing)}; is it from `laya-eval faithfulness`?")
+        raise ResultsError(f"{path}: missing column(s) {', '.join(missing)}; is it from `laya-eval faithfulness`?")
     return table
 
 
@@ -99,27 +99,27 @@ def load_run(folder: str | os.PathLike) -> Run:
 
     Raises
     ------
-    DataError
+    ResultsError
         The folder does not exist, lacks summary.csv / samples.csv / layers.csv,
         or a file is not what ``faithfulness`` writes.
     """
     folder = Path(folder)
     if not folder.is_dir():
-        raise DataError(f"result folder '{folder}' does not exist "
+        raise ResultsError(f"result folder '{folder}' does not exist "
                         "(expected the --out folder of `laya-eval faithfulness`).")
     missing = [name for name in _REQUIRED if not (folder / name).is_file()]
     if missing:
-        raise DataError(f"result folder '{folder}' has no {', '.join(missing)}: expected the output of "
+        raise ResultsError(f"result folder '{folder}' has no {', '.join(missing)}: expected the output of "
                         "`laya-eval faithfulness` (layers.csv, samples.csv, summary.csv, manifest.json).")
     tables = {name: _read_csv(folder / name) for name in _REQUIRED}
     if tables["summary.csv"].empty:
-        raise DataError(f"{folder / 'summary.csv'} has no rows.")
+        raise ResultsError(f"{folder / 'summary.csv'} has no rows.")
     manifest: dict[str, Any] = {}
     if (folder / "manifest.json").is_file():
         try:
             manifest = json.loads((folder / "manifest.json").read_text())
         except json.JSONDecodeError as exc:
-            raise DataError(f"{folder / 'manifest.json'}: not valid JSON ({exc}).") from None
+            raise ResultsError(f"{folder / 'manifest.json'}: not valid JSON ({exc}).") from None
     ckpt = str(tables["summary.csv"]["checkpoint"].iloc[0]) if "checkpoint" in tables["summary.csv"] else folder.name
     return Run(label=Path(ckpt).name, summary=tables["summary.csv"], samples=tables["samples.csv"],
                layers=tables["layers.csv"], manifest=manifest, folder=folder)
@@ -149,7 +149,7 @@ def _unique_labels(runs: Sequence[Run]) -> list[Run]:
 def load_runs(folders: Sequence[str | os.PathLike]) -> list[Run]:
     """Read several result folders; labels are made unique (the folder name is added to duplicates)."""
     if not folders:
-        raise DataError("give at least one result folder of `laya-eval faithfulness`.")
+        raise ResultsError("give at least one result folder of `laya-eval faithfulness`.")
     return _unique_labels([load_run(f) for f in folders])
 
 

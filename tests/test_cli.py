@@ -62,6 +62,26 @@ def test_train_then_info(digits, tmp_path):
     stored = float(re.search(r"metrics\.test_accuracy\s+(\S+)", info.output).group(1))
     assert stored == pytest.approx(float(m.group(1)), abs=1e-4)
     assert re.search(r"backbone\s+mlp .*'widths': \[16, 8\]", info.output)
+    # the faithfulness manifest says how the model was trained and how well it did
+    out = tmp_path / "res"
+    faith = run("faithfulness", ckpt, "--limit", 20, "--bootstrap", 10, "--methods", "contribution", "--out", out, "-q")
+    assert faith.exit_code == 0, faith.output
+    model = json.loads((out / "manifest.json").read_text())["model"]
+    assert model["training"]["seed"] == 0 and model["training"]["epochs"] == 2
+    assert model["training"]["epochs_run"] == 2 and "history" not in model["training"]
+    assert model["metrics"]["test_accuracy"] == pytest.approx(float(m.group(1)), abs=1e-4)
+
+
+def test_threads_option_sets_torch_threads(digits_checkpoints):
+    before = torch.get_num_threads()
+    try:
+        target = 1 if before != 1 else 2
+        result = run("--threads", target, "info", digits_checkpoints["laya"])
+        assert result.exit_code == 0, result.output
+        assert torch.get_num_threads() == target
+    finally:
+        torch.set_num_threads(before)
+    assert_one_line_error(run("--threads", 0, "info", digits_checkpoints["laya"]), r"--threads")
 
 
 def test_freeze_backbone_with_init(digits_checkpoints, tmp_path):

@@ -16,7 +16,7 @@ from scipy.stats import spearmanr
 
 from laya_eval import figures as F
 from laya_eval.attribution import METHODS
-from laya_eval.errors import ConfigError, DataError
+from laya_eval.errors import ConfigError, ResultsError
 from laya_eval.evaluate import EvalOptions, evaluate, write_results
 from laya_eval.report import load_run, load_runs, report_tables, run_from_result, write_report
 from tests.cli_helpers import assert_one_line_error, run
@@ -269,7 +269,7 @@ def test_bad_result_folders_give_one_line_errors(result_dirs, tmp_path):
                           r"summary.csv: missing column\(s\) faithfulness; is it from `laya-eval faithfulness`\?")
     assert not (tmp_path / "o").exists()
     assert_one_line_error(run("report"), r"Missing argument 'RESULT_DIRS...'")
-    with pytest.raises(DataError, match="at least one result folder"):
+    with pytest.raises(ResultsError, match="at least one result folder"):
         load_runs([])
 
 

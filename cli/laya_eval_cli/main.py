@@ -39,8 +39,15 @@ class LayaGroup(click.Group):
 
 @click.group(cls=LayaGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="laya-eval", prog_name="laya-eval")
-def cli() -> None:
+@click.option("--threads", type=click.IntRange(min=1), default=None, envvar="LAYA_EVAL_THREADS", show_envvar=True,
+              help="CPU threads for torch (default: torch's choice). 1 is often fastest on a machine shared with "
+                   "other jobs.")
+def cli(threads: int | None) -> None:
     """How faithful are layer attributions? Train, evaluate and report on layer-aggregating heads."""
+    if threads is not None:  # torch is imported only when asked, so that --help stays instant
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 for _command in commands.ALL:
