@@ -1,0 +1,146 @@
+"""The backbone base classes and the ``replace`` machinery every backbone shares.
+
+:class:`Backbone` is the interface; :class:`_BlockBackbone` runs a stem and a list
+of blocks and applies ``replace`` to block outputs. ``_check_replace``,
+``_apply_replacement`` and ``_replace_in_output`` validate and apply a ``replace``
+mapping; ``_positive_int(s)`` validate constructor options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from torch import Tensor, nn
+
+from laya_eval.errors import ConfigError
+
+Replacement = Callable[[Tensor], Tensor]
+
+
+# --------------------------------------------------------------------------- helpers
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
+    return int(value)
+
+
+def _positive_ints(name: str, values: Any) -> list[int]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+        raise ConfigError(f"{name} must be a non-empty list of positive integers; got {values!r}.")
+    if any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in values):
+        raise ConfigError(f"{name} must be a non-empty list of positive integers; got {values!r}.")
+    return [int(v) for v in values]
+
+
+def _check_replace(replace: Mapping[int, Replacement] | None, n_layers: int) -> dict[int, Replacement]:
+    """Validate a ``replace`` mapping: integer layer indices in range, callable values."""
+    if replace is None:
+        return {}
+    if not isinstance(replace, Mapping):
+        raise ConfigError(
+            f"replace must be a mapping {{layer index: function}}; got {type(replace).__name__}."
+        )
+    for i, fn in replace.items():
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_layers:
+            raise ConfigError(f"replace keys must be layer indices in [0, {n_layers - 1}]; got {i!r}.")
+        if not callable(fn):
+            raise ConfigError(f"replace[{i}] must be a function Tensor -> Tensor; got {fn!r}.")
+    return dict(replace)
+
+
+def _apply_replacement(i: int, fn: Replacement, output: Tensor) -> Tensor:
+    new = fn(output)
+    if not isinstance(new, Tensor) or new.shape != output.shape:
+        got = tuple(new.shape) if isinstance(new, Tensor) else type(new).__name__
+        raise ConfigError(
+            f"replace[{i}] must return a tensor of the block's shape {tuple(output.shape)}; got {got}."
+        )
+    return new
+
+
+def _replace_in_output(i: int, fn: Replacement, output: Any) -> Any:
+    """Apply ``fn`` to a block output, or to element 0 when the block returns a tuple."""
+    if isinstance(output, tuple):
+        return (_apply_replacement(i, fn, output[0]), *output[1:])
+    return _apply_replacement(i, fn, output)
+
+
+# --------------------------------------------------------------------------- base classes
+class Backbone(nn.Module):
+    """Base class: an input batch -> list of hidden states ``[h_1 … h_L]``.
+
+    Attributes
+    ----------
+    layer_dims : list of int
+        Feature size of each hidden state (channels for spatial maps).
+    layer_names : list of str
+        Human-readable label of each hidden state.
+    stored_by_reference : bool
+        True when the weights are frozen pretrained weights that checkpoints
+        refer to (through :meth:`config`) instead of storing.
+    """
+
+    name: ClassVar[str] = ""
+    stored_by_reference: bool = False
+    layer_dims: list[int]
+    layer_names: list[str]
+
+    @property
+    def n_layers(self) -> int:
+        """Number of hidden states ``L``."""
+        return len(self.layer_dims)
+
+    def forward(self, x: Any, replace: Mapping[int, Replacement] | None = None) -> list[Tensor]:
+        """Return the hidden states; see the module docstring for ``replace``."""
+        raise NotImplementedError
+
+    def config(self) -> dict[str, Any]:
+        """JSON-serialisable ``{"name": ..., "kwargs": {...}}`` for :func:`make_backbone`."""
+        raise NotImplementedError
+
+    def layer_modules(self) -> list[nn.Module]:
+        """The module whose output is block ``i`` (for Captum layer methods)."""
+        raise ConfigError(f"{type(self).__name__} does not expose one module per layer.")
+
+
+class _BlockBackbone(Backbone):
+    """A stem (``_embed``) followed by ``self.blocks``; ``h_i = _readout(block_i output)``."""
+
+    blocks: nn.ModuleList
+
+    def _embed(self, x: Tensor) -> Tensor:
+        return x
+
+    def _readout(self, output: Tensor) -> Tensor:
+        return output
+
+    def forward(self, x: Tensor, replace: Mapping[int, Replacement] | None = None) -> list[Tensor]:
+        """Run the blocks in order.
+
+        Parameters
+        ----------
+        x : Tensor
+            Input batch, (B, ...) as documented by the subclass.
+        replace : mapping of int to callable, optional
+            ``replace[i]`` is applied to the full output of block ``i``; later
+            blocks see the result and ``h_i`` is read from it.
+
+        Returns
+        -------
+        list of Tensor
+            ``L`` hidden states, shapes as documented by the subclass.
+        """
+        replace = _check_replace(replace, self.n_layers)
+        out = self._embed(x)
+        hidden = []
+        for i, block in enumerate(self.blocks):
+            out = block(out)
+            if i in replace:
+                out = _apply_replacement(i, replace[i], out)
+            hidden.append(self._readout(out))
+        return hidden
+
+    def layer_modules(self) -> list[nn.Module]:
+        """``self.blocks``: block ``i``'s output is the full output ``replace[i]`` acts on."""
+        return list(self.blocks)
