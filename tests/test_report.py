@@ -274,7 +274,8 @@ def test_bad_result_folders_give_one_line_errors(result_dirs, tmp_path):
 
 
 def test_spearman_bands_and_agreement_by_hand():
-    from laya_eval.report import Run, _spearman_table, agreement_matrix
+    from laya_eval.report import Run, agreement_matrix
+    from laya_eval.report.tables import _spearman_table
 
     # rho per sample: 1 (twice), 0.5, 0.2, -0.5, undefined
     samples = pd.DataFrame({"sample": range(6), "label": 0, "pred": 0, "method": "laya",
