@@ -4,37 +4,34 @@ The data stream batch by batch: the backbone runs once per batch (plus one
 pre-pass when a dataset-level statistic is needed before the effects: the
 ``mean`` ablation's fill values, or ``static`` weights under ``zero``/``mean``
 or network scope). Per sample only ``L`` numbers per method are kept.
+:func:`evaluate_ablations` scores several ablations from the same pass: the
+attributions (Integrated Gradients above all) do not depend on how a layer is
+removed, so they are computed once.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
-import platform
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import Tensor
 
 from laya_eval.attribution import AttributionMethod, MethodContext, applicable, ig_completeness_delta, resolve_methods
 from laya_eval.data import Dataset, load_dataset
 from laya_eval.errors import ConfigError, DataError
-from laya_eval.metrics import METRICS, bootstrap_mean, rank_layers, spearman_per_sample, top1_hit
+from laya_eval.metrics import rank_layers
 from laya_eval.model import LayeredModel
 from laya_eval.perturb import check_ablation, deletion_masks, leave_one_out_masks, removal_effects
+from laya_eval.results import (SUMMARY_COLUMNS, Collected, EvaluationResult, MethodScore, build_result, score_method,
+                               write_results)
 from laya_eval.trace import Trace, trace
 
-__all__ = ["EvalOptions", "EvaluationResult", "MethodScore", "evaluate", "score_method", "write_results"]
-
-SUMMARY_COLUMNS = [
-    "checkpoint", "head", "dataset", "method", "ablation", "scope", "n", "n_undefined",
-    "faithfulness", "faithfulness_ci_low", "faithfulness_ci_high",
-    "deletion_at_1", "deletion_at_1_ci_low", "deletion_at_1_ci_high", "top1_hit_rate", "aopc",
-]
+__all__ = ["SUMMARY_COLUMNS", "EvalOptions", "EvaluationResult", "MethodScore", "evaluate", "evaluate_ablations",
+           "score_method", "write_results"]
 
 
 @dataclass(frozen=True)
@@ -65,43 +62,28 @@ class EvalOptions:
 
 
 @dataclass
-class EvaluationResult:
-    """The three tables of an evaluation and its manifest.
-
-    Attributes
-    ----------
-    layers : DataFrame
-        One row per (sample, method, layer): sample, method, layer, attribution, effect.
-    samples : DataFrame
-        One row per (sample, method): sample, label, pred, confidence, method,
-        spearman, deletion_at_1, top1_hit.
-    summary : DataFrame
-        One row per method (columns :data:`SUMMARY_COLUMNS` plus deletion_at_k, k = 2..L).
-    manifest : dict
-    notes : list of str
-        Methods skipped because they do not apply to the head, with the reason.
-    """
-
-    layers: pd.DataFrame
-    samples: pd.DataFrame
-    summary: pd.DataFrame
-    manifest: dict[str, Any]
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
 class _Store:
-    """Per-sample arrays gathered batch after batch."""
+    """Per-sample arrays gathered batch after batch; effects and deletion curves per ablation."""
 
     labels: list[Tensor] = field(default_factory=list)
     preds: list[Tensor] = field(default_factory=list)
     confidence: list[Tensor] = field(default_factory=list)
-    effects: list[Tensor] = field(default_factory=list)
     scores: dict[str, list[Tensor]] = field(default_factory=dict)
-    deletion: dict[str, list[Tensor]] = field(default_factory=dict)
+    effects: dict[str, list[Tensor]] = field(default_factory=dict)
+    deletion: dict[str, dict[str, list[Tensor]]] = field(default_factory=dict)
     terms: list[Tensor] = field(default_factory=list)
     weights: list[Tensor] = field(default_factory=list)
     ig_delta: list[Tensor] = field(default_factory=list)
+
+    def collected(self, ablation: str) -> Collected:
+        """Everything gathered for ``ablation``, concatenated over batches."""
+        return Collected(
+            labels=torch.cat(self.labels).numpy(), preds=torch.cat(self.preds).numpy(),
+            confidence=_cat(self.confidence), effects=_cat(self.effects[ablation]),
+            scores={name: _cat(parts) for name, parts in self.scores.items()},
+            deletion={name: _cat(parts) for name, parts in self.deletion.get(ablation, {}).items()},
+            ig_delta=_cat(self.ig_delta) if self.ig_delta else None,
+        )
 
 
 def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device) -> tuple[LayeredModel, dict]:
@@ -128,7 +110,8 @@ def _batches(data: Dataset, batch_size: int, device: torch.device):
         yield x, part.y
 
 
-def _prepass(model: LayeredModel, data: Dataset, options: EvalOptions, device, progress) -> tuple[list[Tensor] | None, Tensor | None]:
+def _prepass(model: LayeredModel, data: Dataset, options: EvalOptions, device, progress,
+             need_fill: bool) -> tuple[list[Tensor] | None, Tensor | None]:
     """Dataset means needed before the effects: the fill values and the mean layer weights."""
     from laya_eval.heads import pool_hidden
 
@@ -158,7 +141,7 @@ def _prepass(model: LayeredModel, data: Dataset, options: EvalOptions, device, p
             n += len(hidden[0])
             if progress:
                 progress(len(hidden[0]))
-    fill = [s / n for s in sums] if options.ablation == "mean" else None
+    fill = [s / n for s in sums] if need_fill else None
     return fill, None if weight_sum is None else weight_sum / n
 
 
@@ -169,10 +152,21 @@ def _method_scores(method: AttributionMethod, tr: Trace, model, ctx: MethodConte
     return scores.detach().to(tr.terms.dtype)
 
 
-def _deletion(tr: Trace, model, scores: Tensor, options: EvalOptions, fill) -> Tensor:
+def _deletion(tr: Trace, model, scores: Tensor, ablation: str, scope: str, fill) -> Tensor:
     ranking = torch.from_numpy(rank_layers(scores.cpu().numpy())).to(scores.device)
-    return removal_effects(tr, model, deletion_masks(ranking).to(scores.device),
-                           ablation=options.ablation, scope=options.scope, fill=fill)
+    return removal_effects(tr, model, deletion_masks(ranking).to(scores.device), ablation=ablation, scope=scope,
+                           fill=fill)
+
+
+def _check_ablations(ablations: Sequence[str], scope: str) -> tuple[str, ...]:
+    if isinstance(ablations, str):
+        ablations = (ablations,)
+    ablations = tuple(dict.fromkeys(ablations))
+    if not ablations:
+        raise ConfigError("give at least one ablation among {gate, gate-renorm, zero, mean}.")
+    for a in ablations:
+        check_ablation(a, scope)
+    return ablations
 
 
 def evaluate(
@@ -206,9 +200,47 @@ def evaluate(
     >>> result = evaluate("ckpt.pt", options=EvalOptions(limit=500))  # doctest: +SKIP
     >>> result.summary[["method", "faithfulness", "deletion_at_1"]]  # doctest: +SKIP
     """
+    options = options or EvalOptions()
+    results = evaluate_ablations(model, data, (options.ablation,), options=options, data_dir=data_dir, progress=progress)
+    return results[options.ablation]
+
+
+def evaluate_ablations(
+    model: LayeredModel | str | os.PathLike,
+    data: Dataset | str | None = None,
+    ablations: Sequence[str] = ("gate", "gate-renorm", "zero", "mean"),
+    *,
+    options: EvalOptions | None = None,
+    data_dir: str | os.PathLike | None = None,
+    progress: Any = None,
+) -> dict[str, EvaluationResult]:
+    """:func:`evaluate` under several ablations, with every attribution computed once.
+
+    Each result equals what ``evaluate`` returns with ``options.ablation`` set to that
+    ablation (same tables, seeds and manifest); only the shared work is done once.
+    ``options.ablation`` itself is not used (it must still be valid for ``options.scope``).
+
+    Parameters
+    ----------
+    model, data, options, data_dir, progress
+        As for :func:`evaluate`.
+    ablations : sequence of str
+        Among ``gate``, ``gate-renorm``, ``zero``, ``mean`` (network scope: ``zero``, ``mean``).
+
+    Returns
+    -------
+    dict of str to EvaluationResult
+        One result per ablation, in the order given.
+
+    Examples
+    --------
+    >>> results = evaluate_ablations("ckpt.pt", ablations=["gate", "mean"])  # doctest: +SKIP
+    >>> results["mean"].summary[["method", "faithfulness"]]  # doctest: +SKIP
+    """
     from laya_eval.train import resolve_device
 
     options = options or EvalOptions()
+    ablations = _check_ablations(ablations, options.scope)
     device = resolve_device(options.device)
     model, ckpt = _resolve_model(model, device)
     if model.n_layers < 2:
@@ -225,28 +257,40 @@ def evaluate(
         reason = applicable(m, model)
         (notes.append(f"skipped {reason}") if reason else methods.append(m))
     wants_static = any(m.dataset_mean for m in methods)
-    deferred = wants_static and options.scope == "head" and options.ablation.startswith("gate")
-    fill, static = None, None
-    prepass = options.ablation == "mean" or (wants_static and not deferred)
+    # Under gate ablations at head scope static weights need only the cached terms: finish them after the stream.
+    deferred = wants_static and options.scope == "head" and all(a.startswith("gate") for a in ablations)
+    prepass = "mean" in ablations or (wants_static and not deferred)
     tick = None
     if progress is not None:
         progress.total = len(data) * (2 if prepass else 1)
         progress.refresh()
         tick = progress.update
+    fill, static = None, None
     if prepass:
-        fill, static = _prepass(model, data, options, device, tick)
+        fill, static = _prepass(model, data, options, device, tick, need_fill="mean" in ablations)
+    fills = {a: fill if a == "mean" else None for a in ablations}
+    store = _stream(model, data, methods, fills, options, device, static, deferred, tick)
+    if deferred:
+        _finish_deferred(store, model, methods, ablations)
+    return {a: build_result(store.collected(a), model, data.name, dataclasses.replace(options, ablation=a), ckpt,
+                            methods, notes) for a in ablations}
 
+
+def _stream(model: LayeredModel, data: Dataset, methods: Sequence[AttributionMethod], fills: dict[str, Any],
+            options: EvalOptions, device, static: Tensor | None, deferred: bool, tick) -> _Store:
+    """The one pass over the data: trace, effects under each ablation, attributions once, deletion curves."""
     ctx = MethodContext(scope=options.scope, n_steps=options.n_steps, internal_batch_size=options.internal_batch_size,
                         rng=np.random.default_rng(options.seed))
     store = _Store()
     lolo = leave_one_out_masks(model.n_layers).to(device)
     for x, y in _batches(data, options.batch_size, device):
         tr = trace(model, x, y)
-        effects = removal_effects(tr, model, lolo, ablation=options.ablation, scope=options.scope, fill=fill)
         store.labels.append(y)
         store.preds.append(tr.pred.cpu())
         store.confidence.append(tr.confidence.cpu())
-        store.effects.append(effects.cpu())
+        for a, fill in fills.items():
+            effects = removal_effects(tr, model, lolo, ablation=a, scope=options.scope, fill=fill)
+            store.effects.setdefault(a, []).append(effects.cpu())
         if deferred:
             store.terms.append(tr.terms)
             store.weights.append(tr.layer_weights)
@@ -255,19 +299,20 @@ def evaluate(
                 continue
             scores = _method_scores(m, tr, model, ctx, static)
             store.scores.setdefault(m.name, []).append(scores.cpu())
-            store.deletion.setdefault(m.name, []).append(_deletion(tr, model, scores, options, fill).cpu())
+            for a, fill in fills.items():
+                curve = _deletion(tr, model, scores, a, options.scope, fill)
+                store.deletion.setdefault(a, {}).setdefault(m.name, []).append(curve.cpu())
             if m.name == "ig" and options.scope == "head":
                 store.ig_delta.append(ig_completeness_delta(tr, model, scores).cpu())
         ctx.clear_cache()
         if tick:
             tick(len(y))
-    if deferred:
-        _finish_deferred(store, model, methods, options)
-    return _tables(store, model, data, options, ckpt, methods, notes)
+    return store
 
 
-def _finish_deferred(store: _Store, model: LayeredModel, methods: Sequence[AttributionMethod], options: EvalOptions) -> None:
-    """Static weights under gate ablation: their dataset mean is known only now, and the gate needs only the terms."""
+def _finish_deferred(store: _Store, model: LayeredModel, methods: Sequence[AttributionMethod],
+                     ablations: Sequence[str]) -> None:
+    """Static weights under gate ablations: their dataset mean is known only now, and the gate needs only the terms."""
     terms, weights = torch.cat(store.terms), torch.cat(store.weights)
     logits = terms.sum(1) + model.head.bias.detach()
     tr = Trace(hidden=(), logits=logits, probs=torch.softmax(logits, -1), pred=logits.argmax(-1), terms=terms,
@@ -276,162 +321,9 @@ def _finish_deferred(store: _Store, model: LayeredModel, methods: Sequence[Attri
     for m in methods:
         if m.dataset_mean:
             store.scores[m.name] = [scores.cpu()]
-            store.deletion[m.name] = [_deletion(tr, model, scores, options, None).cpu()]
+            for a in ablations:
+                store.deletion.setdefault(a, {})[m.name] = [_deletion(tr, model, scores, a, "head", None).cpu()]
 
 
 def _cat(parts: list[Tensor]) -> np.ndarray:
     return torch.cat(parts).double().numpy()
-
-
-@dataclass
-class MethodScore:
-    """Per-sample and summary metrics of one method.
-
-    Attributes
-    ----------
-    spearman : ndarray, (N,)
-        NaN where undefined.
-    top1_hit : ndarray of bool, (N,)
-    summary : dict
-        ``n, n_undefined, faithfulness(+_ci_low/_ci_high), deletion_at_1(+ci), top1_hit_rate, aopc,
-        deletion_at_2..L`` in the column order of ``summary.csv``.
-    """
-
-    spearman: np.ndarray
-    top1_hit: np.ndarray
-    summary: dict[str, Any]
-
-
-def score_method(
-    scores: np.ndarray, effects: np.ndarray, deletion: np.ndarray, *, bootstrap: int, seed: Sequence[int]
-) -> MethodScore:
-    """Faithfulness, Deletion@k, top-1 hits and AOPC of one method.
-
-    Parameters
-    ----------
-    scores, effects : ndarray, (N, L)
-        Attributions and leave-one-layer-out effects.
-    deletion : ndarray, (N, L)
-        Effect of removing the k top-ranked layers, k = 1..L.
-    bootstrap : int
-        Resamples for the 95% intervals.
-    seed : sequence of int
-        Seeds the bootstrap; faithfulness and Deletion@1 draw from ``[*seed, 0]`` and ``[*seed, 1]``.
-    """
-    rho = spearman_per_sample(scores, effects)
-    hit = top1_hit(scores, effects)
-    faith = bootstrap_mean(rho, n_resamples=bootstrap, seed=[*seed, 0])
-    d1 = bootstrap_mean(deletion[:, 0], n_resamples=bootstrap, seed=[*seed, 1])
-    summary = {
-        "n": int(effects.shape[0]), "n_undefined": faith.n_undefined, "faithfulness": faith.mean,
-        "faithfulness_ci_low": faith.low, "faithfulness_ci_high": faith.high, "deletion_at_1": d1.mean,
-        "deletion_at_1_ci_low": d1.low, "deletion_at_1_ci_high": d1.high, "top1_hit_rate": float(hit.mean()),
-        "aopc": float(deletion.mean()),
-    }
-    summary.update({f"deletion_at_{j}": float(deletion[:, j - 1].mean()) for j in range(2, deletion.shape[1] + 1)})
-    return MethodScore(spearman=rho, top1_hit=hit, summary=summary)
-
-
-def _tables(store: _Store, model: LayeredModel, data: Dataset, options: EvalOptions, ckpt: dict,
-            methods: Sequence[AttributionMethod], notes: list[str]) -> EvaluationResult:
-    n_layers = model.n_layers
-    effects = _cat(store.effects)
-    n = effects.shape[0]
-    sample = np.arange(n)
-    labels, preds, conf = torch.cat(store.labels).numpy(), torch.cat(store.preds).numpy(), _cat(store.confidence)
-    layer_rows, sample_rows, summary_rows = [], [], []
-    for k, m in enumerate(methods):
-        scores, deletion = _cat(store.scores[m.name]), _cat(store.deletion[m.name])
-        scored = score_method(scores, effects, deletion, bootstrap=options.bootstrap, seed=[options.seed, k])
-        layer_rows.append(pd.DataFrame({
-            "sample": np.repeat(sample, n_layers), "method": m.name,
-            "layer": np.tile(np.arange(1, n_layers + 1), n),
-            "attribution": scores.reshape(-1), "effect": effects.reshape(-1),
-        }))
-        sample_rows.append(pd.DataFrame({
-            "sample": sample, "label": labels, "pred": preds, "confidence": conf, "method": m.name,
-            "spearman": scored.spearman, "deletion_at_1": deletion[:, 0], "top1_hit": scored.top1_hit,
-        }))
-        summary_rows.append({
-            "checkpoint": ckpt["path"] or "<in-memory>", "head": model.head.name, "dataset": data.name,
-            "method": m.name, "ablation": options.ablation, "scope": options.scope, **scored.summary,
-        })
-    manifest = _manifest(model, data, options, ckpt, methods, notes, n, store)
-    return EvaluationResult(
-        layers=pd.concat(layer_rows, ignore_index=True) if layer_rows else pd.DataFrame(),
-        samples=pd.concat(sample_rows, ignore_index=True) if sample_rows else pd.DataFrame(),
-        summary=pd.DataFrame(summary_rows),
-        manifest=manifest,
-        notes=notes,
-    )
-
-
-def _versions() -> dict[str, str]:
-    import captum
-    import scipy
-
-    import laya_eval
-
-    return {"laya_eval": laya_eval.__version__, "python": platform.python_version(), "torch": torch.__version__,
-            "captum": captum.__version__, "numpy": np.__version__, "scipy": scipy.__version__, "pandas": pd.__version__}
-
-
-def _model_record(model: LayeredModel) -> dict[str, Any]:
-    """What the checkpoint says about how the model was trained and how well it did (history left out)."""
-    training = {k: v for k, v in model.info.training.items() if k != "history"}
-    return {"training": training, "metrics": dict(model.info.metrics)}
-
-
-def _manifest(model, data, options, ckpt, methods, notes, n, store) -> dict[str, Any]:
-    ig = None
-    if store.ig_delta:
-        delta = torch.cat(store.ig_delta).abs()
-        ig = {"mean_abs_completeness_delta": float(delta.mean()), "max_abs_completeness_delta": float(delta.max()),
-              "note": "head scope: IG over the head's cached inputs measures the direct effect of each layer."}
-    return {
-        "versions": _versions(),
-        "checkpoint": ckpt,
-        "model": _model_record(model),
-        "head": model.head.name,
-        "dataset": data.name,
-        "split": options.split,
-        "n_samples": n,
-        "n_layers": model.n_layers,
-        "layer_names": model.layer_names,
-        "seed": options.seed,
-        "options": asdict(options),
-        "methods": {m.name: m.description for m in methods},
-        "skipped": notes,
-        "effect": ("p_c(x) - p_c(x with the layer removed), c = class predicted on the intact input; "
-                   f"ablation {options.ablation!r}, scope {options.scope!r}."),
-        "metrics": {name: asdict(info) for name, info in METRICS.items()},
-        "integrated_gradients": ig,
-    }
-
-
-def write_results(result: EvaluationResult, out_dir: str | os.PathLike) -> list[Path]:
-    """Write layers.csv, samples.csv, summary.csv and manifest.json into ``out_dir``.
-
-    Each file is written under a temporary name and renamed, so an interrupted
-    run never leaves a file that looks complete.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    payloads = {
-        "layers.csv": result.layers.to_csv(index=False, float_format="%.8g", lineterminator="\n"),
-        "samples.csv": result.samples.to_csv(index=False, float_format="%.8g", lineterminator="\n"),
-        "summary.csv": result.summary.to_csv(index=False, float_format="%.8g", lineterminator="\n"),
-        "manifest.json": json.dumps(result.manifest, indent=2, sort_keys=True, default=str) + "\n",
-    }
-    # Every file goes to a temporary name first; only when all are written are they renamed, the
-    # manifest last, so an interruption never leaves a half-written file under a final name.
-    temps = {name: out / f".{name}.tmp" for name in payloads}
-    try:
-        for name, text in payloads.items():
-            temps[name].write_text(text)
-        for name in payloads:
-            os.replace(temps[name], out / name)
-    finally:
-        for tmp in temps.values():
-            tmp.unlink(missing_ok=True)
-    return [out / name for name in payloads]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -13,7 +14,7 @@ from scipy import stats
 
 from laya_eval.data import Dataset
 from laya_eval.errors import ConfigError, DataError
-from laya_eval.evaluate import SUMMARY_COLUMNS, EvalOptions, evaluate, write_results
+from laya_eval.evaluate import SUMMARY_COLUMNS, EvalOptions, evaluate, evaluate_ablations, write_results
 from laya_eval.train import build_model
 
 FAST = dict(bootstrap=100, n_steps=8)
@@ -199,3 +200,50 @@ def test_network_scope_runs_end_to_end(digits_checkpoints):
     r = evaluate(digits_checkpoints["laya"], options=EvalOptions(limit=20, scope="network", ablation="mean", **FAST))
     assert list(r.summary.method)[:3] == ["laya", "static", "contribution"]
     assert not math.isnan(float(r.summary.faithfulness.iloc[0]))
+
+
+@pytest.mark.parametrize("head, scope, ablations", [
+    ("laya", "head", ("gate", "gate-renorm", "zero", "mean")),
+    ("scalarmix", "head", ("gate", "gate-renorm")),
+    ("laya", "network", ("zero", "mean")),
+])
+def test_evaluate_ablations_equals_one_evaluate_per_ablation(digits_checkpoints, head, scope, ablations):
+    """The oracle is evaluate() called once per ablation (itself checked against scipy, Captum and slow loops)."""
+    opts = EvalOptions(limit=40, batch_size=16, scope=scope, ablation=ablations[0], **FAST)
+    many = evaluate_ablations(digits_checkpoints[head], ablations=ablations, options=opts)
+    assert list(many) == list(ablations)
+    for a in ablations:
+        one = evaluate(digits_checkpoints[head], options=dataclasses.replace(opts, ablation=a))
+        for table in ("layers", "samples", "summary"):
+            pd.testing.assert_frame_equal(getattr(many[a], table), getattr(one, table), atol=1e-6, rtol=0)
+        assert many[a].manifest["options"] == one.manifest["options"] and many[a].notes == one.notes
+        assert (many[a].summary.ablation == a).all()
+    # the ablations really differ: leave-one-layer-out effects are not all the same
+    effects = [many[a].layers.effect.to_numpy() for a in ablations]
+    assert not all(np.allclose(effects[0], e) for e in effects[1:])
+
+
+def test_evaluate_ablations_computes_each_attribution_once(digits_checkpoints, monkeypatch):
+    from laya_eval import attribution
+
+    calls = []
+    ig = attribution.METHODS["ig"]
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return ig.fn(*args, **kwargs)
+
+    monkeypatch.setitem(attribution.METHODS, "ig", dataclasses.replace(ig, fn=counting))
+    opts = EvalOptions(limit=40, batch_size=20, methods=("ig",), **FAST)
+    evaluate_ablations(digits_checkpoints["laya"], ablations=("gate", "zero", "mean"), options=opts)
+    assert len(calls) == 2  # one call per batch of 20, not one per batch and ablation (6)
+
+
+def test_evaluate_ablations_rejects_bad_lists(digits_checkpoints):
+    with pytest.raises(ConfigError, match=r"ablation must be one of \{gate, gate-renorm, zero, mean\}; got 'bogus'"):
+        evaluate_ablations(digits_checkpoints["laya"], ablations=("gate", "bogus"))
+    with pytest.raises(ConfigError, match="at least one ablation"):
+        evaluate_ablations(digits_checkpoints["laya"], ablations=())
+    with pytest.raises(ConfigError, match="network"):
+        evaluate_ablations(digits_checkpoints["laya"], ablations=("zero", "gate"),
+                           options=EvalOptions(scope="network", ablation="zero"))
