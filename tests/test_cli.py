@@ -13,6 +13,7 @@ import torch
 from laya_eval.attribution import METHODS
 from laya_eval.backbones import BACKBONES
 from laya_eval.heads import HEADS
+from laya_eval.perturb import ABLATIONS
 from laya_eval_cli.commands import ALL
 from laya_eval_cli.commands import faithfulness as faith_cmd  # the module
 from laya_eval_cli.commands import train as train_cmd
@@ -32,6 +33,7 @@ def test_every_command_has_help_and_is_in_the_readme(command):
 
 def test_cli_choices_come_from_the_registries():
     assert faith_cmd.METHOD_NAMES == list(METHODS)
+    assert faith_cmd.ABLATIONS == list(ABLATIONS)
     assert sorted(train_cmd._HEADS) == sorted(HEADS)
     assert set(train_cmd._BACKBONES) == set(BACKBONES) - {"modules"}  # 'modules' wraps a Python object
 
@@ -48,6 +50,26 @@ def test_faithfulness_end_to_end(digits_checkpoints, tmp_path):
         assert re.search(rf"^{row.method}\s+{re.escape(f'{row.faithfulness:+.4f}')} ", result.output, re.M)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["n_samples"] == 40 and manifest["options"]["bootstrap"] == 50
+
+
+def test_faithfulness_with_several_ablations(digits_checkpoints, tmp_path):
+    args = ("--limit", 30, "--bootstrap", 20, "--methods", "laya,contribution,random", "-q")
+    both = run("faithfulness", digits_checkpoints["laya"], "--ablation", "gate,mean", "--out", tmp_path / "both", *args)
+    assert both.exit_code == 0, both.output
+    assert sorted(p.name for p in (tmp_path / "both").iterdir()) == ["gate", "mean"]
+    for ablation in ("gate", "mean"):
+        alone = run("faithfulness", digits_checkpoints["laya"], "--ablation", ablation, "--out", tmp_path / ablation, *args)
+        assert alone.exit_code == 0, alone.output
+        a = pd.read_csv(tmp_path / "both" / ablation / "summary.csv")
+        b = pd.read_csv(tmp_path / ablation / "summary.csv")
+        pd.testing.assert_frame_equal(a, b)
+        assert (a.ablation == ablation).all()
+        assert f"ablation {ablation}, scope head" in both.output
+    assert_one_line_error(run("faithfulness", digits_checkpoints["laya"], "--ablation", "gate,bogus", "--out",
+                              tmp_path / "bad"), r"--ablation.*must be among \{gate, gate-renorm, zero, mean\}.*got 'bogus'")
+    assert_one_line_error(run("faithfulness", digits_checkpoints["laya"], "--ablation", "zero,gate", "--scope", "network",
+                              "--out", tmp_path / "bad"), r"network")
+    assert not (tmp_path / "bad").exists()
 
 
 def test_train_then_info(digits, tmp_path):

@@ -33,6 +33,19 @@ def _methods(value: str | None) -> tuple[str, ...] | None:
     return names
 
 
+ABLATIONS = ["gate", "gate-renorm", "zero", "mean"]  # kept in step with laya_eval.perturb.ABLATIONS by tests
+
+
+def _ablations(value: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    unknown = [n for n in names if n not in ABLATIONS]
+    if unknown or not names:
+        raise click.BadParameter(
+            f"must be among {{{', '.join(ABLATIONS)}}} (comma-separated); got {unknown[0] if unknown else value!r}.",
+            param_hint="--ablation")
+    return names
+
+
 def _table(summary) -> str:
     cols = ["method", "faithfulness", "deletion_at_1", "top1_hit_rate", "n", "n_undefined"]
     lines = [f"{'method':<13} {'faithfulness [95% CI]':<26} {'deletion@1 [95% CI]':<26} {'top-1 hit':>9} {'n':>7} {'undef':>6}"]
@@ -49,8 +62,9 @@ def _table(summary) -> str:
 @click.option("--data", default=None, help="Dataset name or npz:PATH (default: the one recorded in the checkpoint).")
 @split_option
 @click.option("--methods", default=None, help=f"Comma-separated methods (default: all): {', '.join(METHOD_NAMES)}.")
-@click.option("--ablation", default="gate", show_default=True, type=click.Choice(["gate", "gate-renorm", "zero", "mean"]),
-              help="How a layer is removed (see README).")
+@click.option("--ablation", default="gate", show_default=True,
+              help="How a layer is removed: gate, gate-renorm, zero or mean (see README). Several, comma-separated, "
+                   "share one pass (attributions are computed once) and write one subfolder of --out each.")
 @click.option("--scope", default="head", show_default=True, type=click.Choice(["head", "network"]),
               help="head: direct effect on cached hidden states; network: replace inside the backbone.")
 @limit_option
@@ -72,22 +86,33 @@ def faithfulness(checkpoint, data, split, methods, ablation, scope, limit, batch
 
     Example: laya-eval faithfulness ckpt.pt --limit 1000 --out results/
     """
-    from laya_eval.evaluate import EvalOptions, evaluate, write_results
+    from pathlib import Path
+
+    from laya_eval.evaluate import EvalOptions, evaluate_ablations, write_results
     from laya_eval.train import resolve_device
 
-    options = EvalOptions(methods=_methods(methods), ablation=ablation, scope=scope, split=split, limit=limit,
+    ablations = _ablations(ablation)
+    options = EvalOptions(methods=_methods(methods), ablation=ablations[0], scope=scope, split=split, limit=limit,
                           batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device)
+    for name in ablations[1:]:
+        EvalOptions(ablation=name, scope=scope)  # every ablation checked before any work
     resolve_device(device)
     start = time.perf_counter()
     with progress_bar(quiet, desc="evaluate", unit="sample") as bar:
-        result = evaluate(checkpoint, data, options=options, data_dir=data_dir, progress=bar)
+        results = evaluate_ablations(checkpoint, data, ablations, options=options, data_dir=data_dir, progress=bar)
     elapsed = time.perf_counter() - start
-    if result.summary.empty:
-        raise click.UsageError("no requested method applies to this model's head: " + " ".join(result.notes))
-    for note in result.notes:
+    first = results[ablations[0]]
+    if first.summary.empty:
+        raise click.UsageError("no requested method applies to this model's head: " + " ".join(first.notes))
+    for note in first.notes:
         click.echo(f"note: {note}")
-    click.echo(f"{checkpoint}: {result.manifest['head']} head, {result.manifest['dataset']} ({split}), "
-               f"ablation {ablation}, scope {scope}, n = {result.manifest['n_samples']}")
-    click.echo(_table(result.summary))
-    paths = write_results(result, out_dir)
-    click.echo(f"wrote {', '.join(p.name for p in paths)} to {out_dir} ({elapsed:.1f} s)")
+    for name, result in results.items():
+        click.echo(f"{checkpoint}: {result.manifest['head']} head, {result.manifest['dataset']} ({split}), "
+                   f"ablation {name}, scope {scope}, n = {result.manifest['n_samples']}")
+        click.echo(_table(result.summary))
+    # One ablation writes into --out itself; several write one subfolder each.
+    targets = {name: Path(out_dir) / name if len(ablations) > 1 else Path(out_dir) for name in ablations}
+    for name, result in results.items():
+        paths = write_results(result, targets[name])
+        click.echo(f"wrote {', '.join(p.name for p in paths)} to {targets[name]}")
+    click.echo(f"done in {elapsed:.1f} s")
