@@ -42,7 +42,6 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from reproduce_eval import check_against_evaluate, evaluate_ablations  # noqa: E402
 from reproduce_features import (  # noqa: E402
     cached_text_features, check_same_results, features_dataset, features_model, image_features, with_backbone,
 )
@@ -52,7 +51,7 @@ from laya_eval.backbones import make_backbone  # noqa: E402
 from laya_eval.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint  # noqa: E402
 from laya_eval.data import Dataset, load_dataset  # noqa: E402
 from laya_eval.errors import ConfigError, DataError, LayaEvalError  # noqa: E402
-from laya_eval.evaluate import EvalOptions  # noqa: E402
+from laya_eval.evaluate import EvalOptions, evaluate_ablations  # noqa: E402
 from laya_eval.heads import make_head  # noqa: E402
 from laya_eval.model import LayeredModel  # noqa: E402
 from laya_eval.train import TrainOptions, TrainResult, build_model, classification_metrics, predict, train  # noqa: E402
@@ -148,12 +147,9 @@ def record_model(rec: Recorder, setting: Setting, head: str, seed: int, *, model
                      "checkpoint": path.name})
     options = EvalOptions(seed=0, bootstrap=args.bootstrap, n_steps=args.ig_steps)
     evaluated = _limit(test, args.eval_limit)
-    if first and head in args.check_heads:
-        diff = check_against_evaluate(model, _limit(evaluated, args.verify_n), ABLATIONS, options=options)
-        n = min(args.verify_n, len(evaluated))
-        rec.info["verification"].append(f"{setting.key} {head}: fast path = evaluate() on {n} samples, "
-                                        f"max |diff| {diff:.2e}")
-    results, notes = evaluate_ablations(model, evaluated, ABLATIONS, options=options)
+    # One pass per model: attributions computed once, effects and metrics for every ablation.
+    results = evaluate_ablations(model, evaluated, ABLATIONS, options=options)
+    notes = results[ABLATIONS[0]].notes
     for ablation, res in results.items():
         for row in res.summary.to_dict("records"):
             rec.faith.append({"setting": setting.key, "backbone": setting.backbone, "seed": seed,
@@ -351,7 +347,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             setattr(args, key, value)
     args.train_limit, args.val_limit, args.test_limit = (512, 128, 256) if quick else (None, None, None)
     args.backbone_kwargs = QUICK_BACKBONE_KWARGS if quick else {}
-    args.check_heads = ("laya",) if quick else HEADS  # heads whose evaluation is checked against evaluate()
+    args.check_heads = ("laya",) if quick else HEADS  # frozen-encoder heads checked: real backbone = cached features
     for key in ("epochs", "patience", "eval_limit", "verify_n", "ig_steps"):
         if getattr(args, key) < 1:
             p.error(f"--{key.replace('_', '-')} must be a positive integer; got {getattr(args, key)}")
