@@ -25,6 +25,16 @@ download_option = click.option(
 )
 
 
+def choice_list(value: str, choices: list[str], option: str) -> tuple[str, ...]:
+    """Split a comma-separated ``value`` into names from ``choices`` (duplicates dropped, order kept)."""
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    unknown = [n for n in names if n not in choices]
+    if unknown or not names:
+        raise click.BadParameter(
+            f"must be among {{{', '.join(choices)}}}; got {unknown[0] if unknown else value!r}.", param_hint=option)
+    return names
+
+
 def parse_key_values(pairs: tuple[str, ...], option: str) -> dict:
     """Turn ``("k=v", ...)`` into a dict; values are read as JSON when they parse, else kept as strings."""
     out = {}

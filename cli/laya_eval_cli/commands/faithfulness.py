@@ -8,6 +8,7 @@ import click
 
 from laya_eval_cli.options import (
     batch_size_option,
+    choice_list,
     data_dir_option,
     device_option,
     limit_option,
@@ -21,29 +22,7 @@ from laya_eval_cli.options import (
 METHOD_NAMES = ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random"]
 
 
-def _methods(value: str | None) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    names = tuple(n.strip() for n in value.split(",") if n.strip())
-    unknown = [n for n in names if n not in METHOD_NAMES]
-    if unknown or not names:
-        raise click.BadParameter(
-            f"must be among {{{', '.join(METHOD_NAMES)}}}; got {unknown[0] if unknown else value!r}.",
-            param_hint="--methods")
-    return names
-
-
 ABLATIONS = ["gate", "gate-renorm", "zero", "mean"]  # kept in step with laya_eval.perturb.ABLATIONS by tests
-
-
-def _ablations(value: str) -> tuple[str, ...]:
-    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
-    unknown = [n for n in names if n not in ABLATIONS]
-    if unknown or not names:
-        raise click.BadParameter(
-            f"must be among {{{', '.join(ABLATIONS)}}} (comma-separated); got {unknown[0] if unknown else value!r}.",
-            param_hint="--ablation")
-    return names
 
 
 def _table(summary) -> str:
@@ -91,11 +70,10 @@ def faithfulness(checkpoint, data, split, methods, ablation, scope, limit, batch
     from laya_eval.evaluate import EvalOptions, evaluate_ablations, write_results
     from laya_eval.train import resolve_device
 
-    ablations = _ablations(ablation)
-    options = EvalOptions(methods=_methods(methods), ablation=ablations[0], scope=scope, split=split, limit=limit,
+    ablations = choice_list(ablation, ABLATIONS, "--ablation")
+    names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
+    options = EvalOptions(methods=names, ablation=ablations[0], scope=scope, split=split, limit=limit,
                           batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device)
-    for name in ablations[1:]:
-        EvalOptions(ablation=name, scope=scope)  # every ablation checked before any work
     resolve_device(device)
     start = time.perf_counter()
     with progress_bar(quiet, desc="evaluate", unit="sample") as bar:
