@@ -135,8 +135,8 @@ def score_method(
     return MethodScore(spearman=rho, top1_hit=hit, summary=summary)
 
 
-def build_result(got: Collected, model: LayeredModel, data_name: str, options: "EvalOptions", ckpt: dict,
-                 methods: Sequence["AttributionMethod"], notes: list[str]) -> EvaluationResult:
+def build_result(got: Collected, model: LayeredModel, data_name: str, options: EvalOptions, ckpt: dict,
+                 methods: Sequence[AttributionMethod], notes: list[str]) -> EvaluationResult:
     """The tables and manifest of one ablation (``options.ablation``)."""
     n_layers, effects = model.n_layers, got.effects
     n = effects.shape[0]
