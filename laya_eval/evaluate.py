@@ -152,10 +152,10 @@ def _method_scores(method: AttributionMethod, tr: Trace, model, ctx: MethodConte
     return scores.detach().to(tr.terms.dtype)
 
 
-def _deletion(tr: Trace, model, scores: Tensor, ablation: str, scope: str, fill) -> Tensor:
+def _ranked_masks(scores: Tensor) -> Tensor:
+    """(B, L, L) masks removing the k top-ranked layers, k = 1..L; shared by every ablation."""
     ranking = torch.from_numpy(rank_layers(scores.cpu().numpy())).to(scores.device)
-    return removal_effects(tr, model, deletion_masks(ranking).to(scores.device), ablation=ablation, scope=scope,
-                           fill=fill)
+    return deletion_masks(ranking).to(scores.device)
 
 
 def _check_ablations(ablations: Sequence[str], scope: str) -> tuple[str, ...]:
@@ -299,8 +299,9 @@ def _stream(model: LayeredModel, data: Dataset, methods: Sequence[AttributionMet
                 continue
             scores = _method_scores(m, tr, model, ctx, static)
             store.scores.setdefault(m.name, []).append(scores.cpu())
+            masks = _ranked_masks(scores)
             for a, fill in fills.items():
-                curve = _deletion(tr, model, scores, a, options.scope, fill)
+                curve = removal_effects(tr, model, masks, ablation=a, scope=options.scope, fill=fill)
                 store.deletion.setdefault(a, {}).setdefault(m.name, []).append(curve.cpu())
             if m.name == "ig" and options.scope == "head":
                 store.ig_delta.append(ig_completeness_delta(tr, model, scores).cpu())
@@ -318,11 +319,13 @@ def _finish_deferred(store: _Store, model: LayeredModel, methods: Sequence[Attri
     tr = Trace(hidden=(), logits=logits, probs=torch.softmax(logits, -1), pred=logits.argmax(-1), terms=terms,
                layer_weights=weights)
     scores = weights.mean(0).expand(tr.n_samples, -1).clone()
+    masks = _ranked_masks(scores)
     for m in methods:
         if m.dataset_mean:
             store.scores[m.name] = [scores.cpu()]
             for a in ablations:
-                store.deletion.setdefault(a, {})[m.name] = [_deletion(tr, model, scores, a, "head", None).cpu()]
+                curve = removal_effects(tr, model, masks, ablation=a, scope="head", fill=None)
+                store.deletion.setdefault(a, {})[m.name] = [curve.cpu()]
 
 
 def _cat(parts: list[Tensor]) -> np.ndarray:
