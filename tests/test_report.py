@@ -273,6 +273,23 @@ def test_bad_result_folders_give_one_line_errors(result_dirs, tmp_path):
         load_runs([])
 
 
+def test_a_multi_ablation_folder_stands_for_its_subfolders(digits_checkpoints, tmp_path):
+    out = tmp_path / "abl"
+    done = run("faithfulness", digits_checkpoints["laya"], "--ablation", "mean,gate", "--limit", 30, "--bootstrap", 20,
+               "--methods", "laya,random", "--out", out, "-q")
+    assert done.exit_code == 0, done.output
+    runs = load_runs([out])
+    assert [r.folder.name for r in runs] == ["gate", "mean"]
+    assert [r.label for r in runs] == ["digits-laya.pt [gate]", "digits-laya.pt [mean]"]
+    for r in runs:
+        pd.testing.assert_frame_equal(r.summary, pd.read_csv(out / r.folder.name / "summary.csv"))
+        assert (r.summary.ablation == r.folder.name).all()
+    rep = run("report", out, "--out", tmp_path / "rep", "--max-points", 20)
+    assert rep.exit_code == 0, rep.output
+    faith = pd.read_csv(tmp_path / "rep" / "faithfulness.csv")
+    assert sorted(faith.ablation.unique()) == ["gate", "mean"] and len(faith) == 4
+
+
 def test_spearman_bands_and_agreement_by_hand():
     from laya_eval.report import Run, agreement_matrix
     from laya_eval.report.tables import _spearman_table

@@ -117,9 +117,22 @@ def _unique_labels(runs: Sequence[Run]) -> list[Run]:
     return out
 
 
+def _expand(folder: Path) -> list[Path]:
+    """A folder of ``faithfulness --ablation a,b,...`` holds one result folder per ablation: take them all."""
+    if folder.is_dir() and not (folder / "summary.csv").exists():
+        subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and (p / "summary.csv").is_file())
+        if subfolders:
+            return subfolders
+    return [folder]
+
+
 def load_runs(folders: Sequence[str | os.PathLike]) -> list[Run]:
-    """Read several result folders; labels are made unique (the folder name is added to duplicates)."""
+    """Read several result folders; labels are made unique (the folder name is added to duplicates).
+
+    A folder without ``summary.csv`` whose subfolders are result folders (the output of
+    ``laya-eval faithfulness --ablation gate,mean,...``) stands for those subfolders.
+    """
     if not folders:
         raise ResultsError("give at least one result folder of `laya-eval faithfulness`.")
-    return _unique_labels([load_run(f) for f in folders])
+    return _unique_labels([load_run(f) for folder in folders for f in _expand(Path(folder))])
 
