@@ -298,7 +298,7 @@ def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str
     """
     from laya_eval import figures
 
-    figures._check_format(fmt)
+    figures.check_format(fmt)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv = dict(index=False, float_format="%.8g", lineterminator="\n")

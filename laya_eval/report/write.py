@@ -76,7 +76,7 @@ def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str = 
     """
     from laya_eval import figures as F
 
-    F._check_format(fmt)
+    F.check_format(fmt)
     runs = _unique_labels(list(runs))
     out = Path(out_dir)
     (out / "figures").mkdir(parents=True, exist_ok=True)
