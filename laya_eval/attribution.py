@@ -1,8 +1,11 @@
 """Layer attribution methods: one signature, one registry.
 
 Every method is ``f(trace, model, *, target, context) -> Tensor (B, L)`` of
-signed per-layer scores for the class ``target`` (the predicted class). The
-CLI's ``--methods`` choices come from :data:`METHODS`.
+signed per-layer scores for the class ``target`` (the predicted class). Names,
+descriptions and needs live in :mod:`laya_eval.catalog` (read by the CLI without
+torch); :data:`METHODS` binds each to its function here. What a method needs
+(shared gradients, a dataset statistic) is declared there and provided by the
+engine through :class:`MethodContext`.
 
 Scope ``head`` (direct effect): gradients are taken with respect to the cached
 hidden states at the head input, used as leaf tensors; the backbone is not
@@ -15,13 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
 import torch
 from torch import Tensor
 
+from laya_eval.catalog import METHOD_SPECS, MethodSpec
 from laya_eval.errors import ConfigError
 from laya_eval.heads import LayaHead, LayerHead, pool_hidden
 from laya_eval.model import LayeredModel
+from laya_eval.seeding import per_sample_uniform
 from laya_eval.trace import Trace
 
 __all__ = [
@@ -30,14 +34,15 @@ __all__ = [
     "MethodContext",
     "applicable",
     "ig_completeness_delta",
+    "layer_gradients",
     "method_names",
     "resolve_methods",
 ]
 
 
-@dataclass
+@dataclass(frozen=True)
 class MethodContext:
-    """Options shared by all methods of one evaluation.
+    """What the engine provides to a method for one batch.
 
     Attributes
     ----------
@@ -48,23 +53,23 @@ class MethodContext:
         Captum's ``method`` for the IG integral.
     internal_batch_size : int or None
         Captum's ``internal_batch_size`` for IG.
-    rng : numpy.random.Generator
-        Consumed batch after batch by ``random``, so the scores do not depend
-        on the batch size.
+    seed : int
+        Per-sample randomness is drawn from (seed, sample id): see :mod:`laya_eval.seeding`.
+    statistics : dict of str to list of Tensor
+        Dataset statistics the method declared in its ``needs`` (e.g. ``mean_layer_weights``).
+    gradients : tuple of (list of Tensor, list of Tensor), optional
+        ``(activations, d logit_c / d activation)`` for the batch at ``scope``, computed once
+        by the engine for every method that needs ``"gradients"``; computed on demand when
+        absent.
     """
 
     scope: str = "head"
     n_steps: int = 50
     ig_method: str = "gausslegendre"
     internal_batch_size: int | None = None
-    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
-    # The gradients of the last (trace, target, scope): gradcam and grad_x_act read the
-    # same d logit_c / d h_i, so one backward pass serves both.
-    _last_grads: tuple | None = field(default=None, init=False, repr=False, compare=False)
-
-    def clear_cache(self) -> None:
-        """Drop the gradients kept from the last batch (call when moving to the next batch)."""
-        self._last_grads = None
+    seed: int = 0
+    statistics: dict[str, list[Tensor]] = field(default_factory=dict)
+    gradients: tuple[list[Tensor], list[Tensor]] | None = None
 
 
 AttributionFn = Callable[..., Tensor]
@@ -72,30 +77,53 @@ AttributionFn = Callable[..., Tensor]
 
 @dataclass(frozen=True)
 class AttributionMethod:
-    """A registered method: its function and when it applies.
+    """A registered method: its catalog entry, its function and an optional diagnostic.
 
     Attributes
     ----------
-    name : str
+    spec : laya_eval.catalog.MethodSpec
+        Name, description, what the head must have (``requires``) and what the engine must
+        provide (``needs``).
     fn : callable
         ``fn(trace, model, *, target, context) -> Tensor (B, L)``.
-    description : str
-    requires : {"any", "weights", "laya"}
-        ``weights``: the head has layer weights (LAYA, ScalarMix); ``laya``: a LAYA head.
-    dataset_mean : bool
-        The per-sample scores are replaced by their mean over the evaluated set
-        (input-independent "static" weights).
+    diagnostic : callable, optional
+        ``diagnostic(trace, model, scores, context) -> Tensor (B,) or None``: a per-sample check
+        of the scores recorded with them (IG's completeness delta).
+    diagnostic_note : str
+        What the diagnostic measures, for the manifest.
     """
 
-    name: str
+    spec: MethodSpec
     fn: AttributionFn
-    description: str
-    requires: str = "any"
-    dataset_mean: bool = False
+    diagnostic: Callable[..., Tensor | None] | None = None
+    diagnostic_note: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def description(self) -> str:
+        return self.spec.description
+
+    @property
+    def requires(self) -> str:
+        return self.spec.requires
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        return self.spec.needs
 
 
 def _laya(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
     return tr.layer_weights
+
+
+def _static(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
+    if "mean_layer_weights" not in context.statistics:
+        raise ConfigError("'static' needs the mean layer weights over the evaluated set (context.statistics).")
+    mean = context.statistics["mean_layer_weights"][0]
+    return mean.to(tr.terms).expand(tr.n_samples, -1)
 
 
 def _contribution(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
@@ -103,7 +131,10 @@ def _contribution(tr: Trace, model: LayeredModel, *, target: Tensor, context: Me
 
 
 def _random(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
-    return torch.from_numpy(context.rng.random((tr.n_samples, tr.n_layers))).to(tr.terms.dtype)
+    ids = tr.sample_ids
+    if ids is None:
+        ids = torch.arange(tr.n_samples, device=tr.terms.device)
+    return per_sample_uniform(context.seed, ids.to(tr.terms.device), tr.n_layers).to(tr.terms.dtype)
 
 
 def _target_logit_sum(logits: Tensor, target: Tensor) -> Tensor:
@@ -125,34 +156,25 @@ def _network_grads(tr: Trace, model: LayeredModel, target: Tensor) -> tuple[list
     """Each block's full output inside the backbone and d logit_c / d output (total effect)."""
     if not isinstance(tr.inputs, Tensor):
         raise ConfigError("network-scope gradient methods need tensor inputs; use --scope head for text models.")
-    captured: dict[int, Tensor] = {}
-
-    def capture(i: int):
-        def fn(t: Tensor) -> Tensor:
-            captured[i] = t
-            return t
-
-        return fn
-
     with torch.enable_grad():
         # The input requires grad so every block output is on the graph, frozen backbones included.
         x = tr.inputs.detach().clone().requires_grad_(True)
-        hidden = model.hidden_states(x, {i: capture(i) for i in range(tr.n_layers)})
+        hidden, acts = model.block_outputs(x)
         out = _target_logit_sum(model.head(hidden), target)
-        acts = [captured[i] for i in range(tr.n_layers)]
         grads = torch.autograd.grad(out, acts, allow_unused=True, materialize_grads=True)
     return [a.detach() for a in acts], list(grads)
 
 
+def layer_gradients(tr: Trace, model: LayeredModel, target: Tensor, scope: str) -> tuple[list[Tensor], list[Tensor]]:
+    """``(activations, d logit_target / d activation)`` per layer at ``scope`` ("head" or "network")."""
+    return _head_grads(tr, model, target) if scope == "head" else _network_grads(tr, model, target)
+
+
 def _grads(tr: Trace, model: LayeredModel, target: Tensor, context: MethodContext):
-    """Activations and gradients for ``context.scope``, computed once per (trace, target)."""
-    last = context._last_grads
-    if last is not None and last[0] is tr and last[1] is target and last[2] == context.scope:
-        return last[3]
-    scope = context.scope
-    result = _head_grads(tr, model, target) if scope == "head" else _network_grads(tr, model, target)
-    context._last_grads = (tr, target, scope, result)
-    return result
+    """The batch's gradients from the engine, or computed now when the caller gave none."""
+    if context.gradients is not None:
+        return context.gradients
+    return layer_gradients(tr, model, target, context.scope)
 
 
 def _channel_first(t: Tensor) -> Tensor:
@@ -219,29 +241,25 @@ def ig_completeness_delta(tr: Trace, model: LayeredModel, scores: Tensor) -> Ten
     return scores.sum(1) - (f - f0)
 
 
-METHODS: dict[str, AttributionMethod] = {
-    m.name: m
-    for m in (
-        AttributionMethod("laya", _laya, "LAYA attention alpha(x) from the forward pass.", requires="laya"),
-        AttributionMethod(
-            "static", _laya,
-            "Input-independent layer weights: softmax(w) for ScalarMix, the mean alpha over the evaluated set for LAYA.",
-            requires="weights", dataset_mean=True,
-        ),
-        AttributionMethod("contribution", _contribution, "Exact per-layer term of the predicted logit, t_{i,c}(x)."),
-        AttributionMethod(
-            "ig", _ig,
-            "Integrated Gradients (Captum; zero baseline, 50 Gauss-Legendre steps), summed over each layer's dimensions.",
-        ),
-        AttributionMethod(
-            "gradcam", _gradcam,
-            "Grad-CAM-style (Captum LayerGradCam semantics): ReLU of the gradient-weighted channel sum, "
-            "averaged over space; on a vector layer ReLU(sum grad*act).",
-        ),
-        AttributionMethod("grad_x_act", _grad_x_act, "Sum over dimensions of gradient x activation."),
-        AttributionMethod("random", _random, "Seeded uniform scores: the chance baseline."),
-    )
+def _ig_diagnostic(tr: Trace, model: LayeredModel, scores: Tensor, context: MethodContext) -> Tensor | None:
+    return ig_completeness_delta(tr, model, scores) if context.scope == "head" else None
+
+
+_FUNCTIONS: dict[str, AttributionFn] = {
+    "laya": _laya, "static": _static, "contribution": _contribution, "ig": _ig, "gradcam": _gradcam,
+    "grad_x_act": _grad_x_act, "random": _random,
 }
+if set(_FUNCTIONS) != set(METHOD_SPECS):  # the catalog owns the names; this module implements them
+    raise ImportError(f"attribution functions {sorted(_FUNCTIONS)} do not match the catalog {sorted(METHOD_SPECS)}")
+
+METHODS: dict[str, AttributionMethod] = {
+    name: AttributionMethod(spec, _FUNCTIONS[name]) for name, spec in METHOD_SPECS.items()
+}
+METHODS["ig"] = AttributionMethod(
+    METHOD_SPECS["ig"], _ig, diagnostic=_ig_diagnostic,
+    diagnostic_note="IG completeness delta sum_i a_i - (f_c(h) - f_c(0)) per sample (head scope: IG over the head's "
+                    "cached inputs measures the direct effect of each layer).",
+)
 
 
 def method_names() -> list[str]:

@@ -1,37 +1,53 @@
-"""Trace -> attributions + leave-one-layer-out effects -> metrics -> tidy tables.
+"""The evaluation engine: plan -> collect -> merge -> summarize.
 
-The data stream batch by batch: the backbone runs once per batch (plus one
-pre-pass when a dataset-level statistic is needed before the effects: the
-``mean`` ablation's fill values, or ``static`` weights under ``zero``/``mean``
-or network scope). Per sample only ``L`` numbers per method are kept.
-:func:`evaluate_ablations` scores several ablations from the same pass: the
-attributions (Integrated Gradients above all) do not depend on how a layer is
-removed, so they are computed once.
+``plan`` resolves the model, the data, the applicable methods and what they and the
+ablations *need* (shared gradients, dataset statistics) from their catalog entries: no
+method or ablation is named here. ``collect`` runs a shard of the data batch by batch —
+one backbone pass per batch (network scope re-runs it per removal) — and returns
+per-sample :class:`~laya_eval.records.Records` keyed by global sample index, after a
+statistics pass when something needs a dataset statistic (reduced over every process).
+Records from batches, chunks, resumed runs and processes merge exactly;
+``summarize`` turns them into metrics, intervals, tables and the manifest
+(:mod:`laya_eval.results`). See ``docs/architecture.md``.
+
+Batch-size invariance: every model call sees at least :data:`MIN_BATCH_ROWS` rows (small
+batches are padded with copies of their own samples, marked with sample id -1 and
+dropped), because CPU matrix kernels round differently for tiny batches; per-sample
+randomness is a function of (seed, sample id). With a fixed thread count the CSVs are
+then the same bytes for any batch size, chunking or number of processes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from laya_eval.attribution import AttributionMethod, MethodContext, applicable, ig_completeness_delta, resolve_methods
+from laya_eval.attribution import AttributionMethod, MethodContext, applicable, layer_gradients, resolve_methods
 from laya_eval.data import Dataset, load_dataset
+from laya_eval.dataset_stats import DatasetStatistics, batch_statistics
+from laya_eval.devices import backbone_precision, resolve_device
+from laya_eval.distributed import SINGLE_PROCESS, World
 from laya_eval.errors import ConfigError, DataError
-from laya_eval.metrics import rank_layers
 from laya_eval.model import LayeredModel
-from laya_eval.perturb import check_ablation, deletion_masks, leave_one_out_masks, removal_effects
-from laya_eval.results import (SUMMARY_COLUMNS, Collected, EvaluationResult, MethodScore, build_result, score_method,
-                               write_results)
-from laya_eval.trace import Trace, trace
+from laya_eval.partial import PartialStore, run_key
+from laya_eval.perturb import (ablation_fill, check_ablations, deletion_masks, layer_ranking, leave_one_out_masks,
+                               removal_effects)
+from laya_eval.records import Records, merge_records
+from laya_eval.results import SUMMARY_COLUMNS, EvaluationResult, MethodScore, build_result, score_method, write_results
+from laya_eval.trace import Trace, trace_from_hidden
 
-__all__ = ["SUMMARY_COLUMNS", "EvalOptions", "EvaluationResult", "MethodScore", "evaluate", "evaluate_ablations",
-           "score_method", "write_results"]
+__all__ = ["CHUNK_SIZE", "MIN_BATCH_ROWS", "SUMMARY_COLUMNS", "EvalOptions", "EvaluationResult", "MethodScore",
+           "Plan", "collect", "evaluate", "evaluate_ablations", "evaluate_to_folder", "make_plan", "score_method",
+           "summarize", "write_results"]
+
+MIN_BATCH_ROWS = 16
+CHUNK_SIZE = 1024  # default unit of resumable work (samples); results do not depend on it
 
 
 @dataclass(frozen=True)
@@ -49,41 +65,50 @@ class EvalOptions:
     device: str = "cpu"
     n_steps: int = 50
     internal_batch_size: int | None = None
+    dtype: str = "float32"
+    chunk_size: int = CHUNK_SIZE
 
     def __post_init__(self) -> None:
-        check_ablation(self.ablation, self.scope)
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be a positive integer; got {self.batch_size}.")
-        if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"limit must be a positive integer; got {self.limit}.")
-        if self.bootstrap < 0:
-            raise ConfigError(f"bootstrap must be 0 or more resamples; got {self.bootstrap}.")
+        check_ablations(self.ablation, self.scope)
+        for name in ("batch_size", "n_steps", "chunk_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
+        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int)
+                                       or self.limit < 1):
+            raise ConfigError(f"limit must be a positive integer; got {self.limit!r}.")
+        if isinstance(self.bootstrap, bool) or not isinstance(self.bootstrap, int) or self.bootstrap < 0:
+            raise ConfigError(f"bootstrap must be 0 or more resamples; got {self.bootstrap!r}.")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ConfigError(f"seed must be an integer in [0, 2**63); got {self.seed!r}.")
         resolve_methods(None if self.methods is None else list(self.methods))
 
 
-@dataclass
-class _Store:
-    """Per-sample arrays gathered batch after batch; effects and deletion curves per ablation."""
+@dataclass(frozen=True)
+class Plan:
+    """What one evaluation computes, resolved once before any work."""
 
-    labels: list[Tensor] = field(default_factory=list)
-    preds: list[Tensor] = field(default_factory=list)
-    confidence: list[Tensor] = field(default_factory=list)
-    scores: dict[str, list[Tensor]] = field(default_factory=dict)
-    effects: dict[str, list[Tensor]] = field(default_factory=dict)
-    deletion: dict[str, dict[str, list[Tensor]]] = field(default_factory=dict)
-    terms: list[Tensor] = field(default_factory=list)
-    weights: list[Tensor] = field(default_factory=list)
-    ig_delta: list[Tensor] = field(default_factory=list)
+    model: LayeredModel
+    data: Dataset
+    methods: tuple[AttributionMethod, ...]
+    ablations: tuple[str, ...]
+    options: EvalOptions
+    device: torch.device
+    statistics: tuple[str, ...]
+    checkpoint: dict[str, Any]
+    notes: tuple[str, ...] = ()
 
-    def collected(self, ablation: str) -> Collected:
-        """Everything gathered for ``ablation``, concatenated over batches."""
-        return Collected(
-            labels=torch.cat(self.labels).numpy(), preds=torch.cat(self.preds).numpy(),
-            confidence=_cat(self.confidence), effects=_cat(self.effects[ablation]),
-            scores={name: _cat(parts) for name, parts in self.scores.items()},
-            deletion={name: _cat(parts) for name, parts in self.deletion.get(ablation, {}).items()},
-            ig_delta=_cat(self.ig_delta) if self.ig_delta else None,
-        )
+    @property
+    def needs_gradients(self) -> bool:
+        return any("gradients" in m.needs for m in self.methods)
+
+    def key(self) -> str:
+        """What changes the numbers (everything but batch size, bootstrap and process count)."""
+        o = self.options
+        return run_key({"checkpoint": self.checkpoint.get("sha256"), "data": self.data.name, "split": o.split,
+                        "n": len(self.data), "methods": [m.name for m in self.methods], "ablations": self.ablations,
+                        "scope": o.scope, "seed": o.seed, "n_steps": o.n_steps, "dtype": o.dtype,
+                        "device": self.device.type})
 
 
 def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device) -> tuple[LayeredModel, dict]:
@@ -103,70 +128,188 @@ def _resolve_data(model: LayeredModel, data: Dataset | str | None, split: str, d
     return load_dataset(name, split, data_dir=data_dir)
 
 
-def _batches(data: Dataset, batch_size: int, device: torch.device):
-    for start in range(0, len(data), batch_size):
-        part = data.subset(slice(start, start + batch_size))
-        x = part.x.to(device) if isinstance(part.x, Tensor) else part.x
-        yield x, part.y
+def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | None, ablations: Sequence[str], *,
+              options: EvalOptions, data_dir: Any = None, world: World = SINGLE_PROCESS) -> Plan:
+    """Resolve model, data, methods and needs; every user error is raised here, before any work."""
+    ablations = check_ablations(ablations, options.scope)
+    device = resolve_device(world.device(options.device))
+    model, ckpt = _resolve_model(model, device)
+    if model.n_layers < 2:
+        raise ConfigError("the model has a single hidden layer: faithfulness (a rank correlation across layers) is undefined.")
+    data = _resolve_data(model, data, options.split, data_dir)
+    if options.limit is not None:
+        if options.limit > len(data):
+            raise ConfigError(f"limit {options.limit} is larger than the {len(data)} samples of '{data.name}' ({options.split}).")
+        data = data.subset(slice(0, options.limit))
+    model.check_fits(data)
+    methods, notes = [], []
+    for m in resolve_methods(None if options.methods is None else list(options.methods)):
+        reason = applicable(m, model)
+        (notes.append(f"skipped {reason}") if reason else methods.append(m))
+    from laya_eval.catalog import ABLATION_SPECS
+
+    needs = [n for m in methods for n in m.needs] + [n for a in ablations for n in ABLATION_SPECS[a].needs]
+    stats = tuple(dict.fromkeys(n.split(":", 1)[1] for n in needs if n.startswith("stat:")))
+    return Plan(model, data, tuple(methods), ablations, options, device, stats, ckpt, tuple(notes))
 
 
-def _prepass(model: LayeredModel, data: Dataset, options: EvalOptions, device, progress,
-             need_fill: bool) -> tuple[list[Tensor] | None, Tensor | None]:
-    """Dataset means needed before the effects: the fill values and the mean layer weights."""
-    from laya_eval.heads import pool_hidden
-
-    network = options.scope == "network"
-    sums: list[Tensor] | None = None
-    weight_sum, n = None, 0
-    with torch.no_grad():
-        for x, _ in _batches(data, options.batch_size, device):
-            captured: dict[int, Tensor] = {}
-
-            def grab(i):
-                def fn(t):
-                    captured[i] = t.sum(0)
-                    return t
-                return fn
-
-            if network:
-                hidden = model.hidden_states(x, {i: grab(i) for i in range(model.n_layers)})
-                batch_sums = [captured[i] for i in range(model.n_layers)]
-            else:
-                hidden = model.hidden_states(x)
-                batch_sums = [pool_hidden(h).sum(0) for h in hidden]
-            sums = batch_sums if sums is None else [a + b for a, b in zip(sums, batch_sums)]
-            w = model.head.layer_weights(hidden)
-            if w is not None:
-                weight_sum = w.sum(0) if weight_sum is None else weight_sum + w.sum(0)
-            n += len(hidden[0])
-            if progress:
-                progress(len(hidden[0]))
-    fill = [s / n for s in sums] if need_fill else None
-    return fill, None if weight_sum is None else weight_sum / n
+def _batches(plan: Plan, start: int, stop: int) -> Iterator[tuple[Any, Tensor, Tensor]]:
+    """``(x, labels, sample_ids)`` on the plan's device, each padded to at least MIN_BATCH_ROWS rows (ids -1)."""
+    data, size = plan.data, plan.options.batch_size
+    for lo in range(start, stop, size):
+        hi = min(lo + size, stop)
+        index = torch.arange(lo, hi)
+        if hi - lo < MIN_BATCH_ROWS:
+            index = index[torch.arange(MIN_BATCH_ROWS) % (hi - lo)]
+        ids = torch.where(torch.arange(len(index)) < hi - lo, index, torch.full_like(index, -1))
+        part = data.subset(index)
+        x = part.x.to(plan.device) if isinstance(part.x, Tensor) else part.x
+        yield x, part.y.to(plan.device), ids.to(plan.device)
 
 
-def _method_scores(method: AttributionMethod, tr: Trace, model, ctx: MethodContext, static: Tensor | None) -> Tensor:
-    if method.dataset_mean:
-        return static.expand(tr.n_samples, -1).to(tr.terms.dtype)
-    scores = method.fn(tr, model, target=tr.pred, context=ctx)
-    return scores.detach().to(tr.terms.dtype)
+def _trace(plan: Plan, x: Any, y: Tensor, ids: Tensor) -> Trace:
+    with torch.no_grad(), backbone_precision(plan.device, plan.options.dtype):
+        hidden = plan.model.hidden_states(x)
+    hidden = [h.float() if h.is_floating_point() else h for h in hidden]
+    return trace_from_hidden(plan.model.head, hidden, labels=y, inputs=x, sample_ids=ids)
 
 
-def _ranked_masks(scores: Tensor) -> Tensor:
-    """(B, L, L) masks removing the k top-ranked layers, k = 1..L; shared by every ablation."""
-    ranking = torch.from_numpy(rank_layers(scores.cpu().numpy())).to(scores.device)
-    return deletion_masks(ranking).to(scores.device)
+def _chunks(start: int, stop: int, size: int) -> Iterator[tuple[int, int]]:
+    """The global grid of ``size`` samples cut to ``[start, stop)``: the same chunks for any sharding."""
+    lo = start
+    while lo < stop:
+        hi = min((lo // size + 1) * size, stop)
+        yield lo, hi
+        lo = hi
 
 
-def _check_ablations(ablations: Sequence[str], scope: str) -> tuple[str, ...]:
-    if isinstance(ablations, str):
-        ablations = (ablations,)
-    ablations = tuple(dict.fromkeys(ablations))
-    if not ablations:
-        raise ConfigError("give at least one ablation among {gate, gate-renorm, zero, mean}.")
-    for a in ablations:
-        check_ablation(a, scope)
-    return ablations
+def collect_statistics(plan: Plan, start: int, stop: int, *, world: World = SINGLE_PROCESS,
+                       partial: PartialStore | None = None, progress: Any = None) -> dict[str, list[Tensor]]:
+    """The dataset statistics the plan needs, over every process's shard; ``{}`` when none is needed."""
+    if not plan.statistics:
+        return {}
+    stats = partial.load_statistics() if partial is not None else None
+    if stats is None:
+        stats = DatasetStatistics()
+        for x, y, ids in _batches(plan, start, stop):
+            tr = _trace(plan, x, y, ids)
+            with torch.no_grad():
+                stats = stats.merged(batch_statistics(plan.statistics, tr, plan.model, plan.options.scope))
+            if progress is not None:
+                progress(int((ids >= 0).sum()))
+        stats = world.all_reduce(stats.to_cpu() if plan.device.type == "cpu" else stats)
+        if partial is not None and world.is_main:
+            partial.save_statistics(stats)
+        world.barrier()
+    return {name: [m.to(plan.device) for m in means] for name, means in stats.means().items()}
+
+
+def _to_numpy(t: Tensor, rows: Tensor) -> np.ndarray:
+    return t[rows].detach().double().cpu().numpy()
+
+
+def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, means: dict[str, list[Tensor]]) -> Records:
+    """Scores, effects and deletion curves of one (padded) batch; only the real rows are kept."""
+    o, model = plan.options, plan.model
+    tr = _trace(plan, x, y, ids)
+    rows = ids >= 0
+    fills = {a: ablation_fill(a, means) for a in plan.ablations}
+    lolo = leave_one_out_masks(model.n_layers, device=plan.device)
+    effects = {a: _to_numpy(removal_effects(tr, model, lolo, ablation=a, scope=o.scope, fill=fills[a]), rows)
+               for a in plan.ablations}
+    ctx = MethodContext(scope=o.scope, n_steps=o.n_steps, internal_batch_size=o.internal_batch_size, seed=o.seed,
+                        statistics=means)
+    if plan.needs_gradients:
+        ctx = dataclasses.replace(ctx, gradients=layer_gradients(tr, model, tr.pred, o.scope))
+    scores, deletion, diagnostics = {}, {a: {} for a in plan.ablations}, {}
+    for m in plan.methods:
+        s = m.fn(tr, model, target=tr.pred, context=ctx).detach().to(tr.terms.dtype)
+        scores[m.name] = _to_numpy(s, rows)
+        masks = deletion_masks(layer_ranking(s))
+        for a in plan.ablations:
+            curve = removal_effects(tr, model, masks, ablation=a, scope=o.scope, fill=fills[a])
+            deletion[a][m.name] = _to_numpy(curve, rows)
+        if m.diagnostic is not None:
+            value = m.diagnostic(tr, model, s, ctx)
+            if value is not None:
+                diagnostics[m.name] = _to_numpy(value, rows)
+    return Records(sample=ids[rows].cpu().numpy(), label=y[rows].cpu().numpy().astype(np.int64),
+                   pred=tr.pred[rows].cpu().numpy().astype(np.int64), confidence=_to_numpy(tr.confidence, rows),
+                   scores=scores, effects=effects, deletion=deletion, diagnostics=diagnostics)
+
+
+def collect(plan: Plan, means: dict[str, list[Tensor]], start: int, stop: int, *,
+            partial: PartialStore | None = None, progress: Any = None) -> Records:
+    """Per-sample records of samples ``[start, stop)``, chunk by chunk (each kept in ``partial`` when given)."""
+    parts = []
+    for lo, hi in _chunks(start, stop, plan.options.chunk_size):
+        chunk = partial.load_chunk(lo, hi) if partial is not None else None
+        if chunk is None:
+            chunk = merge_records(_batch_records(plan, x, y, ids, means) for x, y, ids in _batches(plan, lo, hi))
+            if partial is not None:
+                partial.save_chunk(lo, hi, chunk)
+        parts.append(chunk)
+        if progress is not None:
+            progress(hi - lo)
+    return merge_records(parts)
+
+
+def summarize(records: Records, plan: Plan, *, world_size: int = 1) -> dict[str, EvaluationResult]:
+    """Metrics, intervals, tables and manifest per ablation, from merged records."""
+    return {a: build_result(records, plan, a, world_size=world_size) for a in plan.ablations}
+
+
+def evaluate_ablations(
+    model: LayeredModel | str | os.PathLike,
+    data: Dataset | str | None = None,
+    ablations: Sequence[str] = ("gate",),
+    *,
+    options: EvalOptions | None = None,
+    data_dir: str | os.PathLike | None = None,
+    progress: Any = None,
+    world: World = SINGLE_PROCESS,
+    partial_dir: str | os.PathLike | None = None,
+    resume: bool = False,
+) -> dict[str, EvaluationResult] | None:
+    """Score several ablations from one pass: attributions (IG above all) are computed once.
+
+    Parameters
+    ----------
+    model, data, options, data_dir, progress
+        As for :func:`evaluate`.
+    ablations : sequence of str
+        Among ``gate``, ``gate-renorm``, ``zero``, ``mean`` (network scope: ``zero``, ``mean``).
+    world : laya_eval.distributed.World
+        This process's rank among several (torchrun); each evaluates its shard.
+    partial_dir : path, optional
+        Keep per-chunk records under ``partial_dir/.partial`` so that an interrupted run can resume.
+    resume : bool
+        Reuse the partial records of an earlier attempt with the same options.
+
+    Returns
+    -------
+    dict of str to EvaluationResult, or None
+        One result per ablation, in the order given; ``None`` on ranks other than 0.
+
+    Examples
+    --------
+    >>> results = evaluate_ablations("ckpt.pt", ablations=["gate", "mean"])  # doctest: +SKIP
+    >>> results["mean"].summary[["method", "faithfulness"]]  # doctest: +SKIP
+    """
+    options = options or EvalOptions()
+    plan = make_plan(model, data, ablations, options=options, data_dir=data_dir, world=world)
+    start, stop = world.shard(len(plan.data))
+    partial = None if partial_dir is None else PartialStore(partial_dir, plan.key(), resume=resume)
+    tick = None
+    if progress is not None:
+        progress.total = (stop - start) * (2 if plan.statistics else 1)
+        progress.refresh()
+        tick = progress.update
+    means = collect_statistics(plan, start, stop, world=world, partial=partial, progress=tick)
+    records = world.gather(collect(plan, means, start, stop, partial=partial, progress=tick))
+    if records is None:
+        return None
+    return summarize(records, plan, world_size=world.size)
 
 
 def evaluate(
@@ -177,7 +320,7 @@ def evaluate(
     data_dir: str | os.PathLike | None = None,
     progress: Any = None,
 ) -> EvaluationResult:
-    """Score layer attributions against leave-one-layer-out effects.
+    """Score layer attributions against leave-one-layer-out effects (one ablation: ``options.ablation``).
 
     Parameters
     ----------
@@ -188,8 +331,8 @@ def evaluate(
     data_dir : path, optional
         Where to look for the dataset files.
     progress : tqdm-like, optional
-        Its ``total`` is set to the number of samples times the number of
-        passes, and ``update(n)`` is called after every batch.
+        Its ``total`` is set to the number of samples times the number of passes, and
+        ``update(n)`` is called as the work advances.
 
     Returns
     -------
@@ -201,132 +344,33 @@ def evaluate(
     >>> result.summary[["method", "faithfulness", "deletion_at_1"]]  # doctest: +SKIP
     """
     options = options or EvalOptions()
-    results = evaluate_ablations(model, data, (options.ablation,), options=options, data_dir=data_dir, progress=progress)
-    return results[options.ablation]
+    return evaluate_ablations(model, data, (options.ablation,), options=options, data_dir=data_dir,
+                              progress=progress)[options.ablation]
 
 
-def evaluate_ablations(
+def evaluate_to_folder(
     model: LayeredModel | str | os.PathLike,
-    data: Dataset | str | None = None,
-    ablations: Sequence[str] = ("gate", "gate-renorm", "zero", "mean"),
+    data: Dataset | str | None,
+    ablations: Sequence[str],
+    out_dir: str | os.PathLike,
     *,
-    options: EvalOptions | None = None,
+    options: EvalOptions,
     data_dir: str | os.PathLike | None = None,
     progress: Any = None,
-) -> dict[str, EvaluationResult]:
-    """:func:`evaluate` under several ablations, with every attribution computed once.
+    world: World = SINGLE_PROCESS,
+    resume: bool = False,
+) -> dict[str, EvaluationResult] | None:
+    """:func:`evaluate_ablations` with per-chunk partial results under ``out_dir/.partial`` and the finished
+    result written into ``out_dir`` as one set (one subfolder per ablation when several), by rank 0.
 
-    Each result equals what ``evaluate`` returns with ``options.ablation`` set to that
-    ablation (same tables, seeds and manifest); only the shared work is done once.
-    ``options.ablation`` itself is not used (it must still be valid for ``options.scope``).
-
-    Parameters
-    ----------
-    model, data, options, data_dir, progress
-        As for :func:`evaluate`.
-    ablations : sequence of str
-        Among ``gate``, ``gate-renorm``, ``zero``, ``mean`` (network scope: ``zero``, ``mean``).
-
-    Returns
-    -------
-    dict of str to EvaluationResult
-        One result per ablation, in the order given.
-
-    Examples
-    --------
-    >>> results = evaluate_ablations("ckpt.pt", ablations=["gate", "mean"])  # doctest: +SKIP
-    >>> results["mean"].summary[["method", "faithfulness"]]  # doctest: +SKIP
+    The output folder is checked before any work. Returns the results on rank 0, ``None`` elsewhere.
     """
-    from laya_eval.train import resolve_device
+    from laya_eval.fileio import check_output_folder
 
-    options = options or EvalOptions()
-    ablations = _check_ablations(ablations, options.scope)
-    device = resolve_device(options.device)
-    model, ckpt = _resolve_model(model, device)
-    if model.n_layers < 2:
-        raise ConfigError("the model has a single hidden layer: faithfulness (a rank correlation across layers) is undefined.")
-    data = _resolve_data(model, data, options.split, data_dir)
-    if options.limit is not None:
-        if options.limit > len(data):
-            raise ConfigError(f"limit {options.limit} is larger than the {len(data)} samples of '{data.name}' ({options.split}).")
-        data = data.subset(slice(0, options.limit))
-    model.check_fits(data)
-
-    methods, notes = [], []
-    for m in resolve_methods(None if options.methods is None else list(options.methods)):
-        reason = applicable(m, model)
-        (notes.append(f"skipped {reason}") if reason else methods.append(m))
-    wants_static = any(m.dataset_mean for m in methods)
-    # Under gate ablations at head scope static weights need only the cached terms: finish them after the stream.
-    deferred = wants_static and options.scope == "head" and all(a.startswith("gate") for a in ablations)
-    prepass = "mean" in ablations or (wants_static and not deferred)
-    tick = None
-    if progress is not None:
-        progress.total = len(data) * (2 if prepass else 1)
-        progress.refresh()
-        tick = progress.update
-    fill, static = None, None
-    if prepass:
-        fill, static = _prepass(model, data, options, device, tick, need_fill="mean" in ablations)
-    fills = {a: fill if a == "mean" else None for a in ablations}
-    store = _stream(model, data, methods, fills, options, device, static, deferred, tick)
-    if deferred:
-        _finish_deferred(store, model, methods, ablations)
-    return {a: build_result(store.collected(a), model, data.name, dataclasses.replace(options, ablation=a), ckpt,
-                            methods, notes) for a in ablations}
-
-
-def _stream(model: LayeredModel, data: Dataset, methods: Sequence[AttributionMethod], fills: dict[str, Any],
-            options: EvalOptions, device, static: Tensor | None, deferred: bool, tick) -> _Store:
-    """The one pass over the data: trace, effects under each ablation, attributions once, deletion curves."""
-    ctx = MethodContext(scope=options.scope, n_steps=options.n_steps, internal_batch_size=options.internal_batch_size,
-                        rng=np.random.default_rng(options.seed))
-    store = _Store()
-    lolo = leave_one_out_masks(model.n_layers).to(device)
-    for x, y in _batches(data, options.batch_size, device):
-        tr = trace(model, x, y)
-        store.labels.append(y)
-        store.preds.append(tr.pred.cpu())
-        store.confidence.append(tr.confidence.cpu())
-        for a, fill in fills.items():
-            effects = removal_effects(tr, model, lolo, ablation=a, scope=options.scope, fill=fill)
-            store.effects.setdefault(a, []).append(effects.cpu())
-        if deferred:
-            store.terms.append(tr.terms)
-            store.weights.append(tr.layer_weights)
-        for m in methods:
-            if m.dataset_mean and deferred:
-                continue
-            scores = _method_scores(m, tr, model, ctx, static)
-            store.scores.setdefault(m.name, []).append(scores.cpu())
-            masks = _ranked_masks(scores)
-            for a, fill in fills.items():
-                curve = removal_effects(tr, model, masks, ablation=a, scope=options.scope, fill=fill)
-                store.deletion.setdefault(a, {}).setdefault(m.name, []).append(curve.cpu())
-            if m.name == "ig" and options.scope == "head":
-                store.ig_delta.append(ig_completeness_delta(tr, model, scores).cpu())
-        ctx.clear_cache()
-        if tick:
-            tick(len(y))
-    return store
-
-
-def _finish_deferred(store: _Store, model: LayeredModel, methods: Sequence[AttributionMethod],
-                     ablations: Sequence[str]) -> None:
-    """Static weights under gate ablations: their dataset mean is known only now, and the gate needs only the terms."""
-    terms, weights = torch.cat(store.terms), torch.cat(store.weights)
-    logits = terms.sum(1) + model.head.bias.detach()
-    tr = Trace(hidden=(), logits=logits, probs=torch.softmax(logits, -1), pred=logits.argmax(-1), terms=terms,
-               layer_weights=weights)
-    scores = weights.mean(0).expand(tr.n_samples, -1).clone()
-    masks = _ranked_masks(scores)
-    for m in methods:
-        if m.dataset_mean:
-            store.scores[m.name] = [scores.cpu()]
-            for a in ablations:
-                curve = removal_effects(tr, model, masks, ablation=a, scope="head", fill=None)
-                store.deletion.setdefault(a, {})[m.name] = [curve.cpu()]
-
-
-def _cat(parts: list[Tensor]) -> np.ndarray:
-    return torch.cat(parts).double().numpy()
+    check_output_folder(out_dir)
+    results = evaluate_ablations(model, data, ablations, options=options, data_dir=data_dir, progress=progress,
+                                 world=world, partial_dir=out_dir, resume=resume)
+    if results is not None:
+        write_results(results, out_dir)
+    world.barrier()
+    return results

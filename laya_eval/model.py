@@ -80,6 +80,24 @@ class LayeredModel(nn.Module):
             return list(self.backbone(x, replace=replace))
         return list(self.backbone(x))
 
+    def block_outputs(self, x: Any) -> tuple[list[Tensor], list[Tensor]]:
+        """Hidden states and each block's full output (what ``replace[i]`` acts on), in one pass.
+
+        The read-only twin of ``replace``: every block's output is recorded and passed on
+        unchanged. Returns ``(hidden, outputs)``, ``outputs[i]`` e.g. (B, C, H, W) or (B, T, D).
+        """
+        outputs: dict[int, Tensor] = {}
+
+        def record(i: int) -> Callable[[Tensor], Tensor]:
+            def keep_and_pass(t: Tensor) -> Tensor:
+                outputs[i] = t
+                return t
+
+            return keep_and_pass
+
+        hidden = self.hidden_states(x, {i: record(i) for i in range(self.n_layers)})
+        return hidden, [outputs[i] for i in range(self.n_layers)]
+
     def forward(self, x: Any, keep: Tensor | None = None) -> Tensor:
         """Logits (B, C); ``keep`` (B, L) gates the head's per-layer terms."""
         return self.head(self.hidden_states(x), keep)

@@ -23,6 +23,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, SCOPES
 from laya_eval.errors import ConfigError
 from laya_eval.heads import LayerHead, pool_hidden
 from laya_eval.model import LayeredModel
@@ -31,32 +32,60 @@ from laya_eval.trace import Trace
 __all__ = [
     "ABLATIONS",
     "SCOPES",
+    "ablation_fill",
+    "check_ablation",
+    "check_ablations",
     "deletion_masks",
+    "layer_ranking",
     "leave_one_out_masks",
     "removal_effects",
     "removal_probs",
 ]
 
-ABLATIONS = ("gate", "gate-renorm", "zero", "mean")
-SCOPES = ("head", "network")
-
 
 def check_ablation(ablation: str, scope: str) -> None:
     """Validate an (ablation, scope) pair with a message that says how to fix it."""
-    if ablation not in ABLATIONS:
-        raise ConfigError(f"ablation must be one of {{{', '.join(ABLATIONS)}}}; got {ablation!r}.")
     if scope not in SCOPES:
         raise ConfigError(f"scope must be one of {{{', '.join(SCOPES)}}}; got {scope!r}.")
-    if scope == "network" and ablation.startswith("gate"):
+    if ablation not in ABLATION_SPECS:
+        raise ConfigError(f"ablation must be one of {{{', '.join(ABLATIONS)}}}; got {ablation!r}.")
+    if scope not in ABLATION_SPECS[ablation].scopes:
+        allowed = [a for a, spec in ABLATION_SPECS.items() if scope in spec.scopes]
         raise ConfigError(
-            f"ablation {ablation!r} gates the head's terms and has no meaning inside the backbone; "
-            "with --scope network use --ablation zero or mean."
+            f"ablation {ablation!r} is not defined at {scope} scope (it acts on the head's terms, not inside the "
+            f"backbone); with --scope {scope} use --ablation {' or '.join(allowed)}."
         )
 
 
-def leave_one_out_masks(n_layers: int) -> Tensor:
+def check_ablations(ablations: Sequence[str] | str, scope: str) -> tuple[str, ...]:
+    """Validate a list of ablations (duplicates dropped, order kept); at least one."""
+    if isinstance(ablations, str):
+        ablations = (ablations,)
+    ablations = tuple(dict.fromkeys(ablations))
+    if not ablations:
+        raise ConfigError(f"give at least one ablation among {{{', '.join(ABLATIONS)}}}.")
+    for a in ablations:
+        check_ablation(a, scope)
+    return ablations
+
+
+def ablation_fill(ablation: str, statistics: dict[str, list[Tensor]]) -> list[Tensor] | None:
+    """The replacement values an ablation needs: the dataset statistic its catalog entry declares, else None."""
+    stats = [n.split(":", 1)[1] for n in ABLATION_SPECS[ablation].needs if n.startswith("stat:")]
+    return statistics[stats[0]] if stats else None
+
+
+def leave_one_out_masks(n_layers: int, device: torch.device | str | None = None) -> Tensor:
     """Keep masks for the ``L`` single-layer removals: row ``k`` drops layer ``k``. Shape (L, L)."""
-    return 1.0 - torch.eye(n_layers)
+    return 1.0 - torch.eye(n_layers, device=device)
+
+
+def layer_ranking(scores: Tensor) -> Tensor:
+    """Layer indices by descending score, ties broken by the lowest layer index, (B, L), on the scores' device.
+
+    The same order as :func:`laya_eval.metrics.rank_layers` (a stable sort of ``-scores``).
+    """
+    return torch.argsort(-scores, dim=1, stable=True)
 
 
 def deletion_masks(ranking: Tensor) -> Tensor:
@@ -74,8 +103,8 @@ def deletion_masks(ranking: Tensor) -> Tensor:
     """
     batch, n = ranking.shape
     position = torch.empty_like(ranking)
-    position.scatter_(1, ranking, torch.arange(n).expand(batch, n))
-    k = torch.arange(1, n + 1)
+    position.scatter_(1, ranking, torch.arange(n, device=ranking.device).expand(batch, n))
+    k = torch.arange(1, n + 1, device=ranking.device)
     return (position[:, None, :] >= k[None, :, None]).float()
 
 

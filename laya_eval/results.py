@@ -2,30 +2,31 @@
 
 :func:`score_method` turns one method's attributions, effects and deletion curve into
 per-sample and summary metrics; :func:`build_result` assembles the tables of one
-ablation; :func:`write_results` writes them all-or-nothing.
+ablation from merged :class:`~laya_eval.records.Records`; :func:`write_results` writes a
+run (one subfolder per ablation when there are several) as one set.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 
+from laya_eval.fileio import sha256_bytes, write_result_folder
 from laya_eval.metrics import METRICS, bootstrap_mean, spearman_per_sample, top1_hit
 from laya_eval.model import LayeredModel
+from laya_eval.records import Records
 
 if TYPE_CHECKING:
-    from laya_eval.attribution import AttributionMethod
-    from laya_eval.evaluate import EvalOptions
+    from laya_eval.evaluate import EvalOptions, Plan
 
-__all__ = ["SUMMARY_COLUMNS", "Collected", "EvaluationResult", "MethodScore", "build_result", "score_method",
+__all__ = ["SUMMARY_COLUMNS", "EvaluationResult", "MethodScore", "build_result", "result_files", "score_method",
            "write_results"]
 
 SUMMARY_COLUMNS = [
@@ -58,32 +59,6 @@ class EvaluationResult:
     summary: pd.DataFrame
     manifest: dict[str, Any]
     notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Collected:
-    """Per-sample arrays of one ablation, gathered over the whole evaluated set.
-
-    Attributes
-    ----------
-    labels, preds : ndarray, (N,)
-    confidence : ndarray, (N,)
-        Probability of the predicted class on the intact input.
-    effects : ndarray, (N, L)
-        Leave-one-layer-out effects.
-    scores, deletion : dict of str to ndarray, each (N, L)
-        Each method's attributions and its Deletion@k curve, k = 1..L.
-    ig_delta : ndarray or None
-        Integrated Gradients' completeness deltas (head scope only).
-    """
-
-    labels: np.ndarray
-    preds: np.ndarray
-    confidence: np.ndarray
-    effects: np.ndarray
-    scores: dict[str, np.ndarray]
-    deletion: dict[str, np.ndarray]
-    ig_delta: np.ndarray | None = None
 
 
 @dataclass
@@ -135,15 +110,15 @@ def score_method(
     return MethodScore(spearman=rho, top1_hit=hit, summary=summary)
 
 
-def build_result(got: Collected, model: LayeredModel, data_name: str, options: EvalOptions, ckpt: dict,
-                 methods: Sequence[AttributionMethod], notes: list[str]) -> EvaluationResult:
-    """The tables and manifest of one ablation (``options.ablation``)."""
-    n_layers, effects = model.n_layers, got.effects
-    n = effects.shape[0]
-    sample = np.arange(n)
+def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int = 1) -> EvaluationResult:
+    """The tables and manifest of one ablation from merged per-sample records."""
+    options = dataclasses.replace(plan.options, ablation=ablation)
+    model, n_layers = plan.model, plan.model.n_layers
+    effects, n = records.effects[ablation], len(records)
+    sample = records.sample
     layer_rows, sample_rows, summary_rows = [], [], []
-    for k, m in enumerate(methods):
-        scores, deletion = got.scores[m.name], got.deletion[m.name]
+    for k, m in enumerate(plan.methods):
+        scores, deletion = records.scores[m.name], records.deletion[ablation][m.name]
         scored = score_method(scores, effects, deletion, bootstrap=options.bootstrap, seed=[options.seed, k])
         layer_rows.append(pd.DataFrame({
             "sample": np.repeat(sample, n_layers), "method": m.name,
@@ -151,30 +126,21 @@ def build_result(got: Collected, model: LayeredModel, data_name: str, options: E
             "attribution": scores.reshape(-1), "effect": effects.reshape(-1),
         }))
         sample_rows.append(pd.DataFrame({
-            "sample": sample, "label": got.labels, "pred": got.preds, "confidence": got.confidence, "method": m.name,
-            "spearman": scored.spearman, "deletion_at_1": deletion[:, 0], "top1_hit": scored.top1_hit,
+            "sample": sample, "label": records.label, "pred": records.pred, "confidence": records.confidence,
+            "method": m.name, "spearman": scored.spearman, "deletion_at_1": deletion[:, 0], "top1_hit": scored.top1_hit,
         }))
         summary_rows.append({
-            "checkpoint": ckpt["path"] or "<in-memory>", "head": model.head.name, "dataset": data_name,
-            "method": m.name, "ablation": options.ablation, "scope": options.scope, **scored.summary,
+            "checkpoint": plan.checkpoint["path"] or "<in-memory>", "head": model.head.name, "dataset": plan.data.name,
+            "method": m.name, "ablation": ablation, "scope": options.scope, **scored.summary,
         })
+    notes = list(plan.notes)
     return EvaluationResult(
         layers=pd.concat(layer_rows, ignore_index=True) if layer_rows else pd.DataFrame(),
         samples=pd.concat(sample_rows, ignore_index=True) if sample_rows else pd.DataFrame(),
         summary=pd.DataFrame(summary_rows),
-        manifest=_manifest(model, data_name, options, ckpt, methods, notes, n, got.ig_delta),
+        manifest=_manifest(records, plan, options, world_size),
         notes=notes,
     )
-
-
-def _versions() -> dict[str, str]:
-    import captum
-    import scipy
-
-    import laya_eval
-
-    return {"laya_eval": laya_eval.__version__, "python": platform.python_version(), "torch": torch.__version__,
-            "captum": captum.__version__, "numpy": np.__version__, "scipy": scipy.__version__, "pandas": pd.__version__}
 
 
 def _model_record(model: LayeredModel) -> dict[str, Any]:
@@ -183,56 +149,71 @@ def _model_record(model: LayeredModel) -> dict[str, Any]:
     return {"training": training, "metrics": dict(model.info.metrics)}
 
 
-def _manifest(model, data_name, options, ckpt, methods, notes, n, ig_delta) -> dict[str, Any]:
-    ig = None
-    if ig_delta is not None:
-        delta = np.abs(ig_delta)
-        ig = {"mean_abs_completeness_delta": float(delta.mean()), "max_abs_completeness_delta": float(delta.max()),
-              "note": "head scope: IG over the head's cached inputs measures the direct effect of each layer."}
+def _diagnostics(records: Records, plan: Plan) -> dict[str, Any]:
+    out = {}
+    for m in plan.methods:
+        values = records.diagnostics.get(m.name)
+        if values is not None and values.size:
+            delta = np.abs(values)
+            out[m.name] = {"mean_abs": float(delta.mean()), "max_abs": float(delta.max()), "note": m.diagnostic_note}
+    return out
+
+
+def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: int) -> dict[str, Any]:
+    from laya_eval.fileio import provenance
+
+    model = plan.model
     return {
-        "versions": _versions(),
-        "checkpoint": ckpt,
+        **provenance(options.device),
+        "checkpoint": plan.checkpoint,
         "model": _model_record(model),
         "head": model.head.name,
-        "dataset": data_name,
+        "dataset": plan.data.name,
         "split": options.split,
-        "n_samples": n,
+        "n_samples": len(records),
         "n_layers": model.n_layers,
         "layer_names": model.layer_names,
         "seed": options.seed,
         "options": asdict(options),
-        "methods": {m.name: m.description for m in methods},
-        "skipped": notes,
+        "world_size": world_size,
+        "methods": {m.name: m.description for m in plan.methods},
+        "skipped": list(plan.notes),
         "effect": ("p_c(x) - p_c(x with the layer removed), c = class predicted on the intact input; "
                    f"ablation {options.ablation!r}, scope {options.scope!r}."),
         "metrics": {name: asdict(info) for name, info in METRICS.items()},
-        "integrated_gradients": ig,
+        "diagnostics": _diagnostics(records, plan),
     }
 
 
-def write_results(result: EvaluationResult, out_dir: str | os.PathLike) -> list[Path]:
-    """Write layers.csv, samples.csv, summary.csv and manifest.json into ``out_dir``.
+_CSV = dict(index=False, float_format="%.8g", lineterminator="\n")
 
-    Each file is written under a temporary name and renamed, so an interrupted
-    run never leaves a file that looks complete.
+
+def result_files(results: Mapping[str, EvaluationResult], *, run_id: str | None = None) -> dict[str, bytes]:
+    """Every file of a run as ``{relative path: bytes}``: one ablation in the folder itself, several in
+    one subfolder each (``gate/layers.csv``, ...). Each manifest records the run id and the sha256 of its
+    folder's files, so a folder mixing two runs is recognised."""
+    tables = {}
+    for name, result in results.items():
+        prefix = f"{name}/" if len(results) > 1 else ""
+        for f, df in {"layers.csv": result.layers, "samples.csv": result.samples, "summary.csv": result.summary}.items():
+            tables[prefix + f] = df.to_csv(**_CSV).encode()
+    # The run id is a digest of everything the run wrote: the same run gives the same id (same bytes out).
+    run_id = run_id or sha256_bytes("".join(f"{k}:{sha256_bytes(v)}" for k, v in tables.items()).encode())[:16]
+    files: dict[str, bytes] = {}
+    for name, result in results.items():
+        prefix = f"{name}/" if len(results) > 1 else ""
+        part = {f: tables[prefix + f] for f in ("layers.csv", "samples.csv", "summary.csv")}
+        manifest = {**result.manifest, "run_id": run_id, "files": {f: sha256_bytes(b) for f, b in part.items()}}
+        part["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
+        files.update({prefix + f: b for f, b in part.items()})
+    return files
+
+
+def write_results(result: EvaluationResult | Mapping[str, EvaluationResult], out_dir: str | os.PathLike) -> list[Path]:
+    """Write an evaluation (or several ablations of one) into ``out_dir``, replacing the folder whole.
+
+    Files: layers.csv, samples.csv, summary.csv and manifest.json (one subfolder per ablation
+    when several are given). See :func:`laya_eval.fileio.write_result_folder`.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    payloads = {
-        "layers.csv": result.layers.to_csv(index=False, float_format="%.8g", lineterminator="\n"),
-        "samples.csv": result.samples.to_csv(index=False, float_format="%.8g", lineterminator="\n"),
-        "summary.csv": result.summary.to_csv(index=False, float_format="%.8g", lineterminator="\n"),
-        "manifest.json": json.dumps(result.manifest, indent=2, sort_keys=True, default=str) + "\n",
-    }
-    # Every file goes to a temporary name first; only when all are written are they renamed, the
-    # manifest last, so an interruption never leaves a half-written file under a final name.
-    temps = {name: out / f".{name}.tmp" for name in payloads}
-    try:
-        for name, text in payloads.items():
-            temps[name].write_text(text)
-        for name in payloads:
-            os.replace(temps[name], out / name)
-    finally:
-        for tmp in temps.values():
-            tmp.unlink(missing_ok=True)
-    return [out / name for name in payloads]
+    results = {result.manifest["options"]["ablation"]: result} if isinstance(result, EvaluationResult) else result
+    return write_result_folder(out_dir, result_files(results))

@@ -39,6 +39,9 @@ class Trace:
     labels : Tensor, (B,) or None
     inputs : Any
         The raw input batch (kept for network-scope analyses).
+    sample_ids : Tensor, (B,) int64, or None
+        Global index of each sample in the evaluated set; per-sample randomness is drawn
+        from (seed, sample id), so it does not depend on batching or sharding.
     """
 
     hidden: tuple[Tensor, ...]
@@ -49,6 +52,7 @@ class Trace:
     layer_weights: Tensor | None
     labels: Tensor | None = None
     inputs: Any = None
+    sample_ids: Tensor | None = None
 
     @property
     def n_samples(self) -> int:
@@ -67,7 +71,8 @@ class Trace:
 
 
 @torch.no_grad()
-def trace_from_hidden(head: LayerHead, hidden: list[Tensor], labels: Tensor | None = None, inputs: Any = None) -> Trace:
+def trace_from_hidden(head: LayerHead, hidden: list[Tensor], labels: Tensor | None = None, inputs: Any = None,
+                      sample_ids: Tensor | None = None) -> Trace:
     """Build a :class:`Trace` from hidden states that are already computed."""
     hidden = tuple(h.detach() for h in hidden)
     terms, weights = head.terms_and_weights(hidden)
@@ -81,10 +86,11 @@ def trace_from_hidden(head: LayerHead, hidden: list[Tensor], labels: Tensor | No
         layer_weights=None if weights is None else weights.detach(),
         labels=labels,
         inputs=inputs,
+        sample_ids=sample_ids,
     )
 
 
 @torch.no_grad()
-def trace(model: LayeredModel, x: Any, labels: Tensor | None = None) -> Trace:
+def trace(model: LayeredModel, x: Any, labels: Tensor | None = None, sample_ids: Tensor | None = None) -> Trace:
     """Run the backbone once on the batch ``x`` and cache what every analysis needs."""
-    return trace_from_hidden(model.head, model.hidden_states(x), labels=labels, inputs=x)
+    return trace_from_hidden(model.head, model.hidden_states(x), labels=labels, inputs=x, sample_ids=sample_ids)

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from laya_eval.data import Dataset
+from laya_eval.devices import resolve_device
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.heads import make_head, pool_hidden
 from laya_eval.model import LayeredModel, ModelInfo
@@ -64,15 +65,6 @@ class TrainResult:
     best_val_accuracy: float
     wall_time_s: float
     history: list[dict[str, float]] = field(default_factory=list)
-
-
-def resolve_device(device: str) -> torch.device:
-    """Check that ``device`` exists here; ``cuda`` without a GPU is a ConfigError."""
-    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise ConfigError(f"device must be 'cpu' or 'cuda'; got {device!r}.")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device {device!r} was requested but no CUDA GPU is available; use --device cpu.")
-    return torch.device(device)
 
 
 def build_model(

@@ -114,28 +114,59 @@ def test_network_scope_grad_x_act_sees_later_layers(digits_models, digits):
     assert not torch.allclose(net[:, 0], _run("grad_x_act", tr, model)[:, 0], atol=1e-4)
 
 
+def _context_for(m, tr, model):
+    """What the engine provides: the dataset statistics the method declares in its catalog entry."""
+    from laya_eval.dataset_stats import batch_statistics
+
+    stats = tuple(n.split(":", 1)[1] for n in m.needs if n.startswith("stat:"))
+    return MethodContext(statistics=batch_statistics(stats, tr, model, "head").means() if stats else {})
+
+
 def test_every_method_returns_B_by_L(digits_models, digits):
     for head, model in digits_models.items():
         tr = trace(model, digits["test"].x[:7], digits["test"].y[:7])
         for m in METHODS.values():
             if applicable(m, model) is None:
-                out = m.fn(tr, model, target=tr.pred, context=MethodContext())
+                out = m.fn(tr, model, target=tr.pred, context=_context_for(m, tr, model))
                 assert out.shape == (7, 3), (head, m.name)
                 assert torch.isfinite(out).all()
 
 
-def test_random_consumes_one_stream_whatever_the_batch_size(digits_models, digits):
+def test_static_is_the_mean_layer_weight_over_the_set(digits_models, digits):
+    model = digits_models["laya"]
+    tr = trace(model, digits["test"].x[:40], None)
+    out = METHODS["static"].fn(tr, model, target=tr.pred, context=_context_for(METHODS["static"], tr, model))
+    torch.testing.assert_close(out, tr.layer_weights.double().mean(0).float().expand(40, -1), rtol=0, atol=0)
+
+
+def _random_scores(model, x, ids, seed=5):
+    tr = trace(model, x, None, sample_ids=ids)
+    return METHODS["random"].fn(tr, model, target=None, context=MethodContext(seed=seed))
+
+
+def test_random_is_drawn_per_sample_whatever_the_batching(digits_models, digits):
     model = digits_models["concat"]
-    x = digits["test"].x[:10]
-    whole = _random_scores(model, [x])
-    split = _random_scores(model, [x[:3], x[3:]])
-    torch.testing.assert_close(whole, split)
-    assert torch.equal(whole, torch.from_numpy(np.random.default_rng(5).random((10, 3))).float())
+    x, ids = digits["test"].x[:10], torch.arange(100, 110)
+    whole = _random_scores(model, x, ids)
+    split = torch.cat([_random_scores(model, x[:3], ids[:3]), _random_scores(model, x[3:], ids[3:])])
+    assert torch.equal(whole, split)
+    perm = torch.randperm(10, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(_random_scores(model, x[perm], ids[perm]), whole[perm])  # a sample's scores follow its id
+    assert not torch.equal(_random_scores(model, x, ids, seed=6), whole)
+    assert not torch.equal(_random_scores(model, x, ids + 1), whole)
 
 
-def _random_scores(model, parts):
-    ctx = MethodContext(rng=np.random.default_rng(5))
-    return torch.cat([METHODS["random"].fn(trace(model, p, None), model, target=None, context=ctx) for p in parts])
+def test_random_scores_are_uniform_and_independent_across_layers():
+    from scipy import stats as st
+
+    from laya_eval.seeding import per_sample_uniform
+
+    u = per_sample_uniform(3, torch.arange(20000), 4).numpy()
+    assert ((u >= 0) & (u < 1)).all()
+    for j in range(4):
+        assert st.kstest(u[:, j], "uniform").pvalue > 0.001
+    corr = np.corrcoef(u.T)[np.triu_indices(4, 1)]
+    assert np.abs(corr).max() < 0.03  # 20000 draws: |r| of independent columns is ~ N(0, 0.007)
 
 
 def test_applicability(digits_models):

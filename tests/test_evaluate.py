@@ -96,7 +96,7 @@ def test_manifest(laya_result, digits_checkpoints):
     assert set(m["versions"]) >= {"laya_eval", "torch", "captum", "numpy", "scipy", "pandas", "python"}
     assert m["metrics"]["faithfulness"]["higher_is_better"] is True
     assert m["metrics"]["faithfulness"]["lower_bound"] == -1.0
-    assert m["integrated_gradients"]["mean_abs_completeness_delta"] < 1e-3
+    assert m["diagnostics"]["ig"]["mean_abs"] < 1e-3  # IG completeness delta
     json.dumps(m)
 
 
@@ -157,23 +157,23 @@ def test_same_seed_same_bytes(digits_checkpoints, tmp_path):
 
 def test_interrupted_write_leaves_nothing_that_looks_complete(digits_checkpoints, tmp_path, monkeypatch):
     r = evaluate(digits_checkpoints["concat"], options=EvalOptions(limit=10, **FAST))
-    (tmp_path / "summary.csv").write_text("old results\n")
-    import pathlib
+    old = evaluate(digits_checkpoints["concat"], options=EvalOptions(limit=12, **FAST))
+    write_results(old, tmp_path / "out")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+    import laya_eval.fileio as fileio
 
-    real = pathlib.Path.write_text
+    calls = []
 
-    def flaky(self, text, *a, **k):
-        if self.name.startswith(".samples"):
-            real(self, text[: len(text) // 2])
+    def flaky(fd):
+        calls.append(fd)
+        if len(calls) == 2:  # the second file of the new set
             raise KeyboardInterrupt
-        return real(self, text, *a, **k)
 
-    monkeypatch.setattr(pathlib.Path, "write_text", flaky)
+    monkeypatch.setattr(fileio.os, "fsync", flaky)
     with pytest.raises(KeyboardInterrupt):
-        write_results(r, tmp_path)
-    names = sorted(p.name for p in tmp_path.iterdir())
-    assert "samples.csv" not in names and not any(n.endswith(".tmp") for n in names)
-    assert (tmp_path / "summary.csv").read_text() == "old results\n"  # nothing already written is lost
+        write_results(r, tmp_path / "out")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before  # nothing already written is lost
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # and no half-written set is left beside it
 
 
 def test_bad_input(digits_checkpoints, digits):

@@ -18,11 +18,9 @@ from laya_eval_cli.options import (
     split_option,
 )
 
-# Kept in step with laya_eval.attribution.METHODS by tests/test_cli.py (importing torch here would slow --help).
-METHOD_NAMES = ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random"]
+from laya_eval.catalog import ABLATIONS, method_names
 
-
-ABLATIONS = ["gate", "gate-renorm", "zero", "mean"]  # kept in step with laya_eval.perturb.ABLATIONS by tests
+METHOD_NAMES = method_names()
 
 
 def _table(summary) -> str:
@@ -51,46 +49,49 @@ def _table(summary) -> str:
 @seed_option
 @click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0), help="Bootstrap resamples for the 95% intervals.")
 @click.option("--out", "out_dir", default="faithfulness-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for layers.csv, samples.csv, summary.csv and manifest.json.")
+              help="Folder for layers.csv, samples.csv, summary.csv and manifest.json; replaced whole at the end.")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted run into the same --out from its completed chunks (same options).")
+@click.option("--chunk-size", default=1024, show_default=True, type=click.IntRange(min=1),
+              help="Samples per resumable chunk kept under --out/.partial (results do not depend on it).")
+@click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]),
+              help="Precision of the backbone pass (autocast; effects and metrics stay float32 or better).")
 @data_dir_option
 @device_option
 @quiet_option
 def faithfulness(checkpoint, data, split, methods, ablation, scope, limit, batch_size, seed, bootstrap, out_dir,
-                 data_dir, device, quiet):
+                 resume, chunk_size, dtype, data_dir, device, quiet):
     """Score layer attributions of CHECKPOINT against leave-one-layer-out effects.
 
     For every input, each method's layer scores are compared with the drop of the
     predicted class's probability when each layer is removed: Spearman
     faithfulness, Deletion@1 and the top-1 hit rate, with 95% bootstrap intervals.
+    Under torchrun every process evaluates a contiguous shard; rank 0 writes.
 
     Example: laya-eval faithfulness ckpt.pt --limit 1000 --out results/
     """
-    from pathlib import Path
+    from laya_eval.distributed import world_from_environment
+    from laya_eval.evaluate import EvalOptions, evaluate_to_folder
 
-    from laya_eval.evaluate import EvalOptions, evaluate_ablations, write_results
-    from laya_eval.train import resolve_device
-
-    ablations = choice_list(ablation, ABLATIONS, "--ablation")
+    ablations = choice_list(ablation, list(ABLATIONS), "--ablation")
     names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
     options = EvalOptions(methods=names, ablation=ablations[0], scope=scope, split=split, limit=limit,
-                          batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device)
-    resolve_device(device)
+                          batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device, dtype=dtype, chunk_size=chunk_size)
+    world = world_from_environment(device)
     start = time.perf_counter()
-    with progress_bar(quiet, desc="evaluate", unit="sample") as bar:
-        results = evaluate_ablations(checkpoint, data, ablations, options=options, data_dir=data_dir, progress=bar)
+    with progress_bar(quiet or not world.is_main, desc="evaluate", unit="sample") as bar:
+        results = evaluate_to_folder(checkpoint, data, ablations, out_dir, options=options, data_dir=data_dir,
+                                     progress=bar, world=world, resume=resume)
+    if results is None:
+        return
     elapsed = time.perf_counter() - start
     first = results[ablations[0]]
-    if first.summary.empty:
-        raise click.UsageError("no requested method applies to this model's head: " + " ".join(first.notes))
     for note in first.notes:
         click.echo(f"note: {note}")
     for name, result in results.items():
         click.echo(f"{checkpoint}: {result.manifest['head']} head, {result.manifest['dataset']} ({split}), "
                    f"ablation {name}, scope {scope}, n = {result.manifest['n_samples']}")
         click.echo(_table(result.summary))
-    # One ablation writes into --out itself; several write one subfolder each.
-    targets = {name: Path(out_dir) / name if len(ablations) > 1 else Path(out_dir) for name in ablations}
-    for name, result in results.items():
-        paths = write_results(result, targets[name])
-        click.echo(f"wrote {', '.join(p.name for p in paths)} to {targets[name]}")
+    click.echo(f"wrote {out_dir}" + (f" ({', '.join(ablations)} subfolders)" if len(ablations) > 1 else "")
+               + (f" from {world.size} processes" if world.size > 1 else ""))
     click.echo(f"done in {elapsed:.1f} s")

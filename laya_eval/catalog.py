@@ -1,0 +1,128 @@
+"""The names, descriptions and needs of every registered method, ablation and scope.
+
+This module is the one owner of those facts and imports nothing heavy (no torch), so
+the CLI's ``--help`` and choices, the figures and the report read it without paying
+for torch. The implementations bind functions to these entries:
+:data:`laya_eval.attribution.METHODS` and :data:`laya_eval.perturb.ABLATION_REGISTRY`
+check at import that they implement exactly the names listed here.
+
+What an entry *needs* is how the engine (``laya_eval/evaluate.py``) knows what to
+provide without naming any method or ablation:
+
+``"gradients"``
+    d logit_c / d h_i for the batch (computed once per batch, shared by every method
+    that needs it).
+``"tensor_inputs"``
+    At network scope the raw inputs must be a tensor (not text).
+``"stat:<name>"``
+    A dataset statistic from :data:`laya_eval.dataset_stats.STATISTICS`, computed in a
+    pass over the whole evaluated set (all processes together) before the main pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "ABLATIONS",
+    "METHOD_SPECS",
+    "ABLATION_SPECS",
+    "SCOPES",
+    "AblationSpec",
+    "MethodSpec",
+    "ablation_names",
+    "method_names",
+]
+
+SCOPES = ("head", "network")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A layer attribution method as the user sees it.
+
+    Attributes
+    ----------
+    name : str
+    description : str
+    requires : {"any", "weights", "laya"}
+        ``weights``: the head has layer weights (LAYA, ScalarMix); ``laya``: a LAYA head.
+    needs : tuple of str
+        What the engine must provide (see the module docstring).
+    """
+
+    name: str
+    description: str
+    requires: str = "any"
+    needs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AblationSpec:
+    """A way of removing a layer.
+
+    Attributes
+    ----------
+    name : str
+    description : str
+    scopes : tuple of str
+        The scopes it is defined for.
+    needs : tuple of str
+        Dataset statistics (``"stat:<name>"``) it needs before the effects.
+    """
+
+    name: str
+    description: str
+    scopes: tuple[str, ...] = SCOPES
+    needs: tuple[str, ...] = ()
+
+
+METHOD_SPECS: dict[str, MethodSpec] = {
+    m.name: m
+    for m in (
+        MethodSpec("laya", "LAYA attention alpha(x) from the forward pass.", requires="laya"),
+        MethodSpec(
+            "static",
+            "Input-independent layer weights: softmax(w) for ScalarMix, the mean alpha over the evaluated set for LAYA.",
+            requires="weights", needs=("stat:mean_layer_weights",),
+        ),
+        MethodSpec("contribution", "Exact per-layer term of the predicted logit, t_{i,c}(x)."),
+        MethodSpec(
+            "ig",
+            "Integrated Gradients (Captum; zero baseline, 50 Gauss-Legendre steps), summed over each layer's dimensions.",
+            needs=("tensor_inputs",),
+        ),
+        MethodSpec(
+            "gradcam",
+            "Grad-CAM-style (Captum LayerGradCam semantics): ReLU of the gradient-weighted channel sum, "
+            "averaged over space; on a vector layer ReLU(sum grad*act).",
+            needs=("gradients", "tensor_inputs"),
+        ),
+        MethodSpec("grad_x_act", "Sum over dimensions of gradient x activation.", needs=("gradients", "tensor_inputs")),
+        MethodSpec("random", "Seeded uniform scores drawn per sample from (seed, sample index): the chance baseline."),
+    )
+}
+
+ABLATION_SPECS: dict[str, AblationSpec] = {
+    a.name: a
+    for a in (
+        AblationSpec("gate", "Drop the layer's term; everything else, alpha included, unchanged.", scopes=("head",)),
+        AblationSpec("gate-renorm", "Drop the layer's term and renormalise the remaining layer weights.",
+                     scopes=("head",)),
+        AblationSpec("zero", "Replace the layer's state with zeros and recompute everything after it."),
+        AblationSpec("mean", "Replace the layer's state with its mean over the evaluated data and recompute "
+                             "everything after it.", needs=("stat:hidden_mean",)),
+    )
+}
+
+ABLATIONS = tuple(ABLATION_SPECS)
+
+
+def method_names() -> list[str]:
+    """Registered method names, in registry order."""
+    return list(METHOD_SPECS)
+
+
+def ablation_names() -> list[str]:
+    """Registered ablation names, in registry order."""
+    return list(ABLATION_SPECS)

@@ -1,0 +1,255 @@
+"""The engine: device discipline, batch-size/chunk/shard invariance, resumable runs, result folders as a set."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+import laya_eval.evaluate as engine
+from laya_eval.evaluate import EvalOptions, evaluate_ablations, evaluate_to_folder
+from laya_eval.partial import PartialStore
+from laya_eval.records import Records, merge_records
+
+FAST = dict(bootstrap=20, n_steps=4)
+TABLES = ("layers.csv", "samples.csv", "summary.csv")
+ROOT = Path(__file__).resolve().parents[1]
+
+# ------------------------------------------------------------------ device discipline
+_FACTORIES = {torch.arange, torch.zeros, torch.ones, torch.empty, torch.eye, torch.full, torch.tensor,
+              torch.as_tensor, torch.rand, torch.randn, torch.randint, torch.linspace, torch.randperm}
+
+
+def _caller_is_laya_eval() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(("torch", __name__)):
+        frame = frame.f_back
+    return frame is not None and frame.f_globals.get("__name__", "").startswith("laya_eval")
+
+
+class _NoImplicitCpuTensors(TorchFunctionMode):
+    """Inside the batch loop laya_eval code may create a tensor only with an explicit device (or *_like/new_*):
+    on a GPU a tensor made without one lands on the CPU and the next op raises a device mismatch."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _FACTORIES and "device" not in kwargs and _caller_is_laya_eval():
+            raise AssertionError(f"torch.{func.__name__} without device= inside the batch loop")
+        return func(*args, **kwargs)
+
+
+@pytest.fixture
+def device_guard(monkeypatch):
+    """Run every per-batch computation of the engine under the guard; torch.from_numpy is forbidden there too."""
+    real_from_numpy = torch.from_numpy
+
+    def from_numpy(array):
+        if _caller_is_laya_eval():
+            raise AssertionError("torch.from_numpy inside the batch loop makes a CPU tensor")
+        return real_from_numpy(array)
+
+    for name in ("_batch_records",):
+        real = getattr(engine, name)
+
+        def guarded(*args, _real=real, **kwargs):
+            monkeypatch.setattr(torch, "from_numpy", from_numpy)
+            try:
+                with _NoImplicitCpuTensors():
+                    return _real(*args, **kwargs)
+            finally:
+                monkeypatch.setattr(torch, "from_numpy", real_from_numpy)
+
+        monkeypatch.setattr(engine, name, guarded)
+
+
+@pytest.mark.parametrize("head", ["laya", "scalarmix", "lastlayer"])
+def test_batch_loop_creates_no_tensor_off_the_batch_device(device_guard, digits_models, head):
+    model = digits_models[head]
+    out = evaluate_ablations(model, "digits", ["gate", "gate-renorm", "zero", "mean"],
+                             options=EvalOptions(limit=40, batch_size=16, **FAST))
+    assert set(out) == {"gate", "gate-renorm", "zero", "mean"}
+    net = evaluate_ablations(model, "digits", ["zero", "mean"],
+                             options=EvalOptions(limit=20, batch_size=16, scope="network", ablation="zero", **FAST))
+    assert len(net["zero"].summary) >= 5
+
+
+def test_the_guard_catches_a_cpu_arange(device_guard, digits_models, monkeypatch):
+    """The first reintroduced bug: deletion masks built with torch.arange(n) on the CPU."""
+    import laya_eval.perturb as perturb
+
+    def cpu_masks(ranking):
+        batch, n = ranking.shape
+        position = torch.empty_like(ranking)
+        position.scatter_(1, ranking, torch.arange(n).expand(batch, n))
+        return (position[:, None, :] >= torch.arange(1, n + 1)[None, :, None]).float()
+
+    monkeypatch.setattr(perturb, "deletion_masks", cpu_masks)
+    monkeypatch.setattr(engine, "deletion_masks", cpu_masks)
+    with pytest.raises(AssertionError, match="arange without device"):
+        evaluate_ablations(digits_models["laya"], "digits", ["gate"], options=EvalOptions(limit=20, **FAST))
+
+
+def test_the_guard_catches_numpy_random_scores(device_guard, digits_models, monkeypatch):
+    """The second reintroduced bug: random scores made with numpy and torch.from_numpy."""
+    import laya_eval.attribution as attribution
+
+    def numpy_random(tr, model, *, target, context):
+        return torch.from_numpy(np.random.default_rng(0).random((tr.n_samples, tr.n_layers))).float()
+
+    monkeypatch.setitem(attribution.METHODS, "random",
+                        dataclasses.replace(attribution.METHODS["random"], fn=numpy_random))
+    with pytest.raises(AssertionError, match="from_numpy"):
+        evaluate_ablations(digits_models["laya"], "digits", ["gate"],
+                           options=EvalOptions(limit=20, methods=("random",), **FAST))
+
+
+# ------------------------------------------------------------------ invariance
+def _write(tmp, name, model, **opts):
+    out = tmp / name
+    evaluate_to_folder(model, "digits", opts.pop("ablations", ["gate"]), out,
+                       options=EvalOptions(limit=opts.pop("limit", 101), **FAST, **opts))
+    return out
+
+
+def _same_tables(a: Path, b: Path, sub: str = "") -> None:
+    for f in TABLES:
+        assert (a / sub / f).read_bytes() == (b / sub / f).read_bytes(), f"{sub}{f} differs"
+
+
+def test_csv_bytes_do_not_depend_on_batch_size_or_chunking(tmp_path, digits_checkpoints):
+    ckpt = digits_checkpoints["laya"]
+    ref = _write(tmp_path, "b256", ckpt, batch_size=256, ablations=["gate", "mean"])
+    for name, opts in {"b1": dict(batch_size=1), "b7": dict(batch_size=7, chunk_size=10)}.items():
+        out = _write(tmp_path, name, ckpt, ablations=["gate", "mean"], **opts)
+        for sub in ("gate", "mean"):
+            _same_tables(ref, out, sub)
+
+
+def test_records_merge_in_any_order():
+    def part(ids):
+        ids = np.asarray(ids)
+        return Records(sample=ids, label=ids % 3, pred=ids % 2, confidence=ids / 10.0,
+                       scores={"m": np.c_[ids, -ids].astype(float)}, effects={"gate": np.c_[ids, ids].astype(float)},
+                       deletion={"gate": {"m": np.c_[ids, ids].astype(float)}}, diagnostics={})
+    merged = merge_records([part([5, 6]), part([0, 1, 2]), part([3, 4])])
+    assert merged.sample.tolist() == list(range(7))
+    assert merged.scores["m"][:, 1].tolist() == [-i for i in range(7)]
+    with pytest.raises(Exception, match="appears in two records"):
+        merge_records([part([1, 2]), part([2])])
+
+
+# ------------------------------------------------------------------ resume
+class _Killed(Exception):
+    pass
+
+
+def test_resume_after_an_interruption_gives_the_same_bytes(tmp_path, digits_checkpoints, monkeypatch):
+    ckpt = digits_checkpoints["laya"]
+    ref = _write(tmp_path, "ref", ckpt, chunk_size=20, ablations=["gate", "mean"])
+    saved, real_save = [], PartialStore.save_chunk
+
+    def save_then_die(self, start, stop, records):
+        real_save(self, start, stop, records)
+        saved.append(start)
+        if len(saved) == 3:
+            raise _Killed
+
+    monkeypatch.setattr(PartialStore, "save_chunk", save_then_die)
+    out = tmp_path / "resumed"
+    options = EvalOptions(limit=101, chunk_size=20, **FAST)
+    with pytest.raises(_Killed):
+        evaluate_to_folder(ckpt, "digits", ["gate", "mean"], out, options=options)
+    assert len(list((out / ".partial").glob("chunk-*.npz"))) == 3 and not (out / "gate").exists()
+    monkeypatch.setattr(PartialStore, "save_chunk", real_save)
+    computed = []
+    real_batch = engine._batch_records
+    monkeypatch.setattr(engine, "_batch_records", lambda *a, **k: computed.append(1) or real_batch(*a, **k))
+    evaluate_to_folder(ckpt, "digits", ["gate", "mean"], out, options=options, resume=True)
+    assert len(computed) == 3  # only the chunks 60-79, 80-99 and 100 were left (batch 256 > chunk)
+    for sub in ("gate", "mean"):
+        _same_tables(ref, out, sub)
+    assert not (out / ".partial").exists()  # a finished run removes its partial files
+
+
+def test_resume_refuses_partial_files_of_other_options(tmp_path, digits_checkpoints, monkeypatch):
+    ckpt = digits_checkpoints["laya"]
+    out = tmp_path / "r"
+    monkeypatch.setattr(PartialStore, "save_chunk", lambda *a: (_ for _ in ()).throw(_Killed()))
+    with pytest.raises(_Killed):
+        evaluate_to_folder(ckpt, "digits", ["gate"], out, options=EvalOptions(limit=60, seed=1, **FAST))
+    monkeypatch.undo()
+    store = PartialStore(out, "another-key", resume=False)
+    store.save_chunk(0, 20, Records(sample=np.arange(20), label=np.zeros(20, int), pred=np.zeros(20, int),
+                                    confidence=np.zeros(20)))
+    with pytest.raises(Exception, match="other options"):
+        evaluate_to_folder(ckpt, "digits", ["gate"], out, options=EvalOptions(limit=60, seed=2, **FAST), resume=True)
+
+
+# ------------------------------------------------------------------ result folders
+def test_a_result_replaces_its_folder_whole_and_keeps_a_complete_earlier_one_on_failure(tmp_path, digits_checkpoints,
+                                                                                      monkeypatch):
+    ckpt = digits_checkpoints["laya"]
+    out = _write(tmp_path, "res", ckpt, ablations=["gate", "mean"])
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    import laya_eval.fileio as fileio
+
+    calls = []
+
+    def die_while_writing(fd):
+        calls.append(fd)
+        if len(calls) == 4:  # after the output checks, while the new set is being written
+            raise _Killed
+
+    monkeypatch.setattr(fileio.os, "fsync", die_while_writing)
+    with pytest.raises(_Killed):
+        evaluate_to_folder(ckpt, "digits", ["gate"], out, options=EvalOptions(limit=30, **FAST))
+    monkeypatch.undo()
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and ".partial" not in p.parts}
+    assert after == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".res.")]  # no temporary folder left
+    _write(tmp_path, "res", ckpt, ablations=["zero"], limit=30)
+    assert sorted(p.name for p in out.iterdir()) == ["layers.csv", "manifest.json", "samples.csv", "summary.csv"]
+
+
+def test_a_folder_of_other_files_is_never_replaced(tmp_path, digits_checkpoints):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(Exception, match="not a laya-eval result"):
+        _write(tmp_path, "mine", digits_checkpoints["laya"])
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_mixed_files_are_recognised(tmp_path, digits_checkpoints):
+    from laya_eval.fileio import verify_result_folder
+
+    a = _write(tmp_path, "a", digits_checkpoints["laya"])
+    b = _write(tmp_path, "b", digits_checkpoints["laya"], limit=50)
+    verify_result_folder(a)
+    (a / "samples.csv").write_bytes((b / "samples.csv").read_bytes())
+    with pytest.raises(Exception, match="not the file run"):
+        verify_result_folder(a)
+
+
+# ------------------------------------------------------------------ torchrun
+def test_two_processes_under_torchrun_write_the_same_bytes(tmp_path, digits_checkpoints):
+    ckpt = digits_checkpoints["scalarmix"]
+    args = ["faithfulness", str(ckpt), "--limit", "101", "--bootstrap", "20", "--batch-size", "16",
+            "--ablation", "gate,mean", "--quiet"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "LAYA_EVAL_THREADS": "1"}
+    one = subprocess.run([sys.executable, "-m", "laya_eval_cli", *args, "--out", str(tmp_path / "one")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "-m", "laya_eval_cli", *args, "--out", str(tmp_path / "two")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "from 2 processes" in two.stdout and two.stdout.count("wrote") == 1  # rank 0 alone prints and writes
+    for sub in ("gate", "mean"):
+        _same_tables(tmp_path / "one", tmp_path / "two", sub)
