@@ -108,7 +108,7 @@ def world_from_environment(device: str = "cpu") -> World:
         return SINGLE_PROCESS
     import torch.distributed as dist
 
-    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
     backend = "nccl" if str(device).startswith("cuda") else "gloo"
     if backend == "nccl":
         if not torch.cuda.is_available():

@@ -21,23 +21,22 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from laya_eval.attribution import AttributionMethod, MethodContext, applicable, layer_gradients, resolve_methods
-from laya_eval.data import Dataset, load_dataset
+from laya_eval.attribution import MethodContext, layer_gradients
+from laya_eval.catalog import ABLATIONS
+from laya_eval.data import Dataset
 from laya_eval.dataset_stats import DatasetStatistics, batch_statistics
-from laya_eval.devices import backbone_precision, resolve_device
+from laya_eval.devices import backbone_precision
 from laya_eval.distributed import SINGLE_PROCESS, World
-from laya_eval.errors import ConfigError, DataError
 from laya_eval.model import LayeredModel
-from laya_eval.partial import PartialStore, run_key
-from laya_eval.perturb import (ablation_fill, check_ablations, deletion_masks, layer_ranking, leave_one_out_masks,
-                               removal_effects)
+from laya_eval.partial import PartialStore
+from laya_eval.perturb import ablation_fill, deletion_masks, layer_ranking, leave_one_out_masks, removal_effects
+from laya_eval.plan import CHUNK_SIZE, EvalOptions, Plan, make_plan
 from laya_eval.records import Records, merge_records
 from laya_eval.results import SUMMARY_COLUMNS, EvaluationResult, MethodScore, build_result, score_method, write_results
 from laya_eval.trace import Trace, trace_from_hidden
@@ -47,110 +46,6 @@ __all__ = ["CHUNK_SIZE", "MIN_BATCH_ROWS", "SUMMARY_COLUMNS", "EvalOptions", "Ev
            "summarize", "write_results"]
 
 MIN_BATCH_ROWS = 16
-CHUNK_SIZE = 1024  # default unit of resumable work (samples); results do not depend on it
-
-
-@dataclass(frozen=True)
-class EvalOptions:
-    """Options of one evaluation (the CLI's flags)."""
-
-    methods: tuple[str, ...] | None = None
-    ablation: str = "gate"
-    scope: str = "head"
-    split: str = "test"
-    limit: int | None = None
-    batch_size: int = 256
-    seed: int = 0
-    bootstrap: int = 1000
-    device: str = "cpu"
-    n_steps: int = 50
-    internal_batch_size: int | None = None
-    dtype: str = "float32"
-    chunk_size: int = CHUNK_SIZE
-
-    def __post_init__(self) -> None:
-        check_ablations(self.ablation, self.scope)
-        for name in ("batch_size", "n_steps", "chunk_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
-        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int)
-                                       or self.limit < 1):
-            raise ConfigError(f"limit must be a positive integer; got {self.limit!r}.")
-        if isinstance(self.bootstrap, bool) or not isinstance(self.bootstrap, int) or self.bootstrap < 0:
-            raise ConfigError(f"bootstrap must be 0 or more resamples; got {self.bootstrap!r}.")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise ConfigError(f"seed must be an integer in [0, 2**63); got {self.seed!r}.")
-        resolve_methods(None if self.methods is None else list(self.methods))
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What one evaluation computes, resolved once before any work."""
-
-    model: LayeredModel
-    data: Dataset
-    methods: tuple[AttributionMethod, ...]
-    ablations: tuple[str, ...]
-    options: EvalOptions
-    device: torch.device
-    statistics: tuple[str, ...]
-    checkpoint: dict[str, Any]
-    notes: tuple[str, ...] = ()
-
-    @property
-    def needs_gradients(self) -> bool:
-        return any("gradients" in m.needs for m in self.methods)
-
-    def key(self) -> str:
-        """What changes the numbers (everything but batch size, bootstrap and process count)."""
-        o = self.options
-        return run_key({"checkpoint": self.checkpoint.get("sha256"), "data": self.data.name, "split": o.split,
-                        "n": len(self.data), "methods": [m.name for m in self.methods], "ablations": self.ablations,
-                        "scope": o.scope, "seed": o.seed, "n_steps": o.n_steps, "dtype": o.dtype,
-                        "device": self.device.type})
-
-
-def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device) -> tuple[LayeredModel, dict]:
-    from laya_eval.checkpoint import file_sha256, load_checkpoint
-
-    if isinstance(model, LayeredModel):
-        return model.to(device).eval(), {"path": None, "sha256": None}
-    return load_checkpoint(model, map_location=device), {"path": str(model), "sha256": file_sha256(model)}
-
-
-def _resolve_data(model: LayeredModel, data: Dataset | str | None, split: str, data_dir: Any) -> Dataset:
-    if isinstance(data, Dataset):
-        return data
-    name = data or model.info.dataset
-    if not name:
-        raise DataError("the checkpoint records no dataset; name one with --data (e.g. --data digits or --data npz:PATH).")
-    return load_dataset(name, split, data_dir=data_dir)
-
-
-def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | None, ablations: Sequence[str], *,
-              options: EvalOptions, data_dir: Any = None, world: World = SINGLE_PROCESS) -> Plan:
-    """Resolve model, data, methods and needs; every user error is raised here, before any work."""
-    ablations = check_ablations(ablations, options.scope)
-    device = resolve_device(world.device(options.device))
-    model, ckpt = _resolve_model(model, device)
-    if model.n_layers < 2:
-        raise ConfigError("the model has a single hidden layer: faithfulness (a rank correlation across layers) is undefined.")
-    data = _resolve_data(model, data, options.split, data_dir)
-    if options.limit is not None:
-        if options.limit > len(data):
-            raise ConfigError(f"limit {options.limit} is larger than the {len(data)} samples of '{data.name}' ({options.split}).")
-        data = data.subset(slice(0, options.limit))
-    model.check_fits(data)
-    methods, notes = [], []
-    for m in resolve_methods(None if options.methods is None else list(options.methods)):
-        reason = applicable(m, model)
-        (notes.append(f"skipped {reason}") if reason else methods.append(m))
-    from laya_eval.catalog import ABLATION_SPECS
-
-    needs = [n for m in methods for n in m.needs] + [n for a in ablations for n in ABLATION_SPECS[a].needs]
-    stats = tuple(dict.fromkeys(n.split(":", 1)[1] for n in needs if n.startswith("stat:")))
-    return Plan(model, data, tuple(methods), ablations, options, device, stats, ckpt, tuple(notes))
 
 
 def _batches(plan: Plan, start: int, stop: int) -> Iterator[tuple[Any, Tensor, Tensor]]:
@@ -262,7 +157,7 @@ def summarize(records: Records, plan: Plan, *, world_size: int = 1) -> dict[str,
 def evaluate_ablations(
     model: LayeredModel | str | os.PathLike,
     data: Dataset | str | None = None,
-    ablations: Sequence[str] = ("gate",),
+    ablations: Sequence[str] = ABLATIONS[:1],
     *,
     options: EvalOptions | None = None,
     data_dir: str | os.PathLike | None = None,

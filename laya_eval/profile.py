@@ -224,7 +224,7 @@ def profile_from_result(result, *, method: str = "laya", class_names: Sequence[s
 
 
 def layer_profile(model, data=None, *, method: str = "laya", by: str = "label", options=None,
-                  data_dir: str | os.PathLike | None = None, progress: Any = None) -> LayerProfile:
+                  data_dir: str | os.PathLike | None = None, progress: Any = None, world: Any = None) -> LayerProfile | None:
     """Class-wise layer profile of one attribution method.
 
     Parameters
@@ -241,48 +241,33 @@ def layer_profile(model, data=None, *, method: str = "laya", by: str = "label", 
         ``bootstrap`` are ignored.
     data_dir : path, optional
     progress : tqdm-like, optional
+    world : laya_eval.distributed.World, optional
+        Under torchrun each process profiles its shard; rank 0 gets the profile, the others ``None``.
 
     Returns
     -------
-    LayerProfile
+    LayerProfile, or None on ranks other than 0
 
     Raises
     ------
     ConfigError
         Unknown method, or a method that does not apply to the model's head.
     """
-    from laya_eval.attribution import METHODS, applicable
-    from laya_eval.checkpoint import file_sha256, load_checkpoint
-    from laya_eval.data import Dataset, load_dataset
-    from laya_eval.errors import DataError
-    from laya_eval.evaluate import EvalOptions, evaluate
+    from laya_eval.distributed import SINGLE_PROCESS
+    from laya_eval.evaluate import EvalOptions, evaluate_ablations
 
     _check_method(method)
     _check_by(by)
     options = dataclasses.replace(options or EvalOptions(), methods=(method,), bootstrap=0)
-    ckpt: dict[str, Any] = {}
-    if not hasattr(model, "head"):
-        path = model
-        model = load_checkpoint(path)  # validates the file first: a missing one is a CheckpointError
-        ckpt = {"label": Path(path).name, "path": str(path), "sha256": file_sha256(path)}
-    reason = applicable(METHODS[method], model)
-    if reason:
+    results = evaluate_ablations(model, data, (options.ablation,), options=options, data_dir=data_dir,
+                                 progress=progress, world=world or SINGLE_PROCESS)
+    if results is None:
+        return None
+    result = results[options.ablation]
+    if result.summary.empty:
+        reason = result.notes[0].removeprefix("skipped ")
         raise ConfigError(f"cannot profile {reason} Pick another method, e.g. 'contribution' or 'ig'.")
-    if not isinstance(data, Dataset):
-        name = data or model.info.dataset
-        if not name:
-            raise DataError("the checkpoint records no dataset; name one with --data (e.g. --data digits).")
-        data = load_dataset(name, options.split, data_dir=data_dir)
-    result = evaluate(model, data, options=options, progress=progress)
-    class_names = tuple(data.class_names or model.info.class_names or ())
-    return profile_from_result(result, method=method, class_names=class_names, by=by, meta=ckpt)
-
-
-def _write_text(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
+    return profile_from_result(result, method=method, class_names=tuple(result.manifest["class_names"]), by=by)
 
 
 def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str = "png") -> list[Path]:
@@ -297,6 +282,7 @@ def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str
         The files written, CSVs first.
     """
     from laya_eval import figures
+    from laya_eval.fileio import atomic_write_text as _write_text
 
     figures.check_format(fmt)
     out = Path(out_dir)

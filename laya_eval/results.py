@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -21,10 +21,8 @@ import pandas as pd
 from laya_eval.fileio import sha256_bytes, write_result_folder
 from laya_eval.metrics import METRICS, bootstrap_mean, spearman_per_sample, top1_hit
 from laya_eval.model import LayeredModel
+from laya_eval.plan import EvalOptions, Plan
 from laya_eval.records import Records
-
-if TYPE_CHECKING:
-    from laya_eval.evaluate import EvalOptions, Plan
 
 __all__ = ["SUMMARY_COLUMNS", "EvaluationResult", "MethodScore", "build_result", "result_files", "score_method",
            "write_results"]
@@ -173,6 +171,7 @@ def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: in
         "n_samples": len(records),
         "n_layers": model.n_layers,
         "layer_names": model.layer_names,
+        "class_names": list(plan.data.class_names or model.info.class_names or ()),
         "seed": options.seed,
         "options": asdict(options),
         "world_size": world_size,

@@ -32,8 +32,10 @@ def test_every_command_has_help_and_is_in_the_readme(command):
 
 
 def test_cli_choices_come_from_the_registries():
-    assert faith_cmd.METHOD_NAMES == list(METHODS)
-    assert faith_cmd.ABLATIONS == list(ABLATIONS)
+    from laya_eval import catalog
+
+    assert faith_cmd.METHOD_NAMES == list(METHODS) == catalog.method_names()  # one owner: the catalog
+    assert faith_cmd.ABLATIONS is catalog.ABLATIONS and list(catalog.ABLATIONS) == list(ABLATIONS)
     assert sorted(train_cmd._HEADS) == sorted(HEADS)
     assert set(train_cmd._BACKBONES) == set(BACKBONES) - {"modules"}  # 'modules' wraps a Python object
 

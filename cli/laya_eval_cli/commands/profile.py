@@ -61,17 +61,20 @@ def profile(checkpoint, data, split, method, by, scope, limit, batch_size, seed,
 
     Example: laya-eval profile ckpt.pt --method laya --out profile/
     """
+    from laya_eval.distributed import world_from_environment
     from laya_eval.evaluate import EvalOptions
     from laya_eval.profile import layer_profile, write_profile
-    from laya_eval.train import resolve_device
 
     # The ablation does not touch the scores; network scope only admits replacement ablations.
     options = EvalOptions(ablation="gate" if scope == "head" else "zero", scope=scope, split=split, limit=limit,
                           batch_size=batch_size, seed=seed, bootstrap=0, device=device)
-    resolve_device(device)
+    world = world_from_environment(device)
     start = time.perf_counter()
-    with progress_bar(quiet, desc="profile", unit="sample") as bar:
-        prof = layer_profile(checkpoint, data, method=method, by=by, options=options, data_dir=data_dir, progress=bar)
+    with progress_bar(quiet or not world.is_main, desc="profile", unit="sample") as bar:
+        prof = layer_profile(checkpoint, data, method=method, by=by, options=options, data_dir=data_dir, progress=bar,
+                             world=world)
+    if prof is None:  # ranks other than 0 under torchrun
+        return
     meta = prof.meta
     click.echo(f"{checkpoint}: {meta['head']} head, {meta['dataset']} ({split}), method {method}, scope {scope}, "
                f"classes by {'true label' if by == 'label' else 'prediction'}, n = {meta['n']}")
