@@ -1,0 +1,39 @@
+"""Can the answer be trusted? Paired tests between methods, the null of faithfulness, honest ties.
+
+- :mod:`~laya_eval.stats.paired`: :func:`paired_comparison` (bootstrap interval, Wilcoxon signed-rank,
+  rank-biserial), :func:`holm_adjust`, :func:`compare_methods` (the ``comparisons.csv`` table).
+- :mod:`~laya_eval.stats.null`: the exact null distribution of Spearman's rho for small ``L``
+  (:func:`spearman_null`) and :func:`faithfulness_p_value`.
+- :mod:`~laya_eval.stats.ties`: :func:`tie_effects` (near-equal and negligible effects) and
+  :func:`identical_rankings` (a collapsed head).
+- :mod:`~laya_eval.stats.seeds`: :func:`across_seeds` and :func:`seed_ranks` over several runs of one head.
+
+Plain functions on NumPy arrays and pandas tables; no torch.
+"""
+
+from laya_eval.stats.paired import (COMPARED_METRICS, COMPARISON_COLUMNS, PairedComparison, compare_methods,
+                                    holm_adjust, paired_comparison)
+from laya_eval.stats.seeds import ACROSS_SEEDS_COLUMNS, across_seeds, seed_ranks
+from laya_eval.stats.null import EXACT_MAX_LAYERS, SpearmanNull, faithfulness_p_value, spearman_null
+from laya_eval.stats.ties import DEFAULT_RTOL, RankingAgreement, TiedEffects, identical_rankings, tie_effects
+
+__all__ = [
+    "ACROSS_SEEDS_COLUMNS",
+    "COMPARED_METRICS",
+    "COMPARISON_COLUMNS",
+    "DEFAULT_RTOL",
+    "EXACT_MAX_LAYERS",
+    "PairedComparison",
+    "RankingAgreement",
+    "SpearmanNull",
+    "TiedEffects",
+    "across_seeds",
+    "compare_methods",
+    "faithfulness_p_value",
+    "holm_adjust",
+    "identical_rankings",
+    "paired_comparison",
+    "seed_ranks",
+    "spearman_null",
+    "tie_effects",
+]

@@ -1,0 +1,198 @@
+"""Paired comparisons of two methods on the same samples, and Holm's step-down adjustment.
+
+The Wilcoxon signed-rank test is scipy's, with ``zero_method="zsplit"``: a zero difference (both methods
+give the same rho or the same Deletion@1, frequent with few layers) is ranked with the others and its rank
+is split half to the positive and half to the negative sum. Zeros therefore count as evidence of *no*
+difference instead of being discarded (``"wilcox"``) -- the conservative choice when, with L = 3, per-sample
+rho takes only four values and many pairs tie exactly. scipy's ``method="auto"`` picks the exact or the
+normal-approximation null (see its documentation). When every difference is zero the test has nothing to
+say: p = 1 and the statistic is n(n + 1)/4 (each sign gets half of every rank), without asking scipy.
+
+The matched-pairs rank-biserial correlation (Kerby 2014) uses the same ranks:
+``r = (R+ - R-) / (n(n + 1)/2)``, ``R+`` / ``R-`` the rank sums of the positive / negative differences over
+all ``n`` pairs (zeros ranked, counted in neither sum). It lies in [-1, 1]; +1 means ``a > b`` on every pair.
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.stats import rankdata, wilcoxon
+
+from laya_eval.errors import ConfigError
+from laya_eval.metrics import bootstrap_mean
+
+__all__ = ["COMPARISON_COLUMNS", "COMPARED_METRICS", "PairedComparison", "compare_methods", "holm_adjust",
+           "paired_comparison"]
+
+COMPARISON_COLUMNS = ["metric", "method_a", "method_b", "n", "mean_difference", "ci_low", "ci_high",
+                      "wilcoxon_statistic", "p_value", "p_holm", "rank_biserial"]
+
+#: comparisons.csv's metric -> the per-sample column of samples.csv it compares.
+COMPARED_METRICS = {"faithfulness": "spearman", "deletion_at_1": "deletion_at_1"}
+
+ZERO_METHOD = "zsplit"
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Method ``a`` against method ``b`` on the same samples.
+
+    Attributes
+    ----------
+    n : int
+        Pairs where both values are defined (a pair with a NaN on either side is dropped).
+    mean_difference : float
+        Mean of ``a - b`` over those pairs.
+    ci_low, ci_high : float
+        Percentile bootstrap 95% interval of the mean difference (pairs resampled together).
+    wilcoxon_statistic, p_value : float
+        scipy's two-sided Wilcoxon signed-rank test, ``zero_method="zsplit"``.
+    rank_biserial : float
+        Matched-pairs rank-biserial correlation, in [-1, 1], positive when ``a > b``.
+    """
+
+    n: int
+    mean_difference: float
+    ci_low: float
+    ci_high: float
+    wilcoxon_statistic: float
+    p_value: float
+    rank_biserial: float
+
+
+def paired_comparison(
+    a: np.ndarray, b: np.ndarray, *, n_resamples: int = 1000, seed: int | Sequence[int] = 0
+) -> PairedComparison:
+    """Compare two paired vectors: mean difference, bootstrap interval, Wilcoxon test, effect size.
+
+    Parameters
+    ----------
+    a, b : ndarray, (N,)
+        Per-sample values of two methods on the same samples; NaN marks an undefined value.
+    n_resamples : int
+        Bootstrap resamples for the interval (0: the interval collapses to the mean).
+    seed : int or sequence of int
+        Seeds the bootstrap.
+
+    Returns
+    -------
+    PairedComparison
+        All fields NaN (``n = 0``) when no pair is defined.
+
+    Examples
+    --------
+    >>> r = paired_comparison(np.array([1.0, 0.5, 1.0]), np.array([0.5, 0.5, -0.5]), n_resamples=0)
+    >>> r.n, r.mean_difference, r.rank_biserial
+    (3, 0.6666666666666666, 0.8333333333333334)
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ConfigError(f"paired vectors must be 1-d and of equal length; got shapes {a.shape} and {b.shape}.")
+    keep = ~(np.isnan(a) | np.isnan(b))
+    d = a[keep] - b[keep]
+    n = int(d.size)
+    if n == 0:
+        nan = float("nan")
+        return PairedComparison(0, nan, nan, nan, nan, nan, nan)
+    interval = bootstrap_mean(d, n_resamples=n_resamples, seed=seed)
+    statistic, p_value = _wilcoxon(d)
+    return PairedComparison(n, interval.mean, interval.low, interval.high, statistic, p_value, _rank_biserial(d))
+
+
+def _wilcoxon(d: np.ndarray) -> tuple[float, float]:
+    if not np.any(d != 0):
+        return d.size * (d.size + 1) / 4, 1.0
+    result = wilcoxon(d, zero_method=ZERO_METHOD, alternative="two-sided")
+    return float(result.statistic), float(result.pvalue)
+
+
+def _rank_biserial(d: np.ndarray) -> float:
+    ranks = rankdata(np.abs(d), method="average")
+    total = d.size * (d.size + 1) / 2
+    return float((ranks[d > 0].sum() - ranks[d < 0].sum()) / total)
+
+
+def holm_adjust(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error), in the input's order.
+
+    With the ``m`` defined p-values sorted ascending, ``p_(1) <= ... <= p_(m)``, the adjusted value of
+    ``p_(k)`` is ``max_{j <= k} min(1, (m - j + 1) p_(j))``: monotone in ``p`` and capped at 1.
+
+    Parameters
+    ----------
+    p : array-like, (M,)
+        NaN entries (a comparison without data) stay NaN and do not count in ``m``.
+
+    Returns
+    -------
+    ndarray, (M,)
+    """
+    p = np.asarray(p, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    defined = np.flatnonzero(~np.isnan(p))
+    m = defined.size
+    if m == 0:
+        return out
+    order = defined[np.argsort(p[defined], kind="stable")]
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(scaled)
+    return out
+
+
+def compare_methods(
+    per_sample: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0, methods: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """Every pair of methods on faithfulness (per-sample rho) and Deletion@1: the ``comparisons.csv`` table.
+
+    Parameters
+    ----------
+    per_sample : DataFrame
+        ``samples.csv``: one row per (sample, method) with columns ``sample, method, spearman, deletion_at_1``
+        (``spearman`` NaN where rho is undefined; such a pair is dropped from that comparison only).
+    n_resamples : int
+        Bootstrap resamples per row.
+    seed : int
+        Row ``(metric, a, b)`` bootstraps with seed ``(seed, crc32(metric), crc32(a), crc32(b))``: a row
+        does not depend on which other methods were run with it.
+    methods : sequence of str, optional
+        Methods and their order (default: order of first appearance in ``per_sample``). ``random`` is
+        compared like any other method.
+
+    Returns
+    -------
+    DataFrame
+        Columns :data:`COMPARISON_COLUMNS`, one row per (metric, method_a, method_b), ``method_a`` before
+        ``method_b`` in method order, ``mean_difference = mean(a - b)``. ``p_holm``: Holm's adjustment over
+        *all* rows of the run (both metrics, every pair), so the family-wise error of everything the run
+        reports is controlled.
+    """
+    missing = {"sample", "method", *COMPARED_METRICS.values()} - set(per_sample.columns)
+    if missing:
+        raise ConfigError(f"per-sample table needs columns sample, method, spearman, deletion_at_1; "
+                          f"missing {sorted(missing)}.")
+    present = list(pd.unique(per_sample["method"]))
+    names = present if methods is None else list(methods)
+    unknown = [m for m in names if m not in present]
+    if unknown:
+        raise ConfigError(f"methods must be among those in the per-sample table {{{', '.join(present)}}}; "
+                          f"got {unknown[0]!r}.")
+    rows = []
+    for metric, column in COMPARED_METRICS.items():
+        wide = per_sample.pivot(index="sample", columns="method", values=column)
+        for a, b in itertools.combinations(names, 2):
+            row_seed = [seed, *(zlib.crc32(name.encode()) for name in (metric, a, b))]
+            result = paired_comparison(wide[a].to_numpy(), wide[b].to_numpy(), n_resamples=n_resamples,
+                                       seed=row_seed)
+            rows.append({"metric": metric, "method_a": a, "method_b": b, "n": result.n,
+                         "mean_difference": result.mean_difference, "ci_low": result.ci_low,
+                         "ci_high": result.ci_high, "wilcoxon_statistic": result.wilcoxon_statistic,
+                         "p_value": result.p_value, "rank_biserial": result.rank_biserial})
+    table = pd.DataFrame(rows, columns=[c for c in COMPARISON_COLUMNS if c != "p_holm"])
+    table.insert(COMPARISON_COLUMNS.index("p_holm"), "p_holm", holm_adjust(table["p_value"].to_numpy()))
+    return table
