@@ -49,12 +49,15 @@ class MethodSpec:
         ``weights``: the head has layer weights (LAYA, ScalarMix); ``laya``: a LAYA head.
     needs : tuple of str
         What the engine must provide (see the module docstring).
+    baseline : bool
+        A chance baseline, not an explanation (left out of "do all methods agree" checks).
     """
 
     name: str
     description: str
     requires: str = "any"
     needs: tuple[str, ...] = ()
+    baseline: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,8 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             needs=("gradients", "tensor_inputs"),
         ),
         MethodSpec("grad_x_act", "Sum over dimensions of gradient x activation.", needs=("gradients", "tensor_inputs")),
-        MethodSpec("random", "Seeded uniform scores drawn per sample from (seed, sample index): the chance baseline."),
+        MethodSpec("random", "Seeded uniform scores drawn per sample from (seed, sample index): the chance baseline.",
+                   baseline=True),
     )
 }
 

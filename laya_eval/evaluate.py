@@ -33,6 +33,7 @@ from laya_eval.data import Dataset
 from laya_eval.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.devices import backbone_precision
 from laya_eval.distributed import SINGLE_PROCESS, World
+from laya_eval.effect_precision import float64_trace
 from laya_eval.model import LayeredModel
 from laya_eval.partial import PartialStore
 from laya_eval.perturb import ablation_fill, deletion_masks, layer_ranking, leave_one_out_masks, removal_effects
@@ -99,6 +100,10 @@ def collect_statistics(plan: Plan, start: int, stop: int, *, world: World = SING
     return {name: [m.to(plan.device) for m in means] for name, means in stats.means().items()}
 
 
+def _float64(values: list[Tensor] | None) -> list[Tensor] | None:
+    return None if values is None else [v.double() for v in values]
+
+
 def _to_numpy(t: Tensor, rows: Tensor) -> np.ndarray:
     return t[rows].detach().double().cpu().numpy()
 
@@ -108,9 +113,12 @@ def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, means: dict[str, 
     o, model = plan.options, plan.model
     tr = _trace(plan, x, y, ids)
     rows = ids >= 0
-    fills = {a: ablation_fill(a, means) for a in plan.ablations}
+    # Effects in float64 at the head (laya_eval.effect_precision); scores from the model as it is.
+    model64 = plan.effect_model
+    tr64 = float64_trace(tr, model64)
+    fills = {a: _float64(ablation_fill(a, means)) for a in plan.ablations}
     lolo = leave_one_out_masks(model.n_layers, device=plan.device)
-    effects = {a: _to_numpy(removal_effects(tr, model, lolo, ablation=a, scope=o.scope, fill=fills[a]), rows)
+    effects = {a: _to_numpy(removal_effects(tr64, model64, lolo, ablation=a, scope=o.scope, fill=fills[a]), rows)
                for a in plan.ablations}
     ctx = MethodContext(scope=o.scope, n_steps=o.n_steps, internal_batch_size=o.internal_batch_size, seed=o.seed,
                         statistics=means)
@@ -122,7 +130,7 @@ def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, means: dict[str, 
         scores[m.name] = _to_numpy(s, rows)
         masks = deletion_masks(layer_ranking(s))
         for a in plan.ablations:
-            curve = removal_effects(tr, model, masks, ablation=a, scope=o.scope, fill=fills[a])
+            curve = removal_effects(tr64, model64, masks, ablation=a, scope=o.scope, fill=fills[a])
             deletion[a][m.name] = _to_numpy(curve, rows)
         if m.diagnostic is not None:
             value = m.diagnostic(tr, model, s, ctx)

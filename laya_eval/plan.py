@@ -19,10 +19,12 @@ from laya_eval.catalog import ABLATION_SPECS, ABLATIONS
 from laya_eval.data import Dataset, load_dataset
 from laya_eval.devices import resolve_device
 from laya_eval.distributed import SINGLE_PROCESS, World
+from laya_eval.effect_precision import float64_view
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.model import LayeredModel
 from laya_eval.partial import run_key
 from laya_eval.perturb import check_ablations
+from laya_eval.stats import DEFAULT_RTOL
 
 __all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "make_plan"]
 
@@ -46,6 +48,7 @@ class EvalOptions:
     internal_batch_size: int | None = None
     dtype: str = "float32"
     chunk_size: int = CHUNK_SIZE
+    tie_rtol: float = DEFAULT_RTOL
 
     def __post_init__(self) -> None:
         check_ablations(self.ablation, self.scope)
@@ -60,6 +63,8 @@ class EvalOptions:
             raise ConfigError(f"bootstrap must be 0 or more resamples; got {self.bootstrap!r}.")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
             raise ConfigError(f"seed must be an integer in [0, 2**63); got {self.seed!r}.")
+        if isinstance(self.tie_rtol, bool) or not isinstance(self.tie_rtol, (int, float)) or not 0 <= self.tie_rtol < 1:
+            raise ConfigError(f"tie_rtol must be a number in [0, 1); got {self.tie_rtol!r}.")
         resolve_methods(None if self.methods is None else list(self.methods))
 
 
@@ -76,6 +81,7 @@ class Plan:
     statistics: tuple[str, ...]
     checkpoint: dict[str, Any]
     notes: tuple[str, ...] = ()
+    effect_model: LayeredModel | None = None
 
     @property
     def needs_gradients(self) -> bool:
@@ -127,6 +133,7 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
         (notes.append(f"skipped {reason}") if reason else methods.append(m))
     needs = [n for m in methods for n in m.needs] + [n for a in ablations for n in ABLATION_SPECS[a].needs]
     stats = tuple(dict.fromkeys(n.split(":", 1)[1] for n in needs if n.startswith("stat:")))
-    return Plan(model, data, tuple(methods), ablations, options, device, stats, ckpt, tuple(notes))
+    return Plan(model, data, tuple(methods), ablations, options, device, stats, ckpt, tuple(notes),
+                effect_model=float64_view(model))
 
 

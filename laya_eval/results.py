@@ -19,17 +19,19 @@ import numpy as np
 import pandas as pd
 
 from laya_eval.fileio import sha256_bytes, write_result_folder
-from laya_eval.metrics import METRICS, bootstrap_mean, spearman_per_sample, top1_hit
+from laya_eval.metrics import METRICS, bootstrap_mean, rank_layers, spearman_per_sample, top1_hit
 from laya_eval.model import LayeredModel
 from laya_eval.plan import EvalOptions, Plan
 from laya_eval.records import Records
+from laya_eval.stats import COMPARISON_COLUMNS, TiedEffects, compare_methods, faithfulness_p_value, tie_effects
 
 __all__ = ["SUMMARY_COLUMNS", "EvaluationResult", "MethodScore", "build_result", "result_files", "score_method",
            "write_results"]
 
 SUMMARY_COLUMNS = [
     "checkpoint", "head", "dataset", "method", "ablation", "scope", "n", "n_undefined",
-    "faithfulness", "faithfulness_ci_low", "faithfulness_ci_high",
+    "n_effect_ties", "share_negligible_effects",
+    "faithfulness", "faithfulness_ci_low", "faithfulness_ci_high", "faithfulness_p_value",
     "deletion_at_1", "deletion_at_1_ci_low", "deletion_at_1_ci_high", "top1_hit_rate", "aopc",
 ]
 
@@ -50,6 +52,10 @@ class EvaluationResult:
     manifest : dict
     notes : list of str
         Methods skipped because they do not apply to the head, with the reason.
+    comparisons : DataFrame
+        Paired tests between every pair of methods (``comparisons.csv``, see :func:`laya_eval.stats.compare_methods`).
+    warnings : list of str
+        Effects too tied or negligible to rank, or a collapsed head.
     """
 
     layers: pd.DataFrame
@@ -57,6 +63,8 @@ class EvaluationResult:
     summary: pd.DataFrame
     manifest: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    comparisons: pd.DataFrame = field(default_factory=pd.DataFrame)
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -79,7 +87,8 @@ class MethodScore:
 
 
 def score_method(
-    scores: np.ndarray, effects: np.ndarray, deletion: np.ndarray, *, bootstrap: int, seed: Sequence[int]
+    scores: np.ndarray, effects: np.ndarray, deletion: np.ndarray, *, bootstrap: int, seed: Sequence[int],
+    ties: TiedEffects | None = None,
 ) -> MethodScore:
     """Faithfulness, Deletion@k, top-1 hits and AOPC of one method.
 
@@ -93,14 +102,21 @@ def score_method(
         Resamples for the 95% intervals.
     seed : sequence of int
         Seeds the bootstrap; faithfulness and Deletion@1 draw from ``[*seed, 0]`` and ``[*seed, 1]``.
+    ties : TiedEffects, optional
+        ``laya_eval.stats.tie_effects(effects)`` (computed here when not given): effects closer than its
+        tolerance are ranked as tied, for Spearman rho and the top-1 hit.
     """
-    rho = spearman_per_sample(scores, effects)
-    hit = top1_hit(scores, effects)
+    ties = ties if ties is not None else tie_effects(effects)
+    ranked = ties.effects
+    rho = spearman_per_sample(scores, ranked)
+    hit = top1_hit(scores, ranked)
     faith = bootstrap_mean(rho, n_resamples=bootstrap, seed=[*seed, 0])
     d1 = bootstrap_mean(deletion[:, 0], n_resamples=bootstrap, seed=[*seed, 1])
     summary = {
-        "n": int(effects.shape[0]), "n_undefined": faith.n_undefined, "faithfulness": faith.mean,
-        "faithfulness_ci_low": faith.low, "faithfulness_ci_high": faith.high, "deletion_at_1": d1.mean,
+        "n": int(effects.shape[0]), "n_undefined": faith.n_undefined, "n_effect_ties": ties.n_effect_ties,
+        "share_negligible_effects": ties.share_negligible_effects, "faithfulness": faith.mean,
+        "faithfulness_ci_low": faith.low, "faithfulness_ci_high": faith.high,
+        "faithfulness_p_value": faithfulness_p_value(rho, ranked, seed=int(seed[0])), "deletion_at_1": d1.mean,
         "deletion_at_1_ci_low": d1.low, "deletion_at_1_ci_high": d1.high, "top1_hit_rate": float(hit.mean()),
         "aopc": float(deletion.mean()),
     }
@@ -113,11 +129,13 @@ def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int
     options = dataclasses.replace(plan.options, ablation=ablation)
     model, n_layers = plan.model, plan.model.n_layers
     effects, n = records.effects[ablation], len(records)
+    ties = tie_effects(effects, rtol=options.tie_rtol)
     sample = records.sample
     layer_rows, sample_rows, summary_rows = [], [], []
     for k, m in enumerate(plan.methods):
         scores, deletion = records.scores[m.name], records.deletion[ablation][m.name]
-        scored = score_method(scores, effects, deletion, bootstrap=options.bootstrap, seed=[options.seed, k])
+        scored = score_method(scores, effects, deletion, bootstrap=options.bootstrap, seed=[options.seed, k],
+                              ties=ties)
         layer_rows.append(pd.DataFrame({
             "sample": np.repeat(sample, n_layers), "method": m.name,
             "layer": np.tile(np.arange(1, n_layers + 1), n),
@@ -126,19 +144,54 @@ def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int
         sample_rows.append(pd.DataFrame({
             "sample": sample, "label": records.label, "pred": records.pred, "confidence": records.confidence,
             "method": m.name, "spearman": scored.spearman, "deletion_at_1": deletion[:, 0], "top1_hit": scored.top1_hit,
+            "n_tied_effects": ties.n_tied_effects,
         }))
         summary_rows.append({
             "checkpoint": plan.checkpoint["path"] or "<in-memory>", "head": model.head.name, "dataset": plan.data.name,
             "method": m.name, "ablation": ablation, "scope": options.scope, **scored.summary,
         })
-    notes = list(plan.notes)
+    samples = pd.concat(sample_rows, ignore_index=True) if sample_rows else pd.DataFrame()
+    comparisons = (compare_methods(samples, n_resamples=options.bootstrap, seed=options.seed)
+                   if len(plan.methods) > 1 else pd.DataFrame(columns=COMPARISON_COLUMNS))
+    warnings = _warnings(records, plan, ties)
     return EvaluationResult(
         layers=pd.concat(layer_rows, ignore_index=True) if layer_rows else pd.DataFrame(),
-        samples=pd.concat(sample_rows, ignore_index=True) if sample_rows else pd.DataFrame(),
+        samples=samples,
         summary=pd.DataFrame(summary_rows),
-        manifest=_manifest(records, plan, options, world_size),
-        notes=notes,
+        manifest={**_manifest(records, plan, options, world_size), "warnings": warnings,
+                  "ties": {"rtol": ties.rtol, "rule": TIE_RULE}},
+        notes=list(plan.notes),
+        comparisons=comparisons,
+        warnings=warnings,
     )
+
+
+TIE_RULE = ("two effects of a sample closer than rtol x the sample's largest |effect| are tied (single linkage on "
+            "the sorted effects; a tied group takes its mean, ranks are average ranks); an effect below that "
+            "tolerance is negligible")
+
+
+def _warnings(records: Records, plan: Plan, ties: TiedEffects) -> list[str]:
+    """Plain-language warnings: effects too close to rank, or a head whose methods all rank alike."""
+    out = []
+    n = max(len(records), 1)
+    if ties.n_effect_ties / n > 0.5:
+        out.append(f"{ties.n_effect_ties / n:.0%} of samples have tied effects (within {ties.rtol:g} of their largest "
+                   "effect): faithfulness there rests on ranks the effects cannot tell apart.")
+    if ties.share_negligible_effects > 0.5:
+        out.append(f"{ties.share_negligible_effects:.0%} of the layer effects are negligible (below the tie "
+                   "tolerance): removing most layers changes nothing measurable.")
+    real = [m.name for m in plan.methods if not m.spec.baseline]
+    if len(real) > 1 and len(records):
+        top = np.stack([rank_layers(records.scores[m])[:, 0] for m in real])  # (methods, N)
+        agree = (top == top[0]).all(0)
+        layer, count = np.unique(top[0][agree], return_counts=True)
+        share = count.max() / len(records) if count.size else 0.0
+        if share >= 0.99:
+            out.append(f"every real method ({', '.join(real)}) ranks layer {int(layer[count.argmax()]) + 1} first on "
+                       f"{share:.0%} of samples: the head has probably collapsed onto that layer, and faithfulness "
+                       "cannot tell these methods apart.")
+    return out
 
 
 def _model_record(model: LayeredModel) -> dict[str, Any]:
@@ -194,14 +247,15 @@ def result_files(results: Mapping[str, EvaluationResult], *, run_id: str | None 
     tables = {}
     for name, result in results.items():
         prefix = f"{name}/" if len(results) > 1 else ""
-        for f, df in {"layers.csv": result.layers, "samples.csv": result.samples, "summary.csv": result.summary}.items():
+        for f, df in {"layers.csv": result.layers, "samples.csv": result.samples, "summary.csv": result.summary,
+                      "comparisons.csv": result.comparisons}.items():
             tables[prefix + f] = df.to_csv(**_CSV).encode()
     # The run id is a digest of everything the run wrote: the same run gives the same id (same bytes out).
     run_id = run_id or sha256_bytes("".join(f"{k}:{sha256_bytes(v)}" for k, v in tables.items()).encode())[:16]
     files: dict[str, bytes] = {}
     for name, result in results.items():
         prefix = f"{name}/" if len(results) > 1 else ""
-        part = {f: tables[prefix + f] for f in ("layers.csv", "samples.csv", "summary.csv")}
+        part = {f: tables[prefix + f] for f in ("layers.csv", "samples.csv", "summary.csv", "comparisons.csv")}
         manifest = {**result.manifest, "run_id": run_id, "files": {f: sha256_bytes(b) for f, b in part.items()}}
         part["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
         files.update({prefix + f: b for f, b in part.items()})

@@ -19,7 +19,7 @@ from laya_eval.partial import PartialStore
 from laya_eval.records import Records, merge_records
 
 FAST = dict(bootstrap=20, n_steps=4)
-TABLES = ("layers.csv", "samples.csv", "summary.csv")
+TABLES = ("layers.csv", "samples.csv", "summary.csv", "comparisons.csv")
 ROOT = Path(__file__).resolve().parents[1]
 
 # ------------------------------------------------------------------ device discipline
@@ -215,7 +215,8 @@ def test_a_result_replaces_its_folder_whole_and_keeps_a_complete_earlier_one_on_
     assert after == before
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".res.")]  # no temporary folder left
     _write(tmp_path, "res", ckpt, ablations=["zero"], limit=30)
-    assert sorted(p.name for p in out.iterdir()) == ["layers.csv", "manifest.json", "samples.csv", "summary.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["comparisons.csv", "layers.csv", "manifest.json", "samples.csv",
+                                                     "summary.csv"]
 
 
 def test_a_folder_of_other_files_is_never_replaced(tmp_path, digits_checkpoints):

@@ -29,7 +29,7 @@ def test_tables_have_the_documented_columns(laya_result):
     r = laya_result
     assert list(r.layers.columns) == ["sample", "method", "layer", "attribution", "effect"]
     assert list(r.samples.columns) == ["sample", "label", "pred", "confidence", "method", "spearman",
-                                       "deletion_at_1", "top1_hit"]
+                                       "deletion_at_1", "top1_hit", "n_tied_effects"]
     assert list(r.summary.columns) == SUMMARY_COLUMNS + ["deletion_at_2", "deletion_at_3"]
     assert list(r.summary.method) == ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random"]
     assert len(r.layers) == 120 * 7 * 3 and len(r.samples) == 120 * 7
@@ -37,22 +37,39 @@ def test_tables_have_the_documented_columns(laya_result):
     assert (r.summary.n == 120).all()
 
 
+def _tied_by_hand(e, rtol=1e-4):
+    """The documented tie rule, one sample at a time: walk the sorted effects, a value within rtol x max|e|
+    of its sorted neighbour joins that neighbour's group, every group is replaced by its mean."""
+    tol = rtol * max(abs(v) for v in e)
+    order = sorted(range(len(e)), key=lambda i: e[i])
+    groups, out = [[order[0]]], list(e)
+    for prev, cur in zip(order, order[1:]):
+        (groups[-1].append(cur) if e[cur] - e[prev] <= tol else groups.append([cur]))
+    for g in groups:
+        for i in g:
+            out[i] = sum(e[j] for j in g) / len(g)
+    return np.array(out), sum(len(g) for g in groups if len(g) > 1)
+
+
 def test_per_sample_numbers_follow_from_the_layer_table(laya_result):
-    """spearman / deletion@1 / top1_hit recomputed from layers.csv with scipy and pandas."""
+    """spearman / deletion@1 / top1_hit recomputed from layers.csv with scipy and pandas (ties by hand)."""
     r = laya_result
     for method in ("laya", "ig", "random"):
         lay = r.layers[r.layers.method == method].sort_values(["sample", "layer"])
         a = lay.attribution.to_numpy().reshape(-1, 3)
-        e = lay.effect.to_numpy().reshape(-1, 3)
+        raw = lay.effect.to_numpy().reshape(-1, 3)
         smp = r.samples[r.samples.method == method].sort_values("sample")
         for i in range(0, 120, 7):
+            e_i, n_tied = _tied_by_hand(raw[i])
+            assert smp.n_tied_effects.iloc[i] == n_tied
+            e = {i: e_i}
             rho = stats.spearmanr(a[i], e[i]).statistic
             if np.isnan(rho):
                 assert np.isnan(smp.spearman.iloc[i])
             else:
                 assert smp.spearman.iloc[i] == pytest.approx(rho)
             top = int(np.argmax(a[i]))  # numpy's argmax takes the first maximum: lowest layer index
-            assert smp.deletion_at_1.iloc[i] == pytest.approx(e[i, top])
+            assert smp.deletion_at_1.iloc[i] == pytest.approx(raw[i, top])
             assert bool(smp.top1_hit.iloc[i]) == (top == int(np.argmax(e[i])))
 
 
@@ -61,6 +78,7 @@ def test_summary_is_the_mean_of_defined_samples(laya_result):
     for row in r.summary.itertuples():
         smp = r.samples[r.samples.method == row.method]
         assert row.n_undefined == int(smp.spearman.isna().sum())
+        assert row.n_effect_ties == int((smp.n_tied_effects > 0).sum())
         assert row.faithfulness == pytest.approx(smp.spearman.dropna().mean())
         assert row.faithfulness_ci_low <= row.faithfulness <= row.faithfulness_ci_high
         assert row.deletion_at_1 == pytest.approx(smp.deletion_at_1.mean())
@@ -152,7 +170,7 @@ def test_same_seed_same_bytes(digits_checkpoints, tmp_path):
         write_results(r, tmp_path / str(k))
         outs.append({p.name: p.read_bytes() for p in sorted((tmp_path / str(k)).iterdir())})
     assert outs[0] == outs[1]
-    assert sorted(outs[0]) == ["layers.csv", "manifest.json", "samples.csv", "summary.csv"]
+    assert sorted(outs[0]) == ["comparisons.csv", "layers.csv", "manifest.json", "samples.csv", "summary.csv"]
 
 
 def test_interrupted_write_leaves_nothing_that_looks_complete(digits_checkpoints, tmp_path, monkeypatch):

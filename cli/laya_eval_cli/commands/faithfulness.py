@@ -24,13 +24,17 @@ METHOD_NAMES = method_names()
 
 
 def _table(summary) -> str:
-    cols = ["method", "faithfulness", "deletion_at_1", "top1_hit_rate", "n", "n_undefined"]
-    lines = [f"{'method':<13} {'faithfulness [95% CI]':<26} {'deletion@1 [95% CI]':<26} {'top-1 hit':>9} {'n':>7} {'undef':>6}"]
+    cols = ["method", "faithfulness", "faithfulness_p_value", "deletion_at_1", "top1_hit_rate", "n", "n_undefined"]
+    lines = [f"{'method':<13} {'faithfulness [95% CI]':<26} {'p (null)':>9} {'deletion@1 [95% CI]':<26} "
+             f"{'top-1 hit':>9} {'n':>7} {'undef':>6}"]
     for row in summary[cols + ["faithfulness_ci_low", "faithfulness_ci_high", "deletion_at_1_ci_low",
                                "deletion_at_1_ci_high"]].itertuples(index=False):
         faith = f"{row.faithfulness:+.4f} [{row.faithfulness_ci_low:+.3f}, {row.faithfulness_ci_high:+.3f}]"
         dele = f"{row.deletion_at_1:+.4f} [{row.deletion_at_1_ci_low:+.3f}, {row.deletion_at_1_ci_high:+.3f}]"
-        lines.append(f"{row.method:<13} {faith:<26} {dele:<26} {row.top1_hit_rate:>9.3f} {row.n:>7} {row.n_undefined:>6}")
+        p = row.faithfulness_p_value
+        p = "<1e-300" if p == 0 else f"{p:.2g}"  # below double precision's smallest normal number
+        lines.append(f"{row.method:<13} {faith:<26} {p:>9} {dele:<26} "
+                     f"{row.top1_hit_rate:>9.3f} {row.n:>7} {row.n_undefined:>6}")
     return "\n".join(lines)
 
 
@@ -54,13 +58,15 @@ def _table(summary) -> str:
               help="Continue an interrupted run into the same --out from its completed chunks (same options).")
 @click.option("--chunk-size", default=1024, show_default=True, type=click.IntRange(min=1),
               help="Samples per resumable chunk kept under --out/.partial (results do not depend on it).")
+@click.option("--tie-rtol", default=1e-4, show_default=True, type=click.FloatRange(min=0, max=1, max_open=True),
+              help="Effects of a sample closer than this share of its largest effect are ranked as tied.")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]),
               help="Precision of the backbone pass (autocast; effects and metrics stay float32 or better).")
 @data_dir_option
 @device_option
 @quiet_option
 def faithfulness(checkpoint, data, split, methods, ablation, scope, limit, batch_size, seed, bootstrap, out_dir,
-                 resume, chunk_size, dtype, data_dir, device, quiet):
+                 resume, chunk_size, tie_rtol, dtype, data_dir, device, quiet):
     """Score layer attributions of CHECKPOINT against leave-one-layer-out effects.
 
     For every input, each method's layer scores are compared with the drop of the
@@ -76,7 +82,7 @@ def faithfulness(checkpoint, data, split, methods, ablation, scope, limit, batch
     ablations = choice_list(ablation, list(ABLATIONS), "--ablation")
     names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
     options = EvalOptions(methods=names, ablation=ablations[0], scope=scope, split=split, limit=limit,
-                          batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device, dtype=dtype, chunk_size=chunk_size)
+                          batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device, dtype=dtype, chunk_size=chunk_size, tie_rtol=tie_rtol)
     world = world_from_environment(device)
     start = time.perf_counter()
     with progress_bar(quiet or not world.is_main, desc="evaluate", unit="sample") as bar:
@@ -92,6 +98,8 @@ def faithfulness(checkpoint, data, split, methods, ablation, scope, limit, batch
         click.echo(f"{checkpoint}: {result.manifest['head']} head, {result.manifest['dataset']} ({split}), "
                    f"ablation {name}, scope {scope}, n = {result.manifest['n_samples']}")
         click.echo(_table(result.summary))
+        for warning in result.warnings:
+            click.echo(f"warning: {warning}")
     click.echo(f"wrote {out_dir}" + (f" ({', '.join(ablations)} subfolders)" if len(ablations) > 1 else "")
                + (f" from {world.size} processes" if world.size > 1 else ""))
     click.echo(f"done in {elapsed:.1f} s")
