@@ -35,6 +35,7 @@ __all__ = [
     "applicable",
     "ig_completeness_delta",
     "layer_gradients",
+    "network_ig_completeness_delta",
     "method_names",
     "resolve_methods",
 ]
@@ -61,6 +62,9 @@ class MethodContext:
         ``(activations, d logit_c / d activation)`` for the batch at ``scope``, computed once
         by the engine for every method that needs ``"gradients"``; computed on demand when
         absent.
+    layer_baseline : list of Tensor, optional
+        At network scope, the removed state of each block (the first ablation's fill: a dataset mean of the
+        block output); ``None`` means zeros. Integrated Gradients starts its path there.
     """
 
     scope: str = "head"
@@ -70,6 +74,7 @@ class MethodContext:
     seed: int = 0
     statistics: dict[str, list[Tensor]] = field(default_factory=dict)
     gradients: tuple[list[Tensor], list[Tensor]] | None = None
+    layer_baseline: list[Tensor] | None = None
 
 
 AttributionFn = Callable[..., Tensor]
@@ -209,8 +214,18 @@ def _head_touching_all(model: LayeredModel, hidden: tuple[Tensor, ...]) -> Tenso
     return model.head(list(hidden)) + zero
 
 
+def _replaced_logits(model: LayeredModel, x: Tensor, i: int, value: Tensor) -> Tensor:
+    """Logits with block ``i``'s full output replaced by ``value`` (its shape) and every later block recomputed."""
+    return model.head(model.hidden_states(x, {i: lambda t: value}))
+
+
+def _layer_baseline(output: Tensor, fill: list[Tensor] | None, i: int) -> Tensor:
+    """The removed state of block ``i``: zeros, or the ablation's fill (a dataset mean) broadcast to the output."""
+    return torch.zeros_like(output) if fill is None else fill[i].to(output).expand_as(output)
+
+
 def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
-    from captum.attr import IntegratedGradients, LayerIntegratedGradients
+    from captum.attr import IntegratedGradients
 
     options = dict(target=target, n_steps=context.n_steps, method=context.ig_method,
                    internal_batch_size=context.internal_batch_size)
@@ -223,11 +238,16 @@ def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContex
             return torch.stack([a.flatten(1).sum(1) for a in attr], 1).detach()
         if not isinstance(tr.inputs, Tensor):
             raise ConfigError("network-scope IG needs tensor inputs; use --scope head for text models.")
+        with torch.no_grad():
+            _, outputs = model.block_outputs(tr.inputs)
         scores = []
-        for layer in model.backbone.layer_modules():
-            lig = LayerIntegratedGradients(model, layer)
-            attr = lig.attribute(tr.inputs, baselines=torch.zeros_like(tr.inputs), **options)
-            attr = attr[0] if isinstance(attr, tuple) else attr
+        for i, out in enumerate(outputs):
+            # The path runs from the removed layer (the ablation's counterfactual, injected through the backbone's
+            # replace mechanism) to its actual output, with every later block recomputed: the same total effect
+            # the network-scope effect measures.
+            ig = IntegratedGradients(lambda value, x, i=i: _replaced_logits(model, x, i, value))
+            attr = ig.attribute(out.detach(), baselines=_layer_baseline(out.detach(), context.layer_baseline, i),
+                                additional_forward_args=(tr.inputs,), **options)
             scores.append(attr.flatten(1).sum(1).detach())
     return torch.stack(scores, 1)
 
@@ -241,8 +261,23 @@ def ig_completeness_delta(tr: Trace, model: LayeredModel, scores: Tensor) -> Ten
     return scores.sum(1) - (f - f0)
 
 
+@torch.no_grad()
+def network_ig_completeness_delta(tr: Trace, model: LayeredModel, scores: Tensor,
+                                  baseline: list[Tensor] | None) -> Tensor:
+    """Network-scope IG completeness, per layer ``a_i - (f_c(x) - f_c(x, block i removed))``; mean |.| over layers, (B,)."""
+    _, outputs = model.block_outputs(tr.inputs)
+    f = tr.logits.gather(1, tr.pred[:, None]).squeeze(1)
+    deltas = []
+    for i, out in enumerate(outputs):
+        removed = _replaced_logits(model, tr.inputs, i, _layer_baseline(out, baseline, i))
+        deltas.append(scores[:, i] - (f - removed.gather(1, tr.pred[:, None]).squeeze(1)))
+    return torch.stack(deltas, 1).abs().mean(1)
+
+
 def _ig_diagnostic(tr: Trace, model: LayeredModel, scores: Tensor, context: MethodContext) -> Tensor | None:
-    return ig_completeness_delta(tr, model, scores) if context.scope == "head" else None
+    if context.scope == "head":
+        return ig_completeness_delta(tr, model, scores)
+    return network_ig_completeness_delta(tr, model, scores, context.layer_baseline)
 
 
 _FUNCTIONS: dict[str, AttributionFn] = {
@@ -257,8 +292,10 @@ METHODS: dict[str, AttributionMethod] = {
 }
 METHODS["ig"] = AttributionMethod(
     METHOD_SPECS["ig"], _ig, diagnostic=_ig_diagnostic,
-    diagnostic_note="IG completeness delta sum_i a_i - (f_c(h) - f_c(0)) per sample (head scope: IG over the head's "
-                    "cached inputs measures the direct effect of each layer).",
+    diagnostic_note="IG completeness delta. Head scope: sum_i a_i - (f_c(h) - f_c(0)) per sample (IG over the head's "
+                    "cached inputs measures the direct effect of each layer). Network scope: mean over layers of "
+                    "|a_i - (f_c(x) - f_c(x with block i's output replaced by the removed state))|, the removed state "
+                    "being the first ablation's (zeros or the dataset mean), injected inside the backbone.",
 )
 
 

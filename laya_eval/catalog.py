@@ -92,7 +92,9 @@ METHOD_SPECS: dict[str, MethodSpec] = {
         MethodSpec("contribution", "Exact per-layer term of the predicted logit, t_{i,c}(x)."),
         MethodSpec(
             "ig",
-            "Integrated Gradients (Captum; zero baseline, 50 Gauss-Legendre steps), summed over each layer's dimensions.",
+            "Integrated Gradients (Captum; 50 Gauss-Legendre steps), summed over each layer's dimensions; head scope: "
+            "from zero pooled states; network scope: from the removed layer (the first ablation's zeros or mean, "
+            "injected inside the backbone) to its output.",
             needs=("tensor_inputs",),
         ),
         MethodSpec(

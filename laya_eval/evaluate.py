@@ -121,7 +121,7 @@ def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, means: dict[str, 
     effects = {a: _to_numpy(removal_effects(tr64, model64, lolo, ablation=a, scope=o.scope, fill=fills[a]), rows)
                for a in plan.ablations}
     ctx = MethodContext(scope=o.scope, n_steps=o.n_steps, internal_batch_size=o.internal_batch_size, seed=o.seed,
-                        statistics=means)
+                        statistics=means, layer_baseline=ablation_fill(plan.ablations[0], means))
     if plan.needs_gradients:
         ctx = dataclasses.replace(ctx, gradients=layer_gradients(tr, model, tr.pred, o.scope))
     scores, deletion, diagnostics = {}, {a: {} for a in plan.ablations}, {}

@@ -213,3 +213,24 @@ def test_terms_and_weights_equal_the_separate_calls(digits_models, digits):
         assert torch.equal(terms, model.head.terms(hidden))
         w = model.head.layer_weights(hidden)
         assert (weights is None and w is None) or torch.equal(weights, w)
+
+
+def test_network_scope_ig_starts_from_the_removed_layer(digits_models, digits):
+    """Completeness against the removal it is scored with: sum of IG over block i's output equals
+    f_c(x) - f_c(x with block i's output set to the baseline), the later blocks recomputed by hand."""
+    model = digits_models["laya"]
+    x = digits["test"].x[:6]
+    tr = trace(model, x, None)
+    blocks = model.backbone.blocks
+    with torch.no_grad():
+        hidden, outputs = model.block_outputs(x)
+        a1 = outputs[0]
+        means = [o.mean(0) for o in outputs]  # a stand-in "mean" fill
+    for fill, base1 in ((None, torch.zeros_like(a1)), (means, means[0].expand_as(a1))):
+        ctx = MethodContext(scope="network", n_steps=64, layer_baseline=fill)
+        ig = METHODS["ig"].fn(tr, model, target=tr.pred, context=ctx)
+        with torch.no_grad():
+            a2 = blocks[1](base1)
+            removed = model.head([base1, a2, blocks[2](a2)]).gather(1, tr.pred[:, None]).squeeze(1)
+        full = tr.logits.gather(1, tr.pred[:, None]).squeeze(1)
+        torch.testing.assert_close(ig[:, 0], full - removed, atol=2e-4, rtol=1e-3)
