@@ -58,7 +58,7 @@ __all__ = [
 def check_removal_inputs(
     pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor]
 ) -> tuple[Tensor, list[Tensor]]:
-    """Validate a removal request; return the masks as (B, K, L) and the fills, on the inputs' device/dtype.
+    """Validate a removal request; return the masks and the fills on the inputs' device and dtype.
 
     Parameters
     ----------
@@ -68,7 +68,7 @@ def check_removal_inputs(
 
     Returns
     -------
-    keep : Tensor, (B, K, L), dtype and device of ``pooled[0]``
+    keep : Tensor, (K, L) or (B, K, L) as given, dtype and device of ``pooled[0]``
     fill : list of Tensor, each (d_i,), dtype and device of ``pooled[i]``
     """
     batch, n_layers = pooled[0].shape[0], len(pooled)
@@ -92,10 +92,7 @@ def check_removal_inputs(
                 f"got {tuple(v.shape)}."
             )
         out.append(v.to(p))
-    keep = keep.to(pooled[0])
-    if keep.dim() == 2:
-        keep = keep.expand(batch, *keep.shape)
-    return keep, out
+    return keep.to(pooled[0]), out
 
 
 def recompute_removal_logits(
@@ -108,7 +105,7 @@ def recompute_removal_logits(
     head : LayerHead
     pooled : list of Tensor, each (B, d_i)
         Pooled hidden states (the heads pool maps first, so replacing the pooled state is exact).
-    keep : Tensor, (B, K, L)
+    keep : Tensor, (K, L) or (B, K, L)
         1 keeps a layer, 0 replaces it by its fill; values in between mix the two inputs.
     fill : list of Tensor, each (d_i,)
 
@@ -116,7 +113,9 @@ def recompute_removal_logits(
     -------
     Tensor, (B, K, C)
     """
-    batch, k, _ = keep.shape
+    batch = pooled[0].shape[0]
+    keep = keep.expand(batch, *keep.shape[-2:])
+    k = keep.shape[1]
     hidden = []
     for i, (p, v) in enumerate(zip(pooled, fill)):
         m = keep[:, :, i : i + 1]  # (B, K, 1)
@@ -137,11 +136,7 @@ def affine_removal_logits(
     """
     terms = head.terms(pooled)  # (B, L, C)
     fill_terms = head.terms([v[None] for v in fill])[0]  # (L, C): t_i(v_i), once per call
-    return (
-        torch.einsum("bkl,blc->bkc", keep, terms)
-        + torch.einsum("bkl,lc->bkc", 1 - keep, fill_terms)
-        + head.bias
-    )
+    return _mix_layers(keep, terms, fill_terms) + head.bias
 
 
 def laya_removal_logits(
@@ -165,21 +160,34 @@ def laya_removal_logits(
     z_fill = torch.stack([g(v) for g, v in zip(head.adapters, fill)], dim=0)  # (L, d*)
     # first.weight is (hidden, L*d*) over the concatenation [psi(z_1) || ... ]: block i is [:, i*d*:(i+1)*d*].
     w1 = first.weight.view(-1, n_layers, d_star)  # (hidden, L, d*)
-    blocks = torch.einsum("bld,hld->blh", head.psi(z), w1)  # (B, L, hidden)
-    fill_blocks = torch.einsum("ld,hld->lh", head.psi(z_fill), w1)  # (L, hidden)
-    pre = (
-        torch.einsum("bkl,blh->bkh", keep, blocks)
-        + torch.einsum("bkl,lh->bkh", 1 - keep, fill_blocks)
-        + first.bias
-    )
+    blocks = torch.einsum("bld,hld->blh", head.psi(z), w1)  # (B, L, hidden): W1_i psi(z_i)
+    fill_blocks = torch.einsum("ld,hld->lh", head.psi(z_fill), w1)  # (L, hidden): W1_i psi(z_i')
+    pre = _mix_layers(keep, blocks, fill_blocks) + first.bias  # (B, K, hidden)
     alpha = torch.softmax(second(act(pre)) / head.tau, dim=-1)  # (B, K, L)
     readout = z @ head.classifier.weight.T  # (B, L, C): W z_i
     fill_readout = z_fill @ head.classifier.weight.T  # (L, C): W z_i'
-    return (
-        torch.einsum("bkl,blc->bkc", alpha * keep, readout)
-        + torch.einsum("bkl,lc->bkc", alpha * (1 - keep), fill_readout)
-        + head.bias
-    )
+    m = keep.unsqueeze(-1)  # (K, L, 1) or (B, K, L, 1)
+    replaced = m * readout.unsqueeze(1) + (1 - m) * fill_readout  # (B, K, L, C): W z_i or W z_i'
+    return (alpha.unsqueeze(-1) * replaced).sum(2) + head.bias
+
+
+def _mix_layers(keep: Tensor, values: Tensor, fill_values: Tensor) -> Tensor:
+    """``sum_i keep_ki values_bi + (1 - keep_ki) fill_values_i`` for every removal ``k``.
+
+    Parameters
+    ----------
+    keep : Tensor, (K, L) or (B, K, L)
+    values : Tensor, (B, L, F)
+    fill_values : Tensor, (L, F)
+
+    Returns
+    -------
+    Tensor, (B, K, F)
+    """
+    # Two contractions, not keep @ (values - fill) + sum(fill): that form cancels digits in float32.
+    shared = keep.dim() == 2
+    kept = torch.einsum("kl,blf->bkf" if shared else "bkl,blf->bkf", keep, values)
+    return kept + torch.einsum("kl,lf->kf" if shared else "bkl,lf->bkf", 1 - keep, fill_values)
 
 
 def is_binary(keep: Tensor) -> bool:
