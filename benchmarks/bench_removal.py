@@ -112,14 +112,20 @@ def mean_fill(model, x) -> list[torch.Tensor]:
 
 
 class _Tapped(nn.Module):
-    """softmax(head(pooled states)) with an identity module on each pooled state for Captum's layer hooks."""
+    """softmax(head(pooled states)) with an identity module on each pooled state for Captum's layer hooks.
+
+    Captum takes tensor inputs only; for text the input is the index of each snippet in ``texts``.
+    """
 
     def __init__(self, model) -> None:
         super().__init__()
         self.model = model
         self.taps = nn.ModuleList(nn.Identity() for _ in range(model.n_layers))
+        self.texts: list[str] | None = None
 
     def forward(self, x):
+        if self.texts is not None:
+            x = [self.texts[i] for i in x.tolist()]
         hidden = [tap(pool_hidden(h)) for tap, h in zip(self.taps, self.model.hidden_states(x))]
         return torch.softmax(self.model.head(hidden), -1)
 
@@ -155,6 +161,8 @@ def make_route(route: str, model, x, fill) -> Callable[[], torch.Tensor]:
             out = []
             with torch.no_grad():
                 for xb in batches(x, BATCH):
+                    if not isinstance(xb, torch.Tensor):
+                        tapped.texts, xb = xb, torch.arange(len(xb))
                     pred = tapped(xb).argmax(-1)
                     cols = []
                     for i, tap in enumerate(tapped.taps):
