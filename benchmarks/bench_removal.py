@@ -31,8 +31,8 @@ captum_lfa_zero   Captum ``LayerFeatureAblation`` once per layer on an identity 
 
 All (route, n) of a case run in one process on prefixes of the same inputs, interleaved (the
 order rotates every repetition), after an untimed warm-up; the median of ``--reps`` is reported,
-``x_plain`` divides it by ``plain`` at the same n. On the first repetition lolo_zero,
-lolo_zero_recompute and captum_lfa_zero must agree to 1e-5 (the run stops otherwise).
+``x_plain`` divides it by ``plain`` at the same n. Before timing, lolo_zero, lolo_zero_recompute
+and captum_lfa_zero must agree to 1e-5 on the same traces (the run stops otherwise).
 """
 
 from __future__ import annotations
@@ -130,50 +130,75 @@ class _Tapped(nn.Module):
         return torch.softmax(self.model.head(hidden), -1)
 
 
-def make_route(route: str, model, x, fill) -> Callable[[], torch.Tensor]:
-    """A zero-argument callable returning the (n, L) effects (or None for plain)."""
+def recompute_effects(model, tr, masks) -> torch.Tensor:
+    """Zero LOLO effects through the generic route (the whole head on B x K replaced inputs), (B, K)."""
+    pooled = [pool_hidden(h) for h in tr.hidden]
+    keep, zeros = check_removal_inputs(pooled, masks, [p.new_zeros(p.shape[1]) for p in pooled])
+    with torch.no_grad():
+        probs = torch.softmax(recompute_removal_logits(model.head, pooled, keep, zeros), -1)
+    return tr.confidence[:, None] - probs.gather(2, tr.pred[:, None, None].expand(-1, masks.shape[0], 1))[..., 0]
+
+
+@torch.no_grad()
+def captum_effects(tapped: _Tapped, xb, pred: torch.Tensor | None = None) -> torch.Tensor:
+    """Zero LOLO effects from Captum's LayerFeatureAblation, one call per layer tap, (B, L)."""
+    if not isinstance(xb, torch.Tensor):
+        tapped.texts, xb = xb, torch.arange(len(xb))
+    if pred is None:
+        pred = tapped(xb).argmax(-1)
+    cols = []
+    for tap, d in zip(tapped.taps, tapped.model.head.layer_dims):
+        attr = LayerFeatureAblation(tapped, tap).attribute(
+            xb, target=pred, layer_baselines=0.0, layer_mask=torch.zeros(1, d, dtype=torch.long))
+        cols.append(attr[:, 0])
+    return torch.stack(cols, 1)
+
+
+def make_route(route: str, model, x, fill) -> Callable[[], None]:
+    """A zero-argument callable that runs one route over every batch of ``x``."""
     masks = leave_one_out_masks(model.n_layers)
-    if route == "plain":
-        def run():
-            with torch.no_grad():
-                for xb in batches(x, BATCH):
-                    model(xb)
-    elif route.startswith("lolo_") and route != "lolo_zero_recompute":
-        ablation = route.removeprefix("lolo_")
-        def run():
-            return torch.cat([removal_effects(trace(model, xb), model, masks, ablation=ablation,
-                                              fill=fill if ablation == "mean" else None) for xb in batches(x, BATCH)])
-    elif route == "lolo_zero_recompute":
-        def run():
-            out = []
-            for xb in batches(x, BATCH):
-                tr = trace(model, xb)
-                pooled = [pool_hidden(h) for h in tr.hidden]
-                keep, zeros = check_removal_inputs(pooled, masks, [p.new_zeros(p.shape[1]) for p in pooled])
-                with torch.no_grad():
-                    probs = torch.softmax(recompute_removal_logits(model.head, pooled, keep, zeros), -1)
-                p = probs.gather(2, tr.pred[:, None, None].expand(-1, masks.shape[0], 1))[..., 0]
-                out.append(tr.confidence[:, None] - p)
-            return torch.cat(out)
-    else:  # captum_lfa_zero
-        tapped = _Tapped(model)
-        def run():
-            out = []
-            with torch.no_grad():
-                for xb in batches(x, BATCH):
-                    if not isinstance(xb, torch.Tensor):
-                        tapped.texts, xb = xb, torch.arange(len(xb))
-                    pred = tapped(xb).argmax(-1)
-                    cols = []
-                    for i, tap in enumerate(tapped.taps):
-                        d = model.head.layer_dims[i]
-                        attr = LayerFeatureAblation(tapped, tap).attribute(
-                            xb, target=pred, layer_baselines=0.0,
-                            layer_mask=torch.zeros(1, d, dtype=torch.long))
-                        cols.append(attr[:, 0])
-                    out.append(torch.stack(cols, 1))
-            return torch.cat(out)
+    tapped = _Tapped(model)
+
+    @torch.no_grad()
+    def run():
+        for xb in batches(x, BATCH):
+            if route == "plain":
+                model(xb)
+            elif route == "lolo_zero_recompute":
+                recompute_effects(model, trace(model, xb), masks)
+            elif route == "captum_lfa_zero":
+                captum_effects(tapped, xb)
+            else:
+                ablation = route.removeprefix("lolo_")
+                removal_effects(trace(model, xb), model, masks, ablation=ablation,
+                                fill=fill if ablation == "mean" else None)
+
     return run
+
+
+def check_agreement(name: str, model, x, fill) -> list[str]:
+    """Zero LOLO from the fast path, the recomputation and Captum on the same traces must agree to 1e-5.
+
+    The same trace (hence the same predicted class) for all three: on a random-init model two classes
+    can be nearly tied, and two separate forward passes may then disagree on the argmax by rounding.
+    """
+    masks = leave_one_out_masks(model.n_layers)
+    tapped = _Tapped(model)
+    ours, others = [], {"lolo_zero_recompute": [], "captum_lfa_zero": []}
+    for xb in batches(x, BATCH):
+        tr = trace(model, xb)
+        ours.append(removal_effects(tr, model, masks, ablation="zero"))
+        others["lolo_zero_recompute"].append(recompute_effects(model, tr, masks))
+        others["captum_lfa_zero"].append(captum_effects(tapped, xb, tr.pred))
+    ours_all = torch.cat(ours).double()
+    lines = []
+    for route, parts in others.items():
+        diff = float((torch.cat(parts).double() - ours_all).abs().max())
+        lines.append(f"{name}: max |{route} - lolo_zero| over {len(ours_all)} inputs x {ours_all.shape[1]} layers = "
+                     f"{diff:.2e}")
+        if not diff <= AGREE_ATOL:
+            raise SystemExit(f"FAIL: {lines[-1]} exceeds {AGREE_ATOL:g}")
+    return lines
 
 
 def time_case(name: str, mode: str, reps: int, text_dir: Path, log) -> tuple[list[dict], list[str], str]:
@@ -186,20 +211,15 @@ def time_case(name: str, mode: str, reps: int, text_dir: Path, log) -> tuple[lis
     runs = {c: make_route(c[0], model, x_all[: c[1]], fill) for c in combos}
     for route, _ in combos:
         make_route(route, model, x_all[:WARMUP_N], fill)()
+    agreement = check_agreement(name, model, x_all[: sizes["captum"]], fill)
     seconds: dict[tuple[str, int], list[float]] = {c: [] for c in combos}
-    agreement = []
     for rep in range(reps):
         shift = rep % len(combos)
-        outputs = {}
         for combo in combos[shift:] + combos[:shift]:
             start = time.perf_counter()
-            out = runs[combo]()
+            runs[combo]()
             seconds[combo].append(time.perf_counter() - start)
-            if rep == 0 and out is not None:
-                outputs[combo] = out
         log(f"  {name} rep {rep + 1}/{reps} (load {os.getloadavg()[0]:.1f})")
-        if rep == 0:
-            agreement = _check_agreement(name, outputs)
     rows = []
     for route, n in combos:
         s = seconds[(route, n)]
@@ -209,18 +229,6 @@ def time_case(name: str, mode: str, reps: int, text_dir: Path, log) -> tuple[lis
         plain = next(r for r in rows if r["route"] == "plain" and r["n"] == row["n"])
         row["x_plain"] = row["seconds_median"] / plain["seconds_median"]
     return rows, agreement, source
-
-
-def _check_agreement(name: str, outputs: dict) -> list[str]:
-    lines = []
-    for (route, n), other in outputs.items():
-        if route not in ("lolo_zero_recompute", "captum_lfa_zero"):
-            continue
-        diff = float((other.double() - outputs[("lolo_zero", n)].double()).abs().max())
-        lines.append(f"{name}: max |{route} - lolo_zero| over {n} inputs x {other.shape[1]} layers = {diff:.2e}")
-        if not diff <= AGREE_ATOL:
-            raise SystemExit(f"FAIL: {lines[-1]} exceeds {AGREE_ATOL:g}")
-    return lines
 
 
 def write_report(out: Path, rows, agreement, sources, command, env, load, wall, mode) -> None:
@@ -260,7 +268,7 @@ def write_report(out: Path, rows, agreement, sources, command, env, load, wall, 
         "",
         _md_table(df),
         "",
-        "## Route agreement (first repetition)",
+        "## Route agreement (zero ablation, same traces, before timing)",
         "",
         *[f"- {line}" for line in agreement],
         "",
