@@ -219,13 +219,14 @@ class FastPath:
 def fast_route(head: LayerHead, keep: Tensor) -> Route:
     """The route :meth:`LayerHead.removal_logits` takes: the class's fast path where it is exact, else the generic one.
 
-    A subclass that overrides any method its fast path relies on (say a custom ``terms``) falls
-    back to :func:`recompute_removal_logits`, which only calls the head.
+    The fast path is the ``removal_fast_path`` of the nearest class that sets one (``None`` opts
+    out). A subclass that overrides any method that fast path relies on (say a custom ``terms``)
+    falls back to :func:`recompute_removal_logits`, which only calls the head.
     """
-    owner = next((c for c in type(head).__mro__ if vars(c).get("removal_fast_path") is not None), None)
-    if owner is None:
+    owner = next((c for c in type(head).__mro__ if "removal_fast_path" in vars(c)), None)
+    fast: FastPath | None = None if owner is None else vars(owner)["removal_fast_path"]
+    if fast is None:
         return recompute_removal_logits
-    fast: FastPath = vars(owner)["removal_fast_path"]
     unchanged = all(getattr(type(head), name) is getattr(owner, name) for name in fast.relies_on)
     return fast.route if unchanged and fast.applies(head, keep) else recompute_removal_logits
 

@@ -153,7 +153,13 @@ class _CachedLaya(LayaHead):
     """Subclass that changes nothing the fast path relies on: keeps LAYA's fast path."""
 
 
-@pytest.mark.parametrize("cls", [_ProductHead, _TanhConcat])
+class _OptedOutLaya(LayaHead):
+    """Subclass that opts out of the fast path explicitly."""
+
+    removal_fast_path = None
+
+
+@pytest.mark.parametrize("cls", [_ProductHead, _TanhConcat, _OptedOutLaya])
 def test_custom_heads_fall_back_to_the_generic_route(cls):
     torch.manual_seed(0)
     head = cls(DIMS, C).double()
