@@ -23,6 +23,14 @@ import torch
 from torch import Tensor, nn
 
 from laya_eval.errors import ConfigError
+from laya_eval.head_removal import (
+    AFFINE_FAST_PATH,
+    LAYA_FAST_PATH,
+    SCALARMIX_FAST_PATH,
+    FastPath,
+    check_removal_inputs,
+    fast_route,
+)
 
 __all__ = [
     "HEADS",
@@ -128,6 +136,35 @@ class LayerHead(nn.Module):
         intermediate of their terms (LAYA) compute both from one adapter pass."""
         return self.terms(hidden), self.layer_weights(hidden)
 
+    #: The removal fast path of this class (laya_eval.head_removal); None: the generic recomputation.
+    removal_fast_path: FastPath | None = None
+
+    def removal_logits(self, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor]) -> Tensor:
+        """Logits after replacing the removed layers' pooled states by fill vectors (``zero``/``mean`` removals).
+
+        For every input ``b`` and removal ``k`` the head sees ``m p_i + (1 - m) fill_i`` with
+        ``m = keep[b, k, i]``. The generic route recomputes the whole head on the ``B x K``
+        replaced inputs; the built-in heads reuse what a removal does not touch
+        (:mod:`laya_eval.head_removal`) and agree with the generic route to rounding. A subclass
+        that overrides a method its parent's fast path relies on gets the generic route.
+
+        Parameters
+        ----------
+        pooled : list of Tensor, each (B, d_i) or (B, C_i, *spatial)
+            The head's inputs; maps are global-average-pooled first (as in :meth:`forward`).
+        keep : Tensor, (K, L) or (B, K, L)
+            Keep masks: 1 keeps layer ``i``, 0 replaces it (several layers may be removed at once).
+        fill : list of Tensor, each (d_i,)
+            Replacement of each layer's pooled state: zeros for ``zero``, dataset means for ``mean``.
+
+        Returns
+        -------
+        Tensor, (B, K, C)
+        """
+        pooled = self._check(pooled)
+        keep, fill = check_removal_inputs(pooled, keep, fill)
+        return fast_route(self, keep)(self, pooled, keep, fill)
+
     def forward(self, hidden: Sequence[Tensor], keep: Tensor | None = None, renormalize: bool = False) -> Tensor:
         """Logits with an optional keep gate.
 
@@ -177,6 +214,8 @@ class LastLayerHead(LayerHead):
     def bias(self) -> Tensor:
         return self.classifier.bias
 
+    removal_fast_path = AFFINE_FAST_PATH
+
 
 class ConcatHead(LayerHead):
     """One linear readout over ``[h_1 || ... || h_L]``; term ``i`` is its block ``W_i h_i``."""
@@ -195,6 +234,8 @@ class ConcatHead(LayerHead):
     @property
     def bias(self) -> Tensor:
         return self.classifier.bias
+
+    removal_fast_path = AFFINE_FAST_PATH
 
 
 class _AdaptedHead(LayerHead):
@@ -251,6 +292,8 @@ class ScalarMixHead(_AdaptedHead):
         z = self.adapted(hidden)
         w = self.gamma * self.mix_weights().unsqueeze(0).expand(z.shape[0], -1)
         return self._weighted_terms(z, w)
+
+    removal_fast_path = SCALARMIX_FAST_PATH
 
 
 class LayaHead(_AdaptedHead):
@@ -319,6 +362,8 @@ class LayaHead(_AdaptedHead):
         t = self._weighted_terms(z, alpha)
         keep = keep.to(t.dtype).expand(t.shape[:2])
         return (t * keep.unsqueeze(-1)).sum(1) / _kept_mass(alpha, keep) + self.bias
+
+    removal_fast_path = LAYA_FAST_PATH
 
 
 HEADS: dict[str, type[LayerHead]] = {

@@ -123,17 +123,13 @@ def _head_scope_logits(
             # With every layer removed no weight is left to renormalise: the logits are the bias alone.
             logits = logits / torch.where(mass > 0, mass, torch.ones_like(mass))
         return logits + head.bias
-    # zero / mean: the heads pool maps first, so replacing the pooled state is exact.
-    batch, k, n = masks.shape
+    # zero / mean: the heads pool maps first, so replacing the pooled state is exact; the head's
+    # removal_logits reuses what a removal does not touch (generic recomputation for custom heads).
     pooled = [pool_hidden(h) for h in tr.hidden]
-    values = [torch.zeros_like(p[0]) for p in pooled] if ablation == "zero" else list(fill or [])
-    if len(values) != n:
+    values = [p.new_zeros(p.shape[-1]) for p in pooled] if ablation == "zero" else list(fill or [])
+    if len(values) != masks.shape[-1]:
         raise ConfigError("mean ablation needs the mean of every hidden state over the evaluated data.")
-    hidden = []
-    for i, (p, v) in enumerate(zip(pooled, values)):
-        m = masks[:, :, i : i + 1]  # (B, K, 1)
-        hidden.append((m * p[:, None, :] + (1 - m) * v.to(p.dtype)).reshape(batch * k, -1))
-    return head(hidden).reshape(batch, k, -1)
+    return head.removal_logits(pooled, masks, values)
 
 
 def _network_scope_logits(
