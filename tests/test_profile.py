@@ -130,8 +130,11 @@ def test_profile_figures_in_svg_and_title_names_the_run(digits_checkpoints, tmp_
     prof = layer_profile(digits_checkpoints["laya"], options=EvalOptions(limit=80))
     fig = figures.profile_heatmap(prof.table, subset="all", meta=prof.meta)
     text = " ".join(t.get_text() for t in fig.texts)
-    for needle in ("digits-laya.pt", "dataset: digits", "ablation:", "scope: head", "LAYA α(x)"):
+    for needle in ("digits-laya.pt", "dataset: digits", "LAYA α(x)"):
         assert needle in text, (needle, text)
+    # Nothing is removed to profile scores: no ablation line; head scope is the default and is not named.
+    assert "ablation" not in text and "scope" not in text, text
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == prof.meta["layer_names"] == ["fc1", "fc2", "fc3"]
 
 
 def test_profile_is_deterministic(digits_checkpoints, tmp_path):

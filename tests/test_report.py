@@ -4,6 +4,7 @@ figures are real images that name their run, the HTML is self-contained, errors 
 from __future__ import annotations
 
 import base64
+import html
 import re
 import warnings
 
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 from scipy.stats import spearmanr
+from scipy.stats import t as student_t
 
 from laya_eval import figures as F
 from laya_eval.attribution import METHODS
@@ -23,6 +25,7 @@ from tests.cli_helpers import assert_one_line_error, run
 
 LABEL_TO_METHOD = {label: name for name, label in F.METHOD_LABELS.items()}
 LAYA_RUNS = ("digits-laya.pt [laya-s0]", "digits-laya.pt [laya-s1]")
+RUN_LABELS = (*LAYA_RUNS, "digits-lastlayer.pt", "digits-scalarmix.pt")
 
 
 
@@ -33,9 +36,10 @@ def f4(value) -> str:
 
 @pytest.fixture(scope="module")
 def result_dirs(digits_checkpoints, tmp_path_factory):
-    """Three faithfulness folders: the LAYA checkpoint under two evaluation seeds, and a LastLayer checkpoint."""
+    """Four faithfulness folders: the LAYA checkpoint under two evaluation seeds, a LastLayer and a ScalarMix one."""
     root = tmp_path_factory.mktemp("results")
-    specs = {"laya-s0": ("laya", 0), "laya-s1": ("laya", 1), "lastlayer": ("lastlayer", 0)}
+    specs = {"laya-s0": ("laya", 0), "laya-s1": ("laya", 1), "lastlayer": ("lastlayer", 0),
+             "scalarmix": ("scalarmix", 0)}
     for name, (head, seed) in specs.items():
         result = evaluate(digits_checkpoints[head], options=EvalOptions(limit=120, bootstrap=200, seed=seed))
         write_results(result, root / name)
@@ -55,7 +59,7 @@ def read_csv(path) -> pd.DataFrame:
 
 
 def md_tables(text: str) -> list[tuple[str, str | None, list[str], list[list[str]]]]:
-    """Every markdown table as (section, subsection, header, rows)."""
+    """Every markdown table as (section, subsection, header, rows); a <details> block's summary is a subsection."""
     cells = lambda line: [c.strip() for c in line.strip().strip("|").split(" | ")]  # noqa: E731
     lines, out, h2, h3, i = text.splitlines(), [], None, None, 0
     while i < len(lines):
@@ -64,6 +68,10 @@ def md_tables(text: str) -> list[tuple[str, str | None, list[str], list[list[str
             h2, h3 = line[3:], None
         elif line.startswith("### "):
             h3 = line[4:]
+        elif line.startswith("<details"):
+            h3 = html.unescape(re.search(r"<summary>(.*)</summary>", line).group(1))
+        elif line.startswith("</details>"):
+            h3 = None
         elif line.startswith("|"):
             header, rows, i = cells(line), [], i + 2
             while i < len(lines) and lines[i].startswith("|"):
@@ -85,7 +93,7 @@ def test_every_number_in_report_md_equals_its_csv(report_dir):
     tables = md_tables((report_dir / "report.md").read_text())
     faith = read_csv(report_dir / "faithfulness.csv")
     runs = list(dict.fromkeys(faith["run"]))
-    assert set(runs) == {*LAYA_RUNS, "digits-lastlayer.pt"}
+    assert runs == list(RUN_LABELS)
 
     found = section(tables, "Faithfulness and Deletion@1")
     assert [t[1] for t in found] == runs
@@ -99,11 +107,20 @@ def test_every_number_in_report_md_equals_its_csv(report_dir):
                                f4(s.top1_hit_rate), f4(s.aopc), str(s.n), str(s.n_undefined)]
 
     across = read_csv(report_dir / "across_runs.csv")
-    (_, _, header, rows), = section(tables, "Across runs")
-    assert len(rows) == len(across) == 7  # the two LAYA folders share head and dataset; all 7 methods apply
-    for row, s in zip(rows, across.itertuples()):
-        assert row == [s.head, s.dataset, s.ablation, s.scope, F.method_label(s.method), str(s.n_runs),
-                       f4(s.faithfulness_mean), f4(s.faithfulness_std), f4(s.deletion_at_1_mean), f4(s.deletion_at_1_std)]
+    found = section(tables, "Summary across runs")
+    assert [t[1] for t in found] == ["Faithfulness (mean Spearman ρ)", "Deletion@1 (drop of p(predicted class))"]
+    for (_, _, header, rows), metric in zip(found, ("faithfulness", "deletion_at_1")):
+        assert header == ["method", "laya (2 runs)", "lastlayer (1 run)", "scalarmix (1 run)"]
+        for row in rows:
+            for head, cell in zip(("laya", "lastlayer", "scalarmix"), row[1:]):
+                s = across[(across["head"] == head) & (across["method"] == LABEL_TO_METHOD[row[0]])]
+                if s.empty:
+                    assert cell == "—"
+                    continue
+                s = s.iloc[0]
+                spread = f" ± {f4(s[metric + '_std'])}" if s.n_runs > 1 else ""
+                assert cell == (f"{f4(s[metric + '_mean'])}{spread} "
+                                f"[{f4(s[metric + '_ci_low'])}, {f4(s[metric + '_ci_high'])}]")
 
     curves = read_csv(report_dir / "deletion_curves.csv")
     found = section(tables, "Deletion@k")
@@ -136,19 +153,33 @@ def test_every_number_in_report_md_equals_its_csv(report_dir):
 def test_report_csvs_equal_independent_recomputations(result_dirs, report_dir):
     faith = read_csv(report_dir / "faithfulness.csv")
     summaries = {d.name: pd.read_csv(d / "summary.csv").set_index("method") for d in result_dirs}
-    for folder, run_label in zip(("laya-s0", "laya-s1", "lastlayer"), [*LAYA_RUNS, "digits-lastlayer.pt"]):
+    for folder, run_label in zip(("laya-s0", "laya-s1", "lastlayer", "scalarmix"), RUN_LABELS):
         mine = faith[faith["run"] == run_label].set_index("method")
         cols = [c for c in mine.columns if c in summaries[folder].columns]
         pd.testing.assert_frame_equal(mine[cols], summaries[folder].loc[mine.index, cols], check_dtype=False)
     assert "laya" not in set(faith.loc[faith["run"] == "digits-lastlayer.pt", "method"])
 
-    # mean and sample std over the two LAYA folders
-    across = read_csv(report_dir / "across_runs.csv").set_index("method")
+    # mean, sample std and Student t interval (scipy) over the two LAYA folders
+    all_across = read_csv(report_dir / "across_runs.csv")
+    across = all_across[all_across["head"] == "laya"].set_index("method")
     a, b = summaries["laya-s0"], summaries["laya-s1"]
     for m in a.index:
-        pair = np.array([a.loc[m, "faithfulness"], b.loc[m, "faithfulness"]])
-        assert across.loc[m, "faithfulness_mean"] == pytest.approx(pair.mean(), rel=1e-7)
-        assert across.loc[m, "faithfulness_std"] == pytest.approx(abs(pair[0] - pair[1]) / np.sqrt(2), rel=1e-6, abs=1e-9)
+        for metric in ("faithfulness", "deletion_at_1"):
+            pair = np.array([a.loc[m, metric], b.loc[m, metric]])
+            std = abs(pair[0] - pair[1]) / np.sqrt(2)
+            assert across.loc[m, f"{metric}_mean"] == pytest.approx(pair.mean(), rel=1e-7)
+            assert across.loc[m, f"{metric}_std"] == pytest.approx(std, rel=1e-6, abs=1e-9)
+            low, high = student_t.interval(0.95, df=1, loc=pair.mean(), scale=std / np.sqrt(2))
+            assert across.loc[m, f"{metric}_ci_low"] == pytest.approx(low, rel=1e-6, abs=1e-9)
+            assert across.loc[m, f"{metric}_ci_high"] == pytest.approx(high, rel=1e-6, abs=1e-9)
+    # a head with one run keeps that run's value and bootstrap interval
+    single = all_across[all_across["head"] == "lastlayer"].set_index("method")
+    own = summaries["lastlayer"]
+    assert list(single.index) == list(own.index) and (single["n_runs"] == 1).all()
+    np.testing.assert_allclose(single["faithfulness_mean"], own["faithfulness"], rtol=1e-7)
+    np.testing.assert_allclose(single["faithfulness_ci_low"], own["faithfulness_ci_low"], rtol=1e-7)
+    np.testing.assert_allclose(single["deletion_at_1_ci_high"], own["deletion_at_1_ci_high"], rtol=1e-7)
+    assert single["faithfulness_std"].isna().all()
 
     dist = read_csv(report_dir / "spearman_distribution.csv")
     samples = pd.read_csv(result_dirs[2] / "samples.csv")
@@ -186,8 +217,8 @@ def test_figures_are_images_and_the_html_embeds_them(report_dir):
     pngs = sorted((report_dir / "figures").glob("*.png"))
     names = {p.stem for p in pngs}
     assert {"faithfulness", "deletion_curves", "spearman_distribution"} <= names
-    assert len([n for n in names if n.startswith("scatter_")]) == 3
-    assert len([n for n in names if n.startswith("agreement_")]) == 3
+    assert len([n for n in names if n.startswith("scatter_")]) == 4
+    assert len([n for n in names if n.startswith("agreement_")]) == 4
     for path in pngs:
         assert_plausible_image(path)
     md = (report_dir / "report.md").read_text()

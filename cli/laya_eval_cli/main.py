@@ -52,3 +52,7 @@ def cli(threads: int | None) -> None:
 
 for _command in commands.ALL:
     cli.add_command(_command)
+
+
+if __name__ == "__main__":  # python -m laya_eval_cli.main
+    cli(prog_name="laya-eval")
