@@ -175,6 +175,18 @@ def test_report_csvs_equal_independent_recomputations(result_dirs, report_dir):
                          else (pair.mean(), pair.mean()))
             assert across.loc[m, f"{metric}_ci_low"] == pytest.approx(low, rel=1e-6, abs=1e-9)
             assert across.loc[m, f"{metric}_ci_high"] == pytest.approx(high, rel=1e-6, abs=1e-9)
+    # the combined table of report.md, straight from the per-run summaries
+    (_, _, header, rows), _ = section(md_tables((report_dir / "report.md").read_text()), "Summary across runs")
+    cells = {LABEL_TO_METHOD[r[0]]: dict(zip(header[1:], r[1:])) for r in rows}
+    for m in a.index:
+        pair = np.array([a.loc[m, "faithfulness"], b.loc[m, "faithfulness"]])
+        assert cells[m]["laya (2 runs)"].startswith(f"{f4(pair.mean())} ± {f4(np.std(pair, ddof=1))} [")
+    sm = summaries["scalarmix"]
+    for m in sm.index:
+        assert cells[m]["scalarmix (1 run)"] == (f"{f4(sm.loc[m, 'faithfulness'])} "
+                                                 f"[{f4(sm.loc[m, 'faithfulness_ci_low'])}, "
+                                                 f"{f4(sm.loc[m, 'faithfulness_ci_high'])}]")
+    assert cells["laya"]["scalarmix (1 run)"] == cells["laya"]["lastlayer (1 run)"] == "—"
     # a head with one run keeps that run's value and bootstrap interval
     single = all_across[all_across["head"] == "lastlayer"].set_index("method")
     own = summaries["lastlayer"]
