@@ -8,8 +8,9 @@
 # Run from anywhere: bash benchmarks/report_fmnist.sh (~4 min on 2 CPU cores with --threads 1, mostly IG).
 # Not part of the test suite. STYLE=paper writes the figures for a paper (PDF, captions beside).
 # Last run: the checkpoints from `benchmarks/reproduce.py --settings fashion-mnist --seeds 0 --threads 1`
-# (accuracies 0.8983 / 0.8941 / 0.8912 / 0.8931, as in results/reproduce/runs.csv), faithfulness numbers
-# identical to the previous report's (max |difference| 0; Deletion@1 within 4.2e-5).
+# (accuracies 0.8983 / 0.8941 / 0.8912 / 0.8931, as in results/reproduce/runs.csv; the concat, scalarmix
+# and laya checkpoints have the same sha256 as the previous report's, lastlayer differs because that one
+# was trained with 2 threads then): faithfulness identical (max |difference| 0), Deletion@1 within 4.2e-5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}

@@ -169,14 +169,18 @@ def test_public_api_names_resolve():
 def test_python_dash_m_runs_the_same_cli_and_version():
     """`python -m laya_eval_cli` and `python -m laya_eval_cli.main` are `laya-eval` (a process boundary: subprocess)."""
     import importlib.metadata
+    import importlib.util
     import os
     import subprocess
     import sys
-
-    import laya_eval
-
     from pathlib import Path
 
+    import laya_eval
+    import laya_eval_cli
+
+    # The package has its own __main__ (an editable install elsewhere could otherwise supply one).
+    spec = importlib.util.find_spec("laya_eval_cli.__main__")
+    assert spec is not None and Path(spec.origin).parent == Path(laya_eval_cli.__file__).parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     script = Path(sys.executable).with_name("laya-eval")
     if not script.is_file():
