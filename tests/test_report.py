@@ -460,6 +460,11 @@ def test_paper_style_report(result_dirs, tmp_path):
     captions = sorted((tmp_path / "p" / "figures").glob("*.caption.txt"))
     assert len(pdfs) == len(captions) == 5  # vector output by default in paper style, one caption each
     md = (tmp_path / "p" / "report.md").read_text()
+    plain = re.sub(r"\\([*_|\\`])", r"\1", md)  # markdown's backslash escapes undone
     for cap in captions:
-        assert f"*{cap.read_text().strip()}*" in md  # the caption is written under the figure
+        assert f"\n*{cap.read_text().strip()}*\n" in plain  # the caption is written under the figure
+    # caption text never opens emphasis by accident: every * inside it is escaped
+    for line in md.splitlines():
+        if line.startswith("*") and line.endswith("*") and not line.startswith("**"):
+            assert not re.search(r"(?<!\\)\*", line[1:-1]), line
     assert "data:image/png;base64," in (tmp_path / "p" / "report.html").read_text()

@@ -61,6 +61,8 @@ def profile_heatmap(table: pd.DataFrame, *, subset: str, meta: Mapping[str, Any]
                     center=0 if signed else None, vmin=vmin, vmax=vmax, linewidths=0.5,
                     annot_kws={"fontsize": 4.5 if paper else 7}, mask=mean.isna(),
                     cbar_kws={"label": f"mean {method_label(meta['method'])}"})
+        if paper:
+            ax.collections[0].colorbar.ax.tick_params(length=2, width=0.5)
         ax.set_xlabel("layer (closest to the input first)")
         ax.set_ylabel("true class" if meta.get("by", "label") == "label" else "predicted class")
         ax.tick_params(axis="y", rotation=0)

@@ -56,6 +56,11 @@ def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _md_text(text: str) -> str:
+    """Running text for markdown: characters that would start emphasis or a table cell are escaped."""
+    return re.sub(r"([*_|\\`])", r"\\\1", str(text)).replace("\n", " ")
+
+
 def _markdown(blocks: Sequence[tuple]) -> str:
     lines: list[str] = []
     for block in blocks:
@@ -73,7 +78,7 @@ def _markdown(blocks: Sequence[tuple]) -> str:
             lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
             lines.append("")
         elif kind == "figure":
-            lines += [f"![{_md_cell(block[2])}]({block[3]})", "", f"*{block[2]}*", ""]
+            lines += [f"![{_md_text(block[2])}]({block[3]})", "", f"*{_md_text(block[2])}*", ""]
         elif kind == "details":
             # A blank line after <summary> lets GitHub render the markdown inside.
             lines += [f"<details{' open' if block[2] else ''}><summary>{html.escape(block[1])}</summary>", ""]
