@@ -270,11 +270,23 @@ def layer_profile(model, data=None, *, method: str = "laya", by: str = "label", 
     return profile_from_result(result, method=method, class_names=tuple(result.manifest["class_names"]), by=by)
 
 
-def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str = "png") -> list[Path]:
+def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str | None = None,
+                  style: str = "default") -> list[Path]:
     """Write profile.csv, profile_layers.csv, profile.json and the figures into ``out_dir``.
 
     Figures: ``profile_heatmap_{all,correct,incorrect}.<fmt>`` (one per subset with
-    samples; a shared colour range) and ``profile_layers.<fmt>`` (mean ± std per layer).
+    samples; a shared colour range) and ``profile_layers.<fmt>`` (violins of the per-sample
+    scores per layer, correct and incorrect predictions side by side).
+
+    Parameters
+    ----------
+    profile : LayerProfile
+    out_dir : path
+    fmt : {"png", "svg", "pdf"}, optional
+        Default: png, or pdf in paper style.
+    style : {"default", "paper"}
+        Paper style: no titles, paper column widths; each figure's caption is written
+        beside it as ``NAME.caption.txt``.
 
     Returns
     -------
@@ -284,7 +296,8 @@ def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str
     from laya_eval import figures
     from laya_eval.fileio import atomic_write_text as _write_text
 
-    figures.check_format(fmt)
+    fmt = figures.check_format(fmt) if fmt is not None else figures.default_format(style)
+    figures.check_style(style)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv = dict(index=False, float_format="%.8g", lineterminator="\n")
@@ -298,10 +311,12 @@ def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str
     if (means < 0).any():
         vmax = max(abs(vmin), abs(vmax))
         vmin = -vmax
-    for subset in SUBSETS:
-        if (profile.table["subset"] == subset).any():
-            fig = figures.profile_heatmap(profile.table, subset=subset, meta=profile.meta, vmin=vmin, vmax=vmax)
-            written.append(figures.save_figure(fig, out / f"profile_heatmap_{subset}.{fmt}", fmt=fmt))
-    fig = figures.profile_bars(profile.layers, meta=profile.meta)
-    written.append(figures.save_figure(fig, out / f"profile_layers.{fmt}", fmt=fmt))
+    figs = {f"profile_heatmap_{subset}": figures.profile_heatmap(profile.table, subset=subset, meta=profile.meta,
+                                                                 vmin=vmin, vmax=vmax, style=style)
+            for subset in SUBSETS if (profile.table["subset"] == subset).any()}
+    figs["profile_layers"] = figures.profile_distribution(profile.scores, meta=profile.meta, style=style)
+    for name, fig in figs.items():
+        written.append(figures.save_figure(fig, out / f"{name}.{fmt}", fmt=fmt))
+        if style == "paper":
+            written.append(figures.caption_path(written[-1]))
     return written

@@ -166,3 +166,36 @@ def test_public_api_names_resolve():
 
     for name in laya_eval.__all__:
         assert getattr(laya_eval, name) is not None
+
+
+def test_python_dash_m_runs_the_same_cli_and_version():
+    """`python -m laya_eval_cli` and `python -m laya_eval_cli.main` are `laya-eval` (a process boundary: subprocess)."""
+    import importlib.metadata
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import laya_eval
+    import laya_eval_cli
+
+    # The package has its own __main__ (an editable install elsewhere could otherwise supply one).
+    spec = importlib.util.find_spec("laya_eval_cli.__main__")
+    assert spec is not None and Path(spec.origin).parent == Path(laya_eval_cli.__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    script = Path(sys.executable).with_name("laya-eval")
+    if not script.is_file():
+        pytest.skip("the laya-eval entry point is not installed next to this Python")
+    reference = subprocess.run([str(script), "--help"], capture_output=True, text=True, env=env)
+    assert reference.returncode == 0 and reference.stdout.startswith("Usage: laya-eval ")
+    for module in ("laya_eval_cli", "laya_eval_cli.main"):
+        out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, env=env)
+        assert out.returncode == 0 and out.stderr == ""
+        assert out.stdout == reference.stdout, module
+    out = subprocess.run([sys.executable, "-m", "laya_eval_cli", "--version"], capture_output=True, text=True, env=env)
+    assert out.stdout == f"laya-eval, version {laya_eval.__version__}\n"
+    assert laya_eval.__version__ == importlib.metadata.version("laya-eval")
+    bad = subprocess.run([sys.executable, "-m", "laya_eval_cli", "report", "/nonexistent-folder"],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and bad.stderr.startswith("Error: result folder") and "Traceback" not in bad.stderr

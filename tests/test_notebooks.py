@@ -1,25 +1,20 @@
-"""The notebooks are committed without outputs and execute top to bottom with the project's kernel."""
+"""The notebooks are committed without outputs and execute top to bottom with the project's kernel,
+on the bundled digits data, quickly and without a word on stderr."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from laya_eval.data import load_dataset
-from laya_eval.errors import DataError
-
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-
-
-def _fashion_mnist_present() -> bool:
-    try:
-        load_dataset("fashion-mnist", "test")
-    except DataError:
-        return False
-    return True
+# The issue's budget is 30 s per notebook on digits; measured 25-29 s on a 2-core machine at load 10. The
+# assertion allows 2x for a machine shared with other jobs, so that it catches a notebook that
+# trains on Fashion-MNIST or evaluates everything again (80-140 s), not a busy neighbour.
+BUDGET_S = 60
 
 
 def _text(nb) -> str:
@@ -30,20 +25,36 @@ def _text(nb) -> str:
     return "\n".join(out)
 
 
-@pytest.mark.parametrize("name, min_images", [("compare_attribution_methods.ipynb", 5), ("layer_profiles.ipynb", 3)])
-def test_notebook_is_stripped_and_executes(name, min_images, tmp_path):
+def _with_parameters(nb, source: str):
+    """Papermill's convention: a cell of overrides right after the cell tagged 'parameters'."""
+    k = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    nb.cells.insert(k + 1, nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]}))
+    return nb
+
+
+@pytest.mark.parametrize("name, min_images, parameters", [
+    ("compare_attribution_methods.ipynb", 6, ""),
+    ("layer_profiles.ipynb", 5, 'DATASET = "digits"'),
+])
+def test_notebook_is_stripped_and_executes(name, min_images, parameters, tmp_path):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(not c.outputs and c.execution_count is None for c in code), f"{name} is committed with outputs"
     assert any("parameters" in c.metadata.get("tags", []) for c in code)
 
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nb = _with_parameters(nb, parameters)
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    elapsed = time.perf_counter() - start
 
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
+    stderr = [o.text for o in outputs if o.output_type == "stream" and o.name == "stderr"]
+    assert not stderr, stderr  # no warnings (TqdmWarning included), no progress bars
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) >= min_images, f"{name}: {len(images)} figures shown"
+    assert elapsed < BUDGET_S, f"{name} took {elapsed:.0f} s"
     if name == "layer_profiles.ipynb":
-        expected = "fashion-mnist" if _fashion_mnist_present() else "digits"
-        assert f"dataset: {expected}" in _text(nb)
+        assert "dataset: digits" in _text(nb)
+        assert "fc1" in _text(nb) or "layer" in _text(nb)

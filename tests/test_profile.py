@@ -130,8 +130,11 @@ def test_profile_figures_in_svg_and_title_names_the_run(digits_checkpoints, tmp_
     prof = layer_profile(digits_checkpoints["laya"], options=EvalOptions(limit=80))
     fig = figures.profile_heatmap(prof.table, subset="all", meta=prof.meta)
     text = " ".join(t.get_text() for t in fig.texts)
-    for needle in ("digits-laya.pt", "dataset: digits", "ablation:", "scope: head", "LAYA α(x)"):
+    for needle in ("digits-laya.pt", "dataset: digits", "LAYA α(x)"):
         assert needle in text, (needle, text)
+    # Nothing is removed to profile scores: no ablation line; head scope is the default and is not named.
+    assert "ablation" not in text and "scope" not in text, text
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == prof.meta["layer_names"] == ["fc1", "fc2", "fc3"]
 
 
 def test_profile_is_deterministic(digits_checkpoints, tmp_path):
@@ -151,3 +154,19 @@ def test_profile_errors_are_one_line(digits_checkpoints, tmp_path):
     assert not list(tmp_path.glob("*.csv"))
     with pytest.raises(ConfigError, match=r"by must be 'label' \(true class\) or 'pred' \(predicted class\); got 'true'"):
         profile_table(pd.DataFrame({"sample": [0], "label": [0], "pred": [0], "layer": [1], "score": [1.0]}), by="true")
+
+
+def test_profile_paper_style_writes_pdfs_and_captions(digits_checkpoints, tmp_path):
+    import re
+
+    result = run("profile", digits_checkpoints["laya"], "--limit", 60, "--style", "paper", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    pdfs = sorted(p.stem for p in tmp_path.glob("*.pdf"))
+    assert pdfs == ["profile_heatmap_all", "profile_heatmap_correct", "profile_heatmap_incorrect", "profile_layers"]
+    for stem in pdfs:
+        caption = (tmp_path / f"{stem}.caption.txt").read_text()
+        assert "digits-laya.pt" in caption and "LAYA α(x)" in caption and "ablation" not in caption
+        box = [float(v) for v in re.search(rb"/MediaBox \[ *([\d. ]+)\]", (tmp_path / f"{stem}.pdf").read_bytes())
+               .group(1).split()]
+        assert (box[2] - box[0]) / 72 == pytest.approx(3.3)  # three layers: a single column
+    assert not list(tmp_path.glob("*.png"))

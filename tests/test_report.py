@@ -4,6 +4,7 @@ figures are real images that name their run, the HTML is self-contained, errors 
 from __future__ import annotations
 
 import base64
+import html
 import re
 import warnings
 
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 from scipy.stats import spearmanr
+from scipy.stats import t as student_t
 
 from laya_eval import figures as F
 from laya_eval.attribution import METHODS
@@ -23,6 +25,7 @@ from tests.cli_helpers import assert_one_line_error, run
 
 LABEL_TO_METHOD = {label: name for name, label in F.METHOD_LABELS.items()}
 LAYA_RUNS = ("digits-laya.pt [laya-s0]", "digits-laya.pt [laya-s1]")
+RUN_LABELS = (*LAYA_RUNS, "digits-lastlayer.pt", "digits-scalarmix.pt")
 
 
 
@@ -33,9 +36,10 @@ def f4(value) -> str:
 
 @pytest.fixture(scope="module")
 def result_dirs(digits_checkpoints, tmp_path_factory):
-    """Three faithfulness folders: the LAYA checkpoint under two evaluation seeds, and a LastLayer checkpoint."""
+    """Four faithfulness folders: the LAYA checkpoint under two evaluation seeds, a LastLayer and a ScalarMix one."""
     root = tmp_path_factory.mktemp("results")
-    specs = {"laya-s0": ("laya", 0), "laya-s1": ("laya", 1), "lastlayer": ("lastlayer", 0)}
+    specs = {"laya-s0": ("laya", 0), "laya-s1": ("laya", 1), "lastlayer": ("lastlayer", 0),
+             "scalarmix": ("scalarmix", 0)}
     for name, (head, seed) in specs.items():
         result = evaluate(digits_checkpoints[head], options=EvalOptions(limit=120, bootstrap=200, seed=seed))
         write_results(result, root / name)
@@ -55,7 +59,7 @@ def read_csv(path) -> pd.DataFrame:
 
 
 def md_tables(text: str) -> list[tuple[str, str | None, list[str], list[list[str]]]]:
-    """Every markdown table as (section, subsection, header, rows)."""
+    """Every markdown table as (section, subsection, header, rows); a <details> block's summary is a subsection."""
     cells = lambda line: [c.strip() for c in line.strip().strip("|").split(" | ")]  # noqa: E731
     lines, out, h2, h3, i = text.splitlines(), [], None, None, 0
     while i < len(lines):
@@ -64,6 +68,10 @@ def md_tables(text: str) -> list[tuple[str, str | None, list[str], list[list[str
             h2, h3 = line[3:], None
         elif line.startswith("### "):
             h3 = line[4:]
+        elif line.startswith("<details"):
+            h3 = html.unescape(re.search(r"<summary>(.*)</summary>", line).group(1))
+        elif line.startswith("</details>"):
+            h3 = None
         elif line.startswith("|"):
             header, rows, i = cells(line), [], i + 2
             while i < len(lines) and lines[i].startswith("|"):
@@ -85,7 +93,7 @@ def test_every_number_in_report_md_equals_its_csv(report_dir):
     tables = md_tables((report_dir / "report.md").read_text())
     faith = read_csv(report_dir / "faithfulness.csv")
     runs = list(dict.fromkeys(faith["run"]))
-    assert set(runs) == {*LAYA_RUNS, "digits-lastlayer.pt"}
+    assert runs == list(RUN_LABELS)
 
     found = section(tables, "Faithfulness and Deletion@1")
     assert [t[1] for t in found] == runs
@@ -99,11 +107,20 @@ def test_every_number_in_report_md_equals_its_csv(report_dir):
                                f4(s.top1_hit_rate), f4(s.aopc), str(s.n), str(s.n_undefined)]
 
     across = read_csv(report_dir / "across_runs.csv")
-    (_, _, header, rows), = section(tables, "Across runs")
-    assert len(rows) == len(across) == 7  # the two LAYA folders share head and dataset; all 7 methods apply
-    for row, s in zip(rows, across.itertuples()):
-        assert row == [s.head, s.dataset, s.ablation, s.scope, F.method_label(s.method), str(s.n_runs),
-                       f4(s.faithfulness_mean), f4(s.faithfulness_std), f4(s.deletion_at_1_mean), f4(s.deletion_at_1_std)]
+    found = section(tables, "Summary across runs")
+    assert [t[1] for t in found] == ["Faithfulness (mean Spearman ρ)", "Deletion@1 (drop of p(predicted class))"]
+    for (_, _, header, rows), metric in zip(found, ("faithfulness", "deletion_at_1")):
+        assert header == ["method", "laya (2 runs)", "lastlayer (1 run)", "scalarmix (1 run)"]
+        for row in rows:
+            for head, cell in zip(("laya", "lastlayer", "scalarmix"), row[1:]):
+                s = across[(across["head"] == head) & (across["method"] == LABEL_TO_METHOD[row[0]])]
+                if s.empty:
+                    assert cell == "—"
+                    continue
+                s = s.iloc[0]
+                spread = f" ± {f4(s[metric + '_std'])}" if s.n_runs > 1 else ""
+                assert cell == (f"{f4(s[metric + '_mean'])}{spread} "
+                                f"[{f4(s[metric + '_ci_low'])}, {f4(s[metric + '_ci_high'])}]")
 
     curves = read_csv(report_dir / "deletion_curves.csv")
     found = section(tables, "Deletion@k")
@@ -136,19 +153,48 @@ def test_every_number_in_report_md_equals_its_csv(report_dir):
 def test_report_csvs_equal_independent_recomputations(result_dirs, report_dir):
     faith = read_csv(report_dir / "faithfulness.csv")
     summaries = {d.name: pd.read_csv(d / "summary.csv").set_index("method") for d in result_dirs}
-    for folder, run_label in zip(("laya-s0", "laya-s1", "lastlayer"), [*LAYA_RUNS, "digits-lastlayer.pt"]):
+    for folder, run_label in zip(("laya-s0", "laya-s1", "lastlayer", "scalarmix"), RUN_LABELS):
         mine = faith[faith["run"] == run_label].set_index("method")
         cols = [c for c in mine.columns if c in summaries[folder].columns]
         pd.testing.assert_frame_equal(mine[cols], summaries[folder].loc[mine.index, cols], check_dtype=False)
     assert "laya" not in set(faith.loc[faith["run"] == "digits-lastlayer.pt", "method"])
 
-    # mean and sample std over the two LAYA folders
-    across = read_csv(report_dir / "across_runs.csv").set_index("method")
+    # mean, sample std and Student t interval (scipy) over the two LAYA folders
+    all_across = read_csv(report_dir / "across_runs.csv")
+    across = all_across[all_across["head"] == "laya"].set_index("method")
     a, b = summaries["laya-s0"], summaries["laya-s1"]
     for m in a.index:
+        for metric in ("faithfulness", "deletion_at_1"):
+            pair = np.array([a.loc[m, metric], b.loc[m, metric]])
+            std = abs(pair[0] - pair[1]) / np.sqrt(2)
+            assert across.loc[m, f"{metric}_mean"] == pytest.approx(pair.mean(), rel=1e-7)
+            assert across.loc[m, f"{metric}_std"] == pytest.approx(std, rel=1e-6, abs=1e-9)
+            # (the two folders differ only in the evaluation seed: most methods have std 0, a point interval,
+            # where scipy refuses scale 0)
+            low, high = (student_t.interval(0.95, df=1, loc=pair.mean(), scale=std / np.sqrt(2)) if std > 0
+                         else (pair.mean(), pair.mean()))
+            assert across.loc[m, f"{metric}_ci_low"] == pytest.approx(low, rel=1e-6, abs=1e-9)
+            assert across.loc[m, f"{metric}_ci_high"] == pytest.approx(high, rel=1e-6, abs=1e-9)
+    # the combined table of report.md, straight from the per-run summaries
+    (_, _, header, rows), _ = section(md_tables((report_dir / "report.md").read_text()), "Summary across runs")
+    cells = {LABEL_TO_METHOD[r[0]]: dict(zip(header[1:], r[1:])) for r in rows}
+    for m in a.index:
         pair = np.array([a.loc[m, "faithfulness"], b.loc[m, "faithfulness"]])
-        assert across.loc[m, "faithfulness_mean"] == pytest.approx(pair.mean(), rel=1e-7)
-        assert across.loc[m, "faithfulness_std"] == pytest.approx(abs(pair[0] - pair[1]) / np.sqrt(2), rel=1e-6, abs=1e-9)
+        assert cells[m]["laya (2 runs)"].startswith(f"{f4(pair.mean())} ± {f4(np.std(pair, ddof=1))} [")
+    sm = summaries["scalarmix"]
+    for m in sm.index:
+        assert cells[m]["scalarmix (1 run)"] == (f"{f4(sm.loc[m, 'faithfulness'])} "
+                                                 f"[{f4(sm.loc[m, 'faithfulness_ci_low'])}, "
+                                                 f"{f4(sm.loc[m, 'faithfulness_ci_high'])}]")
+    assert cells["laya"]["scalarmix (1 run)"] == cells["laya"]["lastlayer (1 run)"] == "—"
+    # a head with one run keeps that run's value and bootstrap interval
+    single = all_across[all_across["head"] == "lastlayer"].set_index("method")
+    own = summaries["lastlayer"]
+    assert list(single.index) == list(own.index) and (single["n_runs"] == 1).all()
+    np.testing.assert_allclose(single["faithfulness_mean"], own["faithfulness"], rtol=1e-7)
+    np.testing.assert_allclose(single["faithfulness_ci_low"], own["faithfulness_ci_low"], rtol=1e-7)
+    np.testing.assert_allclose(single["deletion_at_1_ci_high"], own["deletion_at_1_ci_high"], rtol=1e-7)
+    assert single["faithfulness_std"].isna().all()
 
     dist = read_csv(report_dir / "spearman_distribution.csv")
     samples = pd.read_csv(result_dirs[2] / "samples.csv")
@@ -186,8 +232,8 @@ def test_figures_are_images_and_the_html_embeds_them(report_dir):
     pngs = sorted((report_dir / "figures").glob("*.png"))
     names = {p.stem for p in pngs}
     assert {"faithfulness", "deletion_curves", "spearman_distribution"} <= names
-    assert len([n for n in names if n.startswith("scatter_")]) == 3
-    assert len([n for n in names if n.startswith("agreement_")]) == 3
+    assert len([n for n in names if n.startswith("scatter_")]) == 4
+    assert len([n for n in names if n.startswith("agreement_")]) == 4
     for path in pngs:
         assert_plausible_image(path)
     md = (report_dir / "report.md").read_text()
@@ -312,3 +358,113 @@ def test_spearman_bands_and_agreement_by_hand():
     assert m.loc[("a", "b"), "mean_spearman"] == 1.0 and m.loc[("a", "b"), "n_undefined"] == 1
     assert m.loc[("a", "a"), "mean_spearman"] == 1.0 and m.loc[("a", "a"), "n_defined"] == 2
     assert np.isnan(m.loc[("a", "c"), "mean_spearman"]) and m.loc[("a", "c"), "n_defined"] == 0
+
+
+def test_report_has_a_toc_collapsed_runs_and_no_empty_section(report_dir):
+    md = (report_dir / "report.md").read_text()
+    headings = re.findall(r"^## (.+)$", md, flags=re.M)
+    toc = re.findall(r"^- \[(.+)\]\(#(.+)\)$", md, flags=re.M)
+    assert [t for t, _ in toc] == headings and len(headings) >= 8
+    # GitHub's anchors: lower case, punctuation dropped, spaces to hyphens
+    assert ("Faithfulness and Deletion@1 per run", "faithfulness-and-deletion1-per-run") in toc
+    assert "Paired tests" not in md  # these folders have no comparisons.csv: no such section
+    assert "nothing to aggregate" not in md
+    assert md.count("<details><summary>") == md.count("</details>") == 4 * 5  # 4 runs x 5 per-run sections
+    page = (report_dir / "report.html").read_text()
+    for title, slug in toc:
+        assert f'<h2 id="{slug}">' in page and f'href="#{slug}"' in page
+    assert page.count("<details>") == 20 and "<nav>" in page
+    # every section has content: something between one h2 and the next
+    sections = re.split(r"^## .+$", md, flags=re.M)[1:]
+    assert all(re.search(r"^\| |^!\[|^<details", s, flags=re.M) for s in sections)
+
+
+def _scipy_comparisons(samples: pd.DataFrame) -> pd.DataFrame:
+    """comparisons.csv in the contract's format, from scipy's Wilcoxon test and a Holm step-down by hand."""
+    from itertools import combinations
+
+    from scipy.stats import wilcoxon
+
+    rows = []
+    for metric, col in (("faithfulness", "spearman"), ("deletion_at_1", "deletion_at_1")):
+        wide = samples.pivot(index="sample", columns="method", values=col)
+        block = []
+        for a, b in combinations(list(dict.fromkeys(samples["method"])), 2):
+            d = (wide[a] - wide[b]).dropna().to_numpy()
+            res = wilcoxon(d[d != 0]) if (d != 0).any() else None
+            block.append({"metric": metric, "method_a": a, "method_b": b, "n": d.size, "mean_difference": d.mean(),
+                          "ci_low": np.quantile(d, 0.025), "ci_high": np.quantile(d, 0.975),
+                          "wilcoxon_statistic": res.statistic if res else np.nan,
+                          "p_value": res.pvalue if res else 1.0, "rank_biserial": 0.0})
+        p = np.array([r["p_value"] for r in block])
+        order = np.argsort(p)
+        holm = np.empty_like(p)
+        holm[order] = np.minimum(np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order]), 1)
+        rows += [{**r, "p_holm": h} for r, h in zip(block, holm)]
+    return pd.DataFrame(rows)
+
+
+def test_paired_tests_show_in_the_report_and_as_markers(result_dirs, tmp_path):
+    import shutil
+
+    from laya_eval.report.runs import COMPARISON_COLUMNS
+
+    folder = tmp_path / "with-tests"
+    shutil.copytree(result_dirs[0], folder)
+    comp = _scipy_comparisons(pd.read_csv(folder / "samples.csv"))[COMPARISON_COLUMNS]
+    comp.to_csv(folder / "comparisons.csv", index=False)
+    runs = load_runs([folder])
+    write_report(runs, tmp_path / "rep", max_points=30, html_report=False)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    (_, sub, header, rows), = section(md_tables(md), "Paired tests")
+    assert sub == runs[0].label and len(rows) == len(comp) == 2 * 21
+    for row, c in zip(rows, comp.itertuples()):
+        assert row[:4] == [c.metric, F.method_label(c.method_a), F.method_label(c.method_b), str(c.n)]
+        assert row[8] == f4(c.p_holm) and row[4] == f4(c.mean_difference)
+    # the faithfulness figure marks each method by its test against the panel's best one
+    t = report_tables(runs)
+    fig = F.faithfulness_figure(t.faithfulness, [runs[0].meta], comparisons=t.comparisons)
+    faith = t.faithfulness.set_index("method")["faithfulness"].drop("random")
+    best = faith.idxmax()
+    marks = [a.get_text() for a in fig.axes[0].texts if isinstance(a, matplotlib.text.Annotation)]
+    expected = []
+    for m in faith.index:
+        pair = comp[(comp.metric == "faithfulness") & (comp[["method_a", "method_b"]].isin([m, best]).all(axis=1))]
+        expected.append("ref." if m == best else F.significance_marker(pair.p_holm.iloc[0]))
+    assert marks == expected
+
+
+def test_report_reads_parquet_tables_like_csv(result_dirs, tmp_path):
+    pytest.importorskip("pyarrow")
+    import shutil
+
+    from laya_eval.table_io import write_table
+
+    folder = tmp_path / "pq"
+    shutil.copytree(result_dirs[2], folder)
+    for name in ("layers", "samples"):
+        write_table(pd.read_csv(folder / f"{name}.csv"), folder / name, "parquet")
+        (folder / f"{name}.csv").unlink()
+    pq, csv = load_run(folder), load_run(result_dirs[2])
+    for name in ("layers", "samples", "summary"):
+        pd.testing.assert_frame_equal(getattr(pq, name), getattr(csv, name), check_exact=False, rtol=1e-7)
+    a, b = report_tables([pq]), report_tables([csv])
+    pd.testing.assert_frame_equal(a.agreement, b.agreement, check_exact=False, rtol=1e-6)
+    pd.testing.assert_frame_equal(a.spearman_distribution, b.spearman_distribution)
+
+
+def test_paper_style_report(result_dirs, tmp_path):
+    result = run("report", result_dirs[2], "--style", "paper", "--max-points", 30, "--out", tmp_path / "p")
+    assert result.exit_code == 0, result.output
+    pdfs = sorted((tmp_path / "p" / "figures").glob("*.pdf"))
+    captions = sorted((tmp_path / "p" / "figures").glob("*.caption.txt"))
+    assert len(pdfs) == len(captions) == 5  # vector output by default in paper style, one caption each
+    md = (tmp_path / "p" / "report.md").read_text()
+    plain = re.sub(r"\\([*_|\\`])", r"\1", md)  # markdown's backslash escapes undone
+    for cap in captions:
+        assert f"\n*{cap.read_text().strip()}*\n" in plain  # the caption is written under the figure
+    # caption text never opens emphasis by accident: every * inside it is escaped
+    for line in md.splitlines():
+        if line.startswith("*") and line.endswith("*") and not line.startswith("**"):
+            assert not re.search(r"(?<!\\)\*", line[1:-1]), line
+    assert "data:image/png;base64," in (tmp_path / "p" / "report.html").read_text()

@@ -1,4 +1,4 @@
-"""``python -m laya_eval_cli`` runs the ``laya-eval`` command line (also under torchrun)."""
+"""``python -m laya_eval_cli``: the same command group as the ``laya-eval`` entry point."""
 
 from laya_eval_cli.main import cli
 

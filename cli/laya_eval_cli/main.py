@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from laya_eval import __version__  # no torch: the package's names load lazily
 from laya_eval_cli import commands
 
 
@@ -38,7 +39,7 @@ class LayaGroup(click.Group):
 
 
 @click.group(cls=LayaGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="laya-eval", prog_name="laya-eval")
+@click.version_option(version=__version__, prog_name="laya-eval")
 @click.option("--threads", type=click.IntRange(min=1), default=None, envvar="LAYA_EVAL_THREADS", show_envvar=True,
               help="CPU threads for torch (default: torch's choice). 1 is often fastest on a machine shared with "
                    "other jobs.")
@@ -52,3 +53,7 @@ def cli(threads: int | None) -> None:
 
 for _command in commands.ALL:
     cli.add_command(_command)
+
+
+if __name__ == "__main__":  # python -m laya_eval_cli.main
+    cli(prog_name="laya-eval")

@@ -24,6 +24,14 @@ download_option = click.option(
     "--download", is_flag=True, help="Download the dataset from its official source if it is not found."
 )
 
+figure_format_option = click.option(
+    "--format", "fmt", default=None, type=click.Choice(["png", "svg", "pdf"]),
+    help="Figure file format [default: png; pdf with --style paper].")
+figure_style_option = click.option(
+    "--style", default="default", show_default=True, type=click.Choice(["default", "paper"]),
+    help="paper: no titles on the figures (each caption goes to NAME.caption.txt and into the report), "
+         "paper column widths (3.3 / 6.9 in), vector output by default, fonts embedded.")
+
 
 def choice_list(value: str, choices: list[str], option: str) -> tuple[str, ...]:
     """Split a comma-separated ``value`` into names from ``choices`` (duplicates dropped, order kept)."""

@@ -7,13 +7,18 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from laya_eval.figures.style import _finish, _new_figure, _theme, describe, method_color, method_label
+from laya_eval.figures.style import (_finish, _new_figure, _theme, check_style, describe, layer_names, method_color,
+                                     method_label)
 
-__all__ = ["profile_bars", "profile_heatmap"]
+__all__ = ["WEIGHT_METHODS", "profile_distribution", "profile_heatmap"]
+
+# Methods whose scores are layer weights: convex combinations, in [0, 1] and summing to 1 over layers.
+WEIGHT_METHODS = ("laya", "static")
 
 
 def profile_heatmap(table: pd.DataFrame, *, subset: str, meta: Mapping[str, Any],
-                    vmin: float | None = None, vmax: float | None = None):
+                    vmin: float | None = None, vmax: float | None = None, style: str = "default",
+                    width: str | float | None = None):
     """Annotated class x layer heatmap of the mean score (± std) for one subset.
 
     Parameters
@@ -23,12 +28,16 @@ def profile_heatmap(table: pd.DataFrame, *, subset: str, meta: Mapping[str, Any]
         :func:`laya_eval.profile.profile_table`).
     subset : {"all", "correct", "incorrect"}
     meta : mapping
-        :func:`describe`'s keys plus ``method`` and ``by`` (``label`` or ``pred``).
+        :func:`describe`'s keys plus ``method``, ``by`` (``label`` or ``pred``) and
+        ``layer_names`` (the model's, used on the layer axis).
     vmin, vmax : float, optional
         Colour range; pass the same range for every subset to compare them.
+    style : {"default", "paper"}
+    width : {"single", "double"} or float, optional
     """
     import seaborn as sns
 
+    check_style(style)
     part = table[table["subset"] == subset]
     classes = list(meta.get("class_names") or sorted(part["class_name"].unique()))
     n_layers = int(meta.get("n_layers") or part["layer"].max())
@@ -42,14 +51,19 @@ def profile_heatmap(table: pd.DataFrame, *, subset: str, meta: Mapping[str, Any]
     per_class = part.drop_duplicates("class_name").set_index("class_name")["n"]
     n = int(per_class.sum())
     mean.index = [f"{c} (n = {int(per_class.get(c, 0))})" for c in classes]
-    with _theme("white"):
-        fig = _new_figure(max(7.5, 1.1 * n_layers + 4.5), 0.42 * len(classes) + 2.0)
+    mean.columns = layer_names(meta, n_layers)
+    paper = style == "paper"
+    with _theme("white", figure_style=style):
+        fig = _new_figure(max(7.5, 1.1 * n_layers + 4.5), 0.42 * len(classes) + 2.0, style=style, paper_width=width,
+                          natural="single" if n_layers <= 4 else "double", paper_height=0.2 * len(classes) + 0.8)
         ax = fig.subplots()
         sns.heatmap(mean, ax=ax, annot=annot, fmt="", cmap="vlag" if signed else "crest",
                     center=0 if signed else None, vmin=vmin, vmax=vmax, linewidths=0.5,
-                    annot_kws={"fontsize": 7}, cbar_kws={"label": f"mean {method_label(meta['method'])}"},
-                    mask=mean.isna())
-        ax.set_xlabel("layer (1 = closest to the input)")
+                    annot_kws={"fontsize": 4.5 if paper else 7}, mask=mean.isna(),
+                    cbar_kws={"label": f"mean {method_label(meta['method'])}"})
+        if paper:
+            ax.collections[0].colorbar.ax.tick_params(length=2, width=0.5)
+        ax.set_xlabel("layer (closest to the input first)")
         ax.set_ylabel("true class" if meta.get("by", "label") == "label" else "predicted class")
         ax.tick_params(axis="y", rotation=0)
         what = {"all": "all predictions", "correct": "correct predictions", "incorrect": "incorrect predictions"}[subset]
@@ -57,35 +71,53 @@ def profile_heatmap(table: pd.DataFrame, *, subset: str, meta: Mapping[str, Any]
                             "cells: mean ± std", describe(meta))
 
 
-def profile_bars(layer_table: pd.DataFrame, *, meta: Mapping[str, Any]):
-    """Bar plot of the mean score ± std per layer, all classes pooled, one bar per subset.
+def _long_scores(scores: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    correct = scores["label"].to_numpy() == scores["pred"].to_numpy()
+    n_ok = int(scores.loc[correct, "sample"].nunique())
+    n_bad = int(scores.loc[~correct, "sample"].nunique())
+    labels = np.where(correct, f"correct (n = {n_ok})", f"incorrect (n = {n_bad})")
+    return pd.DataFrame({"layer": [names[k - 1] for k in scores["layer"]], "score": scores["score"].to_numpy(),
+                         "predictions": labels})
+
+
+def profile_distribution(scores: pd.DataFrame, *, meta: Mapping[str, Any], style: str = "default",
+                         width: str | float | None = None):
+    """Violins of the per-sample score per layer, correct and incorrect predictions side by side.
+
+    Each half violin is the density of one subset's scores, cut at the observed extremes (a
+    weight never leaves [0, 1]); the dashed lines are its quartiles. Weight methods
+    (:data:`WEIGHT_METHODS`) are drawn on the fixed axis [0, 1].
 
     Parameters
     ----------
-    layer_table : DataFrame
-        Columns ``subset, layer, mean, std, n`` (see :func:`laya_eval.profile.layer_table`).
+    scores : DataFrame
+        ``sample, label, pred, layer, score`` (:attr:`laya_eval.profile.LayerProfile.scores`).
     meta : mapping
         As for :func:`profile_heatmap`.
+    style : {"default", "paper"}
+    width : {"single", "double"} or float, optional
     """
-    subsets = [s for s in ("all", "correct", "incorrect") if s in set(layer_table["subset"])]
-    # One colour (the method's); the subsets differ by shade and hatching, never by another method's colour.
-    style = {"all": (1.0, ""), "correct": (0.55, ""), "incorrect": (0.55, "///")}
-    n_layers = int(layer_table["layer"].max())
-    width = 0.8 / len(subsets)
-    with _theme():
-        fig = _new_figure(max(7.5, 0.9 * n_layers + 3), 3.8)
-        ax = fig.subplots()
-        for k, subset in enumerate(subsets):
-            part = layer_table[layer_table["subset"] == subset].sort_values("layer")
-            x = part["layer"].to_numpy() + (k - (len(subsets) - 1) / 2) * width
-            n = int(part["n"].iloc[0]) if len(part) else 0
-            alpha, hatch = style[subset]
-            ax.bar(x, part["mean"], width=width, yerr=part["std"].fillna(0), capsize=3, hatch=hatch,
-                   color=method_color(meta["method"]), alpha=alpha, edgecolor="white", label=f"{subset} (n = {n})")
-        ax.set_xticks(range(1, n_layers + 1))
-        ax.set_xlabel("layer (1 = closest to the input)")
-        ax.set_ylabel(f"{method_label(meta['method'])}: mean ± std")
-        ax.axhline(0, color="black", linewidth=0.6)
-        ax.legend(title="predictions", fontsize=8)
-        return _finish(fig, f"{method_label(meta['method'])} per layer, all classes pooled", describe(meta))
+    import seaborn as sns
 
+    check_style(style)
+    n_layers = int(meta.get("n_layers") or scores["layer"].max())
+    names = layer_names(meta, n_layers)
+    data = _long_scores(scores, names)
+    hues = sorted(data["predictions"].unique())  # "correct ..." before "incorrect ..."
+    color = method_color(meta["method"])
+    palette = dict(zip(hues, [color, "#bbbbbb"]))
+    with _theme(figure_style=style):
+        fig = _new_figure(max(7.5, 0.9 * n_layers + 3), 3.8, style=style, paper_width=width,
+                          natural="single" if n_layers <= 6 else "double", paper_height=2.0)
+        ax = fig.subplots()
+        sns.violinplot(data, x="layer", y="score", hue="predictions", hue_order=hues, order=names,
+                       split=len(hues) == 2, cut=0, inner="quart", density_norm="width", palette=palette,
+                       linewidth=0.6 if style == "paper" else 1.0, ax=ax)
+        if meta["method"] in WEIGHT_METHODS:
+            ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("layer (closest to the input first)")
+        ax.set_ylabel(method_label(meta["method"]))
+        ax.legend(title="predictions", fontsize=6.5 if style == "paper" else 8, loc="best")
+        n = int(scores["sample"].nunique())
+        return _finish(fig, f"{method_label(meta['method'])} per layer, all classes pooled (n = {n}): "
+                            "distribution per sample; dashed lines: quartiles", describe(meta))

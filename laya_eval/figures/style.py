@@ -1,5 +1,8 @@
-"""The look shared by every figure: one colour and display name per method, the theme, saving.
+"""The look shared by every figure: one colour, line style and name per method, the theme, saving.
 
+Two styles: ``"default"`` (screen and reports: a title and a subtitle naming the run on the
+figure) and ``"paper"`` (publication: no title on the figure, the same text kept as the
+figure's caption, paper column widths, vector output, fonts embedded, 300 dpi for PNG).
 Figures are built without pyplot on an Agg canvas; saving writes fixed metadata, so the
 same figure gives the same bytes.
 """
@@ -15,8 +18,10 @@ from typing import Any, Iterator, Mapping
 
 from laya_eval.errors import ConfigError
 
-__all__ = ["DPI", "FORMATS", "METHOD_LABELS", "PALETTE", "RHO_BANDS", "check_format", "describe", "figure_bytes",
-           "method_color", "method_label", "save_figure"]
+__all__ = ["COLUMN_WIDTHS", "DPI", "FORMATS", "METHOD_LABELS", "METHOD_SHORT_LABELS", "PALETTE", "PAPER_DPI",
+           "RHO_BANDS", "STYLES", "caption_path", "check_format", "check_style", "default_format", "describe",
+           "figure_bytes", "figure_caption", "figure_style", "layer_names", "method_color", "method_dashes",
+           "method_label", "method_marker", "save_figure"]
 
 # seaborn's "colorblind" palette; the two weight-based methods share a hue family.
 PALETTE: dict[str, str] = {
@@ -37,8 +42,22 @@ METHOD_LABELS: dict[str, str] = {
     "grad_x_act": "gradient × activation",
     "random": "random",
 }
+# Direct labels on lines have little room.
+METHOD_SHORT_LABELS: dict[str, str] = {
+    "laya": "α(x)", "static": "static", "contribution": "contrib.", "ig": "IG", "gradcam": "Grad-CAM",
+    "grad_x_act": "grad×act", "random": "random",
+}
+# A second channel besides colour (grey-scale print, colour-blind readers): marker and dash pattern.
+_MARKERS = {"laya": "o", "static": "s", "contribution": "D", "ig": "^", "gradcam": "v", "grad_x_act": "P",
+            "random": "X"}
+_DASHES = {"laya": (None, None), "static": (0, (5, 2)), "contribution": (0, (1, 1.5)), "ig": (0, (4, 1.5, 1, 1.5)),
+           "gradcam": (0, (2, 2)), "grad_x_act": (0, (6, 1.5, 1, 1.5, 1, 1.5)), "random": (0, (1, 3))}
 FORMATS = ("png", "svg", "pdf")
+STYLES = ("default", "paper")
 DPI = 110
+PAPER_DPI = 300
+# Text widths of a two-column paper (NeurIPS/ICML/ACL are within 0.2 in of these).
+COLUMN_WIDTHS: dict[str, float] = {"single": 3.3, "double": 6.9}
 _FALLBACK_COLOR = "#333333"
 
 # Bands of per-sample Spearman rho, from best to undefined: (count column, label, colour).
@@ -61,6 +80,35 @@ def method_label(name: str) -> str:
     return METHOD_LABELS.get(name, name)
 
 
+def method_marker(name: str) -> str:
+    """The method's marker (the same in every figure)."""
+    return _MARKERS.get(name, "*")
+
+
+def method_dashes(name: str):
+    """The method's matplotlib line style (solid for LAYA, a distinct dash pattern for each other method)."""
+    dash = _DASHES.get(name, (0, (3, 1, 1, 1, 1, 1)))
+    return "solid" if dash == (None, None) else dash
+
+
+def check_style(style: str) -> str:
+    """``style`` if it is one of :data:`STYLES`, else a :class:`ConfigError` naming the choices."""
+    if style not in STYLES:
+        raise ConfigError(f"figure style must be among {{{', '.join(STYLES)}}}; got {style!r}.")
+    return style
+
+
+def default_format(style: str) -> str:
+    """The figure file format when none is given: PNG on screen, PDF (vector) for papers."""
+    return "pdf" if check_style(style) == "paper" else "png"
+
+
+def layer_names(meta: Mapping[str, Any], n_layers: int) -> list[str]:
+    """The model's layer names (``meta["layer_names"]``) or ``1 .. n_layers`` when it has none."""
+    names = list(meta.get("layer_names") or [])
+    return [str(n) for n in names] if len(names) == n_layers else [str(k) for k in range(1, n_layers + 1)]
+
+
 def describe(meta: Mapping[str, Any]) -> str:
     """Two lines naming checkpoint, dataset, ablation and scope.
 
@@ -68,7 +116,8 @@ def describe(meta: Mapping[str, Any]) -> str:
     ----------
     meta : mapping
         Keys ``label`` (checkpoint file name), ``dataset``, ``split``, ``n``,
-        ``head``, ``ablation``, ``scope``; missing keys are left out.
+        ``head``, ``ablation``, ``scope``; missing keys are left out. An ablation
+        starting with ``"none"`` (scores only, nothing removed) is not named.
     """
     data = f"{meta.get('dataset', '?')}"
     extra = [str(meta["split"])] if meta.get("split") else []
@@ -77,41 +126,105 @@ def describe(meta: Mapping[str, Any]) -> str:
     if extra:
         data += f" ({', '.join(extra)})"
     head = f" ({meta['head']} head)" if meta.get("head") else ""
-    return (f"checkpoint: {meta.get('label', '?')}{head} · dataset: {data}\n"
-            f"ablation: {meta.get('ablation', '?')} · scope: {meta.get('scope', '?')}")
+    first = f"checkpoint: {meta.get('label', '?')}{head} · dataset: {data}"
+    if str(meta.get("ablation", "?")).startswith("none"):
+        return first + (f"\nscope: {meta['scope']}" if meta.get("scope") == "network" else "")
+    return first + f"\nablation: {meta.get('ablation', '?')} · scope: {meta.get('scope', '?')}"
 
 
-def _facet_title(meta: Mapping[str, Any]) -> str:
+def _panel_letter(k: int) -> str:
+    return f"({chr(ord('a') + k % 26)})"
+
+
+def _facet_title(meta: Mapping[str, Any], style: str = "default", k: int = 0) -> str:
+    if style == "paper":  # a letter the caption resolves (see _facets)
+        return f"{_panel_letter(k)} {meta.get('head', '?')} head"
     return (f"{meta.get('label', '?')}\n{meta.get('head', '?')} head · {meta.get('dataset', '?')}\n"
             f"ablation {meta.get('ablation', '?')} · scope {meta.get('scope', '?')}")
 
 
+def _facets(runs) -> str:
+    """A caption sentence naming every run of a multi-panel figure (paper style has short panel titles)."""
+    return "Panels: " + "; ".join(f"{_panel_letter(k)} {m.get('head', '?')} head: {m.get('label', '?')}, "
+                                  f"{m.get('dataset', '?')}, ablation {m.get('ablation', '?')}, "
+                                  f"scope {m.get('scope', '?')}" for k, m in enumerate(runs)) + "."
+
+
 @contextlib.contextmanager
-def _theme(style: str = "whitegrid") -> Iterator[None]:
+def _theme(style: str = "whitegrid", figure_style: str = "default") -> Iterator[None]:
     import matplotlib
     import seaborn as sns
 
-    rc = {**sns.axes_style(style), **sns.plotting_context("notebook", font_scale=0.85),
-          "figure.dpi": DPI, "savefig.dpi": DPI, "svg.hashsalt": "laya-eval", "axes.titlesize": 10}
+    if figure_style == "paper":
+        context = sns.plotting_context("paper", rc={"font.size": 7, "axes.labelsize": 7, "axes.titlesize": 7,
+                                                    "xtick.labelsize": 6.5, "ytick.labelsize": 6.5,
+                                                    "legend.fontsize": 6.5, "legend.title_fontsize": 7,
+                                                    "lines.linewidth": 1.1, "lines.markersize": 3.5})
+        extra = {"figure.dpi": PAPER_DPI, "savefig.dpi": PAPER_DPI, "axes.linewidth": 0.6, "grid.linewidth": 0.4,
+                 # TrueType fonts embedded in PDF (type 3 fonts are refused by some publishers); SVG text as paths.
+                 "pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "path"}
+    else:
+        context = sns.plotting_context("notebook", font_scale=0.85)
+        extra = {"figure.dpi": DPI, "savefig.dpi": DPI, "axes.titlesize": 10}
+    rc = {**sns.axes_style(style), **context, **extra, "svg.hashsalt": "laya-eval"}
     with matplotlib.rc_context(rc), warnings.catch_warnings():
         # seaborn 0.13's heatmap calls a colormap method matplotlib 3.11 marks for deprecation.
         warnings.filterwarnings("ignore", message="The set_bad function", category=PendingDeprecationWarning)
         yield
 
 
-def _new_figure(width: float, height: float):
+def _paper_width(width: str | float | None, natural: str) -> float:
+    width = natural if width is None else width
+    if isinstance(width, str):
+        if width not in COLUMN_WIDTHS:
+            raise ConfigError(f"width must be among {{{', '.join(COLUMN_WIDTHS)}}} or inches; got {width!r}.")
+        return COLUMN_WIDTHS[width]
+    if not 0.5 <= float(width) <= 20:
+        raise ConfigError(f"width must be between 0.5 and 20 inches; got {width!r}.")
+    return float(width)
+
+
+def _new_figure(width: float, height: float, *, style: str = "default", paper_width: str | float | None = None,
+                natural: str = "double", paper_height: float | None = None):
+    """A constrained-layout Figure of ``width`` x ``height`` inches.
+
+    In paper style the width is a column width (``paper_width``: "single", "double" or inches;
+    ``natural`` when None) and the height ``paper_height`` (else ``height`` scaled like the width).
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), layout="constrained")
+    if check_style(style) == "paper":
+        w = _paper_width(paper_width, natural)
+        height = paper_height if paper_height is not None else height * w / width
+        width = w
+    fig = Figure(figsize=(width, height), layout="constrained", dpi=PAPER_DPI if style == "paper" else DPI)
+    if style == "paper":
+        fig.get_layout_engine().set(h_pad=0.02, w_pad=0.02)
     FigureCanvasAgg(fig)
+    fig._laya_style = style
     return fig
 
 
 def _finish(fig, title: str, subtitle: str | None = None):
-    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10)
+    """Default style: title and subtitle on the figure. Paper style: the same text only as its caption."""
+    sub = subtitle.replace("\n", "; ") if subtitle else ""
+    caption = title.rstrip(".") + "." + (f" {sub[0].upper()}{sub[1:]}" if sub else "")
+    fig._laya_caption = caption
+    if figure_style(fig) != "paper":
+        fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10)
     fig.canvas.draw()  # materialise ticks and layout while the theme is active
     return fig
+
+
+def figure_style(fig) -> str:
+    """The style a laya-eval figure was made in (``"default"`` for any other Figure)."""
+    return getattr(fig, "_laya_style", "default")
+
+
+def figure_caption(fig) -> str:
+    """The caption of a laya-eval figure: its title and subtitle as one paragraph ('' for others)."""
+    return getattr(fig, "_laya_caption", "")
 
 
 def check_format(fmt: str) -> str:
@@ -121,13 +234,13 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def _save_kwargs(fmt: str) -> dict[str, Any]:
+def _save_kwargs(fmt: str, dpi: int) -> dict[str, Any]:
     # Fixed metadata: the same figure gives the same bytes (no creation dates).
     metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
-    return {"format": fmt, "dpi": DPI, "metadata": metadata}
+    return {"format": fmt, "dpi": dpi, "metadata": metadata}
 
 
-def _quantized_png(data: bytes) -> bytes:
+def _quantized_png(data: bytes, dpi: int) -> bytes:
     """Re-encode a PNG with a 256-colour palette: plots rarely need more, and the files shrink ~3x."""
     from PIL import Image
 
@@ -135,24 +248,44 @@ def _quantized_png(data: bytes) -> bytes:
         small = img.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT,
                                             dither=Image.Dither.NONE)
     out = io.BytesIO()
-    small.save(out, format="png", optimize=True)
+    small.save(out, format="png", optimize=True, dpi=(dpi, dpi))
     return out.getvalue()
 
 
 def figure_bytes(fig, fmt: str = "png") -> bytes:
-    """The figure encoded as ``fmt`` (png, svg or pdf); PNGs use a 256-colour palette."""
+    """The figure encoded as ``fmt`` (png, svg or pdf); PNGs use a 256-colour palette.
+
+    A paper-style figure is written at :data:`PAPER_DPI` (its PNG records it), any other at :data:`DPI`.
+    """
     buf = io.BytesIO()
-    with _theme():
-        fig.savefig(buf, **_save_kwargs(check_format(fmt)))
-    return _quantized_png(buf.getvalue()) if fmt == "png" else buf.getvalue()
+    style = figure_style(fig)
+    dpi = PAPER_DPI if style == "paper" else DPI
+    with _theme(figure_style=style):
+        fig.savefig(buf, **_save_kwargs(check_format(fmt), dpi))
+    return _quantized_png(buf.getvalue(), dpi) if fmt == "png" else buf.getvalue()
 
 
-def save_figure(fig, path: str | os.PathLike, *, fmt: str = "png") -> Path:
-    """Write ``fig`` to ``path`` atomically (temporary name, then rename)."""
+def caption_path(path: str | os.PathLike) -> Path:
+    """Where :func:`save_figure` writes a paper-style figure's caption: ``NAME.caption.txt`` beside it."""
     path = Path(path)
-    data = figure_bytes(fig, fmt)
+    return path.with_name(f"{path.stem}.caption.txt")
+
+
+def _atomic_write(path: Path, data: bytes) -> Path:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
     return path
 
+
+def save_figure(fig, path: str | os.PathLike, *, fmt: str | None = None) -> Path:
+    """Write ``fig`` to ``path`` atomically (temporary name, then rename).
+
+    ``fmt`` defaults to :func:`default_format` of the figure's style. A paper-style figure's
+    caption (its title, not drawn on it) is written beside it as :func:`caption_path`.
+    """
+    path = Path(path)
+    _atomic_write(path, figure_bytes(fig, fmt or default_format(figure_style(fig))))
+    if figure_style(fig) == "paper":
+        _atomic_write(caption_path(path), (figure_caption(fig) + "\n").encode())
+    return path

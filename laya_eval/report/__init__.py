@@ -1,6 +1,7 @@
 """Reports over one or several ``faithfulness`` result folders: tables, figures, markdown and HTML.
 
-A *run* is one result folder (layers.csv, samples.csv, summary.csv, manifest.json)
+A *run* is one result folder (layers, samples, summary, optional comparisons.csv, manifest.json;
+layers and samples as CSV or Parquet)
 or one in-memory :class:`~laya_eval.evaluate.EvaluationResult`. The tables are
 computed from the runs' CSVs and written as CSVs first; ``report.md`` and
 ``report.html`` then format exactly what those CSVs hold (fixed decimals), so

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -13,15 +14,18 @@ import pandas as pd
 from laya_eval.errors import ResultsError
 from laya_eval.figures import METHOD_LABELS
 
-__all__ = ["Run", "load_run", "load_runs", "run_from_result"]
+__all__ = ["COMPARISON_COLUMNS", "Run", "load_run", "load_runs", "run_from_result"]
 
 _REQUIRED = {
-    "summary.csv": ["head", "dataset", "method", "ablation", "scope", "n", "n_undefined", "faithfulness",
+    "summary": ["head", "dataset", "method", "ablation", "scope", "n", "n_undefined", "faithfulness",
                     "faithfulness_ci_low", "faithfulness_ci_high", "deletion_at_1", "deletion_at_1_ci_low",
                     "deletion_at_1_ci_high", "top1_hit_rate", "aopc"],
-    "samples.csv": ["sample", "label", "pred", "method", "spearman"],
-    "layers.csv": ["sample", "method", "layer", "attribution", "effect"],
+    "samples": ["sample", "label", "pred", "method", "spearman"],
+    "layers": ["sample", "method", "layer", "attribution", "effect"],
 }
+# comparisons.csv (paired tests between methods, written by newer `faithfulness` runs) is optional.
+COMPARISON_COLUMNS = ["metric", "method_a", "method_b", "n", "mean_difference", "ci_low", "ci_high",
+                      "wilcoxon_statistic", "p_value", "p_holm", "rank_biserial"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class Run:
     layers: pd.DataFrame
     manifest: dict[str, Any] = field(default_factory=dict)
     folder: Path | None = None
+    comparisons: pd.DataFrame | None = None
 
     @property
     def methods(self) -> list[str]:
@@ -42,11 +47,11 @@ class Run:
 
     @property
     def meta(self) -> dict[str, Any]:
-        """What a figure title names: label, head, dataset, split, n, ablation, scope."""
+        """What a figure title names: label, head, dataset, split, n, ablation, scope (and the layer names)."""
         row = self.summary.iloc[0]
         return {"label": self.label, "head": row["head"], "dataset": row["dataset"],
                 "split": self.manifest.get("split"), "n": int(row["n"]), "ablation": row["ablation"],
-                "scope": row["scope"]}
+                "scope": row["scope"], "layer_names": self.manifest.get("layer_names")}
 
 
 def _ordered(methods) -> list[str]:
@@ -54,53 +59,64 @@ def _ordered(methods) -> list[str]:
     return [m for m in METHOD_LABELS if m in present] + [m for m in present if m not in METHOD_LABELS]
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
-    try:
-        table = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ResultsError(f"{path}: not a readable CSV ({exc}).") from None
-    missing = [c for c in _REQUIRED[path.name] if c not in table.columns]
+def _read(folder: Path, name: str, required: Sequence[str]) -> pd.DataFrame:
+    from laya_eval.table_io import find_table, read_table
+
+    path = find_table(folder / name)
+    table = read_table(path)
+    missing = [c for c in required if c not in table.columns]
     if missing:
-        raise ResultsError(f"{path}: missing column(s) {', '.join(missing)}; is it from `laya-eval faithfulness`?")
+        raise ResultsError(f"{path}: missing column(s) {', '.join(missing)}; "
+                           "is it from `laya-eval faithfulness`?")
     return table
+
+
+def _has_table(folder: Path, name: str) -> bool:
+    return (folder / f"{name}.csv").is_file() or (folder / f"{name}.parquet").is_file()
 
 
 def load_run(folder: str | os.PathLike) -> Run:
     """Read one ``laya-eval faithfulness`` output folder.
 
+    ``layers`` and ``samples`` may be CSV or Parquet (``--table-format parquet``);
+    ``comparisons.csv`` (paired tests between methods) is read when present.
+
     Raises
     ------
     ResultsError
-        The folder does not exist, lacks summary.csv / samples.csv / layers.csv,
+        The folder does not exist, lacks summary / samples / layers tables,
         or a file is not what ``faithfulness`` writes.
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise ResultsError(f"result folder '{folder}' does not exist "
                         "(expected the --out folder of `laya-eval faithfulness`).")
-    missing = [name for name in _REQUIRED if not (folder / name).is_file()]
+    missing = [f"{name}.csv" for name in _REQUIRED if not _has_table(folder, name)]
     if missing:
         raise ResultsError(f"result folder '{folder}' has no {', '.join(missing)}: expected the output of "
                         "`laya-eval faithfulness` (layers.csv, samples.csv, summary.csv, manifest.json).")
-    tables = {name: _read_csv(folder / name) for name in _REQUIRED}
-    if tables["summary.csv"].empty:
+    tables = {name: _read(folder, name, cols) for name, cols in _REQUIRED.items()}
+    if tables["summary"].empty:
         raise ResultsError(f"{folder / 'summary.csv'} has no rows.")
+    comparisons = (_read(folder, "comparisons.csv", COMPARISON_COLUMNS)
+                   if (folder / "comparisons.csv").is_file() else None)
     manifest: dict[str, Any] = {}
     if (folder / "manifest.json").is_file():
         try:
             manifest = json.loads((folder / "manifest.json").read_text())
         except json.JSONDecodeError as exc:
             raise ResultsError(f"{folder / 'manifest.json'}: not valid JSON ({exc}).") from None
-    ckpt = str(tables["summary.csv"]["checkpoint"].iloc[0]) if "checkpoint" in tables["summary.csv"] else folder.name
-    return Run(label=Path(ckpt).name, summary=tables["summary.csv"], samples=tables["samples.csv"],
-               layers=tables["layers.csv"], manifest=manifest, folder=folder)
+    ckpt = str(tables["summary"]["checkpoint"].iloc[0]) if "checkpoint" in tables["summary"] else folder.name
+    return Run(label=Path(ckpt).name, summary=tables["summary"], samples=tables["samples"],
+               layers=tables["layers"], manifest=manifest, folder=folder, comparisons=comparisons)
 
 
 def run_from_result(result, label: str | None = None) -> Run:
     """A :class:`Run` from an in-memory :class:`~laya_eval.evaluate.EvaluationResult`."""
     path = (result.manifest.get("checkpoint") or {}).get("path")
     return Run(label=label or (Path(path).name if path else "<in-memory>"), summary=result.summary,
-               samples=result.samples, layers=result.layers, manifest=result.manifest)
+               samples=result.samples, layers=result.layers, manifest=result.manifest,
+               comparisons=getattr(result, "comparisons", None))
 
 
 def _unique_labels(runs: Sequence[Run]) -> list[Run]:
@@ -109,11 +125,10 @@ def _unique_labels(runs: Sequence[Run]) -> list[Run]:
     for k, run in enumerate(runs):
         if counts[run.label] > 1:
             suffix = run.folder.name if run.folder is not None else str(k + 1)
-            run = Run(f"{run.label} [{suffix}]", run.summary, run.samples, run.layers, run.manifest, run.folder)
+            run = dataclasses.replace(run, label=f"{run.label} [{suffix}]")
         out.append(run)
     if len({r.label for r in out}) < len(out):
-        out = [Run(f"{r.label} #{k + 1}", r.summary, r.samples, r.layers, r.manifest, r.folder)
-               for k, r in enumerate(out)]
+        out = [dataclasses.replace(r, label=f"{r.label} #{k + 1}") for k, r in enumerate(out)]
     return out
 
 

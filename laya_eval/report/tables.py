@@ -11,7 +11,7 @@ import pandas as pd
 
 from laya_eval.report.runs import Run, _ordered
 
-__all__ = ["RHO_ONE_TOL", "ReportTables", "agreement_matrix", "report_tables"]
+__all__ = ["ACROSS_KEYS", "RHO_ONE_TOL", "ReportTables", "agreement_matrix", "report_tables"]
 
 RHO_ONE_TOL = 1e-9
 
@@ -26,6 +26,7 @@ class ReportTables:
     deletion_curves: pd.DataFrame
     spearman_distribution: pd.DataFrame
     agreement: pd.DataFrame
+    comparisons: pd.DataFrame
 
 
 def _runs_table(runs: Sequence[Run]) -> pd.DataFrame:
@@ -50,14 +51,54 @@ def _faithfulness_table(runs: Sequence[Run]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)[["run", *cols]]
 
 
+ACROSS_KEYS = ["head", "dataset", "ablation", "scope", "method"]
+
+
+def _interval(values: np.ndarray, low: float, high: float) -> tuple[float, float, str]:
+    """95% interval of a group: the run's own bootstrap interval for one run, else Student's t over runs."""
+    from scipy.stats import t as student_t
+
+    if values.size == 1:
+        return float(low), float(high), "bootstrap"
+    half = float(student_t.ppf(0.975, values.size - 1) * values.std(ddof=1) / np.sqrt(values.size))
+    return float(values.mean() - half), float(values.mean() + half), "t over runs"
+
+
 def _across_runs_table(faith: pd.DataFrame) -> pd.DataFrame:
-    """Mean ± std (ddof=1) across runs that share head, dataset, ablation and scope; groups of 2+ runs only."""
-    keys = ["head", "dataset", "ablation", "scope", "method"]
-    grouped = faith.groupby(keys, sort=False)
-    out = grouped.agg(n_runs=("run", "size"), faithfulness_mean=("faithfulness", "mean"),
-                      faithfulness_std=("faithfulness", "std"), deletion_at_1_mean=("deletion_at_1", "mean"),
-                      deletion_at_1_std=("deletion_at_1", "std")).reset_index()
-    return out[out["n_runs"] >= 2].reset_index(drop=True)
+    """One row per (head, dataset, ablation, scope, method): mean, std (ddof=1) and a 95% interval over runs.
+
+    A group of one run keeps that run's value and its bootstrap interval (std NaN); a group of
+    several runs (seeds) gets Student's t interval of the mean over runs (``interval`` says which).
+    """
+    rows = []
+    for keys, group in faith.groupby(ACROSS_KEYS, sort=False):
+        row = dict(zip(ACROSS_KEYS, keys), n_runs=len(group))
+        for metric in ("faithfulness", "deletion_at_1"):
+            values = group[metric].to_numpy(dtype=np.float64)
+            values = values[~np.isnan(values)]
+            if values.size == 0:
+                row.update({f"{metric}_mean": np.nan, f"{metric}_std": np.nan, f"{metric}_ci_low": np.nan,
+                            f"{metric}_ci_high": np.nan})
+                continue
+            low, high, kind = _interval(values, group[f"{metric}_ci_low"].iloc[0], group[f"{metric}_ci_high"].iloc[0])
+            row.update({f"{metric}_mean": float(values.mean()),
+                        f"{metric}_std": float(values.std(ddof=1)) if values.size > 1 else np.nan,
+                        f"{metric}_ci_low": low, f"{metric}_ci_high": high})
+            row["interval"] = kind
+        rows.append(row)
+    cols = [*ACROSS_KEYS, "n_runs", "interval", *[f"{m}_{s}" for m in ("faithfulness", "deletion_at_1")
+                                                   for s in ("mean", "std", "ci_low", "ci_high")]]
+    return pd.DataFrame(rows).reindex(columns=cols)
+
+
+def _comparisons_table(runs: Sequence[Run]) -> pd.DataFrame:
+    """The runs' paired tests (comparisons.csv), a ``run`` column first; no rows when no run has them."""
+    from laya_eval.report.runs import COMPARISON_COLUMNS
+
+    parts = [r.comparisons.assign(run=r.label) for r in runs if r.comparisons is not None]
+    if not parts:
+        return pd.DataFrame(columns=["run", *COMPARISON_COLUMNS])
+    return pd.concat(parts, ignore_index=True)[["run", *COMPARISON_COLUMNS]]
 
 
 def _deletion_table(runs: Sequence[Run]) -> pd.DataFrame:
@@ -127,5 +168,5 @@ def report_tables(runs: Sequence[Run]) -> ReportTables:
     agreement = agreement[["run", "method_a", "method_b", "mean_spearman", "n_defined", "n_undefined"]]
     return ReportTables(runs=_runs_table(runs), faithfulness=faith, across_runs=_across_runs_table(faith),
                         deletion_curves=_deletion_table(runs), spearman_distribution=_spearman_table(runs),
-                        agreement=agreement)
+                        agreement=agreement, comparisons=_comparisons_table(runs))
 

@@ -11,6 +11,8 @@ from laya_eval_cli.options import (
     batch_size_option,
     data_dir_option,
     device_option,
+    figure_format_option,
+    figure_style_option,
     limit_option,
     progress_bar,
     quiet_option,
@@ -46,18 +48,20 @@ def _table(profile) -> str:
 @seed_option
 @click.option("--out", "out_dir", default="profile-out", show_default=True, type=click.Path(file_okay=False),
               help="Folder for profile.csv, profile_layers.csv, profile.json and the figures.")
-@click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(["png", "svg", "pdf"]),
-              help="Figure file format.")
+@figure_format_option
+@figure_style_option
 @data_dir_option
 @device_option
 @quiet_option
-def profile(checkpoint, data, split, method, by, scope, limit, batch_size, seed, out_dir, fmt, data_dir, device,
-            quiet):
+def profile(checkpoint, data, split, method, by, scope, limit, batch_size, seed, out_dir, fmt, style, data_dir,
+            device, quiet):
     """Class-wise layer profile of CHECKPOINT: mean and std of a method's layer scores per class and layer.
 
     Computed separately for all, correct and incorrect predictions; writes
     profile.csv (subset, class, class_name, layer, mean, std, n), one annotated
-    class x layer heatmap per subset and a bar plot of mean +- std per layer.
+    class x layer heatmap per subset and violins of the per-sample scores per
+    layer (correct and incorrect predictions side by side). --style paper drops
+    the titles into NAME.caption.txt files and writes PDF at paper column widths.
 
     Example: laya-eval profile ckpt.pt --method laya --out profile/
     """
@@ -79,5 +83,5 @@ def profile(checkpoint, data, split, method, by, scope, limit, batch_size, seed,
     click.echo(f"{checkpoint}: {meta['head']} head, {meta['dataset']} ({split}), method {method}, scope {scope}, "
                f"classes by {'true label' if by == 'label' else 'prediction'}, n = {meta['n']}")
     click.echo(_table(prof))
-    paths = write_profile(prof, out_dir, fmt=fmt)
+    paths = write_profile(prof, out_dir, fmt=fmt, style=style)
     click.echo(f"wrote {', '.join(p.name for p in paths)} to {out_dir} ({time.perf_counter() - start:.1f} s)")

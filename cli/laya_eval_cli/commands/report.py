@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from laya_eval_cli.options import figure_format_option, figure_style_option
+
 
 def _table(faithfulness) -> str:
     w = max(3, *(len(r) for r in faithfulness["run"]))
@@ -18,20 +20,24 @@ def _table(faithfulness) -> str:
 @click.argument("result_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--out", "out_dir", default="report-out", show_default=True, type=click.Path(file_okay=False),
               help="Folder for report.md, report.html, the tables (CSV) and figures/.")
-@click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(["png", "svg", "pdf"]),
-              help="Figure file format (report.html embeds PNG or SVG either way).")
+@figure_format_option
+@figure_style_option
 @click.option("--title", default=None, help="Report title.")
 @click.option("--html/--no-html", "html_report", default=True, show_default=True,
               help="Also write the self-contained report.html.")
 @click.option("--max-points", default=300, show_default=True, type=click.IntRange(min=1),
               help="Samples drawn (seeded) per attribution-vs-effect scatter.")
-def report(result_dirs, out_dir, fmt, title, html_report, max_points):
+def report(result_dirs, out_dir, fmt, style, title, html_report, max_points):
     """Report on one or several RESULT_DIRS written by `laya-eval faithfulness`.
 
-    Faithfulness and Deletion@1 with 95% intervals (and mean +- std across
-    folders sharing head and dataset), deletion@k curves, the distribution of
-    per-sample Spearman rho, attribution-vs-effect scatters and a method
-    agreement matrix, as report.md, report.html, CSVs and figures.
+    One combined table across runs (head x method: mean +- std over folders
+    sharing head, dataset, ablation and scope, with 95% intervals),
+    Faithfulness and Deletion@1 with 95% intervals (and the paired tests of
+    comparisons.csv where the folders have it), deletion@k curves, the
+    distribution of per-sample Spearman rho, attribution-vs-effect scatters and
+    a method agreement matrix, as report.md (with a table of contents, per-run
+    details collapsed), a self-contained report.html, CSVs and figures.
+    Folders may hold layers/samples as CSV or Parquet.
 
     Example: laya-eval report runs/laya runs/scalarmix --out report/
     """
@@ -39,5 +45,6 @@ def report(result_dirs, out_dir, fmt, title, html_report, max_points):
 
     runs = load_runs(result_dirs)
     click.echo(_table(report_tables(runs).faithfulness))
-    paths = write_report(runs, out_dir, fmt=fmt, html_report=html_report, title=title, max_points=max_points)
+    paths = write_report(runs, out_dir, fmt=fmt, html_report=html_report, title=title, max_points=max_points,
+                         style=style)
     click.echo(f"wrote {len(paths)} files to {out_dir}: report.md" + (", report.html" if html_report else ""))

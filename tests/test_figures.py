@@ -1,0 +1,236 @@
+"""Figures: paper style (size read back from the files, no title, caption beside), data-driven axes,
+significance markers, distinguishable curves, jittered scatters, violins within [0, 1], layer names."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import matplotlib.text
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from laya_eval import figures as F
+from laya_eval.errors import ConfigError
+from laya_eval.profile import layer_table, profile_table
+
+METHODS = ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random"]
+LAYERS = ["fc1", "fc2", "fc3"]
+
+
+def _meta(label="m.pt", head="laya"):
+    return {"label": label, "head": head, "dataset": "digits", "split": "test", "n": 40, "ablation": "gate",
+            "scope": "head", "layer_names": LAYERS}
+
+
+def _faith_table(values: dict[str, float], run="m.pt", half=0.01) -> pd.DataFrame:
+    rows = [{"run": run, "method": m, "faithfulness": v, "faithfulness_ci_low": v - half,
+             "faithfulness_ci_high": v + half, "deletion_at_1": v / 2, "deletion_at_1_ci_low": v / 2 - half,
+             "deletion_at_1_ci_high": v / 2 + half} for m, v in values.items()]
+    return pd.DataFrame(rows)
+
+
+def _curves(run="m.pt") -> pd.DataFrame:
+    # ig and gradcam coincide (to 1e-4 < 0.001): one line, one label; laya and random differ.
+    base = {"laya": [0.7, 0.8, 0.82], "ig": [0.5, 0.7, 0.82], "gradcam": [0.5001, 0.7, 0.82],
+            "random": [0.25, 0.5, 0.82]}
+    return pd.DataFrame([{"run": run, "method": m, "k": k + 1, "deletion": v}
+                         for m, vals in base.items() for k, v in enumerate(vals)])
+
+
+def _scores(n=40, seed=0) -> pd.DataFrame:
+    """Per-sample LAYA-like weights on 3 layers: softmax of noise, so each lies in (0, 1) and rows sum to 1."""
+    rng = np.random.default_rng(seed)
+    w = np.exp(rng.normal(size=(n, 3)) * 2)
+    w /= w.sum(1, keepdims=True)
+    label = rng.integers(0, 3, n)
+    pred = np.where(rng.random(n) < 0.7, label, (label + 1) % 3)
+    return pd.DataFrame({"sample": np.repeat(np.arange(n), 3), "label": np.repeat(label, 3),
+                         "pred": np.repeat(pred, 3), "layer": np.tile([1, 2, 3], n), "score": w.ravel()})
+
+
+def _points(n=50, seed=0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for m in ("laya", "ig"):
+        for s in range(n):
+            for layer in (1, 2, 3):
+                rows.append({"method": m, "sample": s, "layer": layer, "attribution": float(rng.random()),
+                             "effect": 0.0 if layer == 3 else float(rng.random())})
+    return pd.DataFrame(rows)
+
+
+def _dist(run="m.pt") -> pd.DataFrame:
+    return pd.DataFrame([{"run": run, "method": m, "n": 10, "n_rho_one": 4, "n_rho_high": 3, "n_rho_low": 1,
+                          "n_rho_negative": 1, "n_undefined": 1} for m in ("laya", "ig", "random")])
+
+
+def every_figure(style: str, width=None) -> dict:
+    metas = [_meta()]
+    scores = _scores()
+    meta_p = {**_meta(), "ablation": "none (scores only)", "method": "laya", "by": "label", "n_layers": 3,
+              "class_names": ["a", "b", "c"]}
+    table = profile_table(scores, ["a", "b", "c"])
+    matrix = pd.DataFrame(np.eye(3), index=["laya", "ig", "random"], columns=["laya", "ig", "random"])
+    kw = {"style": style, "width": width}
+    return {
+        "faithfulness": F.faithfulness_figure(_faith_table({"laya": 0.85, "ig": 0.88, "random": 0.0}), metas, **kw),
+        "deletion_curves": F.deletion_curves_figure(_curves(), metas, **kw),
+        "spearman_distribution": F.spearman_distribution_figure(_dist(), metas, **kw),
+        "scatter": F.scatter_figure(_points(), meta={**_meta(), "n_points": 50}, **kw),
+        "agreement": F.agreement_figure(matrix, meta=_meta(), **kw),
+        "profile_heatmap": F.profile_heatmap(table, subset="all", meta=meta_p, **kw),
+        "profile_distribution": F.profile_distribution(scores, meta=meta_p, **kw),
+    }
+
+
+def _size_from_file(data: bytes, fmt: str) -> tuple[float, float]:
+    """(width, height) in inches as the file itself states them."""
+    if fmt == "png":
+        with Image.open(io.BytesIO(data)) as img:
+            dpi = img.info["dpi"]
+            return img.size[0] / dpi[0], img.size[1] / dpi[1]
+    if fmt == "pdf":
+        box = [float(v) for v in re.search(rb"/MediaBox \[ *([\d. ]+)\]", data).group(1).split()]
+        return (box[2] - box[0]) / 72, (box[3] - box[1]) / 72  # PDF user units are points
+    head = data[:2000].decode()
+    w, h = (float(re.search(rf'{a}="([\d.]+)pt"', head).group(1)) for a in ("width", "height"))
+    return w / 72, h / 72
+
+
+@pytest.mark.parametrize("width, inches", [("single", 3.3), ("double", 6.9), (5.0, 5.0)])
+def test_every_figure_in_paper_style_has_the_requested_width_and_no_title(width, inches, tmp_path):
+    for name, fig in every_figure("paper", width).items():
+        assert fig._suptitle is None, name
+        titles = " ".join(t.get_text() for t in fig.findobj(matplotlib.text.Text))
+        assert "checkpoint:" not in titles, (name, titles)  # the run description moved to the caption
+        caption = F.figure_caption(fig)
+        assert "m.pt" in caption and len(caption) > 40, (name, caption)
+        w, h = fig.get_size_inches()
+        assert w == pytest.approx(inches), name
+        for fmt in ("png", "pdf", "svg"):
+            path = F.save_figure(fig, tmp_path / f"{name}.{fmt}", fmt=fmt)
+            got = _size_from_file(path.read_bytes(), fmt)
+            # PNG: pixels / 300 dpi, rounded to whole pixels; PDF and SVG: points / 72.
+            assert got == pytest.approx((inches, h), abs=1 / 300 + 1e-6), (name, fmt, got)
+        assert (tmp_path / f"{name}.caption.txt").read_text() == caption + "\n"
+        with Image.open(tmp_path / f"{name}.png") as img:
+            assert img.info["dpi"] == pytest.approx((F.PAPER_DPI, F.PAPER_DPI), abs=0.01)
+
+
+def test_default_style_keeps_the_title_and_writes_no_caption_file(tmp_path):
+    for name, fig in every_figure("default").items():
+        assert fig._suptitle is not None and fig._suptitle.get_text(), name
+        assert "m.pt" in " ".join(t.get_text() for t in fig.findobj(matplotlib.text.Text)), name
+        F.save_figure(fig, tmp_path / f"{name}.png")
+    assert not list(tmp_path.glob("*.caption.txt"))
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".png"] * 7
+
+
+def test_paper_style_defaults_to_pdf_with_embedded_truetype_fonts(tmp_path):
+    fig = every_figure("paper")["faithfulness"]
+    path = F.save_figure(fig, tmp_path / "f.pdf")
+    data = path.read_bytes()
+    assert F.default_format("paper") == "pdf" and F.default_format("default") == "png"
+    assert b"/FontFile2" in data and b"/Type3" not in data  # TrueType embedded, no type-3 bitmaps
+    assert F.save_figure(fig, tmp_path / "f2.pdf").read_bytes() == data  # same figure, same bytes
+    with pytest.raises(ConfigError, match=r"figure style must be among \{default, paper\}; got 'journal'"):
+        F.faithfulness_figure(_faith_table({"laya": 0.8}), [_meta()], style="journal")
+    with pytest.raises(ConfigError, match=r"width must be among \{single, double\} or inches; got 'triple'"):
+        F.faithfulness_figure(_faith_table({"laya": 0.8}), [_meta()], style="paper", width="triple")
+
+
+@pytest.mark.parametrize("style", ["default", "paper"])
+def test_faithfulness_axis_follows_the_data(style):
+    # Two methods 0.03 apart with intervals ±0.01: the axis spans them (0.84 .. 0.89) and little more;
+    # the random baseline at 0 does not stretch it, it becomes an arrow label.
+    fig = F.faithfulness_figure(_faith_table({"laya": 0.856, "ig": 0.886, "random": 0.0}), [_meta()], style=style)
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    assert hi - lo < 0.5
+    assert lo <= 0.846 and hi >= 0.896
+    texts = [t.get_text() for t in ax.texts]
+    assert any("random: 0.00" in t for t in texts), texts
+    # A random baseline inside the range is a dotted reference line instead.
+    fig = F.faithfulness_figure(_faith_table({"laya": 0.2, "ig": -0.2, "random": 0.0}), [_meta()], style=style)
+    lines = [ln for ln in fig.axes[0].get_lines() if ln.get_linestyle() == ":"]
+    assert len(lines) == 1 and lines[0].get_xdata()[0] == 0.0
+
+
+def test_significance_markers_come_from_the_paired_tests():
+    table = _faith_table({"laya": 0.80, "ig": 0.88, "gradcam": 0.87, "random": 0.0})
+    # ig is best on faithfulness (0.88): it is "ref."; laya vs ig p_holm = 0.0004 -> ***, gradcam vs ig 0.2 -> n.s.
+    comparisons = pd.DataFrame({"run": "m.pt", "metric": "faithfulness", "method_a": ["laya", "ig", "laya"],
+                                "method_b": ["ig", "gradcam", "gradcam"], "p_holm": [0.0004, 0.2, 0.03]})
+    fig = F.faithfulness_figure(table, [_meta()], comparisons=comparisons)
+    ax = fig.axes[0]
+    marks = {round(t.xy[1]): t.get_text() for t in ax.texts if isinstance(t, matplotlib.text.Annotation)}
+    ypos = {"laya": 2, "ig": 1, "gradcam": 0}  # rows top to bottom in palette order: laya, ig, gradcam
+    assert marks == {ypos["laya"]: "***", ypos["ig"]: "ref.", ypos["gradcam"]: "n.s."}
+    assert not [t for t in fig.axes[1].texts if isinstance(t, matplotlib.text.Annotation)]  # no deletion tests
+    assert "Holm" in F.figure_caption(fig)
+    assert [F.significance_marker(p) for p in (0.0009, 0.001, 0.009, 0.049, 0.05, np.nan)] == \
+        ["***", "**", "**", "*", "n.s.", "?"]
+
+
+def test_deletion_curves_have_distinct_styles_and_direct_labels():
+    fig = F.deletion_curves_figure(_curves(), [_meta()])
+    ax = fig.axes[0]
+    lines = ax.get_lines()
+    assert len(lines) == 3  # ig and gradcam coincide within 0.001: drawn once
+    # the dash pattern itself (get_linestyle() says only "--" for any dashes)
+    styles = {(tuple(ln._dash_pattern[1] or ()), ln.get_marker(), ln.get_color()) for ln in lines}
+    assert len(styles) == 3 and len({s[0] for s in styles}) == 3 and len({s[1] for s in styles}) == 3
+    labels = sorted(t.get_text() for t in ax.texts)
+    assert labels == ["IG = Grad-CAM", "random", "α(x)"]
+    assert ax.get_legend() is None and not fig.legends
+    # labels never overlap: their centres are at least one text line apart
+    ys = sorted(t.xy[1] for t in ax.texts)
+    lo, hi = ax.get_ylim()
+    assert min(np.diff(ys)) >= 0.07 * (hi - lo) - 1e-12
+
+
+def test_scatter_jitter_is_small_seeded_and_layers_are_named():
+    points = _points()
+    a = F.scatter_figure(points, meta={**_meta(), "n_points": 50}, seed=3)
+    b = F.scatter_figure(points, meta={**_meta(), "n_points": 50}, seed=3)
+    offsets = [c.get_offsets() for c in a.axes[0].collections]
+    np.testing.assert_array_equal(np.vstack(offsets), np.vstack([c.get_offsets() for c in b.axes[0].collections]))
+    laya = points[points["method"] == "laya"]
+    x_span, y_span = np.ptp(laya["attribution"]), np.ptp(points["effect"])
+    for layer, coll in zip((3, 2, 1), a.axes[0].collections):  # drawn from the last layer to the first
+        part = laya[laya["layer"] == layer]
+        dx = coll.get_offsets()[:, 0] - part["attribution"].to_numpy()
+        dy = coll.get_offsets()[:, 1] - part["effect"].to_numpy()
+        assert np.abs(dx).max() <= 0.01 * x_span and np.abs(dy).max() <= 0.01 * y_span
+        assert np.abs(dy).max() > 0  # layer 3 sits at exactly 0: jitter spreads it
+        assert coll.get_alpha() < 0.5
+    assert [t.get_text() for t in a.legends[0].get_texts()] == LAYERS
+
+
+def test_profile_violins_stay_within_the_weights_range_and_use_layer_names():
+    scores = _scores()
+    meta = {**_meta(), "method": "laya", "by": "label", "n_layers": 3}
+    fig = F.profile_distribution(scores, meta=meta)
+    ax = fig.axes[0]
+    assert ax.get_ylim() == pytest.approx((-0.02, 1.02))
+    # cut=0: every violin body ends at the subset's observed extremes, inside [0, 1]
+    bodies = [c for c in ax.collections if len(c.get_paths())]
+    ys = np.concatenate([p.vertices[:, 1] for c in bodies for p in c.get_paths()])
+    assert ys.min() >= scores["score"].min() - 1e-9 and ys.max() <= scores["score"].max() + 1e-9
+    assert [t.get_text() for t in ax.get_xticklabels()] == LAYERS
+    table = profile_table(scores, ["a", "b", "c"])
+    heat = F.profile_heatmap(table, subset="all", meta={**meta, "class_names": ["a", "b", "c"]})
+    assert [t.get_text() for t in heat.axes[0].get_xticklabels()] == LAYERS
+    assert layer_table(scores)["layer"].max() == 3
+
+
+def test_describe_leaves_out_a_removal_that_did_not_happen():
+    meta = {**_meta(), "ablation": "none (scores only)"}
+    assert "ablation" not in F.describe(meta) and "scope" not in F.describe(meta)
+    assert "scope: network" in F.describe({**meta, "scope": "network"})
+    assert "ablation: gate · scope: head" in F.describe(_meta())
+    assert F.layer_names({"layer_names": ["a", "b"]}, 2) == ["a", "b"]
+    assert F.layer_names({}, 3) == ["1", "2", "3"]
