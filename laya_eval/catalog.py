@@ -51,6 +51,8 @@ class MethodSpec:
         What the engine must provide (see the module docstring).
     baseline : bool
         A chance baseline, not an explanation (left out of "do all methods agree" checks).
+    label, short_label : str
+        How figures and reports name it (the short one for direct labels on lines).
     """
 
     name: str
@@ -58,6 +60,8 @@ class MethodSpec:
     requires: str = "any"
     needs: tuple[str, ...] = ()
     baseline: bool = False
+    label: str = ""
+    short_label: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,29 +87,32 @@ class AblationSpec:
 METHOD_SPECS: dict[str, MethodSpec] = {
     m.name: m
     for m in (
-        MethodSpec("laya", "LAYA attention alpha(x) from the forward pass.", requires="laya"),
+        MethodSpec("laya", "LAYA attention alpha(x) from the forward pass.", requires="laya",
+                   label="LAYA α(x)", short_label="α(x)"),
         MethodSpec(
             "static",
             "Input-independent layer weights: softmax(w) for ScalarMix, the mean alpha over the evaluated set for LAYA.",
-            requires="weights", needs=("stat:mean_layer_weights",),
+            requires="weights", needs=("stat:mean_layer_weights",), label="static weights", short_label="static",
         ),
-        MethodSpec("contribution", "Exact per-layer term of the predicted logit, t_{i,c}(x)."),
+        MethodSpec("contribution", "Exact per-layer term of the predicted logit, t_{i,c}(x).",
+                   label="exact contribution", short_label="contrib."),
         MethodSpec(
             "ig",
             "Integrated Gradients (Captum; 50 Gauss-Legendre steps), summed over each layer's dimensions; head scope: "
             "from zero pooled states; network scope: from the removed layer (the first ablation's zeros or mean, "
             "injected inside the backbone) to its output.",
-            needs=("tensor_inputs",),
+            needs=("tensor_inputs",), label="Integrated Gradients", short_label="IG",
         ),
         MethodSpec(
             "gradcam",
             "Grad-CAM-style (Captum LayerGradCam semantics): ReLU of the gradient-weighted channel sum, "
             "averaged over space; on a vector layer ReLU(sum grad*act).",
-            needs=("gradients", "tensor_inputs"),
+            needs=("gradients", "tensor_inputs"), label="Grad-CAM", short_label="Grad-CAM",
         ),
-        MethodSpec("grad_x_act", "Sum over dimensions of gradient x activation.", needs=("gradients", "tensor_inputs")),
+        MethodSpec("grad_x_act", "Sum over dimensions of gradient x activation.", needs=("gradients", "tensor_inputs"),
+                   label="gradient × activation", short_label="grad×act"),
         MethodSpec("random", "Seeded uniform scores drawn per sample from (seed, sample index): the chance baseline.",
-                   baseline=True),
+                   baseline=True, label="random", short_label="random"),
     )
 }
 

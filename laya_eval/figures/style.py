@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from laya_eval.catalog import METHOD_SPECS
 from laya_eval.errors import ConfigError
 
 __all__ = ["COLUMN_WIDTHS", "DPI", "FORMATS", "METHOD_LABELS", "METHOD_SHORT_LABELS", "PALETTE", "PAPER_DPI",
@@ -33,20 +34,10 @@ PALETTE: dict[str, str] = {
     "grad_x_act": "#ca9161",
     "random": "#949494",
 }
-METHOD_LABELS: dict[str, str] = {
-    "laya": "LAYA α(x)",
-    "static": "static weights",
-    "contribution": "exact contribution",
-    "ig": "Integrated Gradients",
-    "gradcam": "Grad-CAM",
-    "grad_x_act": "gradient × activation",
-    "random": "random",
-}
+# Names come from the method catalog (the one owner); a method without a label shows its name.
+METHOD_LABELS: dict[str, str] = {n: spec.label or n for n, spec in METHOD_SPECS.items()}
 # Direct labels on lines have little room.
-METHOD_SHORT_LABELS: dict[str, str] = {
-    "laya": "α(x)", "static": "static", "contribution": "contrib.", "ig": "IG", "gradcam": "Grad-CAM",
-    "grad_x_act": "grad×act", "random": "random",
-}
+METHOD_SHORT_LABELS: dict[str, str] = {n: spec.short_label or spec.label or n for n, spec in METHOD_SPECS.items()}
 # A second channel besides colour (grey-scale print, colour-blind readers): marker and dash pattern.
 _MARKERS = {"laya": "o", "static": "s", "contribution": "D", "ig": "^", "gradcam": "v", "grad_x_act": "P",
             "random": "X"}

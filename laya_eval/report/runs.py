@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +12,7 @@ import pandas as pd
 
 from laya_eval.errors import ResultsError
 from laya_eval.figures import METHOD_LABELS
+from laya_eval.fileio import verify_result_folder
 
 __all__ = ["COMPARISON_COLUMNS", "Run", "load_run", "load_runs", "run_from_result"]
 
@@ -102,10 +102,8 @@ def load_run(folder: str | os.PathLike) -> Run:
                    if (folder / "comparisons.csv").is_file() else None)
     manifest: dict[str, Any] = {}
     if (folder / "manifest.json").is_file():
-        try:
-            manifest = json.loads((folder / "manifest.json").read_text())
-        except json.JSONDecodeError as exc:
-            raise ResultsError(f"{folder / 'manifest.json'}: not valid JSON ({exc}).") from None
+        # Every file must be the one the run wrote (its sha256 is in the manifest): no mixing of two runs.
+        manifest = verify_result_folder(folder)
     ckpt = str(tables["summary"]["checkpoint"].iloc[0]) if "checkpoint" in tables["summary"] else folder.name
     return Run(label=Path(ckpt).name, summary=tables["summary"], samples=tables["samples"],
                layers=tables["layers"], manifest=manifest, folder=folder, comparisons=comparisons)
