@@ -24,6 +24,7 @@ import os
 from typing import Any, Iterator, Sequence
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import Tensor
 
@@ -36,10 +37,24 @@ from laya_eval.distributed import SINGLE_PROCESS, World
 from laya_eval.effect_precision import float64_trace
 from laya_eval.model import LayeredModel
 from laya_eval.partial import PartialStore
-from laya_eval.perturb import ablation_fill, deletion_masks, layer_ranking, leave_one_out_masks, removal_effects
+from laya_eval.perturb import (
+    ablation_fill,
+    deletion_masks,
+    layer_ranking,
+    leave_one_out_masks,
+    removal_effects,
+)
 from laya_eval.plan import CHUNK_SIZE, EvalOptions, Plan, make_plan
 from laya_eval.records import Records, merge_records
-from laya_eval.results import SUMMARY_COLUMNS, EvaluationResult, MethodScore, build_result, score_method, write_results
+from laya_eval.results import (
+    SUMMARY_COLUMNS,
+    EvaluationResult,
+    MethodScore,
+    build_result,
+    score_method,
+    write_results,
+)
+from laya_eval.table_io import table_bytes
 from laya_eval.trace import Trace, trace_from_hidden
 
 __all__ = ["CHUNK_SIZE", "MIN_BATCH_ROWS", "SUMMARY_COLUMNS", "EvalOptions", "EvaluationResult", "MethodScore",
@@ -262,6 +277,7 @@ def evaluate_to_folder(
     progress: Any = None,
     world: World = SINGLE_PROCESS,
     resume: bool = False,
+    table_format: str = "csv",
 ) -> dict[str, EvaluationResult] | None:
     """:func:`evaluate_ablations` with per-chunk partial results under ``out_dir/.partial`` and the finished
     result written into ``out_dir`` as one set (one subfolder per ablation when several), by rank 0.
@@ -271,9 +287,10 @@ def evaluate_to_folder(
     from laya_eval.fileio import check_output_folder
 
     check_output_folder(out_dir)
+    table_bytes(pd.DataFrame({"a": [0]}), table_format)  # an unusable --table-format fails before any work
     results = evaluate_ablations(model, data, ablations, options=options, data_dir=data_dir, progress=progress,
                                  world=world, partial_dir=out_dir, resume=resume)
     if results is not None:
-        write_results(results, out_dir)
+        write_results(results, out_dir, table_format=table_format)
     world.barrier()
     return results

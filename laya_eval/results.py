@@ -19,11 +19,24 @@ import numpy as np
 import pandas as pd
 
 from laya_eval.fileio import sha256_bytes, write_result_folder
-from laya_eval.metrics import METRICS, bootstrap_mean, rank_layers, spearman_per_sample, top1_hit
+from laya_eval.metrics import (
+    METRICS,
+    bootstrap_mean,
+    rank_layers,
+    spearman_per_sample,
+    top1_hit,
+)
 from laya_eval.model import LayeredModel
 from laya_eval.plan import EvalOptions, Plan
 from laya_eval.records import Records
-from laya_eval.stats import COMPARISON_COLUMNS, TiedEffects, compare_methods, faithfulness_p_value, tie_effects
+from laya_eval.stats import (
+    COMPARISON_COLUMNS,
+    TiedEffects,
+    compare_methods,
+    faithfulness_p_value,
+    tie_effects,
+)
+from laya_eval.table_io import table_bytes
 
 __all__ = ["SUMMARY_COLUMNS", "EvaluationResult", "MethodScore", "build_result", "result_files", "score_method",
            "write_results"]
@@ -237,36 +250,38 @@ def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: in
     }
 
 
-_CSV = dict(index=False, float_format="%.8g", lineterminator="\n")
-
-
-def result_files(results: Mapping[str, EvaluationResult], *, run_id: str | None = None) -> dict[str, bytes]:
+def result_files(results: Mapping[str, EvaluationResult], *, run_id: str | None = None,
+                 table_format: str = "csv") -> dict[str, bytes]:
     """Every file of a run as ``{relative path: bytes}``: one ablation in the folder itself, several in
     one subfolder each (``gate/layers.csv``, ...). Each manifest records the run id and the sha256 of its
-    folder's files, so a folder mixing two runs is recognised."""
+    folder's files, so a folder mixing two runs is recognised. ``table_format="parquet"`` writes the two
+    large tables, layers and samples, as Parquet (same columns and dtypes)."""
+    big = "." + table_format
+    names = (f"layers{big}", f"samples{big}", "summary.csv", "comparisons.csv")
     tables = {}
     for name, result in results.items():
         prefix = f"{name}/" if len(results) > 1 else ""
-        for f, df in {"layers.csv": result.layers, "samples.csv": result.samples, "summary.csv": result.summary,
-                      "comparisons.csv": result.comparisons}.items():
-            tables[prefix + f] = df.to_csv(**_CSV).encode()
+        frames = (result.layers, result.samples, result.summary, result.comparisons)
+        for f, df, fmt in zip(names, frames, (table_format, table_format, "csv", "csv")):
+            tables[prefix + f] = table_bytes(df, fmt)
     # The run id is a digest of everything the run wrote: the same run gives the same id (same bytes out).
     run_id = run_id or sha256_bytes("".join(f"{k}:{sha256_bytes(v)}" for k, v in tables.items()).encode())[:16]
     files: dict[str, bytes] = {}
     for name, result in results.items():
         prefix = f"{name}/" if len(results) > 1 else ""
-        part = {f: tables[prefix + f] for f in ("layers.csv", "samples.csv", "summary.csv", "comparisons.csv")}
+        part = {f: tables[prefix + f] for f in names}
         manifest = {**result.manifest, "run_id": run_id, "files": {f: sha256_bytes(b) for f, b in part.items()}}
         part["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
         files.update({prefix + f: b for f, b in part.items()})
     return files
 
 
-def write_results(result: EvaluationResult | Mapping[str, EvaluationResult], out_dir: str | os.PathLike) -> list[Path]:
+def write_results(result: EvaluationResult | Mapping[str, EvaluationResult], out_dir: str | os.PathLike, *,
+                  table_format: str = "csv") -> list[Path]:
     """Write an evaluation (or several ablations of one) into ``out_dir``, replacing the folder whole.
 
     Files: layers.csv, samples.csv, summary.csv and manifest.json (one subfolder per ablation
     when several are given). See :func:`laya_eval.fileio.write_result_folder`.
     """
     results = {result.manifest["options"]["ablation"]: result} if isinstance(result, EvaluationResult) else result
-    return write_result_folder(out_dir, result_files(results))
+    return write_result_folder(out_dir, result_files(results, table_format=table_format))

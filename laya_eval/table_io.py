@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from laya_eval.errors import ConfigError, ResultsError
+from laya_eval.errors import ConfigError
+from laya_eval.fileio import ResultsError, atomic_write_bytes
 
-__all__ = ["TABLE_FORMATS", "find_table", "read_table", "table_path", "write_table"]
+__all__ = ["TABLE_FORMATS", "find_table", "read_table", "table_bytes", "table_path", "write_table"]
 
 TABLE_FORMATS = ("csv", "parquet")
 _PARQUET_HINT = "install the parquet extra (pip install 'laya-eval[parquet]', which brings pyarrow) or use csv"
@@ -80,14 +81,14 @@ def write_table(df: pd.DataFrame, path_stem: str | os.PathLike, fmt: str = "csv"
     Path
     """
     path = table_path(path_stem, fmt)
-    if fmt == "csv":
-        data = df.to_csv(index=False, float_format="%.8g", lineterminator="\n").encode()
-    else:
-        data = _parquet_bytes(df)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return path
+    return atomic_write_bytes(path, table_bytes(df, fmt))
+
+
+def table_bytes(df: pd.DataFrame, fmt: str = "csv") -> bytes:
+    """The bytes :func:`write_table` writes: CSV with 8 significant digits, or deterministic Parquet."""
+    if _check_format(fmt) == "csv":
+        return df.to_csv(index=False, float_format="%.8g", lineterminator="\n").encode()
+    return _parquet_bytes(df)
 
 
 def find_table(path_or_stem: str | os.PathLike) -> Path:

@@ -254,3 +254,23 @@ def test_two_processes_under_torchrun_write_the_same_bytes(tmp_path, digits_chec
     assert "from 2 processes" in two.stdout and two.stdout.count("wrote") == 1  # rank 0 alone prints and writes
     for sub in ("gate", "mean"):
         _same_tables(tmp_path / "one", tmp_path / "two", sub)
+
+
+def test_parquet_tables_hold_the_csv_tables(tmp_path, digits_checkpoints):
+    pytest.importorskip("pyarrow")
+    import pandas as pd
+
+    from laya_eval.fileio import verify_result_folder
+    from laya_eval.table_io import read_table
+
+    ckpt = digits_checkpoints["concat"]
+    csv = _write(tmp_path, "csv", ckpt, limit=40)
+    pq = tmp_path / "pq"
+    evaluate_to_folder(ckpt, "digits", ["gate"], pq, options=EvalOptions(limit=40, **FAST), table_format="parquet")
+    assert sorted(p.name for p in pq.iterdir()) == ["comparisons.csv", "layers.parquet", "manifest.json",
+                                                    "samples.parquet", "summary.csv"]
+    assert set(verify_result_folder(pq)["files"]) == {"layers.parquet", "samples.parquet", "summary.csv",
+                                                       "comparisons.csv"}
+    for name in ("layers", "samples"):
+        a, b = read_table(csv / f"{name}.csv"), read_table(pq / f"{name}.parquet")
+        pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=5e-8)  # CSV keeps 8 significant digits

@@ -6,6 +6,7 @@ import time
 
 import click
 
+from laya_eval.catalog import ABLATIONS, method_names
 from laya_eval_cli.options import (
     batch_size_option,
     choice_list,
@@ -17,8 +18,6 @@ from laya_eval_cli.options import (
     seed_option,
     split_option,
 )
-
-from laya_eval.catalog import ABLATIONS, method_names
 
 METHOD_NAMES = method_names()
 
@@ -60,13 +59,15 @@ def _table(summary) -> str:
               help="Samples per resumable chunk kept under --out/.partial (results do not depend on it).")
 @click.option("--tie-rtol", default=1e-4, show_default=True, type=click.FloatRange(min=0, max=1, max_open=True),
               help="Effects of a sample closer than this share of its largest effect are ranked as tied.")
+@click.option("--table-format", default="csv", show_default=True, type=click.Choice(["csv", "parquet"]),
+              help="Format of the two large tables, layers and samples (parquet needs pyarrow: the parquet extra).")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]),
               help="Precision of the backbone pass (autocast; effects and metrics stay float32 or better).")
 @data_dir_option
 @device_option
 @quiet_option
 def faithfulness(checkpoint, data, split, methods, ablation, scope, limit, batch_size, seed, bootstrap, out_dir,
-                 resume, chunk_size, tie_rtol, dtype, data_dir, device, quiet):
+                 resume, chunk_size, tie_rtol, table_format, dtype, data_dir, device, quiet):
     """Score layer attributions of CHECKPOINT against leave-one-layer-out effects.
 
     For every input, each method's layer scores are compared with the drop of the
@@ -87,7 +88,7 @@ def faithfulness(checkpoint, data, split, methods, ablation, scope, limit, batch
     start = time.perf_counter()
     with progress_bar(quiet or not world.is_main, desc="evaluate", unit="sample") as bar:
         results = evaluate_to_folder(checkpoint, data, ablations, out_dir, options=options, data_dir=data_dir,
-                                     progress=bar, world=world, resume=resume)
+                                     progress=bar, world=world, resume=resume, table_format=table_format)
     if results is None:
         return
     elapsed = time.perf_counter() - start
