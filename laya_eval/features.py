@@ -27,7 +27,7 @@ from torch import Tensor
 
 from laya_eval.errors import DataError
 
-__all__ = ["Features", "cache_root", "extract_features", "feature_key"]
+__all__ = ["Features", "cache_root", "extract_features", "feature_key", "known_layer_dims", "remember_layer_dims"]
 
 ENV_VAR = "LAYA_EVAL_CACHE"
 
@@ -169,3 +169,30 @@ def _stream(encode_batch: Callable[[Any], list[Tensor]], data: Any, folder: Path
     for array in arrays:
         array.flush()
     return arrays
+
+
+def _dims_file(reference: dict[str, Any], cache_dir: str | os.PathLike | None) -> Path:
+    return cache_root(cache_dir) / "layer-dims" / f"{_digest(reference)}.json"
+
+
+def known_layer_dims(reference: dict[str, Any], cache_dir: str | os.PathLike | None = None) -> list[int] | None:
+    """Layer sizes recorded for a module reference (spec, layer names, pooling, weights hash), or None.
+
+    Lets a cached ``py:`` backbone be rebuilt without a dry run, so a cache hit runs no forward pass.
+    """
+    path = _dims_file(reference, cache_dir)
+    try:
+        dims = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(dims, list) and dims and all(isinstance(d, int) and d > 0 for d in dims)
+    return list(dims) if ok else None
+
+
+def remember_layer_dims(reference: dict[str, Any], dims: list[int], cache_dir: str | os.PathLike | None = None) -> None:
+    """Record the layer sizes of a module reference (see :func:`known_layer_dims`)."""
+    path = _dims_file(reference, cache_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps([int(d) for d in dims]))
+    os.replace(tmp, path)

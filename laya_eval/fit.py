@@ -30,7 +30,7 @@ from laya_eval.model import LayeredModel, ModelInfo
 from laya_eval.train import TrainOptions, TrainResult, classification_metrics, resolve_device, train_head, \
     training_record
 
-__all__ = ["FitResult", "backbone_features", "fit_head"]
+__all__ = ["FitResult", "backbone_features", "fit_head", "train_model"]
 
 _SPLITS = ("train", "val", "test")
 
@@ -62,13 +62,21 @@ class FitResult:
         return bool(self.features) and all(f.reused for f in self.features.values())
 
 
-def _splits(data: str | Mapping[str, Dataset], data_dir: Any, download: bool) -> dict[str, Dataset]:
+def _splits(data: str | Mapping[str, Dataset], data_dir: Any, download: bool,
+            limit: int | None = None) -> dict[str, Dataset]:
     if isinstance(data, str):
-        return {s: load_dataset(data, s, data_dir=data_dir, download=download) for s in _SPLITS}
-    missing = [s for s in _SPLITS if s not in data]
-    if missing:
-        raise ConfigError(f"data must be a dataset name or a mapping with splits {list(_SPLITS)}; missing {missing}.")
-    return {s: data[s] for s in _SPLITS}
+        splits = {s: load_dataset(data, s, data_dir=data_dir, download=download) for s in _SPLITS}
+    else:
+        missing = [s for s in _SPLITS if s not in data]
+        if missing:
+            raise ConfigError(f"data must be a dataset name or a mapping with splits {list(_SPLITS)}; "
+                              f"missing {missing}.")
+        splits = {s: data[s] for s in _SPLITS}
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"limit must be a positive integer; got {limit!r}.")
+        splits = {s: d.subset(slice(0, limit)) for s, d in splits.items()}
+    return splits
 
 
 def _reference(backbone: nn.Module) -> dict[str, Any]:
@@ -124,6 +132,7 @@ def fit_head(
     cache_dir: str | os.PathLike | None = None,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
     progress: Any = None,
+    limit: int | None = None,
 ) -> FitResult:
     """Train a head on the frozen layers of ``model``.
 
@@ -149,6 +158,8 @@ def fit_head(
         Called after every epoch (progress bars).
     progress : callable, optional
         ``progress(split, total)`` returns a tqdm-like bar for encoding that split.
+    limit : int, optional
+        Use only the first ``limit`` rows of each split (quick trials).
 
     Returns
     -------
@@ -156,11 +167,11 @@ def fit_head(
     """
     from laya_eval.specs import load_backbone
 
-    splits = _splits(data, data_dir, download)
+    splits = _splits(data, data_dir, download, limit)
     if isinstance(model, str):
         example = splits["train"].subset(slice(0, 2)).x
         backbone = load_backbone(model, layers=layers, pool=pool, example_input=example, download=download,
-                                 trust_code=trust_code)
+                                 trust_code=trust_code, cache_dir=cache_dir)
     elif isinstance(model, nn.Module) and hasattr(model, "layer_dims"):
         backbone = model.requires_grad_(False)
     else:
@@ -193,3 +204,66 @@ def fit_head(
                      metrics=metrics)
     fitted = LayeredModel(backbone.cpu(), layer_head.cpu(), info).eval()
     return FitResult(model=fitted, training=result, metrics=metrics, features=features)
+
+
+def train_model(
+    backbone: str,
+    head: str,
+    data: str | Mapping[str, Dataset],
+    *,
+    backbone_kwargs: Mapping[str, Any] | None = None,
+    head_kwargs: Mapping[str, Any] | None = None,
+    options: TrainOptions = TrainOptions(),
+    init: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    download: bool = False,
+    on_epoch: Callable[[dict[str, float]], None] | None = None,
+) -> FitResult:
+    """Build, train and test a built-in backbone + head (``laya-eval train``).
+
+    Parameters
+    ----------
+    backbone : str
+        Registry name (``mlp``, ``cnn``, ``vit``, ``hf``); ignored with ``init``.
+    head : str
+    data : str or mapping
+        A dataset name or ``{"train", "val", "test"}`` Datasets.
+    backbone_kwargs, head_kwargs : dict, optional
+    options : TrainOptions
+        ``freeze_backbone=None`` freezes exactly a pretrained backbone (``init``, ``hf``).
+    init : path, optional
+        Take the backbone (weights included) from this checkpoint; prefer :func:`fit_head`.
+    data_dir, download, on_epoch
+        As :func:`fit_head`.
+
+    Returns
+    -------
+    FitResult
+        ``model.info.metrics`` holds the test accuracy and macro-F1.
+
+    Raises
+    ------
+    DataError
+        ``init``'s inputs do not fit the dataset.
+    """
+    from laya_eval.checkpoint import load_checkpoint
+    from laya_eval.errors import DataError
+    from laya_eval.train import build_model, predict, train
+
+    splits = _splits(data, data_dir, download)
+    chosen: str | nn.Module = backbone
+    if init is not None:
+        source = load_checkpoint(init)
+        got = splits["train"].input_shape
+        if source.info.input_shape != (None if got is None else tuple(got)):
+            raise DataError(f"'{init}' takes inputs of shape {source.info.input_shape}; dataset "
+                            f"'{splits['train'].name}' has {got}. Pick a checkpoint trained on this kind of input.")
+        chosen = source.backbone
+    model = build_model(chosen, head, splits["train"], backbone_kwargs=dict(backbone_kwargs or {}),
+                        head_kwargs=dict(head_kwargs or {}), seed=options.seed)
+    result = train(model, splits["train"], splits["val"], options, on_epoch=on_epoch)
+    scores = classification_metrics(splits["test"].y, predict(model, splits["test"]))
+    metrics = {"test_accuracy": scores["accuracy"], "test_macro_f1": scores["macro_f1"],
+               "n_test": len(splits["test"]), "best_val_accuracy": result.best_val_accuracy}
+    model.info.metrics = dict(metrics)
+    return FitResult(model=model.cpu().eval(), training=result, metrics=metrics)

@@ -119,7 +119,8 @@ def _module_candidates(module: nn.Module) -> list[str]:
 
 
 def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str | None = None,
-                  example_input: Any = None, download: bool = False, trust_code: bool = False) -> nn.Module:
+                  example_input: Any = None, download: bool = False, trust_code: bool = False,
+                  cache_dir: str | os.PathLike | None = None) -> nn.Module:
     """The frozen backbone a head is fitted on (``fit-head --model``).
 
     Parameters
@@ -137,6 +138,9 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
         Allow Hugging Face Hub downloads.
     trust_code : bool
         For a checkpoint whose backbone is itself a ``py:`` reference.
+    cache_dir : path, optional
+        The feature cache, where a ``py:`` module's layer sizes are remembered (so a cache
+        hit needs no dry run).
 
     Returns
     -------
@@ -170,11 +174,28 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
                               f"(names or patterns, e.g. {','.join(children[:4]) or 'layer1,layer2'}).")
         if pool not in (None, "avg", "mean", "cls", "flatten"):
             raise ConfigError(f"pool must be one of {{avg, cls, flatten, mean}}; got {pool!r}.")
-        names = select_names(layers, _module_candidates(made), "layer")
-        made.eval()
-        backbone = ModuleBackbone(made, names, example_input=example_input,
-                                  pool="avg" if pool in (None, "mean") else pool, spec=f"py:{value}")
+        backbone = _module_backbone(made, f"py:{value}", select_names(layers, _module_candidates(made), "layer"),
+                                    "avg" if pool in (None, "mean") else pool, example_input, cache_dir)
     backbone.requires_grad_(False)
+    return backbone
+
+
+def _module_backbone(made: nn.Module, spec: str, names: list[str], pool: str, example_input: Any,
+                     cache_dir: str | os.PathLike | None) -> nn.Module:
+    """A by-reference ModuleBackbone; layer sizes from the cache when known, else from a dry run."""
+    from laya_eval.backbones import ModuleBackbone
+    from laya_eval.backbones.modules import state_sha256
+    from laya_eval.features import known_layer_dims, remember_layer_dims
+
+    made.eval()
+    reference = {"spec": spec, "layer_names": names, "pool": pool, "state_sha256": state_sha256(made)}
+    dims = known_layer_dims(reference, cache_dir)
+    if dims is not None and len(dims) == len(names):
+        return ModuleBackbone(made, names, layer_dims=dims, pool=pool, spec=spec)
+    if example_input is None:
+        raise ConfigError(f"{spec}: layer sizes are inferred from one batch; pass example_input.")
+    backbone = ModuleBackbone(made, names, example_input=example_input, pool=pool, spec=spec)
+    remember_layer_dims(reference, backbone.layer_dims, cache_dir)
     return backbone
 
 
@@ -207,8 +228,10 @@ def build_backbone(config: dict[str, Any], *, trust_code: bool = False, download
         raise CheckpointError(f"{spec} must return an nn.Module; got {type(made).__name__}.")
     expected = kwargs.get("state_sha256")
     if expected is not None and state_sha256(made) != expected:
-        raise CheckpointError(f"the referenced model {spec} changed: its weights hash to {state_sha256(made)[:12]}…, "
-                              f"the head was trained on {str(expected)[:12]}…; restore those weights or fit a new head.")
+        raise CheckpointError(
+            f"the referenced model {spec} changed: its weights hash to {state_sha256(made)[:12]}…, the head was "
+            f"trained on {str(expected)[:12]}…. Restore those weights, or make the factory return the same network "
+            "on every call (load or seed its weights), then fit a new head.")
     backbone = ModuleBackbone(made.eval(), kwargs["layer_names"], layer_dims=kwargs["layer_dims"],
                               pool=kwargs.get("pool"), spec=spec)
     return backbone.requires_grad_(False)

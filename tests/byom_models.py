@@ -66,9 +66,10 @@ class MyLayerAttention(nn.Module):
 
 def my_laya_model():
     """A LayeredModel from the weights of :class:`MyLayerAttention` saved at ``$MY_LAYA_WEIGHTS``."""
-    from laya_eval import LayeredModel, ModuleBackbone, import_head_state_dict
+    from laya_eval import LayeredModel, ModelInfo, ModuleBackbone, import_head_state_dict
 
     backbone = ModuleBackbone(small_cnn(), ["block1", "block2", "block3"], layer_dims=[8, 12, 16], pool="avg")
     state = torch.load(os.environ["MY_LAYA_WEIGHTS"], weights_only=True)
     head = import_head_state_dict("laya", state, backbone.layer_dims, 10, d_star=16, scorer_hidden=24, tau=1.5)
-    return LayeredModel(backbone, head)
+    info = ModelInfo(num_classes=10, class_names=tuple("0123456789"), input_shape=(64,), dataset="digits")
+    return LayeredModel(backbone, head, info)
