@@ -373,3 +373,37 @@ def test_readme_recipe_hf_text(tmp_path, monkeypatch):
         outputs.append(result.output)
     assert "reused the feature cache" in outputs[1]
     assert (tmp_path / "minilm-laya-faithfulness" / "summary.csv").exists()
+
+
+# --------------------------------------------------------------------------- --model PATH.pt, freeze defaults
+def test_fit_head_on_a_checkpoints_backbone(digits_checkpoints, digits_splits, tmp_path):
+    source = load_checkpoint(digits_checkpoints["concat"])
+    result = fit_head(str(digits_checkpoints["concat"]), digits_splits, head="scalarmix", head_kwargs={"d_star": 8},
+                      options=QUICK, cache_dir=tmp_path / "cache")
+    for (key, a), b in zip(result.model.backbone.state_dict().items(), source.backbone.state_dict().values()):
+        assert torch.equal(a, b), key
+    # the cached features are the source model's pooled hidden states
+    with torch.no_grad():
+        for cached, h in zip(result.features["val"].hidden, source.hidden_states(digits_splits["val"].x)):
+            torch.testing.assert_close(cached, h, rtol=0, atol=1e-6)
+    with pytest.raises(ConfigError, match="a checkpoint's backbone is taken whole"):
+        fit_head(str(digits_checkpoints["concat"]), digits_splits, layers=["x"], options=QUICK, cache_dir=tmp_path)
+
+
+def test_train_keeps_a_given_pretrained_backbone_frozen_by_default(digits_splits):
+    from laya_eval import build_model, train
+
+    net = byom_models.small_cnn()
+    from laya_eval.backbones import ModuleBackbone
+
+    backbone = ModuleBackbone(net, ["block1", "block2"], layer_dims=[8, 12], pool="avg")
+    backbone.requires_grad_(True)
+    before = _state(net)
+    model = build_model(backbone, "concat", digits_splits["train"], seed=0)
+    train(model, digits_splits["train"], digits_splits["val"], TrainOptions(epochs=1, seed=0))
+    assert model.info.training["freeze_backbone"] is True
+    assert all(torch.equal(v, net.state_dict()[k]) for k, v in before.items())
+    backbone.requires_grad_(True)
+    model = build_model(backbone, "concat", digits_splits["train"], seed=0)
+    train(model, digits_splits["train"], digits_splits["val"], TrainOptions(epochs=1, seed=0, freeze_backbone=False))
+    assert not all(torch.equal(v, net.state_dict()[k]) for k, v in before.items())  # asked to fine-tune: it does
