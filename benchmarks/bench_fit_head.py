@@ -17,7 +17,8 @@ Targets:
 
 Inputs: the first ``--n`` Rotten Tomatoes training snippets (the val split for validation;
 random-init LAYA head, seed 0: speed does not depend on the weights). Every route is timed
-``--reps`` times after one untimed warm-up; the median is reported. The cache is written into a
+``--reps`` times after one untimed warm-up, interleaved (every round runs each route once); the
+median is reported. The cache is written into a
 fresh temporary folder on every repetition, so extraction always runs the backbone.
 Writes ``fit_head_speed.csv`` and ``fit_head_speed.md`` into ``--out``.
 """
@@ -40,13 +41,17 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def _timed(fn, reps: int) -> list[float]:
-    fn()  # warm-up
-    out = []
-    for _ in range(reps):
-        start = time.perf_counter()
+def _timed(routes: dict, reps: int) -> dict[str, list[float]]:
+    """Each route once untimed, then ``reps`` rounds in which every route runs once (interleaved,
+    so a change in the machine's load hits all routes alike)."""
+    for fn in routes.values():
         fn()
-        out.append(time.perf_counter() - start)
+    out: dict[str, list[float]] = {name: [] for name in routes}
+    for _ in range(reps):
+        for name, fn in routes.items():
+            start = time.perf_counter()
+            fn()
+            out[name].append(time.perf_counter() - start)
     return out
 
 
@@ -109,9 +114,8 @@ def main() -> None:
             for sl in _batches(len(val), 512):
                 hd(backbone(val.x[sl])).argmax(-1)
 
-    times = {name: _timed(fn, args.reps) for name, fn in [
-        ("plain_inference", plain), ("feature_extraction", extract),
-        ("head_epoch_cached", head_epoch_cached), ("head_epoch_through_minilm", head_epoch_through_backbone)]}
+    times = _timed({"plain_inference": plain, "feature_extraction": extract, "head_epoch_cached": head_epoch_cached,
+                    "head_epoch_through_minilm": head_epoch_through_backbone}, args.reps)
     shutil.rmtree(folder)
     med = {k: statistics.median(v) for k, v in times.items()}
     ratio_extract = med["feature_extraction"] / med["plain_inference"]
