@@ -2,7 +2,8 @@
 
 A frozen backbone is encoded once: its hidden states (pooled to (N, d_i), as the heads pool
 them) are streamed batch by batch into ``.npy`` files under a folder named by a key over
-(model spec, weights hash, layers, pooling, data, preprocessing). A second request with the
+(model spec, weights hash, layers, pooling, data name, split, size, preprocessing and a sha256
+of the inputs and labels). A second request with the
 same key reads the files and does not run the backbone; training a head, sanity checks and
 pruning reuse them (:func:`laya_eval.train.train_head`).
 
@@ -77,7 +78,20 @@ def feature_key(backbone_config: dict[str, Any], data: Any) -> dict[str, Any]:
     data : Dataset
     """
     return {"backbone": backbone_config, "data": data.name, "split": data.split, "n": len(data),
-            "preprocessing": data.preprocessing, "format": 1}
+            "preprocessing": data.preprocessing, "content_sha256": _content_sha256(data), "format": 1}
+
+
+def _content_sha256(data: Any) -> str:
+    """SHA-256 of the split's inputs and labels, so edited data under the same name gets a new key."""
+    digest = hashlib.sha256()
+    if isinstance(data.x, Tensor):
+        digest.update(str((data.x.dtype, tuple(data.x.shape))).encode())
+        digest.update(data.x.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    else:
+        for text in data.x:
+            digest.update(text.encode("utf-8", "surrogatepass") + b"\0")
+    digest.update(data.y.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _digest(key: dict[str, Any]) -> str:

@@ -407,3 +407,16 @@ def test_train_keeps_a_given_pretrained_backbone_frozen_by_default(digits_splits
     model = build_model(backbone, "concat", digits_splits["train"], seed=0)
     train(model, digits_splits["train"], digits_splits["val"], TrainOptions(epochs=1, seed=0, freeze_backbone=False))
     assert not all(torch.equal(v, net.state_dict()[k]) for k, v in before.items())  # asked to fine-tune: it does
+
+
+def test_feature_cache_key_follows_the_data(digits_splits, tmp_path):
+    from laya_eval.fit import backbone_features
+
+    backbone = load_backbone(CNN, layers=["block1", "block3"], example_input=digits_splits["train"].x[:2])
+    val = digits_splits["val"]
+    first = backbone_features(backbone, val, cache_dir=tmp_path)
+    assert not first.reused and backbone_features(backbone, val, cache_dir=tmp_path).reused
+    edited = Dataset(val.x.flip(0), val.y.flip(0), val.class_names, val.name, val.split, val.preprocessing)
+    other = backbone_features(backbone, edited, cache_dir=tmp_path)  # same name, size and split; other rows
+    assert not other.reused
+    torch.testing.assert_close(other.hidden[1], first.hidden[1].flip(0), rtol=0, atol=1e-6)
