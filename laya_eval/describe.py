@@ -22,7 +22,8 @@ def describe_checkpoint(path: str | os.PathLike) -> list[tuple[str, Any]]:
     rows: list[tuple[str, Any]] = [
         ("checkpoint", str(path)),
         ("sha256", file_sha256(path)),
-        ("format", f"{payload['format']} v{payload['format_version']} (laya-eval {payload.get('laya_eval_version', '?')})"),
+        ("format", f"{payload['format']} v{payload['format_version']} "
+                   f"(laya-eval {payload.get('laya_eval_version', '?')})"),
         ("dataset", cfg.get("dataset")),
         ("classes", f"{cfg['num_classes']}: {', '.join(map(str, cfg.get('class_names') or []))}"),
         ("input shape", cfg.get("input_shape") or "text"),

@@ -110,7 +110,8 @@ def _read(folder: Path, key: dict[str, Any]) -> Features | None:
                   for i in range(int(meta["n_layers"]))]
         y = torch.from_numpy(np.load(folder / "y.npy", allow_pickle=False).copy())
     except (OSError, ValueError, KeyError) as err:
-        raise DataError(f"the feature cache '{folder}' is unreadable ({err}); delete the folder to rebuild it.") from None
+        raise DataError(f"the feature cache '{folder}' is unreadable ({err}); "
+                        "delete the folder to rebuild it.") from None
     return Features(hidden=hidden, y=y, path=folder, reused=True, key=key)
 
 

@@ -147,7 +147,7 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
     Backbone
         Frozen: no parameter requires grad.
     """
-    from laya_eval.backbones import HFBackbone, ModuleBackbone
+    from laya_eval.backbones import HFBackbone
     from laya_eval.backbones.hf import select_names
 
     kind, value = parse_spec(spec)
@@ -155,7 +155,8 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
         from laya_eval.checkpoint import load_checkpoint
 
         if layers is not None or pool is not None:
-            raise ConfigError("--layers and --pool apply to hf: and py: models; a checkpoint's backbone is taken whole.")
+            raise ConfigError("--layers and --pool apply to hf: and py: models; "
+                              "a checkpoint's backbone is taken whole.")
         backbone = load_checkpoint(value, trust_code=trust_code).backbone
     elif kind == "hf":
         if pool not in (None, "mean", "avg", "cls"):
@@ -210,8 +211,8 @@ def build_backbone(config: dict[str, Any], *, trust_code: bool = False, download
     from laya_eval.backbones.modules import state_sha256
 
     name, kwargs = config["name"], dict(config.get("kwargs") or {})
-    if name == "hf" and download:
-        kwargs["local_files_only"] = False
+    if name == "hf":  # the network is reached only when this call allows it, whatever the file says
+        kwargs["local_files_only"] = not download
     if name != "modules":
         return make_backbone(name, **kwargs)
     spec = kwargs.get("spec")

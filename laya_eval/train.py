@@ -290,7 +290,8 @@ def train_head(
     device = resolve_device(options.device)
     head.to(device)
     torch.manual_seed(options.seed)
-    caches = {"train": [h.to(device) for h in train_features.hidden], "val": [h.to(device) for h in val_features.hidden]}
+    caches = {"train": [h.to(device) for h in train_features.hidden],
+              "val": [h.to(device) for h in val_features.hidden]}
     if len(caches["train"]) != head.n_layers:
         raise DataError(f"the features hold {len(caches['train'])} layers; the head aggregates {head.n_layers}.")
 

@@ -420,3 +420,13 @@ def test_feature_cache_key_follows_the_data(digits_splits, tmp_path):
     other = backbone_features(backbone, edited, cache_dir=tmp_path)  # same name, size and split; other rows
     assert not other.reused
     torch.testing.assert_close(other.hidden[1], first.hidden[1].flip(0), rtol=0, atol=1e-6)
+
+
+@needs_transformers
+def test_a_checkpoint_cannot_turn_on_downloads():
+    from laya_eval.specs import build_backbone
+
+    # the file says downloads were allowed when it was written; loading without download=True stays offline
+    config = {"name": "hf", "kwargs": {"model": "someone/no-such-model", "local_files_only": False}}
+    with pytest.raises(ConfigError, match=r"got 'someone/no-such-model'\. To download a Hub id, pass --download"):
+        build_backbone(config)

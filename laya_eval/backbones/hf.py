@@ -218,7 +218,8 @@ class HFBackbone(Backbone):
         self.weights_sha256 = weight_file_hashes(path)
         if weights_sha256 is not None and dict(weights_sha256) != self.weights_sha256:
             raise CheckpointError(
-                f"the referenced model {model!r} changed: weight files {_describe_diff(weights_sha256, self.weights_sha256)} "
+                f"the referenced model {model!r} changed: weight files "
+                f"{_describe_diff(weights_sha256, self.weights_sha256)} "
                 "differ from the ones the head was trained on; restore that model or fit a new head."
             )
         encoder, self.tokenizer = _load_pretrained(path, self.local_files_only)
