@@ -12,7 +12,15 @@ The ``.pt`` payload is a dict::
                 "num_classes", "class_names", "input_shape", "dataset",
                 "preprocessing"},
      "state_dict": {...}, "training": {...}, "metrics": {...},
+     "probe": {"kind", "n" | "texts", "logits"},        # optional (checkpoints since BYOM)
      "laya_eval_version": "..."}
+
+``probe`` records the logits of a small fixed probe batch (:func:`probe_inputs`); loading
+recomputes them and refuses a model whose logits differ by more than ``PROBE_TOLERANCE``
+(a head rebuilt with other code, a changed referenced backbone). A by-reference backbone's
+config carries what identifies it: ``hf`` records ``weights_sha256`` of its weight files,
+``modules`` a ``py:`` ``spec`` plus ``layer_names``, ``layer_dims``, ``pool`` and
+``state_sha256``; rebuilding a ``modules`` backbone needs ``trust_code=True``.
 """
 
 from __future__ import annotations
@@ -31,11 +39,16 @@ import torch
 from laya_eval.errors import CheckpointError, LayaEvalError
 from laya_eval.model import LayeredModel, ModelInfo
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "file_sha256", "load_checkpoint", "read_checkpoint", "save_checkpoint"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "PROBE_TOLERANCE", "check_probe", "file_sha256", "load_checkpoint",
+           "probe_inputs", "probe_record", "read_checkpoint", "save_checkpoint"]
 
 FORMAT = "laya-eval-checkpoint"
 FORMAT_VERSION = 1
 _SAFETENSORS_KEY = "laya_eval"
+PROBE_TOLERANCE = 1e-4
+_PROBE_N = 4
+_PROBE_TEXTS = ("a quiet, moving film", "dull and far too long", "the cast is great but the plot is thin",
+                "I would not watch it again")
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -70,6 +83,7 @@ def _payload(model: LayeredModel) -> dict[str, Any]:
         "state_dict": {k: v.detach().cpu().contiguous() for k, v in state.items()},
         "training": dict(info.training),
         "metrics": dict(info.metrics),
+        "probe": probe_record(model),
     }
 
 
@@ -180,7 +194,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return payload
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> LayeredModel:
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
+                    trust_code: bool = False, download: bool = False) -> LayeredModel:
     """Load a checkpoint into a :class:`LayeredModel` in eval mode.
 
     Parameters
@@ -188,20 +203,26 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     path : str or PathLike
         A ``.pt`` or ``.safetensors`` file written by :func:`save_checkpoint`.
     map_location : str or torch.device
+    trust_code : bool
+        Allow importing a backbone stored as a ``py:`` reference (CLI ``--trust-code``).
+    download : bool
+        Allow a Hugging Face backbone reference to be downloaded.
 
     Examples
     --------
     >>> model = load_checkpoint("ckpt.pt")  # doctest: +SKIP
     >>> logits = model(x)                   # doctest: +SKIP
     """
-    from laya_eval.backbones import make_backbone
     from laya_eval.heads import make_head
+    from laya_eval.specs import build_backbone
 
     payload = read_checkpoint(path)
     cfg = payload["config"]
     try:
-        backbone = make_backbone(cfg["backbone"]["name"], **cfg["backbone"].get("kwargs", {}))
+        backbone = build_backbone(cfg["backbone"], trust_code=trust_code, download=download)
         head = make_head(cfg["head"]["name"], backbone.layer_dims, cfg["num_classes"], **cfg["head"].get("kwargs", {}))
+    except CheckpointError as exc:
+        raise CheckpointError(f"'{path}': {exc}") from None
     except LayaEvalError as exc:
         raise CheckpointError(f"'{path}': cannot rebuild the model: {exc}") from None
     except (KeyError, TypeError) as exc:
@@ -223,4 +244,68 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise CheckpointError(
             f"'{path}': weights do not fit the config (missing {missing[:3]}, unexpected {result.unexpected_keys[:3]})."
         )
-    return model.to(map_location).eval()
+    model.eval()
+    check_probe(model, payload.get("probe"), path)
+    return model.to(map_location)
+
+
+# --------------------------------------------------------------------------- probe-logit guard
+def probe_inputs(model: LayeredModel, record: dict[str, Any] | None = None) -> Any:
+    """The fixed probe batch: ``_PROBE_N`` seeded N(0, 1) inputs of the model's input shape, or fixed
+    sentences for text models; ``None`` when the model declares no input shape and reads no text."""
+    if record is not None and "texts" in record:
+        return [str(t) for t in list(record["texts"])[:_PROBE_N]]
+    shape = model.info.input_shape
+    if shape is None:
+        return list(_PROBE_TEXTS) if getattr(model.backbone, "tokenizer", None) is not None else None
+    if any(int(s) < 1 for s in shape):
+        return None
+    gen = torch.Generator().manual_seed(0)
+    return torch.randn((_PROBE_N, *shape), generator=gen)
+
+
+@torch.no_grad()
+def _probe_logits(model: LayeredModel, inputs: Any) -> torch.Tensor:
+    device = next(model.parameters()).device
+    x = inputs.to(device) if isinstance(inputs, torch.Tensor) else inputs
+    was_training = model.training
+    try:
+        return model.eval()(x).detach().double().cpu()
+    finally:
+        model.train(was_training)
+
+
+def probe_record(model: LayeredModel) -> dict[str, Any] | None:
+    """``{"kind", "n" | "texts", "logits"}``: the model's logits on :func:`probe_inputs` (JSON-serialisable)."""
+    inputs = probe_inputs(model)
+    if inputs is None:
+        return None
+    record: dict[str, Any] = {"kind": "texts", "texts": list(inputs)} if isinstance(inputs, list) else {
+        "kind": "randn-seed0", "n": int(inputs.shape[0])}
+    record["logits"] = _probe_logits(model, inputs).tolist()
+    return record
+
+
+def check_probe(model: LayeredModel, record: Any, path: str | os.PathLike) -> None:
+    """Recompute the probe logits and raise CheckpointError if they differ from ``record``.
+
+    A checkpoint without a probe record (written before the guard existed) is not checked.
+    """
+    if record is None:
+        return
+    try:
+        expected = torch.tensor(record["logits"], dtype=torch.float64)
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"'{path}': the probe record is malformed; re-save the checkpoint.") from None
+    inputs = probe_inputs(model, record)
+    got = None if inputs is None else _probe_logits(model, inputs)
+    if got is None or got.shape != expected.shape:
+        raise CheckpointError(f"'{path}': the probe logits have shape {tuple(expected.shape)}; the rebuilt model "
+                              f"gives {None if got is None else tuple(got.shape)}.")
+    diff = float((got - expected).abs().max()) if got.numel() else 0.0
+    if not diff <= PROBE_TOLERANCE:
+        raise CheckpointError(
+            f"'{path}': the rebuilt model gives other logits on the probe batch (max difference {diff:.3g} > "
+            f"{PROBE_TOLERANCE:g}): the head's code or the referenced backbone changed since it was saved, or a "
+            "py: factory does not return the same network on every call (it must load its weights)."
+        )

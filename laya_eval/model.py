@@ -22,7 +22,8 @@ class ModelInfo:
     num_classes : int
     class_names : tuple of str
     input_shape : tuple of int or None
-        Per-sample input shape; ``None`` for text.
+        Per-sample input shape; ``None`` for text; ``-1`` marks a size of any length
+        (``(-1,)``: waveforms of any length).
     dataset : str or None
         Registry name of the dataset the model was trained on.
     preprocessing : dict
@@ -39,6 +40,10 @@ class ModelInfo:
     preprocessing: dict[str, Any] = field(default_factory=dict)
     training: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def _shape_fits(got: Any, expected: Any) -> bool:
+    return len(got) == len(expected) and all(e == -1 or int(g) == int(e) for g, e in zip(got, expected))
 
 
 class LayeredModel(nn.Module):
@@ -106,7 +111,7 @@ class LayeredModel(nn.Module):
         """Raise :class:`DataError` if ``data`` (a Dataset) does not fit this model's inputs or classes."""
         expected = self.info.input_shape
         got = getattr(data, "input_shape", None)
-        if (expected is None) != (got is None) or (expected is not None and tuple(got) != tuple(expected)):
+        if (expected is None) != (got is None) or (expected is not None and not _shape_fits(got, expected)):
             raise DataError(
                 f"dataset '{data.name}' has samples of shape {'text' if got is None else tuple(got)}; "
                 f"the model expects {'text' if expected is None else tuple(expected)}."

