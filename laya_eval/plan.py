@@ -49,6 +49,8 @@ class EvalOptions:
     dtype: str = "float32"
     chunk_size: int = CHUNK_SIZE
     tie_rtol: float = DEFAULT_RTOL
+    trust_code: bool = False
+    download: bool = False
 
     def __post_init__(self) -> None:
         check_ablations(self.ablation, self.scope)
@@ -90,18 +92,21 @@ class Plan:
     def key(self) -> str:
         """What changes the numbers (everything but batch size, bootstrap and process count)."""
         o = self.options
-        return run_key({"checkpoint": self.checkpoint.get("sha256"), "data": self.data.name, "split": o.split,
+        return run_key({"checkpoint": self.checkpoint, "data": self.data.name, "split": o.split,
                         "n": len(self.data), "methods": [m.name for m in self.methods], "ablations": self.ablations,
                         "scope": o.scope, "seed": o.seed, "n_steps": o.n_steps, "dtype": o.dtype,
                         "device": self.device.type})
 
 
-def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device) -> tuple[LayeredModel, dict]:
-    from laya_eval.checkpoint import file_sha256, load_checkpoint
-
+def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device, options: EvalOptions
+                   ) -> tuple[LayeredModel, dict]:
+    """A model in memory as it is, or a spec (checkpoint path, ``hf:``, ``py:``) through :func:`laya_eval.specs.load_model`."""
     if isinstance(model, LayeredModel):
         return model.to(device).eval(), {"path": None, "sha256": None}
-    return load_checkpoint(model, map_location=device), {"path": str(model), "sha256": file_sha256(model)}
+    from laya_eval.specs import load_model
+
+    loaded = load_model(model, trust_code=options.trust_code, download=options.download, map_location=device)
+    return loaded.model, loaded.provenance
 
 
 def _resolve_data(model: LayeredModel, data: Dataset | str | None, split: str, data_dir: Any) -> Dataset:
@@ -118,7 +123,7 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
     """Resolve model, data, methods and needs; every user error is raised here, before any work."""
     ablations = check_ablations(ablations, options.scope)
     device = resolve_device(world.device(options.device))
-    model, ckpt = _resolve_model(model, device)
+    model, ckpt = _resolve_model(model, device, options)
     if model.n_layers < 2:
         raise ConfigError("the model has a single hidden layer: faithfulness (a rank correlation across layers) is undefined.")
     data = _resolve_data(model, data, options.split, data_dir)

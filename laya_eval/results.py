@@ -160,7 +160,7 @@ def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int
             "n_tied_effects": ties.n_tied_effects,
         }))
         summary_rows.append({
-            "checkpoint": plan.checkpoint["path"] or "<in-memory>", "head": model.head.name, "dataset": plan.data.name,
+            "checkpoint": plan.checkpoint.get("path") or plan.checkpoint.get("spec") or "<in-memory>", "head": model.head.name, "dataset": plan.data.name,
             "method": m.name, "ablation": ablation, "scope": options.scope, **scored.summary,
         })
     samples = pd.concat(sample_rows, ignore_index=True) if sample_rows else pd.DataFrame()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -274,3 +275,32 @@ def test_parquet_tables_hold_the_csv_tables(tmp_path, digits_checkpoints):
     for name in ("layers", "samples"):
         a, b = read_table(csv / f"{name}.csv"), read_table(pq / f"{name}.parquet")
         pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=5e-8)  # CSV keeps 8 significant digits
+
+
+# ------------------------------------------------------------------ any model spec
+def test_faithfulness_takes_hf_and_py_specs(tmp_path, monkeypatch):
+    """`laya-eval faithfulness hf:DIR` (a transformers classifier with use_weighted_layer_sum) and `py:MOD:FN`."""
+    import pandas as pd
+
+    from tests.byom_models import MyLayerAttention
+    from tests.cli_helpers import run
+    from tests.test_weighted_layer_sum import _classifier
+
+    hf = _classifier("wavlm")
+    hf.save_pretrained(tmp_path / "wavlm", safe_serialization=True)
+    g = torch.Generator().manual_seed(0)
+    np.savez(tmp_path / "audio.npz", x=torch.randn(24, 400, generator=g).numpy(), y=np.arange(24) % 3)
+    res = run("faithfulness", f"hf:{tmp_path / 'wavlm'}", "--data", f"npz:{tmp_path / 'audio.npz'}", "--split",
+              "test", "--ablation", "gate-renorm", "--bootstrap", "10", "--out", str(tmp_path / "hf-out"), "--quiet")
+    assert res.exit_code == 0, res.output
+    summary = pd.read_csv(tmp_path / "hf-out" / "summary.csv")
+    assert {"static", "contribution"} <= set(summary.method) and summary["head"].iloc[0] == "scalarmix"
+    torch.manual_seed(0)
+    own = MyLayerAttention([8, 12, 16], 10, d=16, hidden=24)
+    torch.save(own.state_dict(), tmp_path / "own.pt")
+    monkeypatch.setenv("MY_LAYA_WEIGHTS", str(tmp_path / "own.pt"))
+    res = run("faithfulness", "py:tests.byom_models:my_laya_model", "--limit", "30", "--bootstrap", "10",
+              "--methods", "laya,contribution", "--out", str(tmp_path / "py-out"), "--quiet")
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "py-out" / "manifest.json").read_text())
+    assert manifest["checkpoint"]["spec"] == "py:tests.byom_models:my_laya_model"

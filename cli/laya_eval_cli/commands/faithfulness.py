@@ -8,6 +8,8 @@ import click
 
 from laya_eval.catalog import ABLATIONS, method_names
 from laya_eval_cli.options import (
+    download_option,
+    trust_code_option,
     batch_size_option,
     choice_list,
     data_dir_option,
@@ -38,7 +40,9 @@ def _table(summary) -> str:
 
 
 @click.command()
-@click.argument("checkpoint", type=click.Path(dir_okay=False))
+@click.argument("checkpoint", metavar="MODEL")
+@trust_code_option
+@download_option
 @click.option("--data", default=None, help="Dataset name or npz:PATH (default: the one recorded in the checkpoint).")
 @split_option
 @click.option("--methods", default=None, help=f"Comma-separated methods (default: all): {', '.join(METHOD_NAMES)}.")
@@ -66,9 +70,9 @@ def _table(summary) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def faithfulness(checkpoint, data, split, methods, ablation, scope, limit, batch_size, seed, bootstrap, out_dir,
+def faithfulness(checkpoint, trust_code, download, data, split, methods, ablation, scope, limit, batch_size, seed, bootstrap, out_dir,
                  resume, chunk_size, tie_rtol, table_format, dtype, data_dir, device, quiet):
-    """Score layer attributions of CHECKPOINT against leave-one-layer-out effects.
+    """Score layer attributions of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE) against leave-one-layer-out effects.
 
     For every input, each method's layer scores are compared with the drop of the
     predicted class's probability when each layer is removed: Spearman
@@ -83,7 +87,8 @@ def faithfulness(checkpoint, data, split, methods, ablation, scope, limit, batch
     ablations = choice_list(ablation, list(ABLATIONS), "--ablation")
     names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
     options = EvalOptions(methods=names, ablation=ablations[0], scope=scope, split=split, limit=limit,
-                          batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device, dtype=dtype, chunk_size=chunk_size, tie_rtol=tie_rtol)
+                          batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device, dtype=dtype, chunk_size=chunk_size, tie_rtol=tie_rtol,
+                          trust_code=trust_code, download=download)
     world = world_from_environment(device)
     start = time.perf_counter()
     with progress_bar(quiet or not world.is_main, desc="evaluate", unit="sample") as bar:

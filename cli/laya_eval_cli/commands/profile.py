@@ -8,6 +8,8 @@ import click
 
 from laya_eval_cli.commands.faithfulness import METHOD_NAMES
 from laya_eval_cli.options import (
+    download_option,
+    trust_code_option,
     batch_size_option,
     data_dir_option,
     device_option,
@@ -34,7 +36,9 @@ def _table(profile) -> str:
 
 
 @click.command()
-@click.argument("checkpoint", type=click.Path(dir_okay=False))
+@click.argument("checkpoint", metavar="MODEL")
+@trust_code_option
+@download_option
 @click.option("--data", default=None, help="Dataset name or npz:PATH (default: the one recorded in the checkpoint).")
 @split_option
 @click.option("--method", default="laya", show_default=True,
@@ -53,9 +57,9 @@ def _table(profile) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def profile(checkpoint, data, split, method, by, scope, limit, batch_size, seed, out_dir, fmt, style, data_dir,
+def profile(checkpoint, trust_code, download, data, split, method, by, scope, limit, batch_size, seed, out_dir, fmt, style, data_dir,
             device, quiet):
-    """Class-wise layer profile of CHECKPOINT: mean and std of a method's layer scores per class and layer.
+    """Class-wise layer profile of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE): mean and std of a method's layer scores per class and layer.
 
     Computed separately for all, correct and incorrect predictions; writes
     profile.csv (subset, class, class_name, layer, mean, std, n), one annotated
@@ -71,7 +75,8 @@ def profile(checkpoint, data, split, method, by, scope, limit, batch_size, seed,
 
     # The ablation does not touch the scores; network scope only admits replacement ablations.
     options = EvalOptions(ablation="gate" if scope == "head" else "zero", scope=scope, split=split, limit=limit,
-                          batch_size=batch_size, seed=seed, bootstrap=0, device=device)
+                          batch_size=batch_size, seed=seed, bootstrap=0, device=device, trust_code=trust_code,
+                          download=download)
     world = world_from_environment(device)
     start = time.perf_counter()
     with progress_bar(quiet or not world.is_main, desc="profile", unit="sample") as bar:
