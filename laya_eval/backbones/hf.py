@@ -308,6 +308,16 @@ class HFBackbone(Backbone):
             for handle in handles:
                 handle.remove()
 
+    def token_mask(self, x: Any) -> Tensor | None:
+        """(B, T) with 1 for real tokens and 0 for padding (text), or None where every position is real (images).
+
+        Dataset statistics over block outputs (the network-scope ``mean`` fill) average over real tokens only,
+        so batches padded to different lengths combine correctly.
+        """
+        if self.is_vision:
+            return None
+        return self._model_inputs(x).get("attention_mask")
+
     def forward(self, x: Any, replace: Mapping[int, Replacement] | None = None) -> list[Tensor]:
         """Encode and pool.
 
