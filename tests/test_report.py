@@ -414,9 +414,12 @@ def test_paired_tests_show_in_the_report_and_as_markers(result_dirs, tmp_path):
     comp = _scipy_comparisons(pd.read_csv(folder / "samples.csv"))[COMPARISON_COLUMNS]
     comp.to_csv(folder / "comparisons.csv", index=False)
     runs = load_runs([folder])
-    write_report(runs, tmp_path / "rep", max_points=30, html_report=False)
+    # a second run without comparisons.csv gets no (empty) block in that section
+    write_report(load_runs([folder, result_dirs[2]]), tmp_path / "rep", max_points=30, html_report=False)
     md = (tmp_path / "rep" / "report.md").read_text()
     (_, sub, header, rows), = section(md_tables(md), "Paired tests")
+    tests_part = md.split("## Paired tests", 1)[1].split("\n## ", 1)[0]
+    assert tests_part.count("<details>") == 1 and "digits-lastlayer.pt" not in tests_part
     assert sub == runs[0].label and len(rows) == len(comp) == 2 * 21
     for row, c in zip(rows, comp.itertuples()):
         assert row[:4] == [c.metric, F.method_label(c.method_a), F.method_label(c.method_b), str(c.n)]

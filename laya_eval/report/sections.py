@@ -86,6 +86,8 @@ def _per_run(runs: Sequence[Run], table: pd.DataFrame, header: list[str], row_fn
     blocks = []
     for r in runs:
         part = table[table["run"] == r.label]
+        if part.empty:  # e.g. a run without paired tests: no empty block
+            continue
         blocks += [("details", r.label, len(runs) == 1),
                    ("table", header, [row_fn(row) for row in part.itertuples(index=False)]), ("end_details",)]
     return blocks
