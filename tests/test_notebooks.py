@@ -3,7 +3,6 @@ on the bundled digits data, quickly and without a word on stderr."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import nbformat
@@ -11,10 +10,8 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-# The issue's budget is 30 s per notebook on digits; measured 25-29 s on a 2-core machine at load 10. The
-# assertion allows 2x for a machine shared with other jobs, so that it catches a notebook that
-# trains on Fashion-MNIST or evaluates everything again (80-140 s), not a busy neighbour.
-BUDGET_S = 60
+# Timings stay out of tests (STYLE): the issue's 30 s budget per notebook on digits is measured by hand and
+# reported; nbclient's timeout below only stops a hung cell.
 
 
 def _text(nb) -> str:
@@ -44,9 +41,7 @@ def test_notebook_is_stripped_and_executes(name, min_images, parameters, tmp_pat
     assert any("parameters" in c.metadata.get("tags", []) for c in code)
 
     nb = _with_parameters(nb, parameters)
-    start = time.perf_counter()
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    elapsed = time.perf_counter() - start
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
 
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
@@ -54,7 +49,6 @@ def test_notebook_is_stripped_and_executes(name, min_images, parameters, tmp_pat
     assert not stderr, stderr  # no warnings (TqdmWarning included), no progress bars
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) >= min_images, f"{name}: {len(images)} figures shown"
-    assert elapsed < BUDGET_S, f"{name} took {elapsed:.0f} s"
     if name == "layer_profiles.ipynb":
         assert "dataset: digits" in _text(nb)
         assert "fc1" in _text(nb) or "layer" in _text(nb)
