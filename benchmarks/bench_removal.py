@@ -45,7 +45,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import pandas as pd
 import torch
@@ -57,6 +57,7 @@ from bench_speed import FMNIST_CKPT, _md_table, _random_images, machine  # noqa:
 from lolo_routes import batches  # noqa: E402
 
 from laya_eval.data import load_dataset  # noqa: E402
+from laya_eval.fileio import atomic_write_text  # noqa: E402
 from laya_eval.head_removal import check_removal_inputs, recompute_removal_logits  # noqa: E402
 from laya_eval.heads import pool_hidden  # noqa: E402
 from laya_eval.perturb import leave_one_out_masks, removal_effects  # noqa: E402
@@ -282,9 +283,7 @@ def write_report(out: Path, rows, agreement, sources, command, env, load, wall, 
     out.mkdir(parents=True, exist_ok=True)
     for fname, text in (("removal.csv", df.to_csv(index=False, float_format="%.6g", lineterminator="\n")),
                         ("removal.md", "\n".join(md) + BOUNDS_TEXT)):
-        tmp = out / f".{fname}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, out / fname)
+        atomic_write_text(out / fname, text)
 
 
 BOUNDS_TEXT = """

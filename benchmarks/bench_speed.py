@@ -72,6 +72,7 @@ from lolo_routes import batches, per_sample_effects, rerun_effects  # noqa: E402
 from laya_eval.attribution import METHODS, MethodContext  # noqa: E402
 from laya_eval.data import Dataset, load_dataset  # noqa: E402
 from laya_eval.evaluate import EvalOptions, evaluate  # noqa: E402
+from laya_eval.fileio import atomic_write_text  # noqa: E402
 from laya_eval.perturb import leave_one_out_masks, removal_effects  # noqa: E402
 from laya_eval.trace import trace  # noqa: E402
 from laya_eval.train import build_model  # noqa: E402
@@ -519,9 +520,7 @@ def write_report(out: Path, rows, mem, agreement, env, mode, command, sources, l
     ]
     out.mkdir(parents=True, exist_ok=True)
     for name, text in (("speed.csv", csv_text), ("speed.md", "\n".join(parts) + BOUNDS_TEXT)):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, out / name)
+        atomic_write_text(out / name, text)
 
 
 BOUNDS_TEXT = """

@@ -93,9 +93,9 @@ class Recorder:
 
 def _write_text(path: Path, text: str) -> None:
     """Write under a temporary name, then rename: an interrupted run never leaves a half file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    from laya_eval.fileio import atomic_write_text
+
+    atomic_write_text(path, text)
 
 
 def _proc_field(path: str, key: str, default: str) -> str:

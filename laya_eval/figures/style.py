@@ -263,10 +263,9 @@ def caption_path(path: str | os.PathLike) -> Path:
 
 
 def _atomic_write(path: Path, data: bytes) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return path
+    from laya_eval.fileio import atomic_write_bytes
+
+    return atomic_write_bytes(path, data)
 
 
 def save_figure(fig, path: str | os.PathLike, *, fmt: str | None = None) -> Path:

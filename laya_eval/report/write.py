@@ -12,6 +12,7 @@ import pandas as pd
 
 from laya_eval.report.render import _html, _markdown, _slug
 from laya_eval.report.sections import _blocks
+from laya_eval.fileio import atomic_write_bytes
 from laya_eval.report.runs import Run, _unique_labels
 from laya_eval.report.tables import ReportTables, report_tables
 
@@ -19,10 +20,7 @@ __all__ = ["write_report"]
 
 
 def _write_bytes(path: Path, data: bytes) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return path
+    return atomic_write_bytes(path, data)
 
 
 def _csv_text(table: pd.DataFrame) -> str:
