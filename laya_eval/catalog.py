@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "ABLATIONS",
+    "BACKBONE_NAMES",
+    "HEAD_NAMES",
     "METHOD_SPECS",
     "ABLATION_SPECS",
     "SCOPES",
@@ -129,6 +131,11 @@ ABLATION_SPECS: dict[str, AblationSpec] = {
 }
 
 ABLATIONS = tuple(ABLATION_SPECS)
+
+# Heads and trainable backbones by registry name (laya_eval.heads.HEADS and laya_eval.backbones.BACKBONES check
+# at import that they implement these; 'modules' wraps a Python object and is not a CLI choice).
+HEAD_NAMES = ("lastlayer", "concat", "scalarmix", "laya")
+BACKBONE_NAMES = ("mlp", "cnn", "vit", "hf")
 
 
 def method_names() -> list[str]:

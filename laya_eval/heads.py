@@ -22,6 +22,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from laya_eval.catalog import HEAD_NAMES
 from laya_eval.errors import ConfigError
 from laya_eval.head_removal import (
     AFFINE_FAST_PATH,
@@ -369,6 +370,8 @@ class LayaHead(_AdaptedHead):
 HEADS: dict[str, type[LayerHead]] = {
     cls.name: cls for cls in (LastLayerHead, ConcatHead, ScalarMixHead, LayaHead)
 }
+if tuple(HEADS) != HEAD_NAMES:  # the catalog owns the names (read by the CLI without torch)
+    raise ImportError(f"heads {list(HEADS)} do not match the catalog's {list(HEAD_NAMES)}")
 
 
 def head_names() -> list[str]:

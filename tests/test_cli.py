@@ -36,7 +36,7 @@ def test_cli_choices_come_from_the_registries():
 
     assert faith_cmd.METHOD_NAMES == list(METHODS) == catalog.method_names()  # one owner: the catalog
     assert faith_cmd.ABLATIONS is catalog.ABLATIONS and list(catalog.ABLATIONS) == list(ABLATIONS)
-    assert sorted(train_cmd._HEADS) == sorted(HEADS)
+    assert train_cmd._HEADS == list(catalog.HEAD_NAMES) == list(HEADS)
     assert set(train_cmd._BACKBONES) == set(BACKBONES) - {"modules"}  # 'modules' wraps a Python object
 
 

@@ -6,6 +6,8 @@ import json
 
 import click
 
+from laya_eval import catalog
+
 device_option = click.option(
     "--device", default="cpu", show_default=True, help="Where to run: cpu, cuda or cuda:N."
 )
@@ -30,7 +32,7 @@ trust_code_option = click.option(
     help="Allow a checkpoint whose backbone is a py:MODULE:CALLABLE reference to import that module "
          "(a checkpoint is data: without this flag it never makes laya-eval run code).",
 )
-HEAD_NAMES = ["lastlayer", "concat", "scalarmix", "laya"]  # kept in step with laya_eval.heads.HEADS by tests
+HEAD_NAMES = list(catalog.HEAD_NAMES)
 
 
 def head_options(func):

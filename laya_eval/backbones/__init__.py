@@ -34,6 +34,7 @@ from laya_eval.backbones.base import Backbone
 from laya_eval.backbones.blocks import CNNBackbone, MLPBackbone, ViTBackbone
 from laya_eval.backbones.hf import HFBackbone
 from laya_eval.backbones.modules import ModuleBackbone
+from laya_eval.catalog import BACKBONE_NAMES
 from laya_eval.errors import ConfigError
 
 __all__ = [
@@ -56,6 +57,8 @@ BACKBONES: dict[str, type[Backbone]] = {
     "modules": ModuleBackbone,
     "vit": ViTBackbone,
 }
+if set(BACKBONES) - {"modules"} != set(BACKBONE_NAMES):  # the catalog owns the CLI's choices
+    raise ImportError(f"backbones {sorted(BACKBONES)} do not match the catalog's {sorted(BACKBONE_NAMES)}")
 
 
 def make_backbone(name: str, **kwargs: Any) -> Backbone:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from laya_eval.catalog import BACKBONE_NAMES
+
 from laya_eval_cli.options import (
     HEAD_NAMES,
     data_dir_option,
@@ -17,7 +19,7 @@ from laya_eval_cli.options import (
     training_options,
 )
 
-_BACKBONES = ["mlp", "cnn", "vit", "hf"]
+_BACKBONES = list(BACKBONE_NAMES)
 _HEADS = HEAD_NAMES
 
 
