@@ -31,15 +31,14 @@ attributes; :mod:`laya_eval.heads` exposes them as ``LayerHead.removal_logits``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from laya_eval.errors import ConfigError
 
-if TYPE_CHECKING:  # heads.py imports this module; the names are only annotations here
-    from laya_eval.heads import LayaHead, LayerHead
+# heads.py imports this module, so heads are annotated as nn.Module here (a LayerHead, a LayaHead).
 
 __all__ = [
     "AFFINE_FAST_PATH",
@@ -96,7 +95,7 @@ def check_removal_inputs(
 
 
 def recompute_removal_logits(
-    head: LayerHead, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor]
+    head: nn.Module, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor]
 ) -> Tensor:
     """Logits of every removal by calling the whole head on the ``B x K`` replaced inputs (the generic route).
 
@@ -124,7 +123,7 @@ def recompute_removal_logits(
 
 
 def affine_removal_logits(
-    head: LayerHead, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor]
+    head: nn.Module, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor]
 ) -> Tensor:
     """Fast path for heads whose terms are affine in their own layer and weighted independently of the input.
 
@@ -140,7 +139,7 @@ def affine_removal_logits(
 
 
 def laya_removal_logits(
-    head: LayaHead, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor]
+    head: nn.Module, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor]
 ) -> Tensor:
     """Fast path for LAYA: adapters and the scorer's per-layer blocks once, the rest of the scorer per removal.
 
@@ -195,7 +194,7 @@ def is_binary(keep: Tensor) -> bool:
     return bool(((keep == 0) | (keep == 1)).all())
 
 
-Route = Callable[["LayerHead", Sequence[Tensor], Tensor, Sequence[Tensor]], Tensor]
+Route = Callable[[nn.Module, Sequence[Tensor], Tensor, Sequence[Tensor]], Tensor]
 
 
 @dataclass(frozen=True)
@@ -213,10 +212,10 @@ class FastPath:
 
     route: Route
     relies_on: tuple[str, ...]
-    applies: Callable[["LayerHead", Tensor], bool] = lambda head, keep: True
+    applies: Callable[[nn.Module, Tensor], bool] = lambda head, keep: True
 
 
-def fast_route(head: LayerHead, keep: Tensor) -> Route:
+def fast_route(head: nn.Module, keep: Tensor) -> Route:
     """The route :meth:`LayerHead.removal_logits` takes: the class's fast path where it is exact, else the generic one.
 
     The fast path is the ``removal_fast_path`` of the nearest class that sets one (``None`` opts
@@ -231,12 +230,12 @@ def fast_route(head: LayerHead, keep: Tensor) -> Route:
     return fast.route if unchanged and fast.applies(head, keep) else recompute_removal_logits
 
 
-def _linear_adapters(head: LayerHead, keep: Tensor) -> bool:
+def _linear_adapters(head: nn.Module, keep: Tensor) -> bool:
     # t_i is affine in h_i only while the adapters are.
     return all(type(g) is nn.Linear for g in head.adapters)
 
 
-def _laya_applies(head: LayaHead, keep: Tensor) -> bool:
+def _laya_applies(head: nn.Module, keep: Tensor) -> bool:
     # The block decomposition needs linear adapters and the reference scorer; psi(m z + (1 - m) z')
     # = m psi(z) + (1 - m) psi(z') holds for an MLP psi only when m is 0 or 1.
     scorer = head.scorer
