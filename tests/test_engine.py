@@ -304,3 +304,23 @@ def test_faithfulness_takes_hf_and_py_specs(tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     manifest = json.loads((tmp_path / "py-out" / "manifest.json").read_text())
     assert manifest["checkpoint"]["spec"] == "py:tests.byom_models:my_laya_model"
+
+
+def test_kill_9_during_a_run_leaves_the_earlier_result_intact(tmp_path, digits_checkpoints):
+    import signal
+    import time
+
+    ckpt = digits_checkpoints["laya"]
+    out = _write(tmp_path, "res", ckpt, limit=60)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    proc = subprocess.Popen([sys.executable, "-m", "laya_eval_cli", "faithfulness", str(ckpt), "--limit", "300",
+                             "--batch-size", "16", "--chunk-size", "16", "--out", str(out), "--quiet"],
+                            env={**os.environ, "LAYA_EVAL_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not list((out / ".partial").glob("chunk-*.npz")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
