@@ -27,6 +27,7 @@ _EXPORTS = {
     "DataError": "laya_eval.errors",
     "LayaEvalError": "laya_eval.errors",
     "ResultsError": "laya_eval.errors",
+    "TrainingError": "laya_eval.errors",
     "HEADS": "laya_eval.heads",
     "ConcatHead": "laya_eval.heads",
     "LastLayerHead": "laya_eval.heads",

@@ -43,7 +43,7 @@ from laya_eval.checkpoint_schema import STORED_BY_REFERENCE, check_state_shapes,
 from laya_eval.errors import CheckpointError, LayaEvalError
 from laya_eval.model import LayeredModel, ModelInfo
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "file_sha256", "load_checkpoint", "read_checkpoint", "save_checkpoint"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "check_checkpoint_path", "file_sha256", "load_checkpoint", "read_checkpoint", "save_checkpoint"]
 
 FORMAT = "laya-eval-checkpoint"
 FORMAT_VERSION = 1
@@ -88,6 +88,32 @@ def _payload(model: LayeredModel) -> dict[str, Any]:
     }
 
 
+def check_checkpoint_path(path: str | os.PathLike) -> Path:
+    """Check, before any work, that a checkpoint can be written to ``path``.
+
+    Raises
+    ------
+    CheckpointError
+        An empty name, an existing folder, a parent that is a file, or a folder that cannot be written.
+    """
+    if not str(path):
+        raise CheckpointError("the checkpoint path is empty; pass a file name such as ckpt.pt.")
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"cannot write the checkpoint to '{path}': it is a folder; pass a file name.")
+    if path.exists() and not path.is_file():  # renaming over /dev/full would replace the device itself
+        raise CheckpointError(f"cannot write the checkpoint to '{path}': it exists and is not a regular file.")
+    parent = next((p for p in (path.parent, *path.parent.parents) if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise CheckpointError(f"cannot write the checkpoint to '{path}': '{parent}' is a file, not a folder.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CheckpointError(f"cannot write the checkpoint to '{path}': folder '{parent}' is not writable.")
+    if len(path.name.encode()) > 200:
+        raise CheckpointError(f"cannot write the checkpoint: the file name is {len(path.name.encode())} bytes "
+                              "long; use at most 200.")
+    return path
+
+
 def save_checkpoint(model: LayeredModel, path: str | os.PathLike) -> Path:
     """Write ``model`` to ``path`` (``.pt``, or ``.safetensors`` by suffix).
 
@@ -99,11 +125,14 @@ def save_checkpoint(model: LayeredModel, path: str | os.PathLike) -> Path:
     Path
         The written path.
     """
-    path = Path(path)
+    path = check_checkpoint_path(path)
     payload = _payload(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise CheckpointError(f"cannot write the checkpoint to '{path}': {exc.strerror or exc}.") from None
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import save_file
@@ -121,6 +150,8 @@ def save_checkpoint(model: LayeredModel, path: str | os.PathLike) -> Path:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk, a quota, a vanished folder: nothing half-written stays
+        raise CheckpointError(f"cannot write the checkpoint to '{path}': {exc.strerror or exc}.") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

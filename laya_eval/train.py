@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from laya_eval.data import Dataset
-from laya_eval.errors import ConfigError, DataError
+from laya_eval.errors import ConfigError, DataError, TrainingError
 from laya_eval.heads import make_head, pool_hidden
 from laya_eval.model import LayeredModel, ModelInfo
 
@@ -51,8 +51,8 @@ class TrainOptions:
         for name in ("epochs", "batch_size", "patience"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name} must be a positive integer; got {getattr(self, name)}.")
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be positive; got {self.lr}.")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"lr must be a positive finite number; got {self.lr}.")
 
 
 @dataclass
@@ -189,6 +189,17 @@ def classification_metrics(y_true: Tensor, y_pred: Tensor) -> dict[str, float]:
     return {"accuracy": float(accuracy_score(yt, yp)), "macro_f1": float(f1_score(yt, yp, average="macro"))}
 
 
+def _diverged(what: str, epoch: int, options: TrainOptions) -> TrainingError:
+    return TrainingError(f"training diverged: {what} at epoch {epoch} (lr={options.lr:g}); nothing was saved. "
+                         "Lower the learning rate (--lr) or check the inputs for NaN/inf.")
+
+
+def _check_finite_weights(model: LayeredModel, epoch: int, options: TrainOptions) -> None:
+    bad = next((name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())), None)
+    if bad is not None:
+        raise _diverged(f"weight {bad!r} is not finite", epoch, options)
+
+
 def _is_frozen(model: LayeredModel, options: TrainOptions) -> bool:
     return options.freeze_backbone or getattr(model.backbone, "stored_by_reference", False)
 
@@ -248,11 +259,14 @@ def train(
         for sl in _batches(len(order), options.batch_size):
             idx = order[sl].to(device) if frozen else order[sl]
             loss = torch.nn.functional.cross_entropy(logits_of("train", idx), y_train[idx.to(device)])
+            if not bool(torch.isfinite(loss.detach())):
+                raise _diverged(f"the loss is {loss.detach().item()}", epoch, options)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             total += float(loss.detach()) * len(idx)
             count += len(idx)
+        _check_finite_weights(model, epoch, options)
         model.eval()
         with torch.no_grad():
             correct = sum(

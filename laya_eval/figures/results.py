@@ -57,8 +57,9 @@ def faithfulness_figure(table: pd.DataFrame, runs: Sequence[Mapping[str, Any]]):
                 for row in part.itertuples(index=False):
                     mid, low, high = (getattr(row, metric), getattr(row, f"{metric}_ci_low"),
                                       getattr(row, f"{metric}_ci_high"))
-                    ax.errorbar(mid, ypos[row.method], xerr=[[mid - low], [high - mid]], fmt="o",
-                                color=method_color(row.method), capsize=3, markersize=5)
+                    # A percentile interval may miss the estimate (e.g. --bootstrap 1): draw it as it is.
+                    ax.hlines(ypos[row.method], low, high, color=method_color(row.method), linewidth=1.5)
+                    ax.plot([mid], [ypos[row.method]], "o", color=method_color(row.method), markersize=5)
                 ax.axvline(0, color="black", linewidth=0.6)
                 ax.set_xlabel(label)
                 if metric == "faithfulness":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from laya_eval_cli.options import (
+    SEED_RANGE,
     data_dir_option,
     device_option,
     download_option,
@@ -22,7 +23,7 @@ _HEADS = ["lastlayer", "concat", "scalarmix", "laya"]
 @click.option("--backbone", default="mlp", show_default=True, type=click.Choice(_BACKBONES))
 @click.option("--head", default="laya", show_default=True, type=click.Choice(_HEADS))
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Checkpoint to write (.pt or .safetensors).")
-@click.option("--seed", default=1337, show_default=True, type=int)
+@click.option("--seed", default=1337, show_default=True, type=SEED_RANGE)
 @click.option("--epochs", default=50, show_default=True, type=click.IntRange(min=1))
 @click.option("--batch-size", default=128, show_default=True, type=click.IntRange(min=1))
 @click.option("--lr", default=3e-4, show_default=True, type=click.FloatRange(min=0, min_open=True))
@@ -48,8 +49,10 @@ def train(dataset, backbone, head, out, seed, epochs, batch_size, lr, patience, 
     Example: laya-eval train --dataset fashion-mnist --backbone mlp --head laya --seed 1337 --out ckpt.pt
     """
     from laya_eval import train as T
-    from laya_eval.checkpoint import load_checkpoint, save_checkpoint
+    from laya_eval.checkpoint import check_checkpoint_path, load_checkpoint, save_checkpoint
     from laya_eval.data import load_dataset
+
+    check_checkpoint_path(out)  # before the training, not after it
 
     options = T.TrainOptions(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed,
                              device=device, freeze_backbone=freeze_backbone)
