@@ -260,6 +260,9 @@ def _check_tensors(state: dict, source: str, file_size: int) -> None:
                 value.element_size() + nbytes:
             raise CheckpointError(f"{source}: {where}: expected a contiguous tensor backed by its own data; "
                                   f"got {describe(value)} over {value.untyped_storage().nbytes()} stored bytes.")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise CheckpointError(f"{source}: {where}: expected finite weights; got NaN or inf (a diverged or "
+                                  "corrupt training run).")
         total += nbytes
     if total > file_size:
         raise CheckpointError(f"{source}: state_dict: expected tensors of at most the file's {file_size} bytes; "

@@ -92,6 +92,8 @@ _CASES = {
                          r"state_dict\['head\.classifier\.bias'\]: expected a dense tensor; got 'x'"),
     "missing weight": (_set("state_dict", "head.classifier.bias", _DELETE),
                        r"weights do not fit the config \(missing \['head\.classifier\.bias'\]"),
+    "nan weights": (_set("state_dict", "head.classifier.bias", torch.full((10,), float("nan"))),
+                    r"state_dict\['head\.classifier\.bias'\]: expected finite weights; got NaN or inf"),
     "training not plain": (_set("training", {"x": torch.ones(1)}), r"training: expected a dict of plain values"),
     "checksum garbled": (_set("checksum", {"algorithm": "md5"}), r"checksum: expected \{'algorithm': 'sha256'"),
 }
