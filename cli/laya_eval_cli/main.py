@@ -49,10 +49,14 @@ MAX_THREADS = os.cpu_count() or 1
                                      "choice). 1 is often fastest on a machine shared with other jobs.")
 def cli(threads: int | None) -> None:
     """How faithful are layer attributions? Train, evaluate and report on layer-aggregating heads."""
-    if threads is not None:  # torch is imported only when asked, so that --help stays instant
-        import torch
-
-        torch.set_num_threads(threads)
+    if threads is None:
+        return
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    else:
+        # torch is imported only inside commands, so that --help stays instant (also with
+        # LAYA_EVAL_THREADS set); it takes its thread count from these when it loads.
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
 
 
 for _command in commands.ALL:
