@@ -39,11 +39,18 @@ from typing import Any
 
 import torch
 
-from laya_eval.checkpoint_schema import STORED_BY_REFERENCE, check_state_shapes, describe, state_dict_sha256, validate_payload
+from laya_eval.checkpoint_schema import (
+    STORED_BY_REFERENCE,
+    check_state_shapes,
+    describe,
+    state_dict_sha256,
+    validate_payload,
+)
 from laya_eval.errors import CheckpointError, LayaEvalError
 from laya_eval.model import LayeredModel, ModelInfo
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "check_checkpoint_path", "file_sha256", "load_checkpoint", "read_checkpoint", "save_checkpoint"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "check_checkpoint_path", "file_sha256", "load_checkpoint", "read_checkpoint",
+           "save_checkpoint"]
 
 FORMAT = "laya-eval-checkpoint"
 FORMAT_VERSION = 1
