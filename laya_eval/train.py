@@ -22,7 +22,7 @@ from torch import Tensor
 
 from laya_eval.data import Dataset
 from laya_eval.devices import resolve_device
-from laya_eval.errors import ConfigError, DataError
+from laya_eval.errors import ConfigError, DataError, TrainingError
 from laya_eval.heads import LayerHead, make_head, pool_hidden
 from laya_eval.model import LayeredModel, ModelInfo
 
@@ -58,8 +58,8 @@ class TrainOptions:
         for name in ("epochs", "batch_size", "patience"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name} must be a positive integer; got {getattr(self, name)}.")
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be positive; got {self.lr}.")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"lr must be a positive finite number; got {self.lr}.")
 
 
 @dataclass
@@ -195,6 +195,17 @@ def _is_frozen(model: LayeredModel, options: TrainOptions) -> bool:
     return bool(getattr(model.backbone, "stored_by_reference", False) or getattr(model, "pretrained_backbone", False))
 
 
+def _diverged(what: str, epoch: int, options: TrainOptions) -> TrainingError:
+    return TrainingError(f"training diverged: {what} at epoch {epoch} (lr={options.lr:g}); nothing was saved. "
+                         "Lower the learning rate (--lr) or check the inputs for NaN/inf.")
+
+
+def _check_finite_weights(module: torch.nn.Module, epoch: int, options: TrainOptions) -> None:
+    bad = next((name for name, p in module.named_parameters() if not bool(torch.isfinite(p).all())), None)
+    if bad is not None:
+        raise _diverged(f"weight {bad!r} is not finite", epoch, options)
+
+
 def _fit(
     module: torch.nn.Module,
     params: Sequence[torch.nn.Parameter],
@@ -226,11 +237,14 @@ def _fit(
         for sl in _batches(len(order), options.batch_size):
             idx = order[sl]
             loss = torch.nn.functional.cross_entropy(logits_of("train", idx), y_train[idx.to(device)])
+            if not bool(torch.isfinite(loss.detach())):
+                raise _diverged(f"the loss is {loss.detach().item()}", epoch, options)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             total += float(loss.detach()) * len(idx)
             count += len(idx)
+        _check_finite_weights(module, epoch, options)
         module.eval()
         with torch.no_grad():
             correct = sum(

@@ -81,8 +81,10 @@ def test_truncated_file(digits_models, tmp_path):
 def test_not_a_checkpoint(tmp_path):
     text = tmp_path / "notes.pt"
     text.write_text("hello")
-    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+    # a text file is not "unsafe pickle" and the message never suggests weights_only=False
+    with pytest.raises(CheckpointError, match=r"notes.pt' is not a laya-eval checkpoint \(it starts with b'hello'") as err:
         load_checkpoint(text)
+    assert "weights_only" not in str(err.value) and "could run code" not in str(err.value)
     plain = tmp_path / "plain.pt"
     torch.save({"weights": torch.ones(2)}, plain)
     with pytest.raises(CheckpointError, match="plain.pt' is not a laya-eval checkpoint"):

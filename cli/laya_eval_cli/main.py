@@ -7,6 +7,7 @@ code 2, never a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -38,17 +39,25 @@ class LayaGroup(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+# More threads than cores only slows torch down; 100000 of them exhausted the process ids (SIGSEGV).
+MAX_THREADS = os.cpu_count() or 1
+
+
 @click.group(cls=LayaGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(version=__version__, prog_name="laya-eval")
-@click.option("--threads", type=click.IntRange(min=1), default=None, envvar="LAYA_EVAL_THREADS", show_envvar=True,
-              help="CPU threads for torch (default: torch's choice). 1 is often fastest on a machine shared with "
-                   "other jobs.")
+@click.option("--threads", type=click.IntRange(min=1, max=MAX_THREADS), default=None, envvar="LAYA_EVAL_THREADS",
+              show_envvar=True, help="CPU threads for torch, at most the machine's cores (default: torch's "
+                                     "choice). 1 is often fastest on a machine shared with other jobs.")
 def cli(threads: int | None) -> None:
     """How faithful are layer attributions? Train, evaluate and report on layer-aggregating heads."""
-    if threads is not None:  # torch is imported only when asked, so that --help stays instant
-        import torch
-
-        torch.set_num_threads(threads)
+    if threads is None:
+        return
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    else:
+        # torch is imported only inside commands, so that --help stays instant (also with
+        # LAYA_EVAL_THREADS set); it takes its thread count from these when it loads.
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
 
 
 for _command in commands.ALL:

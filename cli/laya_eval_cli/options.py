@@ -12,7 +12,9 @@ device_option = click.option(
     "--device", default="cpu", show_default=True, help="Where to run: cpu, cuda or cuda:N."
 )
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
-seed_option = click.option("--seed", default=0, show_default=True, type=int, help="Random seed.")
+# numpy and torch take seeds in [0, 2**32 - 1] (torch more, numpy not); one range for every command.
+SEED_RANGE = click.IntRange(0, 2**32 - 1)
+seed_option = click.option("--seed", default=0, show_default=True, type=SEED_RANGE, help="Random seed (0 to 2**32 - 1).")
 data_dir_option = click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=str),

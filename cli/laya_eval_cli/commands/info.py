@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import click
+
+
+def printable(text: str) -> str:
+    """``text`` with control and format characters (terminal escape sequences, bidi overrides) escaped."""
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")
+        else ch for ch in text)
 
 
 def _format(value) -> str:
@@ -22,4 +31,4 @@ def info(checkpoint):
     rows = describe_checkpoint(checkpoint)
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
-        click.echo(f"{key:<{width}}  {_format(value)}")
+        click.echo(printable(f"{key:<{width}}  {_format(value)}"))

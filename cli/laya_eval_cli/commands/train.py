@@ -8,6 +8,7 @@ from laya_eval.catalog import BACKBONE_NAMES
 
 from laya_eval_cli.options import (
     HEAD_NAMES,
+    SEED_RANGE,
     data_dir_option,
     device_option,
     download_option,
@@ -29,7 +30,7 @@ _HEADS = HEAD_NAMES
               help="Built-in backbone. For a pretrained model (hf:, py:, a checkpoint) use `laya-eval fit-head`.")
 @click.option("--head", default="laya", show_default=True, type=click.Choice(_HEADS))
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Checkpoint to write (.pt or .safetensors).")
-@click.option("--seed", default=1337, show_default=True, type=int)
+@click.option("--seed", default=1337, show_default=True, type=SEED_RANGE)
 @training_options
 @head_options
 @click.option("--backbone-arg", multiple=True, metavar="KEY=VALUE",
@@ -53,10 +54,11 @@ def train(dataset, backbone, head, out, seed, epochs, batch_size, lr, patience, 
 
     Example: laya-eval train --dataset fashion-mnist --backbone mlp --head laya --seed 1337 --out ckpt.pt
     """
-    from laya_eval.checkpoint import save_checkpoint
+    from laya_eval.checkpoint import check_checkpoint_path, save_checkpoint
     from laya_eval.fit import train_model
     from laya_eval.train import TrainOptions, resolve_device
 
+    check_checkpoint_path(out)  # before the training, not after it
     resolve_device(device)
     options = TrainOptions(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed,
                            device=device, freeze_backbone=freeze_backbone)
