@@ -16,7 +16,7 @@ import torch
 
 from laya_eval.attribution import AttributionMethod, applicable, resolve_methods
 from laya_eval.catalog import ABLATION_SPECS, ABLATIONS
-from laya_eval.data import Dataset, load_dataset
+from laya_eval.data import Dataset, check_finite, load_dataset
 from laya_eval.devices import resolve_device
 from laya_eval.distributed import SINGLE_PROCESS, World
 from laya_eval.effect_precision import float64_view
@@ -51,6 +51,7 @@ class EvalOptions:
     tie_rtol: float = DEFAULT_RTOL
     trust_code: bool = False
     download: bool = False
+    allow_nonfinite: bool = False
 
     def __post_init__(self) -> None:
         check_ablations(self.ablation, self.scope)
@@ -109,13 +110,16 @@ def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device
     return loaded.model, loaded.provenance
 
 
-def _resolve_data(model: LayeredModel, data: Dataset | str | None, split: str, data_dir: Any) -> Dataset:
+def _resolve_data(model: LayeredModel, data: Dataset | str | None, options: EvalOptions, data_dir: Any) -> Dataset:
     if isinstance(data, Dataset):
+        if not options.allow_nonfinite:  # a Dataset built in memory has not passed a loader's check
+            check_finite(data)
         return data
     name = data or model.info.dataset
     if not name:
         raise DataError("the checkpoint records no dataset; name one with --data (e.g. --data digits or --data npz:PATH).")
-    return load_dataset(name, split, data_dir=data_dir)
+    return load_dataset(name, options.split, data_dir=data_dir, download=options.download,
+                        allow_nonfinite=options.allow_nonfinite)
 
 
 def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | None, ablations: Sequence[str], *,
@@ -126,7 +130,7 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
     model, ckpt = _resolve_model(model, device, options)
     if model.n_layers < 2:
         raise ConfigError("the model has a single hidden layer: faithfulness (a rank correlation across layers) is undefined.")
-    data = _resolve_data(model, data, options.split, data_dir)
+    data = _resolve_data(model, data, options, data_dir)
     if options.limit is not None:
         if options.limit > len(data):
             raise ConfigError(f"limit {options.limit} is larger than the {len(data)} samples of '{data.name}' ({options.split}).")

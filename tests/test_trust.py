@@ -85,3 +85,18 @@ def test_a_collapsed_head_is_flagged(digits_models, digits):
     healthy = evaluate(digits_models["concat"], digits["test"],
                        options=EvalOptions(limit=60, **FAST))
     assert not any("collapsed" in w for w in healthy.warnings)
+
+
+def test_nonfinite_inputs_are_refused_unless_allowed(digits_models, digits):
+    from laya_eval.data import Dataset
+    from laya_eval.errors import DataError
+
+    x = digits["test"].x[:20].clone()
+    x[7, 3] = float("nan")
+    data = Dataset(x=x, y=digits["test"].y[:20], class_names=digits["test"].class_names, name="digits-nan",
+                   split="test", preprocessing={})
+    with pytest.raises(DataError, match="sample 7 holds nan"):
+        evaluate(digits_models["laya"], data, options=EvalOptions(methods=("contribution",), bootstrap=0))
+    r = evaluate(digits_models["laya"], data, options=EvalOptions(methods=("contribution",), bootstrap=0,
+                                                                  allow_nonfinite=True))
+    assert len(r.samples) == 20

@@ -160,6 +160,8 @@ def faithfulness_p_value(
         raise ConfigError(f"effects must be (N, L) with N = len(rho) = {rho.shape[0]}; got shape {effects.shape}.")
     if exact_max_layers > EXACT_MAX_LAYERS:
         raise ConfigError(f"exact_max_layers must be at most {EXACT_MAX_LAYERS}; got {exact_max_layers}.")
+    finite = np.isfinite(effects).all(axis=1)  # a non-finite effect has no rank (its rho is undefined anyway)
+    rho, effects = rho[finite], effects[finite]
     e = _twice_centred_ranks(effects)
     keep = ~np.isnan(rho) & np.any(e != 0, axis=1)
     if not keep.any():

@@ -65,13 +65,15 @@ def _table(summary) -> str:
               help="Effects of a sample closer than this share of its largest effect are ranked as tied.")
 @click.option("--table-format", default="csv", show_default=True, type=click.Choice(["csv", "parquet"]),
               help="Format of the two large tables, layers and samples (parquet needs pyarrow: the parquet extra).")
+@click.option("--allow-nonfinite", is_flag=True,
+              help="Evaluate inputs holding NaN/inf instead of refusing them (their metrics are then undefined).")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]),
               help="Precision of the backbone pass (autocast; effects and metrics stay float32 or better).")
 @data_dir_option
 @device_option
 @quiet_option
 def faithfulness(checkpoint, trust_code, download, data, split, methods, ablation, scope, limit, batch_size, seed, bootstrap, out_dir,
-                 resume, chunk_size, tie_rtol, table_format, dtype, data_dir, device, quiet):
+                 resume, chunk_size, tie_rtol, table_format, allow_nonfinite, dtype, data_dir, device, quiet):
     """Score layer attributions of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE) against leave-one-layer-out effects.
 
     For every input, each method's layer scores are compared with the drop of the
@@ -88,7 +90,7 @@ def faithfulness(checkpoint, trust_code, download, data, split, methods, ablatio
     names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
     options = EvalOptions(methods=names, ablation=ablations[0], scope=scope, split=split, limit=limit,
                           batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device, dtype=dtype, chunk_size=chunk_size, tie_rtol=tie_rtol,
-                          trust_code=trust_code, download=download)
+                          trust_code=trust_code, download=download, allow_nonfinite=allow_nonfinite)
     world = world_from_environment(device)
     start = time.perf_counter()
     with progress_bar(quiet or not world.is_main, desc="evaluate", unit="sample") as bar:
