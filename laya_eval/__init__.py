@@ -50,7 +50,6 @@ _EXPORTS = {
     "TrainOptions": "laya_eval.train",
     "TrainResult": "laya_eval.train",
     "build_model": "laya_eval.train",
-    "train": "laya_eval.train",
     "train_head": "laya_eval.train",
     "as_layer_head": "laya_eval.head_import",
     "import_head_state_dict": "laya_eval.head_import",

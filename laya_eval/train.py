@@ -9,8 +9,6 @@ head trains on that cache, so a frozen encoder runs once, not once per epoch.
 from __future__ import annotations
 
 import copy
-import sys
-import types
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -365,15 +363,3 @@ def training_record(options: TrainOptions, result: TrainResult, frozen: bool) ->
     return {**asdict(options), "freeze_backbone": bool(frozen), "epochs_run": result.epochs_run,
             "best_epoch": result.best_epoch, "best_val_accuracy": result.best_val_accuracy,
             "history": result.history}
-
-
-class _CallableModule(types.ModuleType):
-    """``laya_eval.train`` names both this module and its :func:`train`: the package exports the
-    function, and Python binds the submodule to the same attribute once it is imported. Calling the
-    module calls the function, so ``from laya_eval import train; train(model, ...)`` always works."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> TrainResult:
-        return train(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

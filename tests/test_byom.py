@@ -391,7 +391,8 @@ def test_fit_head_on_a_checkpoints_backbone(digits_checkpoints, digits_splits, t
 
 
 def test_train_keeps_a_given_pretrained_backbone_frozen_by_default(digits_splits):
-    from laya_eval import build_model, train
+    from laya_eval import build_model
+    from laya_eval.train import train
 
     net = byom_models.small_cnn()
     from laya_eval.backbones import ModuleBackbone
