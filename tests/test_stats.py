@@ -9,7 +9,6 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -19,8 +18,18 @@ from laya_eval.attribution import METHODS, MethodContext
 from laya_eval.errors import ConfigError
 from laya_eval.metrics import spearman_per_sample
 from laya_eval.perturb import leave_one_out_masks, removal_effects
-from laya_eval.stats import (COMPARISON_COLUMNS, across_seeds, compare_methods, faithfulness_p_value, holm_adjust,
-                             identical_rankings, paired_comparison, seed_ranks, spearman_null, tie_effects)
+from laya_eval.stats import (
+    COMPARISON_COLUMNS,
+    across_seeds,
+    compare_methods,
+    faithfulness_p_value,
+    holm_adjust,
+    identical_rankings,
+    paired_comparison,
+    seed_ranks,
+    spearman_null,
+    tie_effects,
+)
 from laya_eval.trace import trace
 
 # ------------------------------------------------------------------------------------------ paired tests
@@ -287,7 +296,7 @@ def _slow_tie(row: np.ndarray, rtol: float) -> tuple[list[float], int]:
     tol = rtol * max(abs(v) for v in row)
     order = sorted(range(len(row)), key=lambda i: row[i])
     groups = [[order[0]]]
-    for prev, cur in zip(order, order[1:]):
+    for prev, cur in itertools.pairwise(order):
         if row[cur] - row[prev] <= tol:
             groups[-1].append(cur)
         else:

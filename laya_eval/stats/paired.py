@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import itertools
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,8 +27,14 @@ from scipy.stats import rankdata, wilcoxon
 from laya_eval.errors import ConfigError
 from laya_eval.metrics import bootstrap_mean
 
-__all__ = ["COMPARISON_COLUMNS", "COMPARED_METRICS", "PairedComparison", "compare_methods", "holm_adjust",
-           "paired_comparison"]
+__all__ = [
+    "COMPARED_METRICS",
+    "COMPARISON_COLUMNS",
+    "PairedComparison",
+    "compare_methods",
+    "holm_adjust",
+    "paired_comparison",
+]
 
 COMPARISON_COLUMNS = ["metric", "method_a", "method_b", "n", "mean_difference", "ci_low", "ci_high",
                       "wilcoxon_statistic", "p_value", "p_holm", "rank_biserial"]
