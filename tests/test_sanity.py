@@ -192,3 +192,29 @@ def test_options_are_checked():
         SanityOptions(roar_seeds=0)
     with pytest.raises(ConfigError, match="with --scope network|ablation must be one of"):
         SanityOptions(ablation="nope")
+
+
+def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
+    from tests.cli_helpers import run
+
+    out = tmp_path / "sanity"
+    result = run("sanity", digits_checkpoints["laya"], "--methods", "laya,contribution,random", "--epochs", 2,
+                 "--roar-seeds", 1, "--bootstrap", 20, "--limit", 100, "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].split() == ["method", "cascading", "(all", "groups)", "shuffled", "labels",
+                                                     "ROAR", "rho", "[95%", "CI]"]
+    assert {p.name for p in out.iterdir()} == {"randomisation.csv", "data_randomisation.csv", "layer_roar.csv",
+                                               "roar_agreement.csv", "sanity.json", "sanity.png"}
+    table = pd.read_csv(out / "randomisation.csv")
+    assert list(table.columns) == RANDOMISATION_COLUMNS and set(table.method) == {"laya", "contribution", "random"}
+    assert list(pd.read_csv(out / "layer_roar.csv").columns) == LAYER_ROAR_COLUMNS
+    assert list(pd.read_csv(out / "roar_agreement.csv").columns) == ROAR_AGREEMENT_COLUMNS
+    assert len(pd.read_csv(out / "data_randomisation.csv")) == 6  # 3 methods x (original, shuffled labels)
+
+
+def test_sanity_cli_errors_are_one_line(digits_checkpoints, tmp_path):
+    from tests.cli_helpers import assert_one_line_error, run
+
+    assert_one_line_error(run("sanity", tmp_path / "missing.pt"), r"missing\.pt")
+    assert_one_line_error(run("sanity", digits_checkpoints["laya"], "--methods", "gi"),
+                          r"--methods.*must be among \{laya, .*\}; got 'gi'")

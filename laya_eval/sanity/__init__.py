@@ -48,6 +48,7 @@ from laya_eval.sanity.options import (
     SanityOptions,
     method_names,
 )
+from laya_eval.sanity.output import SANITY_FILES, write_sanity
 from laya_eval.sanity.randomisation import (
     cascading_randomisation,
     data_randomisation,
@@ -55,10 +56,11 @@ from laya_eval.sanity.randomisation import (
 )
 from laya_eval.sanity.roar import layer_roar, roar_agreement
 
-__all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "ROAR_AGREEMENT_COLUMNS", "SIMILARITIES", "Features",
+__all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "ROAR_AGREEMENT_COLUMNS", "SANITY_FILES", "SIMILARITIES",
+           "Features",
            "SanityOptions", "SanityResult", "attribute_features", "attribution_similarity",
            "cascading_randomisation", "data_randomisation", "encode_features", "head_parameter_groups",
-           "layer_roar", "roar_agreement", "sanity"]
+           "layer_roar", "roar_agreement", "sanity", "write_sanity"]
 
 
 @dataclass

@@ -4,6 +4,6 @@ Modules are imported whole (``faithfulness.faithfulness`` is the command) so tha
 the module names stay reachable for tests.
 """
 
-from laya_eval_cli.commands import faithfulness, info, profile, report, train
+from laya_eval_cli.commands import faithfulness, info, profile, report, sanity, train
 
-ALL = [train.train, faithfulness.faithfulness, profile.profile, report.report, info.info]
+ALL = [train.train, faithfulness.faithfulness, profile.profile, sanity.sanity, report.report, info.info]
