@@ -110,6 +110,8 @@ def test_data_randomisation_destroys_the_laya_weights(digits_models, features):
     after = table[table.step == 1].set_index("method")
     assert set(after.params) == {"labels"}
     assert after.loc["laya", "similarity"] < 0.5
+    # trained on shuffled labels the head predicts the real test labels at about chance (10 classes)
+    assert table[table.step == 0].accuracy.iloc[0] > 0.5 and after.accuracy.iloc[0] < 0.25
 
 
 def _one_informative_layer(seed: int = 0, n: int = 600):
@@ -209,7 +211,9 @@ def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
     assert list(table.columns) == RANDOMISATION_COLUMNS and set(table.method) == {"laya", "contribution", "random"}
     assert list(pd.read_csv(out / "layer_roar.csv").columns) == LAYER_ROAR_COLUMNS
     assert list(pd.read_csv(out / "roar_agreement.csv").columns) == ROAR_AGREEMENT_COLUMNS
-    assert len(pd.read_csv(out / "data_randomisation.csv")) == 6  # 3 methods x (original, shuffled labels)
+    data = pd.read_csv(out / "data_randomisation.csv")
+    assert list(data.columns) == [*RANDOMISATION_COLUMNS, "accuracy"]
+    assert len(data) == 6  # 3 methods x (original, shuffled labels)
 
 
 def test_sanity_cli_errors_are_one_line(digits_checkpoints, tmp_path):

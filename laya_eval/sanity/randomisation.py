@@ -27,7 +27,7 @@ from laya_eval.sanity.cached import (
     head_model,
 )
 from laya_eval.sanity.options import RANDOMISATION_COLUMNS, SanityOptions, method_names
-from laya_eval.sanity.roar import fit_head, fresh_head
+from laya_eval.sanity.roar import accuracy, fit_head, fresh_head
 
 __all__ = ["cascading_randomisation", "data_randomisation", "head_parameter_groups"]
 
@@ -109,8 +109,9 @@ def data_randomisation(model: LayeredModel, train: Features, val: Features, test
     Returns
     -------
     DataFrame
-        Columns :data:`RANDOMISATION_COLUMNS`; ``check = "data"``, step 0 the real model, step 1
-        (``params = "labels"``) the head trained on shuffled labels.
+        Columns :data:`RANDOMISATION_COLUMNS` plus ``accuracy`` (test accuracy of the head of that step);
+        ``check = "data"``, step 0 the real model, step 1 (``params = "labels"``) the head trained on
+        shuffled labels.
     """
     options = options or SanityOptions()
     methods = method_names(options)
@@ -121,6 +122,6 @@ def data_randomisation(model: LayeredModel, train: Features, val: Features, test
     head = fit_head(fresh_head(model.head, model.head.layer_dims, options.train.seed), *shuffled, options.train)
     scores, eff = attribute_features(head_model(model, head), test, list(base), ablation=options.ablation,
                                      seed=options.seed + 1, batch_size=options.batch_size)
-    rows = _rows("data", 0, "none", base, base, effects, options) + _rows("data", 1, "labels", base, scores, eff,
-                                                                         options)
-    return pd.DataFrame(rows, columns=RANDOMISATION_COLUMNS)
+    rows = [{**r, "accuracy": accuracy(model.head, test)} for r in _rows("data", 0, "none", base, base, effects, options)]
+    rows += [{**r, "accuracy": accuracy(head, test)} for r in _rows("data", 1, "labels", base, scores, eff, options)]
+    return pd.DataFrame(rows, columns=[*RANDOMISATION_COLUMNS, "accuracy"])

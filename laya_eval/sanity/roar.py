@@ -23,7 +23,7 @@ from laya_eval.sanity.options import (
 )
 from laya_eval.train import TrainOptions
 
-__all__ = ["fit_head", "fresh_head", "layer_roar", "roar_agreement"]
+__all__ = ["accuracy", "fit_head", "fresh_head", "layer_roar", "roar_agreement"]
 
 def fresh_head(head: LayerHead, layer_dims: Sequence[int], seed: int) -> LayerHead:
     config = head.config()
