@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -90,7 +91,9 @@ def attribute_features(
         context.clear_cache()
         for m in chosen:
             scores[m.name].append(m.fn(tr, model, target=tr.pred, context=context).detach().float())
-        tr64 = trace_from_hidden(head64.head, [h.double() for h in hidden])
+        # The effects are those of the class the attributions explain, even where float64 would break a
+        # near-tie of the logits the other way.
+        tr64 = dataclasses.replace(trace_from_hidden(head64.head, [h.double() for h in hidden]), pred=tr.pred)
         effects.append(removal_effects(tr64, head64, leave_one_out_masks(tr.n_layers).double(),
                                        ablation=ablation, fill=fill))
     out = {}
