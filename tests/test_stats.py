@@ -157,6 +157,8 @@ def test_compare_methods_rows_do_not_depend_on_the_other_methods():
 
 def test_compare_methods_names_unknown_methods():
     table, _, _ = _per_sample(np.random.default_rng(3))
+    with pytest.raises(ConfigError, match=r"one row per \(sample, method\); got duplicates"):
+        compare_methods(pd.concat([table, table.iloc[:1]]))
     with pytest.raises(ConfigError, match=r"among those in the per-sample table \{\w+, \w+, \w+\}; got 'gi'"):
         compare_methods(table, methods=["laya", "gi"])
 

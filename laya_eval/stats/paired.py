@@ -182,6 +182,9 @@ def compare_methods(
     if missing:
         raise ConfigError(f"per-sample table needs columns sample, method, spearman, deletion_at_1; "
                           f"missing {sorted(missing)}.")
+    if per_sample.duplicated(["sample", "method"]).any():
+        raise ConfigError("per-sample table must have one row per (sample, method); got duplicates. "
+                          "Pass one ablation's samples.csv at a time.")
     present = list(pd.unique(per_sample["method"]))
     names = present if methods is None else list(methods)
     unknown = [m for m in names if m not in present]
