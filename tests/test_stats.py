@@ -18,8 +18,18 @@ from laya_eval.attribution import METHODS, MethodContext
 from laya_eval.errors import ConfigError
 from laya_eval.metrics import spearman_per_sample
 from laya_eval.perturb import leave_one_out_masks, removal_effects
-from laya_eval.stats import (COMPARISON_COLUMNS, across_seeds, compare_methods, faithfulness_p_value, holm_adjust,
-                             identical_rankings, paired_comparison, seed_ranks, spearman_null, tie_effects)
+from laya_eval.stats import (
+    COMPARISON_COLUMNS,
+    across_seeds,
+    compare_methods,
+    faithfulness_p_value,
+    holm_adjust,
+    identical_rankings,
+    paired_comparison,
+    seed_ranks,
+    spearman_null,
+    tie_effects,
+)
 from laya_eval.trace import trace
 
 # ------------------------------------------------------------------------------------------ paired tests
@@ -147,6 +157,8 @@ def test_compare_methods_rows_do_not_depend_on_the_other_methods():
 
 def test_compare_methods_names_unknown_methods():
     table, _, _ = _per_sample(np.random.default_rng(3))
+    with pytest.raises(ConfigError, match=r"one row per \(sample, method\); got duplicates"):
+        compare_methods(pd.concat([table, table.iloc[:1]]))
     with pytest.raises(ConfigError, match=r"among those in the per-sample table \{\w+, \w+, \w+\}; got 'gi'"):
         compare_methods(table, methods=["laya", "gi"])
 
@@ -286,7 +298,7 @@ def _slow_tie(row: np.ndarray, rtol: float) -> tuple[list[float], int]:
     tol = rtol * max(abs(v) for v in row)
     order = sorted(range(len(row)), key=lambda i: row[i])
     groups = [[order[0]]]
-    for prev, cur in zip(order, order[1:]):
+    for prev, cur in itertools.pairwise(order):
         if row[cur] - row[prev] <= tol:
             groups[-1].append(cur)
         else:

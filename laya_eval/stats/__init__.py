@@ -11,11 +11,28 @@
 Plain functions on NumPy arrays and pandas tables; no torch.
 """
 
-from laya_eval.stats.paired import (COMPARED_METRICS, COMPARISON_COLUMNS, PairedComparison, compare_methods,
-                                    holm_adjust, paired_comparison)
+from laya_eval.stats.null import (
+                                    EXACT_MAX_LAYERS,
+                                    SpearmanNull,
+                                    faithfulness_p_value,
+                                    spearman_null,
+)
+from laya_eval.stats.paired import (
+                                    COMPARED_METRICS,
+                                    COMPARISON_COLUMNS,
+                                    PairedComparison,
+                                    compare_methods,
+                                    holm_adjust,
+                                    paired_comparison,
+)
 from laya_eval.stats.seeds import ACROSS_SEEDS_COLUMNS, across_seeds, seed_ranks
-from laya_eval.stats.null import EXACT_MAX_LAYERS, SpearmanNull, faithfulness_p_value, spearman_null
-from laya_eval.stats.ties import DEFAULT_RTOL, RankingAgreement, TiedEffects, identical_rankings, tie_effects
+from laya_eval.stats.ties import (
+                                    DEFAULT_RTOL,
+                                    RankingAgreement,
+                                    TiedEffects,
+                                    identical_rankings,
+                                    tie_effects,
+)
 
 __all__ = [
     "ACROSS_SEEDS_COLUMNS",

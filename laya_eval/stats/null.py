@@ -71,7 +71,7 @@ def _twice_centred_ranks(x: np.ndarray) -> np.ndarray:
     return np.rint(2 * ranks - (x.shape[-1] + 1)).astype(np.int64)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _all_rankings(n_layers: int) -> np.ndarray:
     """Twice the centred ranks of all ``L!`` permutations, (L!, L) int64."""
     perms = np.array(list(itertools.permutations(range(1, n_layers + 1))), dtype=np.int64)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import itertools
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,8 +27,14 @@ from scipy.stats import rankdata, wilcoxon
 from laya_eval.errors import ConfigError
 from laya_eval.metrics import bootstrap_mean
 
-__all__ = ["COMPARISON_COLUMNS", "COMPARED_METRICS", "PairedComparison", "compare_methods", "holm_adjust",
-           "paired_comparison"]
+__all__ = [
+    "COMPARED_METRICS",
+    "COMPARISON_COLUMNS",
+    "PairedComparison",
+    "compare_methods",
+    "holm_adjust",
+    "paired_comparison",
+]
 
 COMPARISON_COLUMNS = ["metric", "method_a", "method_b", "n", "mean_difference", "ci_low", "ci_high",
                       "wilcoxon_statistic", "p_value", "p_holm", "rank_biserial"]
@@ -176,6 +182,9 @@ def compare_methods(
     if missing:
         raise ConfigError(f"per-sample table needs columns sample, method, spearman, deletion_at_1; "
                           f"missing {sorted(missing)}.")
+    if per_sample.duplicated(["sample", "method"]).any():
+        raise ConfigError("per-sample table must have one row per (sample, method); got duplicates. "
+                          "Pass one ablation's samples.csv at a time.")
     present = list(pd.unique(per_sample["method"]))
     names = present if methods is None else list(methods)
     unknown = [m for m in names if m not in present]

@@ -4,6 +4,7 @@ Modules are imported whole (``faithfulness.faithfulness`` is the command) so tha
 the module names stay reachable for tests.
 """
 
-from laya_eval_cli.commands import faithfulness, fit_head, info, profile, report, train
+from laya_eval_cli.commands import faithfulness, fit_head, info, profile, report, sanity, train
 
-ALL = [train.train, fit_head.fit_head, faithfulness.faithfulness, profile.profile, report.report, info.info]
+ALL = [train.train, fit_head.fit_head, faithfulness.faithfulness, profile.profile, sanity.sanity, report.report,
+       info.info]

@@ -1,0 +1,110 @@
+"""``laya-eval sanity``: do a method's layer attributions depend on the model at all?"""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from laya_eval_cli.commands.faithfulness import ABLATIONS, METHOD_NAMES
+from laya_eval_cli.options import (
+    batch_size_option,
+    choice_list,
+    data_dir_option,
+    device_option,
+    limit_option,
+    quiet_option,
+    seed_option,
+)
+
+
+def _table(result) -> str:
+    """Similarity after the last step of each check and the ROAR agreement, one line per method."""
+    casc, data = result.randomisation, result.data_randomisation
+    last = casc[casc["step"] == casc["step"].max()].set_index("method")
+    shuffled = data[data["step"] == 1].set_index("method")
+    roar = result.roar_agreement.set_index("method")
+    lines = [f"{'method':<13} {'cascading (all groups)':>24} {'shuffled labels':>18} {'ROAR rho [95% CI]':>24}"]
+    for method in roar.index:
+        c, s, r = last.loc[method], shuffled.loc[method], roar.loc[method]
+        lines.append(f"{method:<13} {c.similarity:>+11.3f} [{c.similarity_ci_low:+.2f}, {c.similarity_ci_high:+.2f}]"
+                     f" {s.similarity:>+18.3f} {r.spearman:>+11.3f} [{r.ci_low:+.2f}, {r.ci_high:+.2f}]")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("checkpoint", type=click.Path(dir_okay=False))
+@click.option("--data", default=None, help="Dataset name or npz:PATH (default: the one recorded in the checkpoint).")
+@click.option("--methods", default=None, help=f"Comma-separated methods (default: all): {', '.join(METHOD_NAMES)}.")
+@click.option("--ablation", default="gate", show_default=True, type=click.Choice(ABLATIONS),
+              help="How a layer is removed for the faithfulness column (head scope).")
+@click.option("--similarity", default="across_samples", show_default=True,
+              type=click.Choice(["across_samples", "per_sample"]),
+              help="across_samples: per layer, rho over samples, averaged over layers; per_sample: rho over layers "
+                   "within each sample, averaged over samples (see README).")
+@click.option("--roar-seeds", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Training seeds for layer-ROAR.")
+@click.option("--epochs", default=50, show_default=True, type=click.IntRange(min=1),
+              help="Most epochs for every retrained head (early stopping on validation accuracy).")
+@click.option("--patience", default=5, show_default=True, type=click.IntRange(min=1),
+              help="Early-stopping patience (epochs) of the retrained heads.")
+@click.option("--lr", default=3e-4, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Adam learning rate of the retrained heads.")
+@click.option("--train-seed", default=1337, show_default=True, type=int,
+              help="Seed of the retrained heads (the first ROAR seed; then +1, +2, ...).")
+@limit_option
+@batch_size_option
+@seed_option
+@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0),
+              help="Bootstrap resamples for the 95% intervals.")
+@click.option("--out", "out_dir", default="sanity-out", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for randomisation.csv, data_randomisation.csv, layer_roar.csv, roar_agreement.csv, "
+                   "sanity.json and the figure.")
+@click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(["png", "svg", "pdf"]),
+              help="Figure file format.")
+@data_dir_option
+@device_option
+@quiet_option
+def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, patience, lr, train_seed, limit,
+           batch_size, seed, bootstrap, out_dir, fmt, data_dir, device, quiet):
+    """Layer-level sanity checks of CHECKPOINT's attribution methods.
+
+    Cascading randomisation of the head's parameters (classifier, scorer, adapters), a head retrained on
+    shuffled labels, and layer-ROAR (a head retrained without each layer). The backbone encodes the train,
+    val and test splits once; every check after that runs the head only. --limit applies to the test split.
+
+    Example: laya-eval sanity ckpt.pt --roar-seeds 3 --out sanity/
+    """
+    import dataclasses
+
+    from laya_eval.checkpoint import file_sha256, load_checkpoint
+    from laya_eval.data import load_dataset
+    from laya_eval.errors import DataError
+    from laya_eval.sanity import SanityOptions, write_sanity
+    from laya_eval.sanity import sanity as run_sanity
+    from laya_eval.train import TrainOptions, resolve_device
+
+    names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
+    train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128)
+    options = SanityOptions(methods=names, ablation=ablation, similarity=similarity, roar_seeds=roar_seeds,
+                            bootstrap=bootstrap, seed=seed, batch_size=batch_size, train=train_options)
+    model = load_checkpoint(checkpoint, map_location=resolve_device(device))
+    name = data or model.info.dataset
+    if not name:
+        raise DataError("the checkpoint records no dataset; name one with --data (e.g. --data digits).")
+    splits = [load_dataset(name, s, data_dir=data_dir) for s in ("train", "val", "test")]
+    if limit is not None:
+        splits[2] = splits[2].subset(slice(0, limit))
+    start = time.perf_counter()
+    if not quiet:
+        click.echo(f"{checkpoint}: {model.head.name} head, {name}; encoding {sum(len(s) for s in splits)} samples "
+                   f"once, then {roar_seeds * (model.n_layers + 1) + 1} head trainings", err=True)
+    result = run_sanity(model, *splits, options)
+    wall = time.perf_counter() - start
+    meta = {"label": checkpoint, "checkpoint_sha256": file_sha256(checkpoint), "head": model.head.name,
+            "dataset": name, "split": "test", "n": len(splits[2]), "ablation": ablation, "scope": "head",
+            "similarity": similarity, "roar_seeds": roar_seeds, "train": dataclasses.asdict(train_options),
+            "seed": seed, "bootstrap": bootstrap, "wall_time_s": round(wall, 1)}
+    click.echo(_table(result))
+    paths = write_sanity(result, out_dir, meta=meta, fmt=fmt)
+    click.echo(f"wrote {', '.join(p.name for p in paths)} to {out_dir} ({wall:.1f} s)")

@@ -1,0 +1,60 @@
+"""Figure of the sanity checks: attribution similarity per randomisation step and method."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from laya_eval.figures.style import (
+    _finish,
+    _new_figure,
+    _theme,
+    describe,
+    method_color,
+    method_label,
+)
+
+__all__ = ["randomisation_figure"]
+
+_CHECK_TITLES = {"cascading": "cascading parameter randomisation", "data": "data randomisation (shuffled labels)"}
+
+
+def randomisation_figure(table: pd.DataFrame, *, meta: Mapping[str, Any]):
+    """Similarity to the original attributions (95% interval) after each randomisation step, per method.
+
+    Parameters
+    ----------
+    table : DataFrame
+        ``randomisation.csv`` and ``data_randomisation.csv`` rows (columns ``check, step, params, method,
+        similarity, similarity_ci_low, similarity_ci_high``); one panel per check.
+    meta : mapping
+        As for :func:`laya_eval.figures.describe`.
+    """
+    checks = [c for c in ("cascading", "data") if c in set(table["check"])]
+    methods = list(dict.fromkeys(table["method"]))
+    n_steps = max(int(table.loc[table["check"] == c, "step"].max()) + 1 for c in checks)
+    with _theme():
+        fig = _new_figure(max(7.0, 2.6 * n_steps + 2.5 * len(checks)), 4.0)
+        axes = fig.subplots(1, len(checks), squeeze=False, sharey=True,
+                            width_ratios=[int(table.loc[table["check"] == c, "step"].max()) + 1 for c in checks])[0]
+        for ax, check in zip(axes, checks):
+            part = table[table["check"] == check]
+            steps = part.drop_duplicates("step").sort_values("step")
+            for k, method in enumerate(methods):
+                rows = part[part["method"] == method].sort_values("step")
+                x = rows["step"].to_numpy() + (k - (len(methods) - 1) / 2) * 0.05
+                ax.errorbar(x, rows["similarity"], yerr=[rows["similarity"] - rows["similarity_ci_low"],
+                                                         rows["similarity_ci_high"] - rows["similarity"]],
+                            color=method_color(method), marker="o", markersize=4, capsize=2, linewidth=1.2,
+                            label=method_label(method))
+            ax.set_xticks(steps["step"], [p.replace("+", "\n+") if p != "none" else "original"
+                                          for p in steps["params"]], fontsize=7)
+            ax.axhline(0, color="black", linewidth=0.6)
+            ax.set_ylim(-1.05, 1.05)
+            ax.set_title(_CHECK_TITLES.get(check, check))
+            ax.set_xlabel("parameters re-initialised (cumulative)" if check == "cascading" else "")
+        axes[0].set_ylabel("similarity to the original attributions")
+        axes[-1].legend(fontsize=7, loc="lower left")
+        return _finish(fig, "Sanity checks: do the attributions depend on the model?", describe(meta))

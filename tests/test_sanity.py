@@ -1,0 +1,224 @@
+"""Layer-level sanity checks: oracles from the issue, scipy, and a backbone-forward counter."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import stats as sps
+from torch import nn
+
+from laya_eval.errors import ConfigError
+from laya_eval.heads import make_head
+from laya_eval.metrics import spearman_per_sample
+from laya_eval.model import LayeredModel
+from laya_eval.sanity import (
+    LAYER_ROAR_COLUMNS,
+    RANDOMISATION_COLUMNS,
+    ROAR_AGREEMENT_COLUMNS,
+    Features,
+    SanityOptions,
+    attribute_features,
+    attribution_similarity,
+    cascading_randomisation,
+    data_randomisation,
+    encode_features,
+    head_parameter_groups,
+    layer_roar,
+    roar_agreement,
+    sanity,
+)
+from laya_eval.train import TrainOptions
+
+FAST = TrainOptions(epochs=30, seed=0, batch_size=64, patience=5)
+
+
+class _Counter:
+    """Counts backbone forwards through a forward hook (removed on exit, even after an error)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module, self.calls = module, 0
+
+    def __enter__(self):
+        self.handle = self.module.register_forward_hook(lambda *_: setattr(self, "calls", self.calls + 1))
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+
+
+@pytest.fixture(scope="module")
+def features(digits_models, digits):
+    model = digits_models["laya"]
+    return {s: encode_features(model, digits[s]) for s in ("train", "val", "test")}
+
+
+def test_cascading_randomisation_of_a_lastlayer_head(digits_models, digits):
+    model = digits_models["lastlayer"]
+    test = encode_features(model, digits["test"])
+    with _Counter(model.backbone) as counter:
+        table = cascading_randomisation(model, test, SanityOptions(bootstrap=200))
+    assert counter.calls == 0  # head steps never run the backbone
+    assert list(table.columns) == RANDOMISATION_COLUMNS
+    assert sorted(set(table.step)) == [0, 1] and set(table.params) == {"none", "classifier"}
+    step0 = table[table.step == 0].set_index("method")
+    assert (step0.similarity == 1.0).all()
+    after = table[table.step == 1].set_index("method")
+    # The classifier is the only parameter of a LastLayer head: with it re-initialised the predicted logit
+    # has nothing to do with the trained one (across samples), and random is redrawn (chance level).
+    assert abs(after.loc["contribution", "similarity"]) < 0.3
+    assert after.loc["contribution", "similarity_ci_low"] < 0.3 < step0.loc["contribution", "similarity"]
+    assert abs(after.loc["random", "similarity"]) < 0.15
+    assert after.loc["random", "similarity_ci_low"] < 0 < after.loc["random", "similarity_ci_high"]
+
+
+def test_cascading_randomisation_of_laya_walks_its_groups_top_down(digits_models, features):
+    model = digits_models["laya"]
+    table = cascading_randomisation(model, features["test"], SanityOptions(methods=("laya", "contribution", "random"),
+                                                                           bootstrap=0))
+    assert table.drop_duplicates("step").params.tolist() == ["none", "classifier", "classifier+scorer",
+                                                             "classifier+scorer+adapters"]
+    laya = table[table.method == "laya"].set_index("step").similarity
+    # alpha is computed by the scorer and adapters, not the classifier: re-initialising the classifier alone
+    # leaves it exactly as it was; once the scorer is random it is not
+    assert laya[1] == pytest.approx(1.0)
+    assert laya[2] < 0.5 and laya[3] < 0.5
+    assert abs(table[(table.method == "random") & (table.step > 0)].similarity).max() < 0.15
+
+
+def test_head_parameter_groups_reinitialise_only_their_parameters(digits_models):
+    head = copy.deepcopy(digits_models["laya"].head)
+    groups = head_parameter_groups(head)
+    assert [g for g, _ in groups] == ["classifier", "scorer", "adapters"]
+    before = {k: v.clone() for k, v in head.state_dict().items()}
+    from laya_eval.sanity.randomisation import _reinitialise
+
+    _reinitialise(head, "scorer", groups[1][1], seed=3)
+    changed = {k for k, v in head.state_dict().items() if not torch.equal(v, before[k])}
+    assert changed == {k for k in before if k.startswith("scorer.")}
+
+
+def test_data_randomisation_destroys_the_laya_weights(digits_models, features):
+    model = digits_models["laya"]
+    options = SanityOptions(methods=("laya", "contribution", "random"), bootstrap=0, train=FAST)
+    with _Counter(model.backbone) as counter:
+        table = data_randomisation(model, features["train"], features["val"], features["test"], options)
+    assert counter.calls == 0
+    after = table[table.step == 1].set_index("method")
+    assert set(after.params) == {"labels"}
+    assert after.loc["laya", "similarity"] < 0.5
+    # trained on shuffled labels the head predicts the real test labels at about chance (10 classes)
+    assert table[table.step == 0].accuracy.iloc[0] > 0.5 and after.accuracy.iloc[0] < 0.25
+
+
+def _one_informative_layer(seed: int = 0, n: int = 600):
+    """Three layers; only layer 2 carries the label (a noisy one-hot), layers 1 and 3 are pure noise."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 4, (n,), generator=g)
+    informative = nn.functional.one_hot(y, 4).float() * 3 + 0.5 * torch.randn(n, 4, generator=g)
+    hidden = [torch.randn(n, 5, generator=g), torch.cat([informative, torch.randn(n, 2, generator=g)], 1),
+              torch.randn(n, 3, generator=g)]
+    return Features(hidden=hidden, labels=y)
+
+
+def test_layer_roar_ranks_the_only_informative_layer_first():
+    torch.manual_seed(0)
+    model = LayeredModel(nn.Identity(), make_head("concat", [5, 6, 3], 4))
+    train, val, test = (_one_informative_layer(s) for s in (0, 1, 2))
+    quick = TrainOptions(epochs=30, seed=0, batch_size=64, lr=1e-2)
+    roar = layer_roar(model, train, val, test, SanityOptions(roar_seeds=2, train=quick))
+    assert list(roar.columns) == LAYER_ROAR_COLUMNS
+    assert roar.seed.tolist() == [0, 0, 0, 1, 1, 1] and roar.layer.tolist() == [1, 2, 3] * 2
+    drops = roar.groupby("layer").accuracy_drop.mean()
+    assert drops.idxmax() == 2
+    assert drops[2] > 0.5  # nearly every test sample right with layer 2; without it only chance (1/4) is left
+    assert drops[[1, 3]].abs().max() < 0.1
+
+
+def test_roar_agreement_against_scipy_per_seed():
+    roar = pd.DataFrame({"layer": [1, 2, 3] * 2, "seed": [0, 0, 0, 1, 1, 1],
+                         "accuracy": 0.0, "accuracy_drop": [0.0, 0.5, 0.1, 0.02, 0.4, 0.01]})
+    scores = {"good": np.tile([0.1, 0.8, 0.3], (4, 1)), "bad": np.tile([0.9, 0.1, 0.2], (4, 1))}
+    got = roar_agreement(scores, roar, n_resamples=100).set_index("method")
+    assert list(got.reset_index().columns) == ROAR_AGREEMENT_COLUMNS
+    for name, s in scores.items():
+        want = np.mean([sps.spearmanr(s.mean(0), [0.0, 0.5, 0.1]).statistic,
+                        sps.spearmanr(s.mean(0), [0.02, 0.4, 0.01]).statistic])
+        assert got.loc[name, "spearman"] == pytest.approx(want)
+    assert got.loc["good", "spearman"] == pytest.approx(0.75)  # by hand: rho 1 (seed 0) and 0.5 (seed 1)
+
+
+def test_similarity_against_scipy():
+    rng = np.random.default_rng(0)
+    a, b = rng.random((50, 3)), rng.random((50, 3))
+    b[:, 0] = a[:, 0] + 0.1 * b[:, 0]
+    b[:, 2] = 0.0  # constant layer: undefined, excluded
+    got = attribution_similarity(a, b, n_resamples=0)
+    want = np.mean([sps.spearmanr(a[:, i], b[:, i]).statistic for i in (0, 1)])
+    assert got.mean == pytest.approx(want) and got.n_undefined == 1
+    per_sample = attribution_similarity(a, b, similarity="per_sample", n_resamples=0)
+    assert per_sample.mean == pytest.approx(np.nanmean(spearman_per_sample(a, b)))
+
+
+def test_attribute_features_equals_the_engine_on_the_same_samples(digits_models, features, digits):
+    from laya_eval.evaluate import EvalOptions, evaluate
+
+    model = digits_models["laya"]
+    scores, effects = attribute_features(model, features["test"], ["laya", "contribution"])
+    result = evaluate(model, digits["test"], options=EvalOptions(methods=("laya", "contribution"), bootstrap=0))
+    layers = result.layers
+    for name in ("laya", "contribution"):
+        want = layers[layers.method == name].sort_values(["sample", "layer"]).attribution.to_numpy()
+        np.testing.assert_allclose(scores[name].ravel(), want, rtol=1e-5, atol=1e-6)
+    want_effects = layers[layers.method == "laya"].sort_values(["sample", "layer"]).effect.to_numpy()
+    np.testing.assert_allclose(effects.ravel(), want_effects, atol=1e-5)  # float64 here, float32 there
+
+
+def test_sanity_runs_the_backbone_once_per_split(digits_models, digits):
+    model = digits_models["concat"]
+    options = SanityOptions(methods=("contribution", "random"), bootstrap=50, roar_seeds=1, batch_size=10_000,
+                            train=TrainOptions(epochs=3, seed=0, batch_size=64))
+    with _Counter(model.backbone) as counter:
+        result = sanity(model, digits["train"], digits["val"], digits["test"], options)
+    assert counter.calls == 3  # train, val and test encoded once each (one batch each)
+    assert len(result.layer_roar) == 3 and list(result.roar_agreement.method) == ["contribution", "random"]
+
+
+def test_options_are_checked():
+    with pytest.raises(ConfigError, match="similarity must be one of {across_samples, per_sample}; got 'x'"):
+        SanityOptions(similarity="x")
+    with pytest.raises(ConfigError, match="roar_seeds must be a positive integer; got 0"):
+        SanityOptions(roar_seeds=0)
+    with pytest.raises(ConfigError, match="with --scope network|ablation must be one of"):
+        SanityOptions(ablation="nope")
+
+
+def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
+    from tests.cli_helpers import run
+
+    out = tmp_path / "sanity"
+    result = run("sanity", digits_checkpoints["laya"], "--methods", "laya,contribution,random", "--epochs", 2,
+                 "--roar-seeds", 1, "--bootstrap", 20, "--limit", 100, "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].split() == ["method", "cascading", "(all", "groups)", "shuffled", "labels",
+                                                     "ROAR", "rho", "[95%", "CI]"]
+    assert {p.name for p in out.iterdir()} == {"randomisation.csv", "data_randomisation.csv", "layer_roar.csv",
+                                               "roar_agreement.csv", "sanity.json", "sanity.png"}
+    table = pd.read_csv(out / "randomisation.csv")
+    assert list(table.columns) == RANDOMISATION_COLUMNS and set(table.method) == {"laya", "contribution", "random"}
+    assert list(pd.read_csv(out / "layer_roar.csv").columns) == LAYER_ROAR_COLUMNS
+    assert list(pd.read_csv(out / "roar_agreement.csv").columns) == ROAR_AGREEMENT_COLUMNS
+    data = pd.read_csv(out / "data_randomisation.csv")
+    assert list(data.columns) == [*RANDOMISATION_COLUMNS, "accuracy"]
+    assert len(data) == 6  # 3 methods x (original, shuffled labels)
+
+
+def test_sanity_cli_errors_are_one_line(digits_checkpoints, tmp_path):
+    from tests.cli_helpers import assert_one_line_error, run
+
+    assert_one_line_error(run("sanity", tmp_path / "missing.pt"), r"missing\.pt")
+    assert_one_line_error(run("sanity", digits_checkpoints["laya"], "--methods", "gi"),
+                          r"--methods.*must be among \{laya, .*\}; got 'gi'")
