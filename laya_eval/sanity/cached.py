@@ -13,6 +13,7 @@ from scipy.stats import rankdata
 from torch import Tensor
 
 from laya_eval.attribution import MethodContext, applicable, resolve_methods
+from laya_eval.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.data import Dataset
 from laya_eval.errors import ConfigError
 from laya_eval.heads import LayerHead
@@ -82,13 +83,13 @@ def attribute_features(
     chosen = [m for m in resolve_methods(list(methods)) if applicable(m, model) is None]
     head64 = head_model(model, copy.deepcopy(model.head).double())
     fill = [h.double().mean(0) for h in features.hidden] if ablation == "mean" else None
-    context = MethodContext(scope="head", rng=np.random.default_rng(seed))
+    context = MethodContext(scope="head", seed=seed, statistics=_statistics(model, features, chosen, batch_size))
     scores: dict[str, list[Tensor]] = {m.name: [] for m in chosen}
     effects = []
     for start in range(0, len(features), batch_size):
         hidden = [h[start:start + batch_size] for h in features.hidden]
-        tr = trace_from_hidden(model.head, hidden)
-        context.clear_cache()
+        ids = torch.arange(start, start + len(hidden[0]))
+        tr = trace_from_hidden(model.head, hidden, sample_ids=ids)
         for m in chosen:
             scores[m.name].append(m.fn(tr, model, target=tr.pred, context=context).detach().float())
         # The effects are those of the class the attributions explain, even where float64 would break a
@@ -96,11 +97,21 @@ def attribute_features(
         tr64 = dataclasses.replace(trace_from_hidden(head64.head, [h.double() for h in hidden]), pred=tr.pred)
         effects.append(removal_effects(tr64, head64, leave_one_out_masks(tr.n_layers).double(),
                                        ablation=ablation, fill=fill))
-    out = {}
-    for m in chosen:
-        s = torch.cat(scores[m.name]).numpy().astype(np.float64)
-        out[m.name] = np.broadcast_to(s.mean(0), s.shape).copy() if m.dataset_mean else s
+    out = {m.name: torch.cat(scores[m.name]).numpy().astype(np.float64) for m in chosen}
     return out, torch.cat(effects).numpy()
+
+
+@torch.no_grad()
+def _statistics(model: LayeredModel, features: Features, methods: Sequence, batch_size: int) -> dict[str, list[Tensor]]:
+    """The dataset statistics the methods declare (``stat:<name>``) over the cached features, as the engine gives them."""
+    names = tuple(dict.fromkeys(n.split(":", 1)[1] for m in methods for n in m.needs if n.startswith("stat:")))
+    if not names:
+        return {}
+    total = DatasetStatistics()
+    for start in range(0, len(features), batch_size):
+        hidden = [h[start:start + batch_size] for h in features.hidden]
+        total = total.merged(batch_statistics(names, trace_from_hidden(model.head, hidden), model, "head"))
+    return total.means()
 
 
 def faithfulness(scores: np.ndarray, effects: np.ndarray) -> float:
