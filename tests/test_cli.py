@@ -45,7 +45,8 @@ def test_faithfulness_end_to_end(digits_checkpoints, tmp_path):
     result = run("faithfulness", digits_checkpoints["scalarmix"], "--limit", 40, "--bootstrap", 50, "--out", out, "-q")
     assert result.exit_code == 0, result.output
     assert "note: skipped 'laya' needs a LAYA head" in result.output
-    assert sorted(p.name for p in out.iterdir()) == ["layers.csv", "manifest.json", "samples.csv", "summary.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["comparisons.csv", "layers.csv", "manifest.json", "samples.csv",
+                                                     "summary.csv"]
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary.method) == ["static", "contribution", "ig", "gradcam", "grad_x_act", "random"]
     for row in summary.itertuples():  # every method's row of the printed table carries its numbers

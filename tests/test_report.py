@@ -4,7 +4,9 @@ figures are real images that name their run, the HTML is self-contained, errors 
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
+import json
 import re
 import warnings
 
@@ -367,13 +369,14 @@ def test_report_has_a_toc_collapsed_runs_and_no_empty_section(report_dir):
     assert [t for t, _ in toc] == headings and len(headings) >= 8
     # GitHub's anchors: lower case, punctuation dropped, spaces to hyphens
     assert ("Faithfulness and Deletion@1 per run", "faithfulness-and-deletion1-per-run") in toc
-    assert "Paired tests" not in md  # these folders have no comparisons.csv: no such section
+    assert "Paired tests" in md  # every faithfulness folder has its comparisons.csv
     assert "nothing to aggregate" not in md
-    assert md.count("<details><summary>") == md.count("</details>") == 4 * 5  # 4 runs x 5 per-run sections
+    # 4 runs x 5 per-run sections, plus each run's paired tests
+    assert md.count("<details><summary>") == md.count("</details>") == 4 * 5 + 4
     page = (report_dir / "report.html").read_text()
     for title, slug in toc:
         assert f'<h2 id="{slug}">' in page and f'href="#{slug}"' in page
-    assert page.count("<details>") == 20 and "<nav>" in page
+    assert page.count("<details>") == 24 and "<nav>" in page
     # every section has content: something between one h2 and the next
     sections = re.split(r"^## .+$", md, flags=re.M)[1:]
     assert all(re.search(r"^\| |^!\[|^<details", s, flags=re.M) for s in sections)
@@ -409,13 +412,20 @@ def test_paired_tests_show_in_the_report_and_as_markers(result_dirs, tmp_path):
 
     from laya_eval.report.runs import COMPARISON_COLUMNS
 
-    folder = tmp_path / "with-tests"
-    shutil.copytree(result_dirs[0], folder)
-    comp = _scipy_comparisons(pd.read_csv(folder / "samples.csv"))[COMPARISON_COLUMNS]
-    comp.to_csv(folder / "comparisons.csv", index=False)
+    folder = result_dirs[0]  # written by faithfulness, comparisons.csv included
+    comp = pd.read_csv(folder / "comparisons.csv")[COMPARISON_COLUMNS]
+    oracle = _scipy_comparisons(pd.read_csv(folder / "samples.csv"))
+    assert (comp.n.to_numpy() == oracle.n.to_numpy()).all()
+    np.testing.assert_allclose(comp.mean_difference, oracle.mean_difference, atol=1e-7)
     runs = load_runs([folder])
-    # a second run without comparisons.csv gets no (empty) block in that section
-    write_report(load_runs([folder, result_dirs[2]]), tmp_path / "rep", max_points=30, html_report=False)
+    # a run written before comparisons.csv existed gets no (empty) block in that section
+    older = tmp_path / "older"
+    shutil.copytree(result_dirs[2], older)
+    (older / "comparisons.csv").unlink()
+    manifest = json.loads((older / "manifest.json").read_text())
+    del manifest["files"]["comparisons.csv"]
+    (older / "manifest.json").write_text(json.dumps(manifest))
+    write_report(load_runs([folder, older]), tmp_path / "rep", max_points=30, html_report=False)
     md = (tmp_path / "rep" / "report.md").read_text()
     (_, sub, header, rows), = section(md_tables(md), "Paired tests")
     tests_part = md.split("## Paired tests", 1)[1].split("\n## ", 1)[0]
@@ -445,9 +455,13 @@ def test_report_reads_parquet_tables_like_csv(result_dirs, tmp_path):
 
     folder = tmp_path / "pq"
     shutil.copytree(result_dirs[2], folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
     for name in ("layers", "samples"):
-        write_table(pd.read_csv(folder / f"{name}.csv"), folder / name, "parquet")
+        path = write_table(pd.read_csv(folder / f"{name}.csv"), folder / name, "parquet")
         (folder / f"{name}.csv").unlink()
+        del manifest["files"][f"{name}.csv"]  # re-signed as faithfulness --table-format parquet would sign them
+        manifest["files"][path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
     pq, csv = load_run(folder), load_run(result_dirs[2])
     for name in ("layers", "samples", "summary"):
         pd.testing.assert_frame_equal(getattr(pq, name), getattr(csv, name), check_exact=False, rtol=1e-7)

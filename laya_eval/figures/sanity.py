@@ -45,8 +45,10 @@ def randomisation_figure(table: pd.DataFrame, *, meta: Mapping[str, Any]):
             for k, method in enumerate(methods):
                 rows = part[part["method"] == method].sort_values("step")
                 x = rows["step"].to_numpy() + (k - (len(methods) - 1) / 2) * 0.05
-                ax.errorbar(x, rows["similarity"], yerr=[rows["similarity"] - rows["similarity_ci_low"],
-                                                         rows["similarity_ci_high"] - rows["similarity"]],
+                # A percentile interval can miss its estimate with few resamples; errorbar needs lengths >= 0.
+                below = (rows["similarity"] - rows["similarity_ci_low"]).clip(lower=0)
+                above = (rows["similarity_ci_high"] - rows["similarity"]).clip(lower=0)
+                ax.errorbar(x, rows["similarity"], yerr=[below, above],
                             color=method_color(method), marker="o", markersize=4, capsize=2, linewidth=1.2,
                             label=method_label(method))
             ax.set_xticks(steps["step"], [p.replace("+", "\n+") if p != "none" else "original"

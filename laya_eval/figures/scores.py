@@ -91,9 +91,12 @@ def _score_panel(ax, part: pd.DataFrame, metric: str, ypos: dict[str, int], mark
                             right_room=0.22 if marks else 0.0))
     for row, lo, hi in zip(shown.itertuples(index=False), low, high):
         mid = getattr(row, metric)
-        ax.errorbar(mid, ypos[row.method], xerr=[[mid - lo], [hi - mid]], fmt=method_marker(row.method),
-                    color=method_color(row.method), capsize=2 if style == "paper" else 3,
-                    markersize=3.5 if style == "paper" else 5, elinewidth=1.0, zorder=3)
+        # The interval is drawn as it is: a percentile bootstrap interval may miss the estimate (--bootstrap 1).
+        y, color = ypos[row.method], method_color(row.method)
+        ax.hlines(y, lo, hi, color=color, linewidth=1.0, zorder=3)
+        ax.plot([lo, hi], [y, y], "|", color=color, markersize=4 if style == "paper" else 6, zorder=3)
+        ax.plot([mid], [y], method_marker(row.method), color=color, markersize=3.5 if style == "paper" else 5,
+                zorder=4)
         if row.method in marks:
             ax.annotate(marks[row.method], (hi, ypos[row.method]), xytext=(3, 0), textcoords="offset points",
                         va="center", ha="left", fontsize=6 if style == "paper" else 7.5, color="#333333")
