@@ -14,7 +14,7 @@ baselines (``benchmarks/bench_speed.py``) and as oracles
   once per layer, one sample at a time, reading each probability back as a
   Python float (how per-sample metric toolkits do it).
 
-Removal semantics (DESIGN.md §3, head scope): ``gate`` / ``gate-renorm`` drop
+Removal semantics (docs/architecture.md, "Heads and removal"; head scope): ``gate`` / ``gate-renorm`` drop
 layer ``i``'s term through the head's keep gate (renormalising the remaining
 layer weights for ``gate-renorm``); ``zero`` / ``mean`` hand the head zeros /
 the dataset mean of ``pool(h_i)`` in place of ``h_i``. The heads pool spatial

@@ -1,6 +1,6 @@
 """Cached pooled hidden states of a frozen backbone, and a backbone that replays them.
 
-The heads only ever see pooled hidden states ``h_1 … h_L`` (DESIGN.md §2), so a
+The heads only ever see pooled hidden states ``h_1 … h_L`` (docs/architecture.md, "Heads and removal"), so a
 frozen encoder (MiniLM, a pretrained ViT) is run once over the data; its pooled
 states are concatenated into one tensor (N, sum d_i) and the heads are trained
 and evaluated on a :class:`FeaturesBackbone` that slices that tensor back into

@@ -1,6 +1,6 @@
 """Output heads that aggregate every hidden layer of a backbone.
 
-Every head here is *additive over layers* (DESIGN.md §2): with ``t_i(x)`` the
+Every head here is *additive over layers* (docs/architecture.md, "Heads and removal"): with ``t_i(x)`` the
 logit-space term of layer ``i`` and ``b`` the classifier bias,
 
     logits(x) = sum_i keep_i * t_i(x) + b

@@ -1,7 +1,7 @@
 """Removing layers: leave-one-layer-out (LOLO) and deletion@k effects.
 
 The effect of removing a set of layers is ``p_c(x) - p_c(x with them removed)``,
-``c`` the class predicted on the intact input. Removal follows DESIGN.md §3:
+``c`` the class predicted on the intact input. Removal follows docs/architecture.md ("Heads and removal"):
 
 ``gate``        drop the layers' terms; all else (alpha included) unchanged.
 ``gate-renorm`` drop the terms and renormalise the remaining layer weights
