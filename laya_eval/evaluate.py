@@ -24,7 +24,6 @@ import os
 from typing import Any, Iterator, Sequence
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import Tensor
 
@@ -54,7 +53,7 @@ from laya_eval.results import (
     score_method,
     write_results,
 )
-from laya_eval.table_io import table_bytes
+from laya_eval.table_io import check_table_format
 from laya_eval.trace import Trace, trace_from_hidden
 
 __all__ = ["CHUNK_SIZE", "MIN_BATCH_ROWS", "SUMMARY_COLUMNS", "EvalOptions", "EvaluationResult", "MethodScore",
@@ -287,7 +286,7 @@ def evaluate_to_folder(
     from laya_eval.fileio import check_output_folder
 
     check_output_folder(out_dir)
-    table_bytes(pd.DataFrame({"a": [0]}), table_format)  # an unusable --table-format fails before any work
+    check_table_format(table_format)  # an unusable --table-format fails before any work
     results = evaluate_ablations(model, data, ablations, options=options, data_dir=data_dir, progress=progress,
                                  world=world, partial_dir=out_dir, resume=resume)
     if results is not None:

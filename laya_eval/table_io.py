@@ -22,7 +22,7 @@ import pandas as pd
 from laya_eval.errors import ConfigError
 from laya_eval.fileio import ResultsError, atomic_write_bytes
 
-__all__ = ["TABLE_FORMATS", "find_table", "read_table", "table_bytes", "table_path", "write_table"]
+__all__ = ["TABLE_FORMATS", "check_table_format", "find_table", "read_table", "table_bytes", "table_path", "write_table"]
 
 TABLE_FORMATS = ("csv", "parquet")
 _PARQUET_HINT = "install the parquet extra (pip install 'laya-eval[parquet]', which brings pyarrow) or use csv"
@@ -31,6 +31,13 @@ _PARQUET_HINT = "install the parquet extra (pip install 'laya-eval[parquet]', wh
 def _check_format(fmt: str) -> str:
     if fmt not in TABLE_FORMATS:
         raise ConfigError(f"table format must be among {{{', '.join(TABLE_FORMATS)}}}; got {fmt!r}.")
+    return fmt
+
+
+def check_table_format(fmt: str) -> str:
+    """``fmt`` if tables can be written in it here (a known format; pyarrow installed for parquet)."""
+    if _check_format(fmt) == "parquet":
+        _pyarrow()
     return fmt
 
 

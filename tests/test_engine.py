@@ -324,3 +324,14 @@ def test_kill_9_during_a_run_leaves_the_earlier_result_intact(tmp_path, digits_c
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
+def test_parquet_without_pyarrow_fails_before_any_work(tmp_path, digits_checkpoints, monkeypatch):
+    from laya_eval.errors import ConfigError
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if pyarrow were not installed
+    monkeypatch.setattr(engine, "evaluate_ablations", lambda *a, **k: pytest.fail("computed before checking"))
+    with pytest.raises(ConfigError, match="parquet tables need pyarrow"):
+        evaluate_to_folder(digits_checkpoints["laya"], "digits", ["gate"], tmp_path / "out",
+                           options=EvalOptions(limit=10, **FAST), table_format="parquet")
+    assert not (tmp_path / "out").exists()
