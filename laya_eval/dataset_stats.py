@@ -36,11 +36,11 @@ Pairs = list[tuple[Tensor, Tensor]]
 
 @dataclass(frozen=True)
 class StatisticSpec:
-    """A dataset statistic: ``fn(trace, model, scope) -> [(sum, count) per layer]`` for one batch."""
+    """A dataset statistic: ``fn(trace, model, scope, block_outputs) -> [(sum, count) per layer]`` for one batch."""
 
     name: str
     description: str
-    fn: Callable[[Trace, LayeredModel, str], Pairs]
+    fn: Callable[[Trace, LayeredModel, str, list[Tensor] | None], Pairs]
 
 
 def _rows(tr: Trace) -> Tensor:
@@ -55,11 +55,12 @@ def _row_sum(values: Tensor, rows: Tensor) -> Tensor:
     return (values.double() * rows.view(-1, *([1] * (values.dim() - 1)))).sum(0)
 
 
-def _hidden_sums(tr: Trace, model: LayeredModel, scope: str) -> Pairs:
+def _hidden_sums(tr: Trace, model: LayeredModel, scope: str, outputs: list[Tensor] | None) -> Pairs:
     rows = _rows(tr)
     if scope == "head":
         return [(_row_sum(pool_hidden(h), rows), rows.sum()) for h in tr.hidden]
-    _, outputs = model.block_outputs(tr.inputs)
+    if outputs is None:  # callers that traced without recording the block outputs
+        _, outputs = model.block_outputs(tr.inputs)
     token_mask = getattr(model.backbone, "token_mask", None)
     mask = token_mask(tr.inputs) if callable(token_mask) else None
     pairs = []
@@ -72,7 +73,7 @@ def _hidden_sums(tr: Trace, model: LayeredModel, scope: str) -> Pairs:
     return pairs
 
 
-def _weight_sums(tr: Trace, model: LayeredModel, scope: str) -> Pairs:
+def _weight_sums(tr: Trace, model: LayeredModel, scope: str, outputs: list[Tensor] | None) -> Pairs:
     w = tr.layer_weights
     if w is None:
         raise ValueError("mean_layer_weights needs a head with layer weights.")
@@ -112,6 +113,11 @@ class DatasetStatistics:
         return DatasetStatistics({n: [(s.cpu(), c.cpu()) for s, c in p] for n, p in self.sums.items()})
 
 
-def batch_statistics(names: tuple[str, ...], tr: Trace, model: LayeredModel, scope: str) -> DatasetStatistics:
-    """The contribution of one batch to each named statistic."""
-    return DatasetStatistics({name: STATISTICS[name].fn(tr, model, scope) for name in names})
+def batch_statistics(names: tuple[str, ...], tr: Trace, model: LayeredModel, scope: str,
+                     block_outputs: list[Tensor] | None = None) -> DatasetStatistics:
+    """The contribution of one batch to each named statistic.
+
+    ``block_outputs`` are the blocks' full outputs from the pass that made ``tr`` (network scope), so the
+    backbone need not run again.
+    """
+    return DatasetStatistics({name: STATISTICS[name].fn(tr, model, scope, block_outputs) for name in names})

@@ -77,11 +77,17 @@ def _batches(plan: Plan, start: int, stop: int) -> Iterator[tuple[Any, Tensor, T
         yield x, part.y.to(plan.device), ids.to(plan.device)
 
 
-def _trace(plan: Plan, x: Any, y: Tensor, ids: Tensor) -> Trace:
+def _trace(plan: Plan, x: Any, y: Tensor, ids: Tensor, *, record_blocks: bool = False
+           ) -> tuple[Trace, list[Tensor] | None]:
+    """One backbone pass; with ``record_blocks`` also each block's full output (network-scope statistics)."""
+    outputs = None
     with torch.no_grad(), backbone_precision(plan.device, plan.options.dtype):
-        hidden = plan.model.hidden_states(x)
+        if record_blocks:
+            hidden, outputs = plan.model.block_outputs(x)
+        else:
+            hidden = plan.model.hidden_states(x)
     hidden = [h.float() if h.is_floating_point() else h for h in hidden]
-    return trace_from_hidden(plan.model.head, hidden, labels=y, inputs=x, sample_ids=ids)
+    return trace_from_hidden(plan.model.head, hidden, labels=y, inputs=x, sample_ids=ids), outputs
 
 
 def _chunks(start: int, stop: int, size: int) -> Iterator[tuple[int, int]]:
@@ -102,9 +108,10 @@ def collect_statistics(plan: Plan, start: int, stop: int, *, world: World = SING
     if stats is None:
         stats = DatasetStatistics()
         for x, y, ids in _batches(plan, start, stop):
-            tr = _trace(plan, x, y, ids)
+            network = plan.options.scope == "network"
+            tr, outputs = _trace(plan, x, y, ids, record_blocks=network)
             with torch.no_grad():
-                stats = stats.merged(batch_statistics(plan.statistics, tr, plan.model, plan.options.scope))
+                stats = stats.merged(batch_statistics(plan.statistics, tr, plan.model, plan.options.scope, outputs))
             if progress is not None:
                 progress(int((ids >= 0).sum()))
         stats = world.all_reduce(stats.to_cpu() if plan.device.type == "cpu" else stats)
@@ -125,7 +132,7 @@ def _to_numpy(t: Tensor, rows: Tensor) -> np.ndarray:
 def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, means: dict[str, list[Tensor]]) -> Records:
     """Scores, effects and deletion curves of one (padded) batch; only the real rows are kept."""
     o, model = plan.options, plan.model
-    tr = _trace(plan, x, y, ids)
+    tr, _ = _trace(plan, x, y, ids)
     rows = ids >= 0
     # Effects in float64 at the head (laya_eval.effect_precision); scores from the model as it is.
     model64 = plan.effect_model

@@ -335,3 +335,25 @@ def test_parquet_without_pyarrow_fails_before_any_work(tmp_path, digits_checkpoi
         evaluate_to_folder(digits_checkpoints["laya"], "digits", ["gate"], tmp_path / "out",
                            options=EvalOptions(limit=10, **FAST), table_format="parquet")
     assert not (tmp_path / "out").exists()
+
+
+def test_network_statistics_pass_runs_the_backbone_once_per_batch(digits_models):
+    from laya_eval.evaluate import collect_statistics, make_plan
+
+    model = digits_models["laya"]
+    calls = []
+    handle = model.backbone.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        plan = make_plan(model, "digits", ["mean"], options=EvalOptions(limit=40, batch_size=16, scope="network",
+                                                                         ablation="mean", **FAST))
+        means = collect_statistics(plan, 0, 40)
+    finally:
+        handle.remove()
+    assert len(calls) == 3  # batches of 16, 16, 8: one pass each gives the hidden states and the block outputs
+    # the fill is the mean of each block's full output, computed here by a slow loop over samples
+    x = plan.data.x[:40]
+    with torch.no_grad():
+        slow = [torch.stack([model.block_outputs(x[i:i + 1])[1][k][0] for i in range(40)]).double().mean(0)
+                for k in range(model.n_layers)]
+    for got, want in zip(means["hidden_mean"], slow):
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
