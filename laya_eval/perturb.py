@@ -36,6 +36,7 @@ __all__ = [
     "check_ablation",
     "check_ablations",
     "deletion_masks",
+    "head_removal_logits",
     "layer_ranking",
     "leave_one_out_masks",
     "removal_effects",
@@ -112,9 +113,14 @@ def _expand_masks(masks: Tensor, batch: int) -> Tensor:
     return masks.expand(batch, *masks.shape) if masks.dim() == 2 else masks
 
 
-def _head_scope_logits(
-    tr: Trace, head: LayerHead, masks: Tensor, ablation: str, fill: Sequence[Tensor] | None
+def head_removal_logits(
+    tr: Trace, head: LayerHead, masks: Tensor, ablation: str, fill: Sequence[Tensor] | None = None
 ) -> Tensor:
+    """Head-scope logits after each removal in ``masks`` (K, L) or (B, K, L), from the cached trace: (B, K, C).
+
+    ``fill``: the pooled mean of every hidden state, for ``mean``. Any set of layers may be removed at once
+    (pruning removes several).
+    """
     masks = _expand_masks(masks.to(tr.terms.dtype), tr.n_samples)  # (B, K, L)
     if ablation in ("gate", "gate-renorm"):
         logits = torch.einsum("blc,bkl->bkc", tr.terms, masks)
@@ -186,7 +192,7 @@ def removal_probs(
     """
     check_ablation(ablation, scope)
     if scope == "head":
-        logits = _head_scope_logits(tr, model.head, masks, ablation, fill)
+        logits = head_removal_logits(tr, model.head, masks, ablation, fill)
     else:
         logits = _network_scope_logits(tr, model, masks, fill if ablation == "mean" else None)
     probs = torch.softmax(logits, -1)

@@ -1,0 +1,129 @@
+"""``laya-eval prune``: prune layers by each method's ranking; the early-exit what-if."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from laya_eval_cli.commands.faithfulness import ABLATIONS, METHOD_NAMES
+from laya_eval_cli.options import (
+    SEED_RANGE,
+    batch_size_option,
+    choice_list,
+    data_dir_option,
+    device_option,
+    download_option,
+    limit_option,
+    progress_bar,
+    quiet_option,
+    seed_option,
+    trust_code_option,
+)
+
+
+def _table(result) -> str:
+    """Area under the accuracy-vs-layers-removed curve per method: no retraining (first ablation) and refit."""
+    s = result.summary
+    first = s["ablation"].iloc[0]
+    part = s[(s["ablation"] == first)]
+    lines = [f"area under accuracy vs layers removed (1 = nothing lost); no retraining: {first}",
+             f"{'method':<13} {'ranking':<8} {'no retraining [95% CI]':>26} {'head refit [95% CI]':>26}"]
+    for (method, ranking), rows in part.groupby(["method", "ranking"], sort=False):
+        cells = []
+        for curve in ("accuracy", "refit"):
+            r = rows[rows["curve"] == curve]
+            cells.append("" if r.empty else f"{r.auc.iloc[0]:.4f} [{r.ci_low.iloc[0]:.4f}, {r.ci_high.iloc[0]:.4f}]")
+        lines.append(f"{method:<13} {ranking:<8} {cells[0]:>26} {cells[1]:>26}")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("checkpoint", metavar="MODEL")
+@trust_code_option
+@download_option
+@click.option("--data", default=None, help="Dataset name or npz:PATH (default: the one recorded in the checkpoint).")
+@click.option("--methods", default=None, help=f"Comma-separated methods (default: all): {', '.join(METHOD_NAMES)}.")
+@click.option("--ablation", "ablations", default=",".join(ABLATIONS), show_default=True,
+              help="Comma-separated removals for the no-retraining accuracy (head scope).")
+@click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=0),
+              help="Training seeds of every refit head (0: no refit).")
+@click.option("--random-rankings", default=20, show_default=True, type=click.IntRange(min=1),
+              help="Seeded random layer orders averaged into the random row.")
+@click.option("--random-refits", default=3, show_default=True, type=click.IntRange(min=0),
+              help="How many of the random orders are also refit.")
+@click.option("--epochs", default=50, show_default=True, type=click.IntRange(min=1),
+              help="Most epochs of every refit head (early stopping on validation accuracy).")
+@click.option("--patience", default=5, show_default=True, type=click.IntRange(min=1))
+@click.option("--lr", default=3e-4, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--train-seed", default=1337, show_default=True, type=SEED_RANGE,
+              help="First seed of the refit heads (then +1, +2, ...).")
+@click.option("--timing/--no-timing", default=True, show_default=True,
+              help="Time the backbone truncated at each depth (chain backbones); --no-timing leaves the latency "
+                   "columns empty, so the files are the same bytes on every run.")
+@click.option("--early-exit/--no-early-exit", default=True, show_default=True,
+              help="Also run the early-exit what-if (early_exit.csv and its figure).")
+@limit_option
+@batch_size_option
+@seed_option
+@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0),
+              help="Bootstrap resamples for the 95% intervals.")
+@click.option("--out", "out_dir", default="prune-out", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for pruning.csv, pruning_summary.csv, pruning_comparisons.csv, early_exit.csv, "
+                   "latency.csv, the figures and manifest.json (replaced whole).")
+@click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(["png", "svg", "pdf"]),
+              help="Figure file format.")
+@data_dir_option
+@device_option
+@quiet_option
+def prune(checkpoint, trust_code, download, data, methods, ablations, seeds, random_rankings, random_refits, epochs,
+          patience, lr, train_seed, timing, early_exit, limit, batch_size, seed, bootstrap, out_dir, fmt, data_dir,
+          device, quiet):
+    """Prune MODEL's layers by each attribution method's ranking.
+
+    For k = 0 … L-1 the k least important layers are removed: test accuracy without retraining (each
+    --ablation), with the head retrained on the kept layers (--seeds), the depth needed and its latency
+    (chain backbones), against an oracle (greedy on the validation split) and random orders. Then the
+    early-exit what-if. The backbone encodes each split once; --limit applies to the test split.
+
+    Example: laya-eval prune ckpt.pt --seeds 3 --out prune/
+    """
+    import dataclasses
+
+    from laya_eval.data import load_dataset
+    from laya_eval.errors import DataError
+    from laya_eval.fileio import check_output_folder
+    from laya_eval.prune import PruneOptions, write_prune
+    from laya_eval.prune import prune as run_prune
+    from laya_eval.specs import load_model
+    from laya_eval.train import TrainOptions, resolve_device
+
+    names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
+    removal = choice_list(ablations, list(ABLATIONS), "--ablation")
+    train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128,
+                                 device=device)
+    options = PruneOptions(methods=names, ablations=removal, seeds=seeds, n_random=random_rankings,
+                           n_random_refit=random_refits, seed=seed, batch_size=batch_size, bootstrap=bootstrap,
+                           timing=timing, early_exit=early_exit, train=train_options)
+    check_output_folder(out_dir)
+    loaded = load_model(checkpoint, trust_code=trust_code, download=download, map_location=resolve_device(device))
+    model = loaded.model
+    name = data or model.info.dataset
+    if not name:
+        raise DataError("the checkpoint records no dataset; name one with --data (e.g. --data digits).")
+    splits = [load_dataset(name, s, data_dir=data_dir, download=download) for s in ("train", "val", "test")]
+    if limit is not None:
+        splits[2] = splits[2].subset(slice(0, limit))
+    start = time.perf_counter()
+    if not quiet:
+        click.echo(f"{checkpoint}: {model.head.name} head, {name}, L = {model.n_layers}; encoding "
+                   f"{sum(len(s) for s in splits)} samples once, then head-only work", err=True)
+    with progress_bar(quiet, desc="refit heads", unit="head") as bar:
+        result = run_prune(model, *splits, options, on_head=lambda kept, s: bar.update(1))
+    wall = time.perf_counter() - start
+    meta = {"label": checkpoint, "checkpoint": loaded.provenance, "dataset": name, "split": "test",
+            "ablations": list(removal), "seeds": seeds, "train": dataclasses.asdict(train_options),
+            "n_random": random_rankings, "n_random_refit": random_refits, "seed": seed, "bootstrap": bootstrap}
+    click.echo(_table(result))
+    paths = write_prune(result, out_dir, meta=meta, fmt=fmt)
+    click.echo(f"wrote {', '.join(p.name for p in paths)} to {out_dir} ({wall:.1f} s)")
