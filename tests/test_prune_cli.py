@@ -1,0 +1,69 @@
+"""``laya-eval prune`` from the command line: files, byte-stability without timing, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from laya_eval.checkpoint import save_checkpoint
+from laya_eval.fit import train_model
+from laya_eval.train import TrainOptions
+from tests.cli_helpers import assert_one_line_error, run
+
+QUICK = ["--epochs", 2, "--seeds", 1, "--random-rankings", 3, "--random-refits", 1, "--bootstrap", 20]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(digits, tmp_path_factory):
+    fitted = train_model("mlp", "laya", digits, backbone_kwargs={"widths": [16, 16]},
+                         head_kwargs={"d_star": 8, "scorer_hidden": 8}, options=TrainOptions(epochs=2, seed=0))
+    return save_checkpoint(fitted.model, tmp_path_factory.mktemp("prune") / "m.pt")
+
+
+def test_prune_writes_its_folder_and_is_byte_stable_without_timing(checkpoint, tmp_path):
+    outs = [tmp_path / "a", tmp_path / "b"]
+    for out in outs:
+        result = run("prune", checkpoint, *QUICK, "--no-timing", "--limit", 120, "--out", out, "--quiet")
+        assert result.exit_code == 0, result.output
+    assert "area under accuracy vs layers removed" in result.output
+    names = {"pruning.csv", "pruning_summary.csv", "pruning_comparisons.csv", "early_exit.csv", "pruning.png",
+             "early_exit.png", "manifest.json"}
+    assert {p.name for p in outs[0].iterdir()} == names  # no latency.csv without timing
+    for name in ("pruning.csv", "pruning_summary.csv", "pruning_comparisons.csv", "early_exit.csv"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes()
+    table = pd.read_csv(outs[0] / "pruning.csv")
+    assert len(table) and table["latency_ratio"].isna().all() and table["depth"].notna().all()
+    manifest = json.loads((outs[0] / "manifest.json").read_text())
+    assert manifest["kind"] == "prune" and set(manifest["files"]) == names - {"manifest.json"}
+    # A second run replaces the folder whole; with timing, latency.csv appears and ratios are filled.
+    result = run("prune", checkpoint, *QUICK, "--limit", 120, "--out", outs[0], "--quiet", "--no-early-exit")
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in outs[0].iterdir()} == {"pruning.csv", "pruning_summary.csv", "pruning_comparisons.csv",
+                                                  "latency.csv", "pruning.png", "manifest.json"}
+    latency = pd.read_csv(outs[0] / "latency.csv")
+    assert latency["depth"].tolist() == [0, 1, 2] and latency["latency_ratio"].iloc[-1] == 1.0
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["--ablation", "gate,bogus"], "--ablation"),
+    (["--methods", "nope"], "--methods"),
+    (["--seeds", "-1"], "--seeds"),
+    (["--data", "no-such-dataset"], "no-such-dataset"),
+])
+def test_bad_input_is_one_line_and_exit_2(checkpoint, tmp_path, args, pattern):
+    assert_one_line_error(run("prune", checkpoint, *args, "--out", tmp_path / "x", "--quiet"), pattern)
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_missing_checkpoint_is_one_line(tmp_path):
+    assert_one_line_error(run("prune", tmp_path / "missing.pt", "--out", tmp_path / "x"), "missing.pt")
+
+
+def test_a_foreign_output_folder_is_refused_before_work(checkpoint, tmp_path):
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    assert_one_line_error(run("prune", checkpoint, "--out", foreign, "--quiet"), "not a laya-eval result")
+    assert (foreign / "notes.txt").read_text() == "keep me"
