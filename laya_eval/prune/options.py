@@ -63,8 +63,8 @@ class PruneOptions:
     batch_size: int = 256
     bootstrap: int = 1000
     timing: bool = True
-    timing_repeats: int = 5
-    timing_batch: int = 256
+    timing_repeats: int = 15
+    timing_batch: int = 1024
     early_exit: bool = True
     train: TrainOptions = field(default_factory=TrainOptions)
 

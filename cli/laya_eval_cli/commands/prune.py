@@ -73,12 +73,15 @@ def _table(result) -> str:
                    "latency.csv, the figures and manifest.json (replaced whole).")
 @click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(["png", "svg", "pdf"]),
               help="Figure file format.")
+@click.option("--cache-dir", default=None, type=click.Path(file_okay=False),
+              help="Feature cache of frozen pretrained backbones, shared with fit-head "
+                   "(default: $LAYA_EVAL_CACHE/features or ~/.cache/laya-eval/features).")
 @data_dir_option
 @device_option
 @quiet_option
 def prune(checkpoint, trust_code, download, data, methods, ablations, seeds, random_rankings, random_refits, epochs,
-          patience, lr, train_seed, timing, early_exit, limit, batch_size, seed, bootstrap, out_dir, fmt, data_dir,
-          device, quiet):
+          patience, lr, train_seed, timing, early_exit, limit, batch_size, seed, bootstrap, out_dir, fmt, cache_dir,
+          data_dir, device, quiet):
     """Prune MODEL's layers by each attribution method's ranking.
 
     For k = 0 … L-1 the k least important layers are removed: test accuracy without retraining (each
@@ -119,7 +122,7 @@ def prune(checkpoint, trust_code, download, data, methods, ablations, seeds, ran
         click.echo(f"{checkpoint}: {model.head.name} head, {name}, L = {model.n_layers}; encoding "
                    f"{sum(len(s) for s in splits)} samples once, then head-only work", err=True)
     with progress_bar(quiet, desc="refit heads", unit="head") as bar:
-        result = run_prune(model, *splits, options, on_head=lambda kept, s: bar.update(1))
+        result = run_prune(model, *splits, options, on_head=lambda kept, s: bar.update(1), cache_dir=cache_dir)
     wall = time.perf_counter() - start
     meta = {"label": checkpoint, "checkpoint": loaded.provenance, "dataset": name, "split": "test",
             "ablations": list(removal), "seeds": seeds, "train": dataclasses.asdict(train_options),
