@@ -79,7 +79,7 @@ def _run_to(model: LayeredModel, modules: list[nn.Module], x: Any, depth: int) -
     return time.perf_counter() - start
 
 
-def depth_latency(model: LayeredModel, x: Any, *, repeats: int = 5) -> np.ndarray | None:
+def depth_latency(model: LayeredModel, x: Any, *, repeats: int = 15, budget_s: float = 60.0) -> np.ndarray | None:
     """Median seconds of the backbone run up to each depth and of the whole model.
 
     Parameters
@@ -87,7 +87,9 @@ def depth_latency(model: LayeredModel, x: Any, *, repeats: int = 5) -> np.ndarra
     model : LayeredModel
     x : batch of inputs
     repeats : int
-        Interleaved rounds (every depth once per round) after one warm-up round; the median is taken.
+        Most interleaved rounds (every depth once per round) after one warm-up round; the median is taken.
+    budget_s : float
+        Fewer rounds (at least 3) when the warm-up round says ``repeats`` would take longer than this.
 
     Returns
     -------
@@ -99,7 +101,7 @@ def depth_latency(model: LayeredModel, x: Any, *, repeats: int = 5) -> np.ndarra
         return None
     modules = _modules(model)
     depths = list(range(model.n_layers + 1))
-    for d in depths:
-        _run_to(model, modules, x, d)
-    times = np.array([[_run_to(model, modules, x, d) for d in depths] for _ in range(repeats)])
+    warm = sum(_run_to(model, modules, x, d) for d in depths)
+    rounds = int(min(repeats, max(3, budget_s // max(warm, 1e-9))))
+    times = np.array([[_run_to(model, modules, x, d) for d in depths] for _ in range(rounds)])
     return np.median(times, axis=0)

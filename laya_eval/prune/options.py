@@ -49,7 +49,8 @@ class PruneOptions:
         Measure the latency of the truncated backbone (chain backbones only); False leaves the latency
         columns empty, so the files are byte-identical from run to run.
     timing_repeats, timing_batch : int
-        Rounds (median taken) and batch size of the latency measurement.
+        Most rounds (median taken; fewer, at least 3, when they would take over a minute) and batch size of the
+        latency measurement.
     early_exit : bool
         Also run the early-exit what-if.
     """
@@ -64,7 +65,7 @@ class PruneOptions:
     bootstrap: int = 1000
     timing: bool = True
     timing_repeats: int = 15
-    timing_batch: int = 1024
+    timing_batch: int = 512
     early_exit: bool = True
     train: TrainOptions = field(default_factory=TrainOptions)
 
