@@ -268,10 +268,15 @@ def test_significance_figure_shows_the_report_cells(seed_dirs, seed_report):
     (_, _, _, rows), _ = [t for t in md_tables(md) if t[0] == "Significance between methods"
                           and t[1] == "digits-laya-seed0.pt"]
     assert shown == sorted(c for row in rows for c in row[1:] if c != "—")
-    # colour: the sign of the difference times -log10 p, blue-positive where the row method is better
+    # colour: sign(mean of row - column) * -log10 p (Holm), capped at 4; nothing on the diagonal
     values = panels[0]["values"]
-    assert values.loc["laya", "random"] > 0 > values.loc["random", "laya"]
-    assert np.isnan(values.loc["laya", "laya"])
+    sig = read_csv(seed_report / "significance.csv")
+    own = sig[(sig.source == "run") & (sig.name == "digits-laya-seed0.pt") & (sig.metric == "faithfulness")]
+    assert len(own) == len(METHODS) * (len(METHODS) - 1)
+    for r in own.itertuples():
+        expected = np.sign(r.mean_difference) * min(-np.log10(r.p_holm), 4.0)
+        assert values.loc[r.method, r.versus] == pytest.approx(expected, rel=1e-6, abs=1e-9), (r.method, r.versus)
+    assert np.isnan(np.diag(values.to_numpy())).all()
 
 
 # ------------------------------------------------------------------------------------------------ sanity
