@@ -70,15 +70,17 @@ def significance_blocks(significance: pd.DataFrame, heading: str, figure: Callab
     """The significance matrices: per run (collapsed when several) and per seed group."""
     if significance.empty:
         return []
+    seeds = (f"; across seeds: the {SEEDS_TEST}, Holm over all rows of the group"
+             if (significance["source"] == "seeds").any() else "")
     blocks: list[tuple] = [
         ("h2", heading),
         ("p", f"Cell (row, column): ▲ the row method scores higher than the column method (mean of row − column > 0) "
               f"with Holm-adjusted p < {ALPHA:g}; ▼ it scores lower; · not significant at {ALPHA:g}; the number is "
               "the Holm-adjusted p (<0.001 below 0.001); ? no test. Higher is better for both metrics. Per run: "
               "the Wilcoxon signed-rank test over samples of comparisons.csv, Holm over all rows of the run (both "
-              f"metrics); across seeds: the {SEEDS_TEST}, Holm over all rows of the group. Details: "
-              "significance.csv and the paired tests below."),
-        figure("significance", "Significance matrix of faithfulness (per run and across seeds).")]
+              f"metrics){seeds}. Details: significance.csv and the paired tests below."),
+        figure("significance", "Significance matrix of faithfulness" + (" (per run and across seeds)." if seeds
+                                                                          else " per run."))]
     for source, name in significance[["source", "name"]].drop_duplicates().itertuples(index=False):
         own = significance[(significance["source"] == source) & (significance["name"] == name)]
         summary = name if source == "run" else f"across seeds: {name}"
