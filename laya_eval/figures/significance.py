@@ -49,7 +49,7 @@ def significance_figure(panels: Sequence[Mapping[str, Any]], *, cap: float = 4.0
             labels = [name(m) for m in values.index]
             sns.heatmap(pd.DataFrame(values.to_numpy(dtype=float), index=labels, columns=labels), ax=ax,
                         annot=cells.to_numpy(dtype=object), fmt="", cmap="vlag_r", vmin=-cap, vmax=cap, center=0,
-                        square=True, linewidths=0.5, cbar=False, annot_kws={"fontsize": 4.5 if paper else 7})
+                        square=True, linewidths=0.5, cbar=False, annot_kws={"fontsize": 3.0 if paper else 7})
             ax.tick_params(axis="x", rotation=45 if paper else 40)
             for axis, names in (("y", values.index), ("x", values.columns)):
                 for text, method in zip(ax.get_yticklabels() if axis == "y" else ax.get_xticklabels(), names):
@@ -60,7 +60,13 @@ def significance_figure(panels: Sequence[Mapping[str, Any]], *, cap: float = 4.0
                          fontsize=7 if paper else 8)
         mappable = axes[0].collections[0]
         bar = fig.colorbar(mappable, ax=list(axes[:len(panels)]), shrink=0.8 if paper else 0.6)
-        bar.set_label("sign(row − column) × −log10 p (Holm)")
+        bar.set_label("sign(row − column) × −log10 p (Holm)", fontsize=5.5 if paper else None)
+        if paper:
+            bar.ax.tick_params(labelsize=5, length=2, width=0.5)
+            for ax in axes[:len(panels)]:
+                for text in ax.get_xticklabels():
+                    text.set_horizontalalignment("right")
+                    text.set_rotation_mode("anchor")
         metas = [p["meta"] for p in panels]
         subtitle = ("▲ row method significantly higher (better), ▼ lower, · not significant at 0.05; "
                     "number: Holm-adjusted p")

@@ -144,6 +144,19 @@ def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | 
                                            ("sanity_runs.csv", sanity_runs_table(sanity))))
     figs = _make_figures(runs, tables, max_points=max_points, seed=seed, style=style) if runs else {}
     figs.update(_sanity_figures(sanity))
+    files, embeds, captions = _write_figures(out, figs, written, fmt=fmt, style=style, html_report=html_report)
+    blocks = _blocks(runs, as_written, files, title=title, captions=captions, sanity=checks)
+    written.append(_write_bytes(out / "report.md", _markdown(blocks).encode()))
+    if html_report:
+        written.append(_write_bytes(out / "report.html", _html(blocks, embeds).encode()))
+    return written
+
+
+def _write_figures(out: Path, figs: dict[str, Any], written: list[Path], *, fmt: str, style: str,
+                   html_report: bool) -> tuple[dict[str, str], dict[str, tuple[str, bytes]], dict[str, str]]:
+    """Each figure as ``figures/NAME.FMT`` (and its caption in paper style); the HTML's embeddings."""
+    from laya_eval import figures as F
+
     files, embeds, captions = {}, {}, {}
     for name, fig in figs.items():
         data = F.figure_bytes(fig, fmt)
@@ -155,11 +168,7 @@ def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | 
         if html_report:
             kind = fmt if fmt in ("png", "svg") else "png"
             embeds[name] = (kind, data if kind == fmt else F.figure_bytes(fig, "png"))
-    blocks = _blocks(runs, as_written, files, title=title, captions=captions, sanity=checks)
-    written.append(_write_bytes(out / "report.md", _markdown(blocks).encode()))
-    if html_report:
-        written.append(_write_bytes(out / "report.html", _html(blocks, embeds).encode()))
-    return written
+    return files, embeds, captions
 
 
 def _write_csv(path: Path, table: pd.DataFrame, written: list[Path], *, optional: bool = False) -> pd.DataFrame:
