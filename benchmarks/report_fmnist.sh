@@ -15,6 +15,10 @@
 # (accuracies 0.8983 / 0.8941 / 0.8912 / 0.8931, as in results/reproduce/runs.csv; the concat, scalarmix
 # and laya checkpoints have the same sha256 as the previous report's, lastlayer differs because that one
 # was trained with 2 threads then): faithfulness identical (max |difference| 0), Deletion@1 within 4.2e-5.
+# Report regenerated 2026-12-01 (h-report: significance matrix) with the report-only command above on the
+# same faithfulness folders (57.7 s wall, 417 MB peak RSS; paper style 65.6 s): every earlier file is
+# byte-identical except report.md/.html (new section) and the paper faithfulness.pdf (PDF drawing
+# commands differ: clip states; the PNG and caption are identical); new: significance.csv and figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}

@@ -109,8 +109,11 @@ def test_every_number_in_report_md_equals_its_csv(report_dir):
                                f4(s.top1_hit_rate), f4(s.aopc), str(s.n), str(s.n_undefined)]
 
     across = read_csv(report_dir / "across_runs.csv")
+    # the combined tables first, then (for the two LAYA folders) the across-seeds tables, one per metric
     found = section(tables, "Summary across runs")
-    assert [t[1] for t in found] == ["Faithfulness (mean Spearman ρ)", "Deletion@1 (drop of p(predicted class))"]
+    assert [t[1] for t in found] == ["Faithfulness (mean Spearman ρ)", "Deletion@1 (drop of p(predicted class))",
+                                     *["Across seeds: laya · digits · gate · head (2 runs)"] * 2]
+    found = found[:2]
     for (_, _, header, rows), metric in zip(found, ("faithfulness", "deletion_at_1")):
         assert header == ["method", "laya (2 runs)", "lastlayer (1 run)", "scalarmix (1 run)"]
         for row in rows:
@@ -178,7 +181,7 @@ def test_report_csvs_equal_independent_recomputations(result_dirs, report_dir):
             assert across.loc[m, f"{metric}_ci_low"] == pytest.approx(low, rel=1e-6, abs=1e-9)
             assert across.loc[m, f"{metric}_ci_high"] == pytest.approx(high, rel=1e-6, abs=1e-9)
     # the combined table of report.md, straight from the per-run summaries
-    (_, _, header, rows), _ = section(md_tables((report_dir / "report.md").read_text()), "Summary across runs")
+    (_, _, header, rows), *_ = section(md_tables((report_dir / "report.md").read_text()), "Summary across runs")
     cells = {LABEL_TO_METHOD[r[0]]: dict(zip(header[1:], r[1:])) for r in rows}
     for m in a.index:
         pair = np.array([a.loc[m, "faithfulness"], b.loc[m, "faithfulness"]])
@@ -233,7 +236,7 @@ def assert_plausible_image(path):
 def test_figures_are_images_and_the_html_embeds_them(report_dir):
     pngs = sorted((report_dir / "figures").glob("*.png"))
     names = {p.stem for p in pngs}
-    assert {"faithfulness", "deletion_curves", "spearman_distribution"} <= names
+    assert {"faithfulness", "deletion_curves", "spearman_distribution", "significance"} <= names
     assert len([n for n in names if n.startswith("scatter_")]) == 4
     assert len([n for n in names if n.startswith("agreement_")]) == 4
     for path in pngs:
@@ -284,7 +287,7 @@ def test_report_is_deterministic_and_other_formats(result_dirs, tmp_path):
     result = run("report", result_dirs[2], "--format", "pdf", "--max-points", 40, "--out", tmp_path / "pdf")
     assert result.exit_code == 0, result.output
     pdfs = list((tmp_path / "pdf" / "figures").glob("*.pdf"))
-    assert len(pdfs) == 5 and all(p.read_bytes().startswith(b"%PDF") for p in pdfs)
+    assert len(pdfs) == 6 and all(p.read_bytes().startswith(b"%PDF") for p in pdfs)  # 5 + the significance matrix
     assert "data:image/png;base64," in (tmp_path / "pdf" / "report.html").read_text()
     fig = F.deletion_curves_figure(report_tables(runs).deletion_curves, [runs[0].meta])
     assert F.figure_bytes(fig, "svg").lstrip().startswith(b"<?xml")
@@ -371,12 +374,14 @@ def test_report_has_a_toc_collapsed_runs_and_no_empty_section(report_dir):
     assert ("Faithfulness and Deletion@1 per run", "faithfulness-and-deletion1-per-run") in toc
     assert "Paired tests" in md  # every faithfulness folder has its comparisons.csv
     assert "nothing to aggregate" not in md
-    # 4 runs x 5 per-run sections, plus each run's paired tests
-    assert md.count("<details><summary>") == md.count("</details>") == 4 * 5 + 4
+    # 4 runs x 5 per-run sections, plus each run's paired tests and significance matrix (collapsed), plus the
+    # significance matrix across the two LAYA seeds (open)
+    assert md.count("<details><summary>") == 4 * 5 + 4 + 4
+    assert md.count("<details open><summary>") == 1 and md.count("</details>") == 4 * 5 + 4 + 4 + 1
     page = (report_dir / "report.html").read_text()
     for title, slug in toc:
         assert f'<h2 id="{slug}">' in page and f'href="#{slug}"' in page
-    assert page.count("<details>") == 24 and "<nav>" in page
+    assert page.count("<details>") == 28 and page.count("<details open>") == 1 and "<nav>" in page
     # every section has content: something between one h2 and the next
     sections = re.split(r"^## .+$", md, flags=re.M)[1:]
     assert all(re.search(r"^\| |^!\[|^<details", s, flags=re.M) for s in sections)
@@ -475,7 +480,7 @@ def test_paper_style_report(result_dirs, tmp_path):
     assert result.exit_code == 0, result.output
     pdfs = sorted((tmp_path / "p" / "figures").glob("*.pdf"))
     captions = sorted((tmp_path / "p" / "figures").glob("*.caption.txt"))
-    assert len(pdfs) == len(captions) == 5  # vector output by default in paper style, one caption each
+    assert len(pdfs) == len(captions) == 6  # vector output by default in paper style, one caption each
     md = (tmp_path / "p" / "report.md").read_text()
     plain = re.sub(r"\\([*_|\\`])", r"\1", md)  # markdown's backslash escapes undone
     for cap in captions:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from laya_eval.figures.profiles import WEIGHT_METHODS, profile_distribution, profile_heatmap
 from laya_eval.figures.results import agreement_figure, scatter_figure, spearman_distribution_figure
+from laya_eval.figures.significance import significance_figure
 from laya_eval.figures.scores import (SIGNIFICANCE_LEVELS, axis_range, deletion_curves_figure, faithfulness_figure,
                                       significance_marker)
 from laya_eval.figures.style import (COLUMN_WIDTHS, DPI, FORMATS, METHOD_LABELS, METHOD_SHORT_LABELS, PALETTE,
@@ -31,5 +32,5 @@ __all__ = [
     "check_format", "check_style", "default_format", "deletion_curves_figure", "describe", "faithfulness_figure",
     "figure_bytes", "figure_caption", "figure_style", "layer_names", "method_color", "method_dashes", "method_label",
     "method_marker", "profile_distribution", "profile_heatmap", "save_figure", "scatter_figure",
-    "significance_marker", "spearman_distribution_figure",
+    "significance_figure", "significance_marker", "spearman_distribution_figure",
 ]

@@ -1,5 +1,10 @@
 """Reports over one or several ``faithfulness`` result folders: tables, figures, markdown and HTML.
 
+A report may also take ``laya-eval sanity`` folders (recognised by their files; :func:`load_inputs`),
+which add a "Sanity checks" section with a verdict per method (rules in :mod:`laya_eval.report.sanity`).
+Runs that are seeds of one head get statistics across seeds (:mod:`laya_eval.report.seeds`), and every
+run with paired tests a compact significance matrix (:mod:`laya_eval.report.significance`).
+
 A *run* is one result folder (layers, samples, summary, optional comparisons.csv, manifest.json;
 layers and samples as CSV or Parquet)
 or one in-memory :class:`~laya_eval.evaluate.EvaluationResult`. The tables are
@@ -11,21 +16,31 @@ Examples
 --------
 >>> runs = load_runs(["runs/laya", "runs/scalarmix"])  # doctest: +SKIP
 >>> write_report(runs, "report/")                      # doctest: +SKIP
+>>> inputs = load_inputs(["runs/laya", "sanity/laya"])  # doctest: +SKIP
+>>> write_report(inputs.runs, "report/", sanity=inputs.sanity)  # doctest: +SKIP
 """
 
 from laya_eval.report.render import DECIMALS
-from laya_eval.report.runs import Run, load_run, load_runs, run_from_result
+from laya_eval.report.runs import ReportInputs, Run, load_inputs, load_run, load_runs, run_from_result
+from laya_eval.report.sanity import SanityRun, load_sanity, sanity_table
+from laya_eval.report.significance import significance_matrix
 from laya_eval.report.tables import ReportTables, agreement_matrix, report_tables
 from laya_eval.report.write import write_report
 
 __all__ = [
     "DECIMALS",
+    "ReportInputs",
     "ReportTables",
     "Run",
+    "SanityRun",
     "agreement_matrix",
+    "load_inputs",
     "load_run",
     "load_runs",
+    "load_sanity",
     "report_tables",
     "run_from_result",
+    "sanity_table",
+    "significance_matrix",
     "write_report",
 ]

@@ -6,7 +6,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 
@@ -14,7 +14,10 @@ from laya_eval.errors import ResultsError
 from laya_eval.figures import METHOD_LABELS
 from laya_eval.fileio import verify_result_folder
 
-__all__ = ["COMPARISON_COLUMNS", "Run", "load_run", "load_runs", "run_from_result"]
+if TYPE_CHECKING:
+    from laya_eval.report.sanity import SanityRun
+
+__all__ = ["COMPARISON_COLUMNS", "ReportInputs", "Run", "load_inputs", "load_run", "load_runs", "run_from_result"]
 
 _REQUIRED = {
     "summary": ["head", "dataset", "method", "ablation", "scope", "n", "n_undefined", "faithfulness",
@@ -87,10 +90,15 @@ def load_run(folder: str | os.PathLike) -> Run:
         The folder does not exist, lacks summary / samples / layers tables,
         or a file is not what ``faithfulness`` writes.
     """
+    from laya_eval.report.sanity import is_sanity_folder
+
     folder = Path(folder)
     if not folder.is_dir():
         raise ResultsError(f"result folder '{folder}' does not exist "
                         "(expected the --out folder of `laya-eval faithfulness`).")
+    if is_sanity_folder(folder):
+        raise ResultsError(f"'{folder}' is a `laya-eval sanity` folder, not a faithfulness result folder: read it "
+                           "with load_sanity or load_inputs (`laya-eval report` takes both).")
     missing = [f"{name}.csv" for name in _REQUIRED if not _has_table(folder, name)]
     if missing:
         raise ResultsError(f"result folder '{folder}' has no {', '.join(missing)}: expected the output of "
@@ -149,3 +157,27 @@ def load_runs(folders: Sequence[str | os.PathLike]) -> list[Run]:
         raise ResultsError("give at least one result folder of `laya-eval faithfulness`.")
     return _unique_labels([load_run(f) for folder in folders for f in _expand(Path(folder))])
 
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """What ``laya-eval report`` was given: faithfulness runs and ``laya-eval sanity`` folders."""
+
+    runs: list[Run]
+    sanity: list[SanityRun]
+
+
+def load_inputs(folders: Sequence[str | os.PathLike]) -> ReportInputs:
+    """Read faithfulness result folders and ``laya-eval sanity`` folders, each recognised by its files.
+
+    A folder holding any of the sanity files (randomisation.csv, ..., sanity.json) and no summary.csv is a
+    sanity folder; every other folder is read as by :func:`load_runs`. Either list may be empty, not both.
+    """
+    from laya_eval.report.sanity import is_sanity_folder, load_sanity, unique_sanity_labels
+
+    if not folders:
+        raise ResultsError("give at least one result folder of `laya-eval faithfulness` or `laya-eval sanity`.")
+    sanity = [Path(f) for f in folders if is_sanity_folder(f)]
+    rest = [f for f in folders if Path(f) not in sanity]
+    runs = _unique_labels([load_run(f) for folder in rest for f in _expand(Path(folder))])
+    return ReportInputs(runs=runs, sanity=unique_sanity_labels([load_sanity(f) for f in sanity]))

@@ -27,6 +27,10 @@ class ReportTables:
     spearman_distribution: pd.DataFrame
     agreement: pd.DataFrame
     comparisons: pd.DataFrame
+    across_seeds: pd.DataFrame
+    seed_ranks: pd.DataFrame
+    seed_comparisons: pd.DataFrame
+    significance: pd.DataFrame
 
 
 def _runs_table(runs: Sequence[Run]) -> pd.DataFrame:
@@ -162,11 +166,22 @@ def agreement_matrix(layers: pd.DataFrame, methods: Sequence[str] | None = None)
 
 
 def report_tables(runs: Sequence[Run]) -> ReportTables:
-    """All tables of a report, computed from the runs' per-run tables."""
+    """All tables of a report, computed from the runs' per-run tables.
+
+    Runs that share head, dataset, ablation and scope (seeds of one head) also get the across-seeds
+    tables (:func:`laya_eval.report.seeds.seed_tables`); every run with paired tests and every seed group
+    gets its significance matrix (:func:`laya_eval.report.significance.significance_table`).
+    """
+    from laya_eval.report.seeds import seed_tables
+    from laya_eval.report.significance import significance_table
+
     faith = _faithfulness_table(runs)
     agreement = pd.concat([agreement_matrix(r.layers, r.methods).assign(run=r.label) for r in runs], ignore_index=True)
     agreement = agreement[["run", "method_a", "method_b", "mean_spearman", "n_defined", "n_undefined"]]
+    comparisons = _comparisons_table(runs)
+    across_seeds, ranks, seed_pairs = seed_tables(faith)
     return ReportTables(runs=_runs_table(runs), faithfulness=faith, across_runs=_across_runs_table(faith),
                         deletion_curves=_deletion_table(runs), spearman_distribution=_spearman_table(runs),
-                        agreement=agreement, comparisons=_comparisons_table(runs))
+                        agreement=agreement, comparisons=comparisons, across_seeds=across_seeds, seed_ranks=ranks,
+                        seed_comparisons=seed_pairs, significance=significance_table(comparisons, seed_pairs))
 

@@ -6,7 +6,8 @@
   (:func:`spearman_null`) and :func:`faithfulness_p_value`.
 - :mod:`~laya_eval.stats.ties`: :func:`tie_effects` (near-equal and negligible effects) and
   :func:`identical_rankings` (a collapsed head).
-- :mod:`~laya_eval.stats.seeds`: :func:`across_seeds` and :func:`seed_ranks` over several runs of one head.
+- :mod:`~laya_eval.stats.seeds`: :func:`across_seeds`, :func:`seed_ranks` and :func:`seed_comparisons` over
+  several runs of one head.
 
 Plain functions on NumPy arrays and pandas tables; no torch.
 """
@@ -25,7 +26,7 @@ from laya_eval.stats.paired import (
                                     holm_adjust,
                                     paired_comparison,
 )
-from laya_eval.stats.seeds import ACROSS_SEEDS_COLUMNS, across_seeds, seed_ranks
+from laya_eval.stats.seeds import ACROSS_SEEDS_COLUMNS, across_seeds, min_wilcoxon_p, seed_comparisons, seed_ranks
 from laya_eval.stats.ties import (
                                     DEFAULT_RTOL,
                                     RankingAgreement,
@@ -49,7 +50,9 @@ __all__ = [
     "faithfulness_p_value",
     "holm_adjust",
     "identical_rankings",
+    "min_wilcoxon_p",
     "paired_comparison",
+    "seed_comparisons",
     "seed_ranks",
     "spearman_null",
     "tie_effects",

@@ -5,7 +5,8 @@ the best method (highest mean): Wilcoxon signed-rank on the per-run values, pair
 null for small ``n`` (``zero_method="zsplit"`` as in :mod:`laya_eval.stats.paired`), Holm-adjusted over the
 methods compared. With ``n`` runs the smallest two-sided p-value the test can give is ``2 / 2**n``
 (0.0625 for 5 seeds): with fewer than 6 runs no difference can reach p < 0.05, which is the honest answer.
-:func:`seed_ranks` gives each method's rank within each run.
+:func:`seed_ranks` gives each method's rank within each run; :func:`seed_comparisons` tests every pair of
+methods the same way (the ``comparisons.csv`` table, paired over runs instead of samples).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import numpy as np
 import pandas as pd
 
 from laya_eval.errors import ConfigError
-from laya_eval.stats.paired import holm_adjust, paired_comparison
+from laya_eval.stats.paired import COMPARED_METRICS, compare_methods, holm_adjust, paired_comparison
 
-__all__ = ["ACROSS_SEEDS_COLUMNS", "across_seeds", "seed_ranks"]
+__all__ = ["ACROSS_SEEDS_COLUMNS", "across_seeds", "min_wilcoxon_p", "seed_comparisons", "seed_ranks"]
 
 ACROSS_SEEDS_COLUMNS = ["method", "n_runs", "mean", "std", "mean_rank", "reference", "mean_difference",
                         "wilcoxon_statistic", "p_value", "p_holm"]
@@ -100,3 +101,42 @@ def across_seeds(summaries: pd.DataFrame, *, metric: str = "faithfulness", run: 
     table = pd.DataFrame(rows)
     table["p_holm"] = holm_adjust(table["p_value"].to_numpy())
     return table.sort_values("mean", ascending=False, kind="stable").reset_index(drop=True)[ACROSS_SEEDS_COLUMNS]
+
+
+def min_wilcoxon_p(n: int) -> float:
+    """Smallest two-sided p-value of the exact Wilcoxon signed-rank test on ``n`` pairs: ``2 / 2**n``.
+
+    Every difference of one sign (rank sum 0 or ``n(n+1)/2``) is the most extreme of the ``2**n``
+    equally likely sign patterns, one in each tail: 0.0625 for 5 runs, so p < 0.05 needs at least 6.
+    """
+    return float("nan") if n < 1 else min(1.0, 2.0 / 2.0 ** n)
+
+
+def seed_comparisons(summaries: pd.DataFrame, *, run: str = "checkpoint", n_resamples: int = 1000,
+                     seed: int = 0) -> pd.DataFrame:
+    """Every pair of methods over several runs of one head, on faithfulness and Deletion@1.
+
+    The per-run values (one ``summary.csv`` row per run and method) are paired by run and compared
+    exactly as :func:`~laya_eval.stats.paired.compare_methods` compares per-sample values: Wilcoxon
+    signed-rank (``zsplit``), a paired bootstrap interval over runs, rank-biserial, Holm over all rows.
+
+    Parameters
+    ----------
+    summaries : DataFrame
+        Columns ``run``, ``method``, ``faithfulness``, ``deletion_at_1``; one row per (run, method).
+    run : str
+        The column naming the run.
+    n_resamples, seed : int
+        As for :func:`~laya_eval.stats.paired.compare_methods`.
+
+    Returns
+    -------
+    DataFrame
+        :data:`~laya_eval.stats.paired.COMPARISON_COLUMNS`; ``n`` counts runs.
+    """
+    metrics = list(COMPARED_METRICS)
+    for metric in metrics:
+        _wide(summaries, metric, run)  # the same checks (columns, one row per run and method)
+    per_run = summaries[[run, "method", *metrics]].rename(columns={run: "sample", **COMPARED_METRICS})
+    return compare_methods(per_run, n_resamples=n_resamples, seed=seed,
+                           methods=list(pd.unique(summaries["method"])))

@@ -1,4 +1,4 @@
-"""``laya-eval report``: tables, figures, markdown and HTML from ``faithfulness`` result folders."""
+"""``laya-eval report``: tables, figures, markdown and HTML from ``faithfulness`` and ``sanity`` folders."""
 
 from __future__ import annotations
 
@@ -16,6 +16,15 @@ def _table(faithfulness) -> str:
     return "\n".join(lines)
 
 
+def _sanity_lines(table) -> str:
+    w = max(12, *(len(r) for r in table["sanity_run"]))
+    lines = [f"{'sanity run':<{w}} {'method':<13} {'cascading':>9} {'labels':>9} {'ROAR':>13} verdict"]
+    for row in table.itertuples(index=False):
+        lines.append(f"{row.sanity_run:<{w}} {row.method:<13} {row.cascading_verdict:>9} {row.data_verdict:>9} "
+                     f"{row.roar_verdict:>13} {row.verdict}")
+    return "\n".join(lines)
+
+
 @click.command()
 @click.argument("result_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--out", "out_dir", default="report-out", show_default=True, type=click.Path(file_okay=False),
@@ -28,7 +37,7 @@ def _table(faithfulness) -> str:
 @click.option("--max-points", default=300, show_default=True, type=click.IntRange(min=1),
               help="Samples drawn (seeded) per attribution-vs-effect scatter.")
 def report(result_dirs, out_dir, fmt, style, title, html_report, max_points):
-    """Report on one or several RESULT_DIRS written by `laya-eval faithfulness`.
+    """Report on one or several RESULT_DIRS written by `laya-eval faithfulness` or `laya-eval sanity`.
 
     One combined table across runs (head x method: mean +- std over folders
     sharing head, dataset, ablation and scope, with 95% intervals),
@@ -39,12 +48,23 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, max_points):
     details collapsed), a self-contained report.html, CSVs and figures.
     Folders may hold layers/samples as CSV or Parquet.
 
+    Runs that share head, dataset, ablation and scope (e.g. training seeds)
+    also get a paired test across runs (Wilcoxon signed-rank; with 5 runs its
+    smallest p is 0.0625) and each method's rank per run. A significance
+    matrix (methods x methods, Holm-adjusted paired tests) per run and across
+    seeds. Folders of `laya-eval sanity` (recognised by their files) add a
+    "Sanity checks" section: similarity after randomisation, ROAR agreement
+    and a pass/fail verdict per method; a report of sanity folders alone works.
+
     Example: laya-eval report runs/laya runs/scalarmix --out report/
     """
-    from laya_eval.report import load_runs, report_tables, write_report
+    from laya_eval.report import load_inputs, report_tables, sanity_table, write_report
 
-    runs = load_runs(result_dirs)
-    click.echo(_table(report_tables(runs).faithfulness))
-    paths = write_report(runs, out_dir, fmt=fmt, html_report=html_report, title=title, max_points=max_points,
-                         style=style)
+    inputs = load_inputs(result_dirs)
+    if inputs.runs:
+        click.echo(_table(report_tables(inputs.runs).faithfulness))
+    if inputs.sanity:
+        click.echo(_sanity_lines(sanity_table(inputs.sanity)))
+    paths = write_report(inputs.runs, out_dir, fmt=fmt, html_report=html_report, title=title, max_points=max_points,
+                         style=style, sanity=inputs.sanity)
     click.echo(f"wrote {len(paths)} files to {out_dir}: report.md" + (", report.html" if html_report else ""))
