@@ -121,7 +121,7 @@ def _one_informative_layer(seed: int = 0, n: int = 600):
     informative = nn.functional.one_hot(y, 4).float() * 3 + 0.5 * torch.randn(n, 4, generator=g)
     hidden = [torch.randn(n, 5, generator=g), torch.cat([informative, torch.randn(n, 2, generator=g)], 1),
               torch.randn(n, 3, generator=g)]
-    return Features(hidden=hidden, labels=y)
+    return Features(hidden=hidden, y=y)
 
 
 def test_layer_roar_ranks_the_only_informative_layer_first():
@@ -136,6 +136,29 @@ def test_layer_roar_ranks_the_only_informative_layer_first():
     assert drops.idxmax() == 2
     assert drops[2] > 0.5  # nearly every test sample right with layer 2; without it only chance (1/4) is left
     assert drops[[1, 3]].abs().max() < 0.1
+
+
+def test_retrained_heads_are_the_heads_fit_head_trains(digits_models, digits, tmp_path):
+    """A sanity retrain with seed s is ``fit_head`` (the public trainer's route) with seed s, weight for weight."""
+    from laya_eval.fit import fit_head
+    from laya_eval.sanity.roar import retrained_head
+    from laya_eval.train import fresh_head
+
+    model = digits_models["laya"]
+    options = TrainOptions(epochs=3, seed=5, batch_size=64)
+    want = fit_head(copy.deepcopy(model.backbone), digits, head="laya", head_kwargs=model.head.config()["kwargs"],
+                    options=options, cache_dir=tmp_path).model.head
+    train_f, val_f = (encode_features(model, digits[s]) for s in ("train", "val"))
+    got = retrained_head(model.head, model.head.layer_dims, train_f, val_f, options)
+    assert want.state_dict().keys() == got.state_dict().keys()
+    for key, value in want.state_dict().items():
+        torch.testing.assert_close(got.state_dict()[key], value, rtol=0, atol=0, msg=key)
+    # fresh_head leaves the global RNG alone and depends on its seed
+    state = torch.random.get_rng_state()
+    a, b = fresh_head(model.head, [64, 16], 1), fresh_head(model.head, [64, 16], 2)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert a.layer_dims == [64, 16] and not torch.equal(a.classifier.weight, b.classifier.weight)
+    assert torch.equal(a.classifier.weight, fresh_head(model.head, [64, 16], 1).classifier.weight)
 
 
 def test_roar_agreement_against_scipy_per_seed():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -16,6 +15,7 @@ from laya_eval.attribution import MethodContext, applicable, resolve_methods
 from laya_eval.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.data import Dataset
 from laya_eval.errors import ConfigError
+from laya_eval.features import Features
 from laya_eval.heads import LayerHead
 from laya_eval.metrics import Interval, bootstrap_mean, spearman_per_sample
 from laya_eval.model import LayeredModel
@@ -28,27 +28,15 @@ from laya_eval.train import encode
 __all__ = ["Features", "attribute_features", "attribution_similarity", "encode_features", "faithfulness",
            "head_model"]
 
-@dataclass(frozen=True)
-class Features:
-    """Cached head inputs of one split.
-
-    Attributes
-    ----------
-    hidden : list of Tensor, each (N, d_i)
-        Pooled hidden states (the heads pool spatial maps first, so this is exact at the head).
-    labels : Tensor of int, (N,)
-    """
-
-    hidden: list[Tensor]
-    labels: Tensor
-
-    def __len__(self) -> int:
-        return int(self.labels.shape[0])
-
-
 def encode_features(model: LayeredModel, data: Dataset, *, batch_size: int = 256) -> Features:
-    """Run the backbone once over ``data`` (the only backbone pass of the sanity checks)."""
-    return Features(hidden=encode(model, data, batch_size=batch_size), labels=data.y.clone())
+    """Run the backbone once over ``data`` (the only backbone pass of the head steps).
+
+    Returns
+    -------
+    Features
+        ``hidden``: list of (N, d_i), pooled as the heads pool them; ``y``: (N,) labels.
+    """
+    return Features(hidden=encode(model, data, batch_size=batch_size), y=data.y.clone())
 
 
 def head_model(model: LayeredModel, head: LayerHead) -> LayeredModel:

@@ -27,7 +27,7 @@ from laya_eval.sanity.cached import (
     head_model,
 )
 from laya_eval.sanity.options import RANDOMISATION_COLUMNS, SanityOptions, method_names
-from laya_eval.sanity.roar import accuracy, fit_head, fresh_head
+from laya_eval.sanity.roar import accuracy, retrained_head
 
 __all__ = ["cascading_randomisation", "data_randomisation", "head_parameter_groups"]
 
@@ -118,8 +118,8 @@ def data_randomisation(model: LayeredModel, train: Features, val: Features, test
     base, effects = attribute_features(model, test, methods, ablation=options.ablation, seed=options.seed,
                                        batch_size=options.batch_size)
     gen = torch.Generator().manual_seed(options.seed)
-    shuffled = [replace(f, labels=f.labels[torch.randperm(len(f), generator=gen)]) for f in (train, val)]
-    head = fit_head(fresh_head(model.head, model.head.layer_dims, options.train.seed), *shuffled, options.train)
+    shuffled = [replace(f, y=f.y[torch.randperm(len(f), generator=gen)]) for f in (train, val)]
+    head = retrained_head(model.head, model.head.layer_dims, *shuffled, options.train)
     scores, eff = attribute_features(head_model(model, head), test, list(base), ablation=options.ablation,
                                      seed=options.seed + 1, batch_size=options.batch_size)
     rows = [{**r, "accuracy": accuracy(model.head, test)} for r in _rows("data", 0, "none", base, base, effects, options)]
