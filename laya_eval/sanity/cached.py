@@ -12,8 +12,8 @@ from scipy.stats import rankdata
 from torch import Tensor
 
 from laya_eval.attribution import MethodContext, applicable, resolve_methods
-from laya_eval.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.data import Dataset
+from laya_eval.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.errors import ConfigError
 from laya_eval.features import Features
 from laya_eval.heads import LayerHead
