@@ -69,9 +69,11 @@ def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, 
            batch_size, seed, bootstrap, out_dir, fmt, data_dir, device, quiet):
     """Layer-level sanity checks of CHECKPOINT's attribution methods.
 
-    Cascading randomisation of the head's parameters (classifier, scorer, adapters), a head retrained on
-    shuffled labels, and layer-ROAR (a head retrained without each layer). The backbone encodes the train,
-    val and test splits once; every check after that runs the head only. --limit applies to the test split.
+    Cascading randomisation of the head's parameters (classifier, scorer, adapters) and then, for a
+    backbone trained with the head, of its blocks from the top; a head retrained on shuffled labels; and
+    layer-ROAR (a head retrained without each layer). The backbone encodes the train, val and test splits
+    once (and the test split once per backbone block step); every other step runs the head only. --limit
+    applies to the test split.
 
     Example: laya-eval sanity ckpt.pt --roar-seeds 3 --out sanity/
     """
