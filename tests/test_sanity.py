@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pandas as pd
@@ -334,6 +335,9 @@ def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
     data = pd.read_csv(out / "data_randomisation.csv")
     assert list(data.columns) == [*RANDOMISATION_COLUMNS, "accuracy"]
     assert len(data) == 6  # 3 methods x (original, shuffled labels)
+    meta = json.loads((out / "sanity.json").read_text())
+    assert meta["backbone_steps"] is True  # the digits MLP was trained with its head
+    assert table.params.iloc[-1].endswith("+block1")
 
 
 def test_sanity_cli_errors_are_one_line(digits_checkpoints, tmp_path):
