@@ -81,8 +81,8 @@ def _resampled_mean_rho(x: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np
     mean, as a constant column is); "zero" allows for the rounding of the sums (64 ulps of ``sum w x^2``).
     """
     n = weights[0].sum()
-    sx, sy = weights @ x, weights @ y
-    sxx, syy, sxy = weights @ (x * x), weights @ (y * y), weights @ (x * y)
+    # One product reads the (R, N) weights once for the five sums.
+    sx, sy, sxx, syy, sxy = np.split(weights @ np.concatenate([x, y, x * x, y * y, x * y], 1), 5, axis=1)
     vx, vy = sxx - sx * sx / n, syy - sy * sy / n
     tol = 64 * np.finfo(np.float64).eps
     ok = (vx > tol * sxx) & (vy > tol * syy)
