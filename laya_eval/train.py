@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,6 +31,7 @@ __all__ = [
     "build_model",
     "classification_metrics",
     "encode",
+    "fresh_head",
     "predict",
     "resolve_device",
     "train",
@@ -263,6 +265,32 @@ def _fit(
     module.eval()
     return TrainResult(epochs_run=len(history), best_epoch=best_epoch, best_val_accuracy=best_acc,
                        wall_time_s=time.perf_counter() - start, history=history)
+
+
+def fresh_head(head: LayerHead, layer_dims: Sequence[int], seed: int) -> LayerHead:
+    """A newly initialised head of ``head``'s kind and hyper-parameters over layers of sizes ``layer_dims``.
+
+    Built as :func:`laya_eval.fit.fit_head` builds its head (``torch.manual_seed(seed)``, then
+    :func:`laya_eval.heads.make_head`), so ``fresh_head(h, dims, s)`` trained with :func:`train_head` and
+    ``TrainOptions(seed=s)`` is the head ``fit-head --seed s`` trains. The global RNG state is left as it was.
+
+    Parameters
+    ----------
+    head : LayerHead
+        Gives the kind (``head.config()``) and the number of classes; its weights are not used.
+    layer_dims : sequence of int
+        Feature size of each layer the new head reads (fewer than ``head``'s for layer-ROAR or pruning).
+    seed : int
+
+    Returns
+    -------
+    LayerHead
+        In training mode, on the CPU.
+    """
+    config = head.config()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return make_head(config["name"], list(layer_dims), head.num_classes, **config["kwargs"])
 
 
 def train_head(

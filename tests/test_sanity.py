@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pandas as pd
@@ -121,7 +122,7 @@ def _one_informative_layer(seed: int = 0, n: int = 600):
     informative = nn.functional.one_hot(y, 4).float() * 3 + 0.5 * torch.randn(n, 4, generator=g)
     hidden = [torch.randn(n, 5, generator=g), torch.cat([informative, torch.randn(n, 2, generator=g)], 1),
               torch.randn(n, 3, generator=g)]
-    return Features(hidden=hidden, labels=y)
+    return Features(hidden=hidden, y=y)
 
 
 def test_layer_roar_ranks_the_only_informative_layer_first():
@@ -136,6 +137,29 @@ def test_layer_roar_ranks_the_only_informative_layer_first():
     assert drops.idxmax() == 2
     assert drops[2] > 0.5  # nearly every test sample right with layer 2; without it only chance (1/4) is left
     assert drops[[1, 3]].abs().max() < 0.1
+
+
+def test_retrained_heads_are_the_heads_fit_head_trains(digits_models, digits, tmp_path):
+    """A sanity retrain with seed s is ``fit_head`` (the public trainer's route) with seed s, weight for weight."""
+    from laya_eval.fit import fit_head
+    from laya_eval.sanity.roar import retrained_head
+    from laya_eval.train import fresh_head
+
+    model = digits_models["laya"]
+    options = TrainOptions(epochs=3, seed=5, batch_size=64)
+    want = fit_head(copy.deepcopy(model.backbone), digits, head="laya", head_kwargs=model.head.config()["kwargs"],
+                    options=options, cache_dir=tmp_path).model.head
+    train_f, val_f = (encode_features(model, digits[s]) for s in ("train", "val"))
+    got = retrained_head(model.head, model.head.layer_dims, train_f, val_f, options)
+    assert want.state_dict().keys() == got.state_dict().keys()
+    for key, value in want.state_dict().items():
+        torch.testing.assert_close(got.state_dict()[key], value, rtol=0, atol=0, msg=key)
+    # fresh_head leaves the global RNG alone and depends on its seed
+    state = torch.random.get_rng_state()
+    a, b = fresh_head(model.head, [64, 16], 1), fresh_head(model.head, [64, 16], 2)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert a.layer_dims == [64, 16] and not torch.equal(a.classifier.weight, b.classifier.weight)
+    assert torch.equal(a.classifier.weight, fresh_head(model.head, [64, 16], 1).classifier.weight)
 
 
 def test_roar_agreement_against_scipy_per_seed():
@@ -163,6 +187,28 @@ def test_similarity_against_scipy():
     assert per_sample.mean == pytest.approx(np.nanmean(spearman_per_sample(a, b)))
 
 
+def test_similarity_interval_against_a_slow_scipy_loop():
+    """The weighted-sums bootstrap equals resampling rows and calling scipy.stats.pearsonr on each resample
+    (ranks taken once on the full set, as documented), on the same index draws."""
+    from laya_eval.sanity import Resamples
+
+    rng = np.random.default_rng(3)
+    a, b = rng.random((40, 3)), rng.random((40, 3))
+    b[:, 1] = a[:, 1] + 0.3 * b[:, 1]
+    b[:, 2] = np.round(3 * b[:, 2])  # ties
+    ra, rb = sps.rankdata(a, axis=0), sps.rankdata(b, axis=0)
+    index = np.random.default_rng(11).integers(0, 40, (300, 40))  # one chunk: 2**22 // (40 * 3) > 300
+    means = [np.mean([sps.pearsonr(ra[i, k], rb[i, k]).statistic for k in range(3)]) for i in index]
+    want = np.quantile(means, [0.025, 0.975])
+    got = attribution_similarity(a, b, n_resamples=300, seed=11)
+    assert [got.low, got.high] == pytest.approx(want, abs=1e-12)
+    shared = Resamples(40, 300, 11)
+    assert attribution_similarity(a, b, n_resamples=300, seed=11, resamples=shared) == got
+    with pytest.raises(ConfigError, match=r"resamples were drawn for \(n, n_resamples, seed\) = \(40, 300, 11\); "
+                                          r"got \(40, 300, 12\)"):
+        attribution_similarity(a, b, n_resamples=300, seed=12, resamples=shared)
+
+
 def test_attribute_features_equals_the_engine_on_the_same_samples(digits_models, features, digits):
     from laya_eval.evaluate import EvalOptions, evaluate
 
@@ -177,14 +223,89 @@ def test_attribute_features_equals_the_engine_on_the_same_samples(digits_models,
     np.testing.assert_allclose(effects.ravel(), want_effects, atol=1e-5)  # float64 here, float32 there
 
 
-def test_sanity_runs_the_backbone_once_per_split(digits_models, digits):
+def test_sanity_runs_the_backbone_once_per_split_and_per_block_step(digits_models, digits):
     model = digits_models["concat"]
     options = SanityOptions(methods=("contribution", "random"), bootstrap=50, roar_seeds=1, batch_size=10_000,
                             train=TrainOptions(epochs=3, seed=0, batch_size=64))
     with _Counter(model.backbone) as counter:
         result = sanity(model, digits["train"], digits["val"], digits["test"], options)
-    assert counter.calls == 3  # train, val and test encoded once each (one batch each)
+    # train, val and test encoded once each (one batch each), then the test split once per block step (by the
+    # copy of the backbone the block steps re-initialise; the copy carries the counting hook); head steps: none
+    assert counter.calls == 3 + 3
     assert len(result.layer_roar) == 3 and list(result.roar_agreement.method) == ["contribution", "random"]
+    assert result.randomisation.params.unique().tolist() == ["none", "classifier", "classifier+block3",
+                                                             "classifier+block3+block2",
+                                                             "classifier+block3+block2+block1"]
+
+
+def _reset(modules, seed):
+    """The documented re-initialisation of one step: every submodule's reset_parameters under seed."""
+    torch.manual_seed(seed)
+    for module in modules:
+        for sub in module.modules():
+            if hasattr(sub, "reset_parameters"):
+                sub.reset_parameters()
+
+
+def test_backbone_block_steps_against_the_engine_on_a_rebuilt_model(digits_models, digits):
+    """Slow reference: rebuild the randomised model by hand (head groups, then blocks from the top, step k
+    seeded with seed + k), run the full engine on it (backbone pass included) and compare the per-layer
+    Spearman similarity (scipy) with the table."""
+    from laya_eval.evaluate import EvalOptions, evaluate
+
+    model, test = digits_models["laya"], digits["test"]
+    options = SanityOptions(methods=("contribution", "grad_x_act", "random"), bootstrap=0, seed=7,
+                            batch_size=10_000)
+    features = encode_features(model, test)
+    with _Counter(model.backbone) as counter:
+        table = cascading_randomisation(model, features, options, data=test)
+    assert counter.calls == 3  # one pass (of the re-initialised copy) per block step; none for the 3 head steps
+    assert table.drop_duplicates("step").params.tolist()[3:] == [
+        "classifier+scorer+adapters", "classifier+scorer+adapters+block3",
+        "classifier+scorer+adapters+block3+block2", "classifier+scorer+adapters+block3+block2+block1"]
+
+    def engine_scores(m):
+        layers = evaluate(m, test, options=EvalOptions(methods=("contribution", "grad_x_act"), bootstrap=0)).layers
+        return {name: layers[layers.method == name].sort_values(["sample", "layer"]).attribution.to_numpy()
+                .reshape(len(test), -1) for name in ("contribution", "grad_x_act")}
+
+    base = engine_scores(model)
+    for n_blocks, step in ((1, 4), (3, 6)):
+        rebuilt = copy.deepcopy(model)
+        head = rebuilt.head
+        groups = [[head.classifier], [head.scorer, head.psi], [head.adapters]]
+        groups += [[block] for block in reversed(rebuilt.backbone.blocks)][:n_blocks]
+        with torch.random.fork_rng(devices=[]):
+            for k, modules in enumerate(groups, 1):
+                _reset(modules, options.seed + k)
+        got = table[table.step == step].set_index("method")
+        for name, new in engine_scores(rebuilt.eval()).items():
+            want = np.mean([sps.spearmanr(base[name][:, i], new[:, i]).statistic for i in range(3)])
+            assert got.loc[name, "similarity"] == pytest.approx(want, abs=2e-3), (name, step)
+    final = table[table.step == 6].set_index("method")
+    # every parameter random: the contribution of a layer no longer tracks the trained one (across samples),
+    # and random is redrawn at every step (chance level)
+    assert abs(final.loc["contribution", "similarity"]) < 0.2
+    assert abs(table[(table.method == "random") & (table.step > 0)].similarity).max() < 0.15
+
+
+def test_frozen_backbones_get_no_block_steps(digits_models, digits):
+    model = copy.deepcopy(digits_models["concat"])
+    from laya_eval.sanity import backbone_is_trainable
+
+    assert backbone_is_trainable(model)
+    model.info.training = {**model.info.training, "freeze_backbone": True}  # as fit-head records it
+    assert not backbone_is_trainable(model)
+    by_reference = copy.deepcopy(digits_models["concat"])
+    by_reference.backbone.stored_by_reference = True  # as hf: and py: backbones are
+    assert not backbone_is_trainable(by_reference)
+    options = SanityOptions(methods=("contribution",), bootstrap=0)
+    for frozen in (model, by_reference):
+        features = encode_features(frozen, digits["test"])
+        with _Counter(frozen.backbone) as counter:
+            table = cascading_randomisation(frozen, features, options, data=digits["test"])
+        assert counter.calls == 0  # no block step
+        assert table.params.tolist() == ["none", "classifier"]
 
 
 def test_options_are_checked():
@@ -214,6 +335,9 @@ def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
     data = pd.read_csv(out / "data_randomisation.csv")
     assert list(data.columns) == [*RANDOMISATION_COLUMNS, "accuracy"]
     assert len(data) == 6  # 3 methods x (original, shuffled labels)
+    meta = json.loads((out / "sanity.json").read_text())
+    assert meta["backbone_steps"] is True  # the digits MLP was trained with its head
+    assert table.params.iloc[-1].endswith("+block1")
 
 
 def test_sanity_cli_errors_are_one_line(digits_checkpoints, tmp_path):

@@ -21,6 +21,17 @@ __all__ = ["randomisation_figure"]
 _CHECK_TITLES = {"cascading": "cascading parameter randomisation", "data": "data randomisation (shuffled labels)"}
 
 
+def _step_labels(params: list[str]) -> list[str]:
+    """The group each step adds (``+scorer``); the steps are cumulative, as the axis label says."""
+    labels, previous = [], []
+    for p in params:
+        groups = [] if p == "none" else p.split("+")
+        new = groups[len(previous):] if groups[:len(previous)] == previous else groups
+        labels.append("original" if not groups else ("+" if previous else "") + "\n+".join(new))
+        previous = groups
+    return labels
+
+
 def randomisation_figure(table: pd.DataFrame, *, meta: Mapping[str, Any]):
     """Similarity to the original attributions (95% interval) after each randomisation step, per method.
 
@@ -36,7 +47,7 @@ def randomisation_figure(table: pd.DataFrame, *, meta: Mapping[str, Any]):
     methods = list(dict.fromkeys(table["method"]))
     n_steps = max(int(table.loc[table["check"] == c, "step"].max()) + 1 for c in checks)
     with _theme():
-        fig = _new_figure(max(7.0, 2.6 * n_steps + 2.5 * len(checks)), 4.0)
+        fig = _new_figure(min(16.0, max(7.0, 1.5 * n_steps + 2.5 * len(checks))), 4.0)
         axes = fig.subplots(1, len(checks), squeeze=False, sharey=True,
                             width_ratios=[int(table.loc[table["check"] == c, "step"].max()) + 1 for c in checks])[0]
         for ax, check in zip(axes, checks):
@@ -51,8 +62,7 @@ def randomisation_figure(table: pd.DataFrame, *, meta: Mapping[str, Any]):
                 ax.errorbar(x, rows["similarity"], yerr=[below, above],
                             color=method_color(method), marker="o", markersize=4, capsize=2, linewidth=1.2,
                             label=method_label(method))
-            ax.set_xticks(steps["step"], [p.replace("+", "\n+") if p != "none" else "original"
-                                          for p in steps["params"]], fontsize=7)
+            ax.set_xticks(steps["step"], _step_labels(steps["params"].tolist()), fontsize=7)
             ax.axhline(0, color="black", linewidth=0.6)
             ax.set_ylim(-1.05, 1.05)
             ax.set_title(_CHECK_TITLES.get(check, check))

@@ -1,13 +1,15 @@
 """Layer-level sanity checks: do a method's layer attributions depend on the model at all?
 
-Three checks (issue 12, section 1), all head-only on cached features: the backbone encodes the data
-once (:func:`encode_features`) and every step re-runs only the head.
+Three checks (issue 12, section 1), head-only on cached features: the backbone encodes the data
+once (:func:`encode_features`) and every head step re-runs only the head.
 
 - **Cascading parameter randomisation** (Adebayo et al. 2018, at layer level,
   :func:`cascading_randomisation`): the head's parameter groups are re-initialised top-down
-  (:func:`head_parameter_groups`: classifier -> scorer or mix weights -> adapters), cumulatively; after each
-  step every method's attributions are compared with the original ones and scored for faithfulness
-  against the randomised model's own effects.
+  (:func:`head_parameter_groups`: classifier -> scorer or mix weights -> adapters), cumulatively, then, for
+  a trainable backbone (:func:`backbone_is_trainable`: trained with the head, not a frozen pretrained
+  encoder), its blocks from the top (``block3``, ``block2``, ...; the test split is re-encoded once per
+  block step); after each step every method's attributions are compared with the original ones and scored
+  for faithfulness against the randomised model's own effects.
 - **Data randomisation** (:func:`data_randomisation`): a fresh head is trained on shuffled labels with the
   same protocol and seed; its attributions are compared with the real model's.
 - **Layer-ROAR** (:func:`layer_roar`, :func:`roar_agreement`): for each layer, a head without that layer is
@@ -34,12 +36,7 @@ import pandas as pd
 
 from laya_eval.data import Dataset
 from laya_eval.model import LayeredModel
-from laya_eval.sanity.cached import (
-    Features,
-    attribute_features,
-    attribution_similarity,
-    encode_features,
-)
+from laya_eval.sanity.cached import Features, attribute_features, encode_features
 from laya_eval.sanity.options import (
     LAYER_ROAR_COLUMNS,
     RANDOMISATION_COLUMNS,
@@ -50,15 +47,17 @@ from laya_eval.sanity.options import (
 )
 from laya_eval.sanity.output import SANITY_FILES, write_sanity
 from laya_eval.sanity.randomisation import (
+    backbone_is_trainable,
     cascading_randomisation,
     data_randomisation,
     head_parameter_groups,
 )
 from laya_eval.sanity.roar import layer_roar, roar_agreement
+from laya_eval.sanity.similarity import Resamples, attribution_similarity
 
 __all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "ROAR_AGREEMENT_COLUMNS", "SANITY_FILES", "SIMILARITIES",
-           "Features",
-           "SanityOptions", "SanityResult", "attribute_features", "attribution_similarity",
+           "Features", "Resamples",
+           "SanityOptions", "SanityResult", "attribute_features", "attribution_similarity", "backbone_is_trainable",
            "cascading_randomisation", "data_randomisation", "encode_features", "head_parameter_groups",
            "layer_roar", "roar_agreement", "sanity", "write_sanity"]
 
@@ -85,7 +84,9 @@ class SanityResult:
 
 def sanity(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
            options: SanityOptions | None = None) -> SanityResult:
-    """All three checks; the backbone runs once per split, every step after that is head-only.
+    """All three checks; the backbone runs once per split and once per backbone step of the cascading
+    randomisation (trainable backbones only); every other step is head-only. The original model's
+    attributions are computed once and shared by the checks.
 
     Parameters
     ----------
@@ -100,12 +101,12 @@ def sanity(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
         model.check_fits(d)
     model.eval()
     train_f, val_f, test_f = (encode_features(model, d, batch_size=options.batch_size) for d in (train, val, test))
-    base, _ = attribute_features(model, test_f, method_names(options), ablation=options.ablation,
-                                 seed=options.seed, batch_size=options.batch_size)
+    original = attribute_features(model, test_f, method_names(options), ablation=options.ablation,
+                                  seed=options.seed, batch_size=options.batch_size)
     roar = layer_roar(model, train_f, val_f, test_f, options)
     return SanityResult(
-        randomisation=cascading_randomisation(model, test_f, options),
-        data_randomisation=data_randomisation(model, train_f, val_f, test_f, options),
+        randomisation=cascading_randomisation(model, test_f, options, data=test, original=original),
+        data_randomisation=data_randomisation(model, train_f, val_f, test_f, options, original=original),
         layer_roar=roar,
-        roar_agreement=roar_agreement(base, roar, n_resamples=options.bootstrap, seed=options.seed),
+        roar_agreement=roar_agreement(original[0], roar, n_resamples=options.bootstrap, seed=options.seed),
     )

@@ -1,54 +1,38 @@
-"""Attributions, effects and similarities computed from cached head inputs: no backbone pass."""
+"""Attributions and effects computed from cached head inputs: no backbone pass."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.stats import rankdata
 from torch import Tensor
 
 from laya_eval.attribution import MethodContext, applicable, resolve_methods
-from laya_eval.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.data import Dataset
-from laya_eval.errors import ConfigError
+from laya_eval.dataset_stats import DatasetStatistics, batch_statistics
+from laya_eval.features import Features
 from laya_eval.heads import LayerHead
-from laya_eval.metrics import Interval, bootstrap_mean, spearman_per_sample
+from laya_eval.metrics import spearman_per_sample
 from laya_eval.model import LayeredModel
 from laya_eval.perturb import check_ablation, leave_one_out_masks, removal_effects
-from laya_eval.sanity.options import SIMILARITIES
 from laya_eval.stats import tie_effects
 from laya_eval.trace import trace_from_hidden
 from laya_eval.train import encode
 
-__all__ = ["Features", "attribute_features", "attribution_similarity", "encode_features", "faithfulness",
-           "head_model"]
-
-@dataclass(frozen=True)
-class Features:
-    """Cached head inputs of one split.
-
-    Attributes
-    ----------
-    hidden : list of Tensor, each (N, d_i)
-        Pooled hidden states (the heads pool spatial maps first, so this is exact at the head).
-    labels : Tensor of int, (N,)
-    """
-
-    hidden: list[Tensor]
-    labels: Tensor
-
-    def __len__(self) -> int:
-        return int(self.labels.shape[0])
-
+__all__ = ["Features", "attribute_features", "encode_features", "faithfulness", "head_model"]
 
 def encode_features(model: LayeredModel, data: Dataset, *, batch_size: int = 256) -> Features:
-    """Run the backbone once over ``data`` (the only backbone pass of the sanity checks)."""
-    return Features(hidden=encode(model, data, batch_size=batch_size), labels=data.y.clone())
+    """Run the backbone once over ``data`` (the only backbone pass of the head steps).
+
+    Returns
+    -------
+    Features
+        ``hidden``: list of (N, d_i), pooled as the heads pool them; ``y``: (N,) labels.
+    """
+    return Features(hidden=encode(model, data, batch_size=batch_size), y=data.y.clone())
 
 
 def head_model(model: LayeredModel, head: LayerHead) -> LayeredModel:
@@ -117,53 +101,3 @@ def _statistics(model: LayeredModel, features: Features, methods: Sequence, batc
 def faithfulness(scores: np.ndarray, effects: np.ndarray) -> float:
     rho = spearman_per_sample(scores, tie_effects(effects).effects)
     return float(np.nanmean(rho)) if np.any(~np.isnan(rho)) else float("nan")
-
-
-def _centred_ranks(x: np.ndarray) -> np.ndarray:
-    r = rankdata(x, axis=0, method="average")
-    return r - r.mean(0)
-
-
-def attribution_similarity(
-    a: np.ndarray, b: np.ndarray, *, similarity: str = "across_samples", n_resamples: int = 1000, seed: int = 0
-) -> Interval:
-    """Similarity of two attributions of the same samples, with a 95% bootstrap interval.
-
-    Parameters
-    ----------
-    a, b : ndarray, (N, L)
-    similarity : {"across_samples", "per_sample"}
-        See the module docstring.
-
-    Returns
-    -------
-    Interval
-        ``n_undefined``: layers (across_samples) or samples (per_sample) where rho is undefined.
-    """
-    if similarity == "per_sample":
-        return bootstrap_mean(spearman_per_sample(a, b), n_resamples=n_resamples, seed=seed)
-    if similarity not in SIMILARITIES:
-        raise ConfigError(f"similarity must be one of {{{', '.join(SIMILARITIES)}}}; got {similarity!r}.")
-    ra, rb = _centred_ranks(np.asarray(a, np.float64)), _centred_ranks(np.asarray(b, np.float64))
-    defined = (np.abs(ra).sum(0) > 0) & (np.abs(rb).sum(0) > 0)
-    n_undefined = int((~defined).sum())
-    if not defined.any():
-        return Interval(float("nan"), float("nan"), float("nan"), a.shape[1], n_undefined)
-    ra, rb = ra[:, defined], rb[:, defined]
-
-    def mean_rho(index: np.ndarray) -> np.ndarray:  # index (R, N) -> (R,)
-        x, y = ra[index], rb[index]  # (R, N, L')
-        x, y = x - x.mean(1, keepdims=True), y - y.mean(1, keepdims=True)
-        den = np.sqrt((x * x).sum(1) * (y * y).sum(1))
-        return np.nanmean(np.where(den > 0, (x * y).sum(1) / np.where(den > 0, den, 1), np.nan), 1)
-
-    n = ra.shape[0]
-    value = float(mean_rho(np.arange(n)[None])[0])
-    if n_resamples <= 0:
-        return Interval(value, value, value, a.shape[1], n_undefined)
-    rng = np.random.default_rng(seed)
-    chunk = max(1, 2**22 // (n * ra.shape[1]))
-    means = np.concatenate([mean_rho(rng.integers(0, n, (min(chunk, n_resamples - s), n)))
-                            for s in range(0, n_resamples, chunk)])
-    low, high = np.nanquantile(means, [0.025, 0.975])
-    return Interval(value, float(low), float(high), a.shape[1], n_undefined)

@@ -1,4 +1,5 @@
-"""Cascading parameter randomisation and data randomisation of the head."""
+"""Cascading parameter randomisation (the head's groups, then a trainable backbone's blocks) and data
+randomisation of the head."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from laya_eval.data import Dataset
 from laya_eval.errors import ConfigError
 from laya_eval.heads import (
     ConcatHead,
@@ -22,14 +24,15 @@ from laya_eval.model import LayeredModel
 from laya_eval.sanity.cached import (
     Features,
     attribute_features,
-    attribution_similarity,
+    encode_features,
     faithfulness,
     head_model,
 )
 from laya_eval.sanity.options import RANDOMISATION_COLUMNS, SanityOptions, method_names
-from laya_eval.sanity.roar import accuracy, fit_head, fresh_head
+from laya_eval.sanity.roar import accuracy, retrained_head
+from laya_eval.sanity.similarity import Resamples, attribution_similarity
 
-__all__ = ["cascading_randomisation", "data_randomisation", "head_parameter_groups"]
+__all__ = ["backbone_is_trainable", "cascading_randomisation", "data_randomisation", "head_parameter_groups"]
 
 def head_parameter_groups(head: LayerHead) -> list[tuple[str, list[nn.Module]]]:
     """The head's parameter groups, top (closest to the output) first.
@@ -48,8 +51,27 @@ def head_parameter_groups(head: LayerHead) -> list[tuple[str, list[nn.Module]]]:
                       "sanity checks support the lastlayer, concat, scalarmix and laya heads.")
 
 
+def backbone_is_trainable(model: LayeredModel) -> bool:
+    """True when the backbone's weights were trained with the head (so its blocks can be randomised too).
+
+    False for a frozen pretrained backbone: stored by reference (``hf:``, ``py:``), built around a given
+    module, recorded as frozen in the checkpoint's training record, or without one module per layer.
+    """
+    if getattr(model.backbone, "stored_by_reference", False) or getattr(model, "pretrained_backbone", False):
+        return False
+    if bool((model.info.training or {}).get("freeze_backbone", False)):
+        return False
+    try:
+        model.backbone.layer_modules()
+    except (ConfigError, AttributeError):
+        return False
+    return True
+
+
 @torch.no_grad()
-def _reinitialise(head: LayerHead, group: str, modules: list[nn.Module], seed: int) -> None:
+def _reinitialise(head: LayerHead | None, group: str, modules: list[nn.Module], seed: int) -> None:
+    """Reset every submodule of ``modules`` with a ``reset_parameters`` (seeded); ``mix`` also redraws the
+    ScalarMix weights."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for module in modules:
@@ -64,47 +86,87 @@ def _reinitialise(head: LayerHead, group: str, modules: list[nn.Module], seed: i
 def _rows(check: str, step: int, params: str, base: dict, scores: dict, effects: np.ndarray,
           options: SanityOptions) -> list[dict]:
     rows = []
+    # One set of bootstrap resamples per step, shared by the methods (the same draws as one call per method).
+    resamples = Resamples(len(effects), options.bootstrap, options.seed + step)
     for name, s in scores.items():
         sim = attribution_similarity(base[name], s, similarity=options.similarity, n_resamples=options.bootstrap,
-                                     seed=options.seed + step)
+                                     seed=options.seed + step, resamples=resamples)
         rows.append({"check": check, "step": step, "params": params, "method": name, "similarity": sim.mean,
                      "similarity_ci_low": sim.low, "similarity_ci_high": sim.high,
                      "faithfulness": faithfulness(s, effects)})
     return rows
 
 
-def cascading_randomisation(model: LayeredModel, features: Features, options: SanityOptions | None = None
-                            ) -> pd.DataFrame:
-    """Re-initialise the head's parameter groups top-down, cumulatively, and compare the attributions.
+Attributions = tuple[dict[str, np.ndarray], np.ndarray]
+
+
+def _original(model: LayeredModel, features: Features, options: SanityOptions,
+              original: Attributions | None) -> Attributions:
+    if original is not None:
+        return original
+    return attribute_features(model, features, method_names(options), ablation=options.ablation,
+                              seed=options.seed, batch_size=options.batch_size)
+
+
+def cascading_randomisation(model: LayeredModel, features: Features, options: SanityOptions | None = None, *,
+                            data: Dataset | None = None, original: Attributions | None = None) -> pd.DataFrame:
+    """Re-initialise the head's parameter groups top-down, cumulatively, then the backbone's blocks from the
+    top (trainable backbones only), and compare the attributions after each step.
+
+    Parameters
+    ----------
+    model : LayeredModel
+    features : Features
+        The evaluated samples' cached hidden states; the head steps run on them, without the backbone.
+    options : SanityOptions, optional
+    data : Dataset, optional
+        The samples ``features`` encodes. Given, and when :func:`backbone_is_trainable`, the head steps are
+        followed by one step per backbone block (``backbone.layer_modules()``, last first): the block is
+        re-initialised and ``data`` re-encoded (one backbone pass per block step).
+    original : (dict of str to ndarray (N, L), ndarray (N, L)), optional
+        The unmodified model's attributions and effects on ``features`` (:func:`attribute_features`), when
+        already computed.
 
     Returns
     -------
     DataFrame
         Columns :data:`RANDOMISATION_COLUMNS`; ``check = "cascading"``; step 0 is the original model
         (similarity 1 by construction), step ``k`` has the top ``k`` groups re-initialised (``params``
-        names them, ``+``-joined).
+        names them, ``+``-joined: ``classifier+scorer+adapters+block3+block2``; blocks 1-based).
     """
     options = options or SanityOptions()
-    methods = method_names(options)
-    base, effects = attribute_features(model, features, methods, ablation=options.ablation, seed=options.seed,
-                                       batch_size=options.batch_size)
+    base, effects = _original(model, features, options, original)
     rows = _rows("cascading", 0, "none", base, base, effects, options)
-    head = copy.deepcopy(model.head)
+    randomised = head_model(model, copy.deepcopy(model.head))
     done: list[str] = []
-    for step, (group, modules) in enumerate(head_parameter_groups(head), 1):
-        _reinitialise(head, group, modules, options.seed + step)
-        done.append(group)
-        scores, eff = attribute_features(head_model(model, head), features, list(base), ablation=options.ablation,
+
+    def score(step: int, feats: Features) -> None:
+        scores, eff = attribute_features(randomised, feats, list(base), ablation=options.ablation,
                                          seed=options.seed + step, batch_size=options.batch_size)
-        rows += _rows("cascading", step, "+".join(done), base, scores, eff, options)
+        rows.extend(_rows("cascading", step, "+".join(done), base, scores, eff, options))
+
+    groups = head_parameter_groups(randomised.head)
+    for step, (group, modules) in enumerate(groups, 1):
+        _reinitialise(randomised.head, group, modules, options.seed + step)
+        done.append(group)
+        score(step, features)
+    if data is None or not backbone_is_trainable(model):
+        return pd.DataFrame(rows, columns=RANDOMISATION_COLUMNS)
+    randomised.backbone = copy.deepcopy(model.backbone).eval()
+    blocks = randomised.backbone.layer_modules()
+    for step, index in enumerate(reversed(range(len(blocks))), len(groups) + 1):
+        _reinitialise(None, "block", [blocks[index]], options.seed + step)
+        done.append(f"block{index + 1}")
+        score(step, encode_features(randomised, data, batch_size=options.batch_size))
     return pd.DataFrame(rows, columns=RANDOMISATION_COLUMNS)
 
 
 def data_randomisation(model: LayeredModel, train: Features, val: Features, test: Features,
-                       options: SanityOptions | None = None) -> pd.DataFrame:
+                       options: SanityOptions | None = None, *, original: Attributions | None = None) -> pd.DataFrame:
     """Retrain a fresh head on shuffled labels (same protocol and seed) and compare its attributions.
 
     The shuffle is one seeded permutation of the training and validation labels (``options.seed``).
+    ``original``: as :func:`cascading_randomisation`, on ``test``.
 
     Returns
     -------
@@ -114,12 +176,10 @@ def data_randomisation(model: LayeredModel, train: Features, val: Features, test
         shuffled labels.
     """
     options = options or SanityOptions()
-    methods = method_names(options)
-    base, effects = attribute_features(model, test, methods, ablation=options.ablation, seed=options.seed,
-                                       batch_size=options.batch_size)
+    base, effects = _original(model, test, options, original)
     gen = torch.Generator().manual_seed(options.seed)
-    shuffled = [replace(f, labels=f.labels[torch.randperm(len(f), generator=gen)]) for f in (train, val)]
-    head = fit_head(fresh_head(model.head, model.head.layer_dims, options.train.seed), *shuffled, options.train)
+    shuffled = [replace(f, y=f.y[torch.randperm(len(f), generator=gen)]) for f in (train, val)]
+    head = retrained_head(model.head, model.head.layer_dims, *shuffled, options.train)
     scores, eff = attribute_features(head_model(model, head), test, list(base), ablation=options.ablation,
                                      seed=options.seed + 1, batch_size=options.batch_size)
     rows = [{**r, "accuracy": accuracy(model.head, test)} for r in _rows("data", 0, "none", base, base, effects, options)]

@@ -1,18 +1,16 @@
-"""Layer-ROAR (remove and retrain at layer level) and the head trainer on cached features."""
+"""Layer-ROAR (remove and retrain at layer level); heads are retrained with :func:`laya_eval.train.train_head`."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import torch
-from torch import nn
 
 from laya_eval.errors import ConfigError
-from laya_eval.heads import LayerHead, make_head
+from laya_eval.heads import LayerHead
 from laya_eval.metrics import bootstrap_mean, spearman_per_sample
 from laya_eval.model import LayeredModel
 from laya_eval.sanity.cached import Features
@@ -21,48 +19,25 @@ from laya_eval.sanity.options import (
     ROAR_AGREEMENT_COLUMNS,
     SanityOptions,
 )
-from laya_eval.train import TrainOptions
+from laya_eval.train import TrainOptions, fresh_head, train_head
 
-__all__ = ["accuracy", "fit_head", "fresh_head", "layer_roar", "roar_agreement"]
+__all__ = ["accuracy", "layer_roar", "retrained_head", "roar_agreement"]
 
-def fresh_head(head: LayerHead, layer_dims: Sequence[int], seed: int) -> LayerHead:
-    config = head.config()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return make_head(config["name"], layer_dims, head.num_classes, **config["kwargs"])
-
-
-def fit_head(head: LayerHead, train: Features, val: Features, options: TrainOptions) -> LayerHead:
-    """Train ``head`` on cached features with the reference protocol (Adam, early stopping on validation
-    accuracy, best weights restored). Private stand-in for the public ``fit-head`` trainer."""
-    gen = torch.Generator().manual_seed(options.seed)
-    optimizer = torch.optim.Adam(head.parameters(), lr=options.lr)
-    best_acc, best_epoch, best_state = -1.0, 0, copy.deepcopy(head.state_dict())
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(options.seed)
-        for epoch in range(1, options.epochs + 1):
-            head.train()
-            order = torch.randperm(len(train), generator=gen)
-            for start in range(0, len(order), options.batch_size):
-                idx = order[start:start + options.batch_size]
-                loss = nn.functional.cross_entropy(head([h[idx] for h in train.hidden]), train.labels[idx])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-            acc = accuracy(head, val)
-            if acc > best_acc:
-                best_acc, best_epoch, best_state = acc, epoch, copy.deepcopy(head.state_dict())
-            elif epoch - best_epoch >= options.patience:
-                break
-    head.load_state_dict(best_state)
-    return head.eval()
+def retrained_head(head: LayerHead, layer_dims: Sequence[int], train: Features, val: Features,
+                   options: TrainOptions) -> LayerHead:
+    """A fresh head of ``head``'s kind over ``layer_dims`` trained on cached features with the reference
+    protocol: :func:`laya_eval.train.fresh_head` seeded with ``options.seed``, then
+    :func:`laya_eval.train.train_head` (the head ``fit-head --seed options.seed`` trains)."""
+    fresh = fresh_head(head, layer_dims, options.seed)
+    train_head(fresh, train, val, options)
+    return fresh.cpu().eval()
 
 
 @torch.no_grad()
 def accuracy(head: LayerHead, features: Features, batch_size: int = 4096) -> float:
     head.eval()
     correct = sum(int((head([h[s:s + batch_size] for h in features.hidden]).argmax(-1)
-                       == features.labels[s:s + batch_size]).sum()) for s in range(0, len(features), batch_size))
+                       == features.y[s:s + batch_size]).sum()) for s in range(0, len(features), batch_size))
     return correct / max(1, len(features))
 
 
@@ -90,12 +65,12 @@ def layer_roar(model: LayeredModel, train: Features, val: Features, test: Featur
     rows = []
     for r in range(options.roar_seeds):
         train_options = replace(options.train, seed=options.train.seed + r)
-        full = fit_head(fresh_head(model.head, dims, train_options.seed), train, val, train_options)
+        full = retrained_head(model.head, dims, train, val, train_options)
         full_acc = accuracy(full, test)
         for layer in range(len(dims)):
             reduced_dims = [d for i, d in enumerate(dims) if i != layer]
-            head = fit_head(fresh_head(model.head, reduced_dims, train_options.seed), _without(train, layer),
-                             _without(val, layer), train_options)
+            head = retrained_head(model.head, reduced_dims, _without(train, layer), _without(val, layer),
+                                  train_options)
             acc = accuracy(head, _without(test, layer))
             rows.append({"layer": layer + 1, "seed": train_options.seed, "accuracy": acc,
                          "accuracy_drop": full_acc - acc})

@@ -69,9 +69,11 @@ def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, 
            batch_size, seed, bootstrap, out_dir, fmt, data_dir, device, quiet):
     """Layer-level sanity checks of CHECKPOINT's attribution methods.
 
-    Cascading randomisation of the head's parameters (classifier, scorer, adapters), a head retrained on
-    shuffled labels, and layer-ROAR (a head retrained without each layer). The backbone encodes the train,
-    val and test splits once; every check after that runs the head only. --limit applies to the test split.
+    Cascading randomisation of the head's parameters (classifier, scorer, adapters) and then, for a
+    backbone trained with the head, of its blocks from the top; a head retrained on shuffled labels; and
+    layer-ROAR (a head retrained without each layer). The backbone encodes the train, val and test splits
+    once (and the test split once per backbone block step); every other step runs the head only. --limit
+    applies to the test split.
 
     Example: laya-eval sanity ckpt.pt --roar-seeds 3 --out sanity/
     """
@@ -80,7 +82,7 @@ def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, 
     from laya_eval.checkpoint import file_sha256, load_checkpoint
     from laya_eval.data import load_dataset
     from laya_eval.errors import DataError
-    from laya_eval.sanity import SanityOptions, write_sanity
+    from laya_eval.sanity import SanityOptions, backbone_is_trainable, write_sanity
     from laya_eval.sanity import sanity as run_sanity
     from laya_eval.train import TrainOptions, resolve_device
 
@@ -103,7 +105,8 @@ def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, 
     wall = time.perf_counter() - start
     meta = {"label": checkpoint, "checkpoint_sha256": file_sha256(checkpoint), "head": model.head.name,
             "dataset": name, "split": "test", "n": len(splits[2]), "ablation": ablation, "scope": "head",
-            "similarity": similarity, "roar_seeds": roar_seeds, "train": dataclasses.asdict(train_options),
+            "similarity": similarity, "backbone_steps": backbone_is_trainable(model), "roar_seeds": roar_seeds,
+            "train": dataclasses.asdict(train_options),
             "seed": seed, "bootstrap": bootstrap, "wall_time_s": round(wall, 1)}
     click.echo(_table(result))
     paths = write_sanity(result, out_dir, meta=meta, fmt=fmt)
