@@ -31,11 +31,11 @@ from laya_eval.prune.options import (
     PruneOptions,
 )
 from laya_eval.prune.output import PRUNE_FILES, write_prune
-from laya_eval.prune.refit import RefitCache, new_head
+from laya_eval.prune.refit import RefitCache
 from laya_eval.prune.run import PruneResult, prune
 
 __all__ = ["EARLY_EXIT_COLUMNS", "LATENCY_COLUMNS", "PRUNE_FILES", "PRUNING_COLUMNS", "PRUNING_COMPARISON_COLUMNS",
            "PRUNING_SUMMARY_COLUMNS", "PruneOptions", "PruneResult", "RefitCache", "curve_area", "depth_latency",
            "early_exit_table", "evaluate_masks", "exit_depths", "greedy_order", "is_chain", "layer_call_order",
-           "new_head", "normalised_mass", "oracle_exit_depth", "prefix_masks", "prune", "pruning_comparisons",
+           "normalised_mass", "oracle_exit_depth", "prefix_masks", "prune", "pruning_comparisons",
            "pruning_summary", "removal_order", "write_prune"]

@@ -10,18 +10,10 @@ import numpy as np
 import torch
 
 from laya_eval.features import Features
-from laya_eval.heads import LayerHead, make_head
-from laya_eval.train import TrainOptions, train_head
+from laya_eval.heads import LayerHead
+from laya_eval.train import TrainOptions, fresh_head, train_head
 
-__all__ = ["RefitCache", "new_head"]
-
-
-def new_head(like: LayerHead, layer_dims: Sequence[int], seed: int) -> LayerHead:
-    """A fresh head of ``like``'s kind and hyper-parameters over ``layer_dims``, initialised as ``fit-head`` does
-    (``torch.manual_seed(seed)``, then the constructor)."""
-    config = like.config()
-    torch.manual_seed(seed)
-    return make_head(config["name"], list(layer_dims), like.num_classes, **config["kwargs"])
+__all__ = ["RefitCache"]
 
 
 def _subset(features: Features, kept: Sequence[int]) -> Features:
@@ -56,7 +48,7 @@ class RefitCache:
         """Train a head on the layers ``kept`` (0-based) with ``seed``; not cached."""
         kept = tuple(int(i) for i in kept)
         dims = [self.like.layer_dims[i] for i in kept]
-        head = new_head(self.like, dims, seed)
+        head = fresh_head(self.like, dims, seed)
         train_head(head, _subset(self.train, kept), _subset(self.val, kept), replace(self.options, seed=seed))
         return head.cpu().eval()
 
