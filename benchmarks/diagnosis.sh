@@ -4,9 +4,11 @@
 # test split). The main run is LAYA alpha with the defaults (reference = predicted class, Jensen-Shannon
 # distance, leave-one-out references, 1000 stratified bootstrap resamples, seed 0); three context runs on
 # Fashion-MNIST: the true class as reference (an analysis, not a deployable signal), the exact per-layer
-# contribution (cosine distance of min-max scores) and the seeded random scores (chance baseline).
+# contribution (cosine distance of min-max scores) and the seeded random scores (chance baseline); on MiniLM
+# the true-class reference as context.
 # Results: benchmarks/results/diagnosis-fmnist/, benchmarks/results/diagnosis-minilm/; wall times in each
-# folder's time.txt. Not part of the test suite (about a minute on 1 thread).
+# folder's time.txt. FAITH=DIR (a faithfulness run of CKPT) adds the 1 - confidence yardstick.
+# Not part of the test suite (about 6 minutes on 1 thread, MiniLM's encoder passes most of it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
@@ -22,7 +24,9 @@ profile() {  # NAME OUTDIR ARGS...: one timed profile run; the wall time goes to
     "$BIN/laya-eval" --threads 1 profile "$@" --quiet --out "$out" | tee "$SCRATCH/$name.txt"
 }
 
-rm -rf "$RES/diagnosis-fmnist" && mkdir -p "$RES/diagnosis-fmnist"
+# The runs' own files are replaced; each folder's README.md (written by hand from them) is kept.
+F="$RES/diagnosis-fmnist"
+rm -rf "$F/laya" "$F/by-label" "$F/contribution" "$F/random" "$F/output.txt" "$F/time.txt" && mkdir -p "$F"
 profile laya "$RES/diagnosis-fmnist/laya" "$CKPT" --method laya
 profile laya-by-label "$SCRATCH/by-label" "$CKPT" --method laya --reference-by label
 profile contribution "$SCRATCH/contribution" "$CKPT" --method contribution
@@ -34,10 +38,19 @@ done
 cat "$SCRATCH"/laya.txt "$SCRATCH"/laya-by-label.txt "$SCRATCH"/contribution.txt "$SCRATCH"/random.txt \
   > "$RES/diagnosis-fmnist/output.txt"
 mv "$SCRATCH/time.txt" "$RES/diagnosis-fmnist/time.txt"
+if [ -n "${FAITH:-}" ]; then  # a faithfulness run of the same checkpoint: 1 - confidence as the yardstick
+  "$BIN/python" benchmarks/diagnosis_confidence.py "$FAITH" "$F/laya" > "$F/confidence_baseline.md"
+fi
 
 if [ -f "$MINILM" ]; then
-  rm -rf "$RES/diagnosis-minilm" && mkdir -p "$RES/diagnosis-minilm"
-  LAYA_EVAL_DATA=${LAYA_EVAL_DATA:-.cache} HF_HUB_OFFLINE=1 profile laya "$RES/diagnosis-minilm/laya" "$MINILM" \
-    --method laya > "$RES/diagnosis-minilm/output.txt"
+  M="$RES/diagnosis-minilm"
+  rm -rf "$M/laya" "$M/by-label" "$M/output.txt" "$M/time.txt" && mkdir -p "$M"
+  export LAYA_EVAL_DATA=${LAYA_EVAL_DATA:-.cache} HF_HUB_OFFLINE=1
+  profile laya "$RES/diagnosis-minilm/laya" "$MINILM" --method laya > "$RES/diagnosis-minilm/output.txt"
+  profile laya-by-label "$SCRATCH/minilm-by-label" "$MINILM" --method laya --reference-by label \
+    >> "$RES/diagnosis-minilm/output.txt"
+  mkdir -p "$RES/diagnosis-minilm/by-label"
+  cp "$SCRATCH/minilm-by-label/diagnosis_summary.csv" "$SCRATCH/minilm-by-label/diagnosis.png" \
+    "$RES/diagnosis-minilm/by-label/"
   mv "$SCRATCH/time.txt" "$RES/diagnosis-minilm/time.txt"
 fi
