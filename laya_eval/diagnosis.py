@@ -74,7 +74,9 @@ class Diagnosis:
         :data:`DIAGNOSIS_COLUMNS`, one row per sample, sorted by sample; ``distance`` NaN where undefined.
     summary : DataFrame
         :data:`SUMMARY_COLUMNS`: first the row ``class = "all"``, then one per class in index order;
-        ``auc`` and its interval are NaN where the class lacks correct or incorrect samples with a distance.
+        ``n_correct`` and ``n_incorrect`` count the samples with a distance, ``n_undefined`` those
+        without; ``auc`` and its interval are NaN where the class lacks correct or incorrect samples
+        with a distance.
     meta : dict
         ``distance``, ``reference_by``, ``references`` (how leakage is avoided), ``bootstrap``,
         ``n_resamples``, ``level``, ``seed``, ``positive``.

@@ -143,6 +143,30 @@ def test_distance_choice_and_errors():
         DiagnosisOptions(by="y")
 
 
+def test_sample_order_and_layer_order_do_not_matter():
+    alpha, label, pred = _planted(True, n=300)
+    base = diagnose(alpha, label, pred, n_resamples=0)
+    order = np.random.default_rng(9).permutation(300)
+    moved = diagnose(alpha[order], label[order], pred[order], n_resamples=0, sample=order)
+    np.testing.assert_allclose(moved.samples["distance"], base.samples["distance"].to_numpy()[order], rtol=1e-12)
+    assert moved.overall["auc"] == pytest.approx(base.overall["auc"], abs=1e-12)
+    layers = diagnose(alpha[:, ::-1], label, pred, n_resamples=0)  # JS is symmetric in the layer order
+    np.testing.assert_allclose(layers.samples["distance"], base.samples["distance"], rtol=1e-9, atol=1e-12)
+
+
+def test_no_reference_no_distance_and_the_figure_still_draws():
+    from laya_eval import figures
+
+    # Every prediction wrong: no class has a correct prediction, so no input has a reference.
+    alpha = np.random.default_rng(0).dirichlet([1, 1, 1], 20)
+    diag = diagnose(alpha, np.zeros(20, int), np.ones(20, int), n_resamples=50)
+    row = diag.overall
+    assert (row["n_correct"], row["n_incorrect"], row["n_undefined"]) == (0, 0, 20) and np.isnan(row["auc"])
+    fig = figures.diagnosis_figure(diag, meta={"method": "laya", "label": "m.pt", "dataset": "d"})
+    assert fig.axes[1].get_title().startswith("ROC AUC undefined")
+    assert "no input has a reference profile" in [t.get_text() for t in fig.axes[0].texts]
+
+
 def _independent_diagnosis(scores: pd.DataFrame) -> pd.DataFrame:
     """Per sample: scipy's JS distance to the mean alpha of the *other* correct samples of its predicted class."""
     wide = scores.pivot(index="sample", columns="layer", values="score")

@@ -40,14 +40,18 @@ def diagnosis_figure(diagnosis, *, meta: Mapping[str, Any], style: str = "defaul
     ok = samples["correct"].to_numpy(dtype=bool)
     labels = np.where(ok, f"correct (n = {int(ok.sum())})", f"incorrect (n = {int((~ok).sum())})")
     data = {"distance": samples["distance"].to_numpy(), "predictions": labels}
-    hues = sorted(set(labels))
-    palette = dict(zip(hues, [method_color(meta["method"]), "#d62728"]))
+    hues = sorted(set(labels))  # "correct ..." before "incorrect ..."
+    palette = {h: "#d62728" if h.startswith("incorrect") else method_color(meta["method"]) for h in hues}
     dist_label = DISTANCE_SPECS[diagnosis.meta["distance"]].label
     row = diagnosis.overall
     with _theme(figure_style=style):
         fig = _new_figure(9.0, 3.8, style=style, paper_width=width, natural="double", paper_height=2.2)
         ax_ecdf, ax_roc = fig.subplots(1, 2)
-        sns.ecdfplot(data, x="distance", hue="predictions", hue_order=hues, palette=palette, ax=ax_ecdf)
+        if hues:
+            sns.ecdfplot(data, x="distance", hue="predictions", hue_order=hues, palette=palette, ax=ax_ecdf)
+        else:  # seaborn cannot draw an empty hue level
+            ax_ecdf.text(0.5, 0.5, "no input has a reference profile", ha="center", va="center",
+                         transform=ax_ecdf.transAxes)
         ax_ecdf.set_xlabel(f"{dist_label} to the reference")
         ax_ecdf.set_ylabel("share of predictions")
         if len(hues) == 2:
