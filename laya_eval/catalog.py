@@ -26,6 +26,8 @@ from dataclasses import dataclass
 __all__ = [
     "ABLATIONS",
     "BACKBONE_NAMES",
+    "DISTANCE_SPECS",
+    "DistanceSpec",
     "HEAD_NAMES",
     "METHOD_SPECS",
     "ABLATION_SPECS",
@@ -33,6 +35,7 @@ __all__ = [
     "AblationSpec",
     "MethodSpec",
     "ablation_names",
+    "distance_names",
     "method_names",
 ]
 
@@ -132,6 +135,44 @@ ABLATION_SPECS: dict[str, AblationSpec] = {
 
 ABLATIONS = tuple(ABLATION_SPECS)
 
+
+@dataclass(frozen=True)
+class DistanceSpec:
+    """A distance between a sample's layer profile and its class's reference profile (``profile`` diagnosis).
+
+    Attributes
+    ----------
+    name : str
+    description : str
+    lower_bound, upper_bound : float
+        Its range.
+    needs_weights : bool
+        Defined only for scores that are non-negative and sum to one per sample (LAYA alpha, ScalarMix weights).
+    label : str
+        How figures and printed lines name it.
+    """
+
+    name: str
+    description: str
+    lower_bound: float
+    upper_bound: float
+    needs_weights: bool
+    label: str
+
+
+DISTANCE_SPECS: dict[str, DistanceSpec] = {
+    d.name: d
+    for d in (
+        DistanceSpec("jensen_shannon", "Jensen-Shannon distance (base 2, the square root of the divergence) between "
+                     "the sample's layer weights and the reference weights.", 0.0, 1.0, True,
+                     "Jensen-Shannon distance"),
+        DistanceSpec("cosine_minmax", "1 - cosine similarity of the per-sample min-max normalised scores "
+                     "((a - min a) / (max a - min a), in [0, 1] per layer) and the reference (the mean of the "
+                     "normalised scores); a constant score vector has no normalisation and no distance.",
+                     0.0, 1.0, False, "cosine distance of min-max scores"),
+    )
+}
+
 # Heads and trainable backbones by registry name (laya_eval.heads.HEADS and laya_eval.backbones.BACKBONES check
 # at import that they implement these; 'modules' wraps a Python object and is not a CLI choice).
 HEAD_NAMES = ("lastlayer", "concat", "scalarmix", "laya")
@@ -146,3 +187,8 @@ def method_names() -> list[str]:
 def ablation_names() -> list[str]:
     """Registered ablation names, in registry order."""
     return list(ABLATION_SPECS)
+
+
+def distance_names() -> list[str]:
+    """Registered diagnosis distances, in registry order."""
+    return list(DISTANCE_SPECS)

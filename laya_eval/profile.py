@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from laya_eval.diagnosis import Diagnosis, DiagnosisOptions, diagnose_scores
 from laya_eval.errors import ConfigError
 
 __all__ = [
@@ -66,13 +67,18 @@ class LayerProfile:
     meta : dict
         Checkpoint (``label`` = file name, ``path``, ``sha256``), ``head``,
         ``dataset``, ``split``, ``n``, ``method``, ``by``, ``scope``,
-        ``n_layers``, ``layer_names``, ``class_names``.
+        ``n_layers``, ``layer_names``, ``class_names``; ``diagnosis`` (its
+        :attr:`~laya_eval.diagnosis.Diagnosis.meta`) when there is one.
+    diagnosis : Diagnosis or None
+        Distances to the class reference profiles and their ROC AUC as an error
+        signal (:mod:`laya_eval.diagnosis`); ``None`` when not asked for.
     """
 
     table: pd.DataFrame
     layers: pd.DataFrame
     scores: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
+    diagnosis: Diagnosis | None = None
 
 
 def _check_by(by: str) -> None:
@@ -193,7 +199,8 @@ def scores_from_tables(layers: pd.DataFrame, samples: pd.DataFrame, method: str)
 
 
 def profile_from_result(result, *, method: str = "laya", class_names: Sequence[str] | None = None,
-                        by: str = "label", meta: dict[str, Any] | None = None) -> LayerProfile:
+                        by: str = "label", meta: dict[str, Any] | None = None,
+                        diagnosis: DiagnosisOptions | None = None) -> LayerProfile:
     """The profile of ``method`` from an :class:`~laya_eval.evaluate.EvaluationResult` already computed.
 
     Parameters
@@ -202,8 +209,12 @@ def profile_from_result(result, *, method: str = "laya", class_names: Sequence[s
     method : str
     class_names : sequence of str, optional
     by : {"label", "pred"}
+        Grouping of the profile table (the diagnosis has its own, ``diagnosis.by``).
     meta : dict, optional
         Extra entries for :attr:`LayerProfile.meta` (they win over those read from the manifest).
+    diagnosis : DiagnosisOptions, optional
+        Also diagnose errors from the profiles (:func:`laya_eval.diagnosis.diagnose`), seeded with
+        the manifest's seed; ``None``: no diagnosis.
     """
     _check_by(by)
     scores = scores_from_tables(result.layers, result.samples, method)
@@ -219,12 +230,19 @@ def profile_from_result(result, *, method: str = "laya", class_names: Sequence[s
         "seed": manifest.get("seed"),
     }
     info.update(meta or {})
+    diag = None
+    if diagnosis is not None:
+        diag = diagnose_scores(scores, class_names=class_names, by=diagnosis.by, distance=diagnosis.distance,
+                               n_resamples=diagnosis.n_resamples, level=diagnosis.level,
+                               seed=int(info.get("seed") or 0))
+        info["diagnosis"] = diag.meta
     return LayerProfile(table=profile_table(scores, class_names, by=by), layers=layer_table(scores),
-                        scores=scores, meta=info)
+                        scores=scores, meta=info, diagnosis=diag)
 
 
 def layer_profile(model, data=None, *, method: str = "laya", by: str = "label", options=None,
-                  data_dir: str | os.PathLike | None = None, progress: Any = None, world: Any = None) -> LayerProfile | None:
+                  data_dir: str | os.PathLike | None = None, progress: Any = None, world: Any = None,
+                  diagnosis: DiagnosisOptions | None = DiagnosisOptions()) -> LayerProfile | None:
     """Class-wise layer profile of one attribution method.
 
     Parameters
@@ -243,6 +261,10 @@ def layer_profile(model, data=None, *, method: str = "laya", by: str = "label", 
     progress : tqdm-like, optional
     world : laya_eval.distributed.World, optional
         Under torchrun each process profiles its shard; rank 0 gets the profile, the others ``None``.
+    diagnosis : DiagnosisOptions or None
+        The error diagnosis from attention shift (:mod:`laya_eval.diagnosis`); by default
+        ``DiagnosisOptions()``: reference class = predicted class, distance chosen from the scores,
+        1000 stratified bootstrap resamples, seeded with ``options.seed``. ``None``: none.
 
     Returns
     -------
@@ -267,7 +289,8 @@ def layer_profile(model, data=None, *, method: str = "laya", by: str = "label", 
     if result.summary.empty:
         reason = result.notes[0].removeprefix("skipped ")
         raise ConfigError(f"cannot profile {reason} Pick another method, e.g. 'contribution' or 'ig'.")
-    return profile_from_result(result, method=method, class_names=tuple(result.manifest["class_names"]), by=by)
+    return profile_from_result(result, method=method, class_names=tuple(result.manifest["class_names"]), by=by,
+                               diagnosis=diagnosis)
 
 
 def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str | None = None,
@@ -276,7 +299,10 @@ def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str
 
     Figures: ``profile_heatmap_{all,correct,incorrect}.<fmt>`` (one per subset with
     samples; a shared colour range) and ``profile_layers.<fmt>`` (violins of the per-sample
-    scores per layer, correct and incorrect predictions side by side).
+    scores per layer, correct and incorrect predictions side by side). With a diagnosis
+    also ``diagnosis.csv`` (:data:`~laya_eval.diagnosis.DIAGNOSIS_COLUMNS`),
+    ``diagnosis_summary.csv`` (:data:`~laya_eval.diagnosis.SUMMARY_COLUMNS`) and the figure
+    ``diagnosis.<fmt>`` (distance ECDFs, ROC curve).
 
     Parameters
     ----------
@@ -306,6 +332,9 @@ def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str
         _write_text(out / "profile_layers.csv", profile.layers.to_csv(**csv)),
         _write_text(out / "profile.json", json.dumps(profile.meta, indent=2, sort_keys=True, default=str) + "\n"),
     ]
+    if profile.diagnosis is not None:
+        written += [_write_text(out / "diagnosis.csv", profile.diagnosis.samples.to_csv(**csv)),
+                    _write_text(out / "diagnosis_summary.csv", profile.diagnosis.summary.to_csv(**csv))]
     means = profile.table["mean"]
     vmin, vmax = float(means.min()), float(means.max())
     if (means < 0).any():
@@ -315,6 +344,8 @@ def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str
                                                                  vmin=vmin, vmax=vmax, style=style)
             for subset in SUBSETS if (profile.table["subset"] == subset).any()}
     figs["profile_layers"] = figures.profile_distribution(profile.scores, meta=profile.meta, style=style)
+    if profile.diagnosis is not None:
+        figs["diagnosis"] = figures.diagnosis_figure(profile.diagnosis, meta=profile.meta, style=style)
     for name, fig in figs.items():
         written.append(figures.save_figure(fig, out / f"{name}.{fmt}", fmt=fmt))
         if style == "paper":

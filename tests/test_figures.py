@@ -14,6 +14,7 @@ from PIL import Image
 
 from laya_eval import figures as F
 from laya_eval.errors import ConfigError
+from laya_eval.diagnosis import diagnose_scores
 from laya_eval.profile import layer_table, profile_table
 
 METHODS = ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random"]
@@ -83,6 +84,7 @@ def every_figure(style: str, width=None) -> dict:
         "agreement": F.agreement_figure(matrix, meta=_meta(), **kw),
         "profile_heatmap": F.profile_heatmap(table, subset="all", meta=meta_p, **kw),
         "profile_distribution": F.profile_distribution(scores, meta=meta_p, **kw),
+        "diagnosis": F.diagnosis_figure(diagnose_scores(scores, n_resamples=0), meta=meta_p, **kw),
     }
 
 
@@ -126,7 +128,7 @@ def test_default_style_keeps_the_title_and_writes_no_caption_file(tmp_path):
         assert "m.pt" in " ".join(t.get_text() for t in fig.findobj(matplotlib.text.Text)), name
         F.save_figure(fig, tmp_path / f"{name}.png")
     assert not list(tmp_path.glob("*.caption.txt"))
-    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".png"] * 7
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".png"] * 8
 
 
 def test_paper_style_defaults_to_pdf_with_embedded_truetype_fonts(tmp_path):

@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 
 from laya_eval.errors import ConfigError
+from laya_eval.figures import COLUMN_WIDTHS
 from laya_eval.evaluate import EvalOptions
 from laya_eval.profile import PROFILE_COLUMNS, SUBSETS, layer_profile, layer_table, profile_table
 from tests.cli_helpers import assert_one_line_error, run
@@ -140,7 +141,8 @@ def test_profile_figures_in_svg_and_title_names_the_run(digits_checkpoints, tmp_
 def test_profile_is_deterministic(digits_checkpoints, tmp_path):
     for out in ("a", "b"):
         assert run("profile", digits_checkpoints["laya"], "--limit", 60, "--out", tmp_path / out).exit_code == 0
-    for name in ("profile.csv", "profile_layers.csv", "profile_heatmap_all.png", "profile_layers.png"):
+    for name in ("profile.csv", "profile_layers.csv", "profile_heatmap_all.png", "profile_layers.png",
+                 "diagnosis.csv", "diagnosis_summary.csv", "diagnosis.png"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
 
@@ -162,11 +164,17 @@ def test_profile_paper_style_writes_pdfs_and_captions(digits_checkpoints, tmp_pa
     result = run("profile", digits_checkpoints["laya"], "--limit", 60, "--style", "paper", "--out", tmp_path)
     assert result.exit_code == 0, result.output
     pdfs = sorted(p.stem for p in tmp_path.glob("*.pdf"))
-    assert pdfs == ["profile_heatmap_all", "profile_heatmap_correct", "profile_heatmap_incorrect", "profile_layers"]
-    for stem in pdfs:
+    assert pdfs == ["diagnosis", "profile_heatmap_all", "profile_heatmap_correct", "profile_heatmap_incorrect",
+                    "profile_layers"]
+    for stem in pdfs[1:]:
         caption = (tmp_path / f"{stem}.caption.txt").read_text()
         assert "digits-laya.pt" in caption and "LAYA α(x)" in caption and "ablation" not in caption
         box = [float(v) for v in re.search(rb"/MediaBox \[ *([\d. ]+)\]", (tmp_path / f"{stem}.pdf").read_bytes())
                .group(1).split()]
         assert (box[2] - box[0]) / 72 == pytest.approx(3.3)  # three layers: a single column
+    caption = (tmp_path / "diagnosis.caption.txt").read_text()
+    assert "digits-laya.pt" in caption and "Jensen-Shannon distance to the predicted class's" in caption
+    box = [float(v) for v in re.search(rb"/MediaBox \[ *([\d. ]+)\]", (tmp_path / "diagnosis.pdf").read_bytes())
+           .group(1).split()]
+    assert (box[2] - box[0]) / 72 == pytest.approx(COLUMN_WIDTHS["double"])  # two panels: the double column
     assert not list(tmp_path.glob("*.png"))

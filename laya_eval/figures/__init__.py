@@ -15,6 +15,7 @@ are imported inside the functions, so importing this module is instant.
 
 from __future__ import annotations
 
+from laya_eval.figures.diagnosis import diagnosis_figure
 from laya_eval.figures.profiles import WEIGHT_METHODS, profile_distribution, profile_heatmap
 from laya_eval.figures.results import agreement_figure, scatter_figure, spearman_distribution_figure
 from laya_eval.figures.significance import significance_figure
@@ -29,7 +30,7 @@ from laya_eval.figures.style import (COLUMN_WIDTHS, DPI, FORMATS, METHOD_LABELS,
 __all__ = [
     "COLUMN_WIDTHS", "DPI", "FORMATS", "METHOD_LABELS", "METHOD_SHORT_LABELS", "PALETTE", "PAPER_DPI", "RHO_BANDS",
     "SIGNIFICANCE_LEVELS", "STYLES", "WEIGHT_METHODS", "agreement_figure", "axis_range", "caption_path",
-    "check_format", "check_style", "default_format", "deletion_curves_figure", "describe", "faithfulness_figure",
+    "check_format", "check_style", "default_format", "deletion_curves_figure", "describe", "diagnosis_figure", "faithfulness_figure",
     "figure_bytes", "figure_caption", "figure_style", "layer_names", "method_color", "method_dashes", "method_label",
     "method_marker", "profile_distribution", "profile_heatmap", "save_figure", "scatter_figure",
     "significance_figure", "significance_marker", "spearman_distribution_figure",

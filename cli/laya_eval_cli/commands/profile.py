@@ -6,6 +6,7 @@ import time
 
 import click
 
+from laya_eval.catalog import DISTANCE_SPECS, distance_names
 from laya_eval_cli.commands.faithfulness import METHOD_NAMES
 from laya_eval_cli.options import (
     download_option,
@@ -35,6 +36,21 @@ def _table(profile) -> str:
     return "\n".join(lines)
 
 
+def _diagnosis_line(diag) -> str:
+    """One line: the overall ROC AUC of the distance as an error signal, with what it was computed from."""
+    row, meta = diag.overall, diag.meta
+    who = "predicted" if meta["reference_by"] == "pred" else "true"
+    what = (f"{DISTANCE_SPECS[meta['distance']].label} to the {who} class's correct-prediction profile "
+            f"(leave-one-out), {row['n_incorrect']} incorrect vs {row['n_correct']} correct, "
+            f"{row['n_undefined']} undefined")
+    if row["auc"] != row["auc"]:  # NaN
+        return f"error signal: ROC AUC undefined (needs correct and incorrect predictions); {what}"
+    interval = ("no interval (--bootstrap 0)" if row["ci_low"] != row["ci_low"] else
+                f"95% CI [{row['ci_low']:.3f}, {row['ci_high']:.3f}], {meta['n_resamples']} bootstrap resamples "
+                "stratified by correctness")
+    return f"error signal: ROC AUC {row['auc']:.3f}, {interval}; {what}"
+
+
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
 @trust_code_option
@@ -45,20 +61,29 @@ def _table(profile) -> str:
               help=f"Whose layer scores to profile: {', '.join(METHOD_NAMES)}.")
 @click.option("--by", default="label", show_default=True, type=click.Choice(["label", "pred"]),
               help="Group samples by their true (label) or predicted (pred) class.")
+@click.option("--reference-by", default="pred", show_default=True, type=click.Choice(["pred", "label"]),
+              help="Diagnosis: compare each input with the correct-prediction profile of its predicted class (pred, "
+                   "the only class known at deployment) or of its true class (label).")
+@click.option("--distance", default="auto", show_default=True, type=click.Choice(["auto", *distance_names()]),
+              help="Diagnosis distance; auto: jensen_shannon for scores that are weights summing to one "
+                   "(laya, static), cosine_minmax otherwise.")
+@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0),
+              help="Bootstrap resamples for the 95% interval of the diagnosis AUC.")
 @click.option("--scope", default="head", show_default=True, type=click.Choice(["head", "network"]),
               help="For gradient methods: head (direct effect) or network (total effect).")
 @limit_option
 @batch_size_option
 @seed_option
 @click.option("--out", "out_dir", default="profile-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for profile.csv, profile_layers.csv, profile.json and the figures.")
+              help="Folder for profile.csv, profile_layers.csv, profile.json, diagnosis.csv, diagnosis_summary.csv "
+                   "and the figures.")
 @figure_format_option
 @figure_style_option
 @data_dir_option
 @device_option
 @quiet_option
-def profile(checkpoint, trust_code, download, data, split, method, by, scope, limit, batch_size, seed, out_dir, fmt, style, data_dir,
-            device, quiet):
+def profile(checkpoint, trust_code, download, data, split, method, by, reference_by, distance, bootstrap, scope, limit,
+            batch_size, seed, out_dir, fmt, style, data_dir, device, quiet):
     """Class-wise layer profile of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE): mean and std of a method's layer scores per class and layer.
 
     Computed separately for all, correct and incorrect predictions; writes
@@ -67,8 +92,15 @@ def profile(checkpoint, trust_code, download, data, split, method, by, scope, li
     layer (correct and incorrect predictions side by side). --style paper drops
     the titles into NAME.caption.txt files and writes PDF at paper column widths.
 
+    Diagnosis from attention shift: each input's distance to the mean profile of
+    the correct predictions of its class (the predicted class by default; leave-one-out,
+    so no input is in its own reference) and how well it separates incorrect from
+    correct predictions (ROC AUC, stratified bootstrap interval): diagnosis.csv,
+    diagnosis_summary.csv and the figure diagnosis.<format>.
+
     Example: laya-eval profile ckpt.pt --method laya --out profile/
     """
+    from laya_eval.diagnosis import DiagnosisOptions
     from laya_eval.distributed import world_from_environment
     from laya_eval.evaluate import EvalOptions
     from laya_eval.profile import layer_profile, write_profile
@@ -81,12 +113,14 @@ def profile(checkpoint, trust_code, download, data, split, method, by, scope, li
     start = time.perf_counter()
     with progress_bar(quiet or not world.is_main, desc="profile", unit="sample") as bar:
         prof = layer_profile(checkpoint, data, method=method, by=by, options=options, data_dir=data_dir, progress=bar,
-                             world=world)
+                             world=world, diagnosis=DiagnosisOptions(by=reference_by, distance=distance,
+                                                                     n_resamples=bootstrap))
     if prof is None:  # ranks other than 0 under torchrun
         return
     meta = prof.meta
     click.echo(f"{checkpoint}: {meta['head']} head, {meta['dataset']} ({split}), method {method}, scope {scope}, "
                f"classes by {'true label' if by == 'label' else 'prediction'}, n = {meta['n']}")
     click.echo(_table(prof))
+    click.echo(_diagnosis_line(prof.diagnosis))
     paths = write_profile(prof, out_dir, fmt=fmt, style=style)
     click.echo(f"wrote {', '.join(p.name for p in paths)} to {out_dir} ({time.perf_counter() - start:.1f} s)")
