@@ -312,8 +312,10 @@ def test_sanity_only_report(sanity_dir, tmp_path):
     assert "passes when the interval's upper bound is below 0.5" in md
     expected = _verdicts_by_the_rule(sanity_dir)
     (_, sub, header, rows), = [t for t in md_tables(md) if t[1] == "sanity: digits-laya.pt"]
-    assert header[1] == "cascading (classifier+scorer+adapters)"
     casc = pd.read_csv(sanity_dir / "randomisation.csv")
+    # the trainable digits MLP: the cascade goes on from the head's groups into the backbone's blocks
+    assert casc.loc[casc.step.idxmax(), "params"] == "classifier+scorer+adapters+block3+block2+block1"
+    assert header[1] == "cascading (classifier+scorer+adapters+block3+block2+block1)"
     last = casc[casc.step == casc.step.max()].set_index("method")
     roar = pd.read_csv(sanity_dir / "roar_agreement.csv").set_index("method")
     assert [LABEL_TO_METHOD[r[0]] for r in rows] == ["laya", "static", "contribution", "random"]
