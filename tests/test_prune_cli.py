@@ -50,11 +50,16 @@ def test_prune_writes_its_folder_and_is_byte_stable_without_timing(checkpoint, t
     (["--ablation", "gate,bogus"], "--ablation"),
     (["--methods", "nope"], "--methods"),
     (["--seeds", "-1"], "--seeds"),
+    (["--train-seed", "-1"], "--train-seed"),
     (["--data", "no-such-dataset"], "no-such-dataset"),
 ])
 def test_bad_input_is_one_line_and_exit_2(checkpoint, tmp_path, args, pattern):
     assert_one_line_error(run("prune", checkpoint, *args, "--out", tmp_path / "x", "--quiet"), pattern)
     assert not (tmp_path / "x").exists()
+
+
+def test_sanity_takes_the_same_seed_range(checkpoint, tmp_path):
+    assert_one_line_error(run("sanity", checkpoint, "--train-seed", "-1", "--out", tmp_path / "x"), "--train-seed")
 
 
 def test_a_missing_checkpoint_is_one_line(tmp_path):

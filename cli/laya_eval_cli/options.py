@@ -74,6 +74,30 @@ def training_options(func):
     return func
 
 
+def retrain_options(what: str):
+    """``--epochs``, ``--patience``, ``--lr``, ``--train-seed``: the protocol of the heads a command retrains on
+    cached features (``sanity``, ``prune``); ``what`` names those heads in the help."""
+    def decorate(func):
+        for option in reversed([
+            click.option("--epochs", default=50, show_default=True, type=click.IntRange(min=1),
+                         help=f"Most epochs of every {what} (early stopping on validation accuracy)."),
+            click.option("--patience", default=5, show_default=True, type=click.IntRange(min=1),
+                         help=f"Early-stopping patience (epochs) of the {what}s."),
+            click.option("--lr", default=3e-4, show_default=True, type=click.FloatRange(min=0, min_open=True),
+                         help=f"Adam learning rate of the {what}s."),
+            click.option("--train-seed", default=1337, show_default=True, type=SEED_RANGE,
+                         help=f"Seed of the first {what} (then +1, +2, ...)."),
+        ]):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+bootstrap_option = click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0),
+                                help="Bootstrap resamples for the 95% intervals.")
+
+
 def epoch_bar(quiet: bool, epochs: int, desc: str):
     """A progress bar over epochs and the ``on_epoch`` callback that advances it."""
     bar = progress_bar(quiet, total=epochs, desc=desc, unit="epoch")

@@ -8,6 +8,7 @@ import click
 
 from laya_eval.catalog import ABLATIONS, method_names
 from laya_eval_cli.options import (
+    bootstrap_option,
     download_option,
     trust_code_option,
     batch_size_option,
@@ -54,7 +55,7 @@ def _table(summary) -> str:
 @limit_option
 @batch_size_option
 @seed_option
-@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0), help="Bootstrap resamples for the 95% intervals.")
+@bootstrap_option
 @click.option("--out", "out_dir", default="faithfulness-out", show_default=True, type=click.Path(file_okay=False),
               help="Folder for layers.csv, samples.csv, summary.csv and manifest.json; replaced whole at the end.")
 @click.option("--resume", is_flag=True,

@@ -8,8 +8,8 @@ import click
 
 from laya_eval_cli.commands.faithfulness import ABLATIONS, METHOD_NAMES
 from laya_eval_cli.options import (
-    SEED_RANGE,
     batch_size_option,
+    bootstrap_option,
     choice_list,
     data_dir_option,
     device_option,
@@ -17,6 +17,7 @@ from laya_eval_cli.options import (
     limit_option,
     progress_bar,
     quiet_option,
+    retrain_options,
     seed_option,
     trust_code_option,
 )
@@ -52,12 +53,7 @@ def _table(result) -> str:
               help="Seeded random layer orders averaged into the random row.")
 @click.option("--random-refits", default=3, show_default=True, type=click.IntRange(min=0),
               help="How many of the random orders are also refit.")
-@click.option("--epochs", default=50, show_default=True, type=click.IntRange(min=1),
-              help="Most epochs of every refit head (early stopping on validation accuracy).")
-@click.option("--patience", default=5, show_default=True, type=click.IntRange(min=1))
-@click.option("--lr", default=3e-4, show_default=True, type=click.FloatRange(min=0, min_open=True))
-@click.option("--train-seed", default=1337, show_default=True, type=SEED_RANGE,
-              help="First seed of the refit heads (then +1, +2, ...).")
+@retrain_options("refit head")
 @click.option("--timing/--no-timing", default=True, show_default=True,
               help="Time the backbone truncated at each depth (chain backbones); --no-timing leaves the latency "
                    "columns empty, so the files are the same bytes on every run.")
@@ -66,8 +62,7 @@ def _table(result) -> str:
 @limit_option
 @batch_size_option
 @seed_option
-@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0),
-              help="Bootstrap resamples for the 95% intervals.")
+@bootstrap_option
 @click.option("--out", "out_dir", default="prune-out", show_default=True, type=click.Path(file_okay=False),
               help="Folder for pruning.csv, pruning_summary.csv, pruning_comparisons.csv, early_exit.csv, "
                    "latency.csv, the figures and manifest.json (replaced whole).")

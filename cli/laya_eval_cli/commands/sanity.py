@@ -9,11 +9,13 @@ import click
 from laya_eval_cli.commands.faithfulness import ABLATIONS, METHOD_NAMES
 from laya_eval_cli.options import (
     batch_size_option,
+    bootstrap_option,
     choice_list,
     data_dir_option,
     device_option,
     limit_option,
     quiet_option,
+    retrain_options,
     seed_option,
 )
 
@@ -44,19 +46,11 @@ def _table(result) -> str:
                    "within each sample, averaged over samples (see README).")
 @click.option("--roar-seeds", default=3, show_default=True, type=click.IntRange(min=1),
               help="Training seeds for layer-ROAR.")
-@click.option("--epochs", default=50, show_default=True, type=click.IntRange(min=1),
-              help="Most epochs for every retrained head (early stopping on validation accuracy).")
-@click.option("--patience", default=5, show_default=True, type=click.IntRange(min=1),
-              help="Early-stopping patience (epochs) of the retrained heads.")
-@click.option("--lr", default=3e-4, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="Adam learning rate of the retrained heads.")
-@click.option("--train-seed", default=1337, show_default=True, type=int,
-              help="Seed of the retrained heads (the first ROAR seed; then +1, +2, ...).")
+@retrain_options("retrained head")
 @limit_option
 @batch_size_option
 @seed_option
-@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0),
-              help="Bootstrap resamples for the 95% intervals.")
+@bootstrap_option
 @click.option("--out", "out_dir", default="sanity-out", show_default=True, type=click.Path(file_okay=False),
               help="Folder for randomisation.csv, data_randomisation.csv, layer_roar.csv, roar_agreement.csv, "
                    "sanity.json and the figure.")
