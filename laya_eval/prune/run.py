@@ -20,7 +20,8 @@ from laya_eval.prune.curves import evaluate_masks, greedy_order, prefix_masks, r
 from laya_eval.prune.early_exit import early_exit_table
 from laya_eval.prune.options import LATENCY_COLUMNS, PRUNING_COLUMNS, PruneOptions
 from laya_eval.prune.refit import RefitCache
-from laya_eval.train import _inputs, encode
+from laya_eval.sanity.cached import attribute_features, encode_features
+from laya_eval.train import _inputs
 
 __all__ = ["PruneResult", "prune"]
 
@@ -174,7 +175,7 @@ def _encode(model: LayeredModel, data: Dataset, batch_size: int, cache_dir: Any)
         cached = backbone_features(model.backbone, data, device=device, batch_size=max(256, batch_size),
                                    cache_dir=cache_dir)
         return Features(hidden=cached.hidden, y=data.y.clone())
-    return Features(hidden=encode(model, data, batch_size=batch_size), y=data.y.clone())
+    return encode_features(model, data, batch_size=batch_size)
 
 
 def prune(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
@@ -202,8 +203,6 @@ def prune(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
     -------
     PruneResult
     """
-    from laya_eval.sanity.cached import attribute_features
-
     options = options or PruneOptions()
     if model.n_layers < 2:
         raise ConfigError(f"pruning needs at least 2 layers; the model has {model.n_layers}.")
