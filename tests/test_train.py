@@ -84,3 +84,84 @@ def test_bad_options_and_data(digits):
         build_model("cnn", "laya", digits["train"])
     with pytest.raises(ConfigError, match="backbone must be one of"):
         build_model("resnet", "laya", digits["train"])
+
+
+def _reference_loop(module, params, batch_logits, val_logits, y_train, y_val, options):
+    """The reference protocol written out plainly: one gather per batch, PyTorch's per-tensor Adam
+    (``foreach=False``), best validation epoch restored. The trainer must give the same bits."""
+    import copy
+
+    gen = torch.Generator().manual_seed(options.seed)
+    optimizer = torch.optim.Adam(params, lr=options.lr, foreach=False)
+    best, best_epoch, best_state = -1.0, 0, None
+    for epoch in range(1, options.epochs + 1):
+        module.train()
+        order = torch.randperm(len(y_train), generator=gen)
+        for start in range(0, len(order), options.batch_size):
+            idx = order[start:start + options.batch_size]
+            loss = torch.nn.functional.cross_entropy(batch_logits(idx), y_train[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        module.eval()
+        with torch.no_grad():
+            acc = float((val_logits().argmax(-1) == y_val).float().mean())
+        if acc > best:
+            best, best_epoch, best_state = acc, epoch, copy.deepcopy(module.state_dict())
+        elif epoch - best_epoch >= options.patience:
+            break
+    module.load_state_dict(best_state)
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb)
+    for name in sa:
+        assert torch.equal(sa[name], sb[name]), name
+
+
+@pytest.mark.parametrize("head", ["laya", "scalarmix", "concat"])
+def test_train_head_gives_the_bits_of_the_plain_reference_loop(digits, monkeypatch, head):
+    import laya_eval.train as train_module
+    from laya_eval.features import Features
+    from laya_eval.train import encode, fresh_head, train_head
+
+    source = _small(digits, head)
+    train_f, val_f = (Features(hidden=encode(source, digits[s]), y=digits[s].y) for s in ("train", "val"))
+    options = TrainOptions(epochs=5, patience=2, seed=4, batch_size=48, lr=3e-3)
+    # Chunks of 3 batches, and a training split (1,293 rows) that is a whole number of neither.
+    monkeypatch.setattr(train_module, "_GATHER_BATCHES", 3)
+    assert len(train_f.y) % options.batch_size and len(train_f.y) % (3 * options.batch_size)
+    trained = fresh_head(source.head, source.head.layer_dims, 4)
+    train_head(trained, train_f, val_f, options)
+
+    reference = fresh_head(source.head, source.head.layer_dims, 4)
+    torch.manual_seed(options.seed)
+    _reference_loop(reference, list(reference.parameters()),
+                    lambda idx: reference([h[idx] for h in train_f.hidden]),
+                    lambda: reference(val_f.hidden), train_f.y, val_f.y, options)
+    _same_weights(trained, reference)
+
+
+def test_gather_chunks_are_whole_batches_within_the_byte_bound():
+    from laya_eval.train import _gather_rows
+
+    small = [torch.zeros(10, 8), torch.zeros(10, 4)]  # 48 bytes a row
+    assert _gather_rows(small, 128) == 32 * 128
+    wide = [torch.zeros(2, 2**20)]  # 4 MiB a row: one batch of 128 rows is over the 64 MiB bound
+    assert _gather_rows(wide, 128) == 128
+    mid = [torch.zeros(2, 2**14)]  # 64 KiB a row: 64 MiB hold 1,024 rows = 8 batches of 128
+    assert _gather_rows(mid, 128) == 8 * 128
+
+
+def test_train_gives_the_bits_of_the_plain_reference_loop(digits):
+    options = TrainOptions(epochs=4, patience=2, seed=2, batch_size=100, lr=3e-3)
+    trained = _small(digits, seed=2)
+    train(trained, digits["train"], digits["val"], options)
+
+    reference = _small(digits, seed=2)
+    torch.manual_seed(options.seed)
+    x_train, x_val = digits["train"].x, digits["val"].x
+    _reference_loop(reference, list(reference.parameters()), lambda idx: reference(x_train[idx]),
+                    lambda: reference(x_val), digits["train"].y, digits["val"].y, options)
+    _same_weights(trained, reference)
