@@ -223,11 +223,10 @@ def _fit(
     slices of the epoch's permutation ``order`` of the training rows (computed lazily: each batch's
     forward pass runs when it is drawn); ``val_logits(rows)`` gives the logits of a slice of the
     validation rows; ``module``'s state is snapshotted at the best epoch and restored at the end;
-    ``frozen`` (if any) is kept in eval mode. Adam runs its multi-tensor ("foreach") implementation,
-    which gives the same bits as the per-tensor loop on CPU at a fraction of the dispatch cost.
+    ``frozen`` (if any) is kept in eval mode.
     """
     gen = torch.Generator().manual_seed(options.seed)
-    optimizer = torch.optim.Adam(params, lr=options.lr, foreach=True)
+    optimizer = torch.optim.Adam(params, lr=options.lr)
     y_train, y_val = labels
     best_acc, best_epoch, best_state, history = -math.inf, 0, None, []
     start = time.perf_counter()
