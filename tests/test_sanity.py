@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import numpy as np
@@ -338,6 +339,9 @@ def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
     meta = json.loads((out / "sanity.json").read_text())
     assert meta["backbone_steps"] is True  # the digits MLP was trained with its head
     assert table.params.iloc[-1].endswith("+block1")
+    # The CLI's retraining protocol is the library's default one: the reference protocol, patience 2.
+    assert meta["train"] == {**dataclasses.asdict(SanityOptions().train), "epochs": 2}
+    assert SanityOptions().train == TrainOptions(patience=2)
 
 
 def test_sanity_cli_errors_are_one_line(digits_checkpoints, tmp_path):

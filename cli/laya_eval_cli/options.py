@@ -74,14 +74,15 @@ def training_options(func):
     return func
 
 
-def retrain_options(what: str):
+def retrain_options(what: str, patience: int = 5):
     """``--epochs``, ``--patience``, ``--lr``, ``--train-seed``: the protocol of the heads a command retrains on
-    cached features (``sanity``, ``prune``); ``what`` names those heads in the help."""
+    cached features (``sanity``, ``prune``); ``what`` names those heads in the help; ``patience`` is the
+    command's default (the reference protocol's is 5)."""
     def decorate(func):
         for option in reversed([
             click.option("--epochs", default=50, show_default=True, type=click.IntRange(min=1),
                          help=f"Most epochs of every {what} (early stopping on validation accuracy)."),
-            click.option("--patience", default=5, show_default=True, type=click.IntRange(min=1),
+            click.option("--patience", default=patience, show_default=True, type=click.IntRange(min=1),
                          help=f"Early-stopping patience (epochs) of the {what}s."),
             click.option("--lr", default=3e-4, show_default=True, type=click.FloatRange(min=0, min_open=True),
                          help=f"Adam learning rate of the {what}s."),

@@ -9,14 +9,20 @@ from laya_eval.errors import ConfigError
 from laya_eval.perturb import check_ablation
 from laya_eval.train import TrainOptions
 
-__all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "ROAR_AGREEMENT_COLUMNS", "SIMILARITIES", "SanityOptions",
-           "method_names"]
+__all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "RETRAIN_PATIENCE", "ROAR_AGREEMENT_COLUMNS", "SIMILARITIES",
+           "SanityOptions", "method_names"]
 
 RANDOMISATION_COLUMNS = ["check", "step", "params", "method", "similarity", "similarity_ci_low",
                          "similarity_ci_high", "faithfulness"]
 LAYER_ROAR_COLUMNS = ["layer", "seed", "accuracy", "accuracy_drop"]
 ROAR_AGREEMENT_COLUMNS = ["method", "spearman", "ci_low", "ci_high"]
 SIMILARITIES = ("across_samples", "per_sample")
+#: Early-stopping patience of the heads the checks retrain (the reference protocol's otherwise: Adam, lr 3e-4,
+#: batch 128, at most 50 epochs). A fresh head on cached features is within ~0.3% of its best validation
+#: accuracy after a few epochs; the reference protocol's patience 5 spends five more epochs per head confirming
+#: it. On both reference models patience 2 gives the same verdict for every method and check as patience 5
+#: at 0.63x the cost (benchmarks/results/sanity-*/README.md); ``TrainOptions(patience=5)`` restores it.
+RETRAIN_PATIENCE = 2
 
 
 @dataclass(frozen=True)
@@ -24,7 +30,8 @@ class SanityOptions:
     """Options of :func:`sanity` (the CLI's flags).
 
     ``methods`` None: every registered method that applies to the head. ``train``: the protocol used to
-    retrain heads (data randomisation, layer-ROAR); its seed seeds the first ROAR run, the others use
+    retrain heads (data randomisation, layer-ROAR): by default the reference protocol with early-stopping
+    patience :data:`RETRAIN_PATIENCE` (2); its seed seeds the first ROAR run, the others use
     ``train.seed + 1, ...`` (``roar_seeds`` runs in all).
     """
 
@@ -35,7 +42,7 @@ class SanityOptions:
     bootstrap: int = 1000
     seed: int = 0
     batch_size: int = 512
-    train: TrainOptions = field(default_factory=TrainOptions)
+    train: TrainOptions = field(default_factory=lambda: TrainOptions(patience=RETRAIN_PATIENCE))
 
     def __post_init__(self) -> None:
         check_ablation(self.ablation, "head")

@@ -46,7 +46,8 @@ def _table(result) -> str:
                    "within each sample, averaged over samples (see README).")
 @click.option("--roar-seeds", default=3, show_default=True, type=click.IntRange(min=1),
               help="Training seeds for layer-ROAR.")
-@retrain_options("retrained head")
+# The library's default (laya_eval.sanity.options.RETRAIN_PATIENCE; a test keeps them equal).
+@retrain_options("retrained head", patience=2)
 @limit_option
 @batch_size_option
 @seed_option
