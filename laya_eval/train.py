@@ -15,15 +15,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
+from laya_eval.build import build_model
 from laya_eval.data import Dataset
 from laya_eval.devices import resolve_device
 from laya_eval.errors import ConfigError, DataError, TrainingError
 from laya_eval.heads import LayerHead, make_head, pool_hidden
-from laya_eval.model import LayeredModel, ModelInfo
+from laya_eval.model import LayeredModel
 
 __all__ = [
     "TrainOptions",
@@ -71,69 +71,6 @@ class TrainResult:
     best_val_accuracy: float
     wall_time_s: float
     history: list[dict[str, float]] = field(default_factory=list)
-
-
-def build_model(
-    backbone: str | torch.nn.Module,
-    head: str,
-    data: Dataset,
-    *,
-    backbone_kwargs: dict[str, Any] | None = None,
-    head_kwargs: dict[str, Any] | None = None,
-    seed: int = 0,
-) -> LayeredModel:
-    """A fresh model whose backbone input fits ``data`` and whose head fits its classes.
-
-    Parameters
-    ----------
-    backbone : str or Backbone
-        Backbone registry name (``mlp``, ``cnn``, ``vit``, ``hf``), or an existing
-        backbone (e.g. taken from a checkpoint to train a new head on it).
-    head : str
-        Head registry name (``lastlayer``, ``concat``, ``scalarmix``, ``laya``).
-    data : Dataset
-        Any split of the training data; it fixes the input shape and classes.
-    seed : int
-        Seeds the initial weights.
-    """
-    from laya_eval.backbones import make_backbone
-
-    kwargs = dict(backbone_kwargs or {})
-    shape = data.input_shape
-    if isinstance(backbone, torch.nn.Module):
-        torch.manual_seed(seed)
-        hd = make_head(head, backbone.layer_dims, len(data.class_names), **(head_kwargs or {}))
-        model = LayeredModel(backbone, hd, _info_for(data))
-        model.pretrained_backbone = True  # TrainOptions(freeze_backbone=None) keeps it frozen
-        return model
-    if backbone == "mlp" and shape is not None:
-        kwargs.setdefault("in_features", int(np.prod(shape)))
-    elif backbone in ("cnn", "vit") and shape is not None:
-        if len(shape) != 3:
-            raise DataError(
-                f"the {backbone} backbone needs image inputs (channels, height, width); "
-                f"dataset '{data.name}' has samples of shape {tuple(shape)}."
-            )
-        kwargs.setdefault("in_channels", int(shape[0]))
-        if backbone == "vit":
-            kwargs.setdefault("image_size", int(shape[-1]))
-    if shape is None and backbone != "hf":
-        raise DataError(f"dataset '{data.name}' holds text; only the 'hf' backbone reads text.")
-    torch.manual_seed(seed)
-    bb = make_backbone(backbone, **kwargs)
-    hd = make_head(head, bb.layer_dims, len(data.class_names), **(head_kwargs or {}))
-    return LayeredModel(bb, hd, _info_for(data))
-
-
-def _info_for(data: Dataset) -> ModelInfo:
-    shape = data.input_shape
-    return ModelInfo(
-        num_classes=len(data.class_names),
-        class_names=tuple(data.class_names),
-        input_shape=None if shape is None else tuple(int(s) for s in shape),
-        dataset=data.name,
-        preprocessing=dict(data.preprocessing),
-    )
 
 
 def _batches(n: int, batch_size: int) -> list[slice]:
@@ -219,11 +156,9 @@ def _fit(
 ) -> TrainResult:
     """The reference loop: Adam, shuffled mini-batches, early stopping on validation accuracy.
 
-    ``train_batches(order)`` yields ``(logits, labels)`` for the consecutive ``options.batch_size``-row
-    slices of the epoch's permutation ``order`` of the training rows (computed lazily: each batch's
-    forward pass runs when it is drawn); ``val_logits(rows)`` gives the logits of a slice of the
-    validation rows; ``module``'s state is snapshotted at the best epoch and restored at the end;
-    ``frozen`` (if any) is kept in eval mode.
+    ``train_batches(order)`` yields ``(logits, labels)`` batch by batch over the epoch's permutation
+    ``order`` of the training rows; ``val_logits(slice)``: logits of validation rows; ``module``'s state at
+    the best epoch is restored at the end; ``frozen`` (if any) is kept in eval mode.
     """
     gen = torch.Generator().manual_seed(options.seed)
     optimizer = torch.optim.Adam(params, lr=options.lr)
@@ -345,17 +280,13 @@ def train_head(
     return _fit(head, list(head.parameters()), train_batches, val_logits, labels, options, on_epoch=on_epoch)
 
 
-#: Upper bound on the rows gathered at once by :func:`train_head` (a chunk of whole batches).
+#: :func:`train_head` gathers at most this many batches of cached features at once (and at most 64 MiB).
 _GATHER_BATCHES = 32
-#: Upper bound on the bytes of one gathered chunk of cached features.
-_GATHER_BYTES = 64 * 2**20
 
 
 def _gather_rows(cache: Sequence[Tensor], batch_size: int) -> int:
-    """Rows per gather: at most 32 batches and 64 MiB of features, at least one batch."""
     row_bytes = sum(h[:1].numel() * h.element_size() for h in cache)
-    batches = max(1, min(_GATHER_BATCHES, _GATHER_BYTES // max(1, row_bytes * batch_size)))
-    return batches * batch_size
+    return max(1, min(_GATHER_BATCHES, 2**26 // max(1, row_bytes * batch_size))) * batch_size
 
 
 def train(
