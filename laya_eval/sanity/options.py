@@ -18,10 +18,11 @@ LAYER_ROAR_COLUMNS = ["layer", "seed", "accuracy", "accuracy_drop"]
 ROAR_AGREEMENT_COLUMNS = ["method", "spearman", "ci_low", "ci_high"]
 SIMILARITIES = ("across_samples", "per_sample")
 #: Early-stopping patience of the heads the checks retrain (the reference protocol's otherwise: Adam, lr 3e-4,
-#: batch 128, at most 50 epochs). A fresh head on cached features is within ~0.3% of its best validation
+#: batch 128, at most 50 epochs). A fresh head on cached features is within half a point of its best validation
 #: accuracy after a few epochs; the reference protocol's patience 5 spends five more epochs per head confirming
-#: it. On both reference models patience 2 gives the same verdict for every method and check as patience 5
-#: at 0.63x the cost (benchmarks/results/sanity-*/README.md); ``TrainOptions(patience=5)`` restores it.
+#: it. On both reference models patience 2 gives the same verdict for every method and check as patience 5, at
+#: 0.64x the cost on Fashion-MNIST (benchmarks/results/sanity-*/README.md); ``TrainOptions(patience=5)``
+#: restores it.
 RETRAIN_PATIENCE = 2
 
 
