@@ -350,3 +350,31 @@ def test_sanity_cli_errors_are_one_line(digits_checkpoints, tmp_path):
     assert_one_line_error(run("sanity", tmp_path / "missing.pt"), r"missing\.pt")
     assert_one_line_error(run("sanity", digits_checkpoints["laya"], "--methods", "gi"),
                           r"--methods.*must be among \{laya, .*\}; got 'gi'")
+
+
+def test_a_frozen_backbone_is_encoded_once_across_runs_through_the_feature_cache(digits_models, digits, tmp_path):
+    """Stored by reference (as hf: and py: backbones are), the splits go through fit-head's on-disk cache:
+    the second sanity run on the same model and data never calls the backbone, and gives the same tables."""
+    from laya_eval.train import encode
+
+    model = copy.deepcopy(digits_models["concat"])
+    model.backbone.stored_by_reference = True
+    cached = encode_features(model, digits["val"], cache_dir=tmp_path)
+    for got, want in zip(cached.hidden, encode(model, digits["val"])):  # the in-memory route
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert torch.equal(cached.y, digits["val"].y)
+
+    options = SanityOptions(methods=("contribution", "random"), bootstrap=0, roar_seeds=1,
+                            train=TrainOptions(epochs=1, seed=0, batch_size=64))
+    with _Counter(model.backbone) as first:
+        a = sanity(model, digits["train"], digits["val"], digits["test"], options, cache_dir=tmp_path)
+    with _Counter(model.backbone) as second:
+        b = sanity(model, digits["train"], digits["val"], digits["test"], options, cache_dir=tmp_path)
+    assert first.calls > 0 and second.calls == 0
+    for table in ("randomisation", "data_randomisation", "layer_roar", "roar_agreement"):
+        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
+    # A backbone trained with its head is encoded in memory: nothing is written to the cache.
+    trainable = copy.deepcopy(digits_models["concat"])
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    encode_features(trainable, digits["val"], cache_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before

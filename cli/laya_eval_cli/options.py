@@ -95,6 +95,11 @@ def retrain_options(what: str, patience: int = 5):
     return decorate
 
 
+cache_dir_option = click.option(
+    "--cache-dir", default=None, type=click.Path(file_okay=False),
+    help="Feature cache of frozen pretrained backbones, shared by fit-head, prune and sanity "
+         "(default: $LAYA_EVAL_CACHE/features or ~/.cache/laya-eval/features).")
+
 bootstrap_option = click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0),
                                 help="Bootstrap resamples for the 95% intervals.")
 

@@ -165,19 +165,6 @@ def _early_exit(ctx: _Context, scores: dict[str, np.ndarray], dataset_level: set
                             ctx.latency)
 
 
-def _encode(model: LayeredModel, data: Dataset, batch_size: int, cache_dir: Any) -> Features:
-    """Pooled head inputs of ``data``; a frozen pretrained backbone (stored by reference) goes through the
-    feature cache that ``fit-head`` fills, so its splits are encoded once across commands."""
-    if getattr(model.backbone, "stored_by_reference", False):
-        from laya_eval.fit import backbone_features
-
-        device = str(next(model.parameters()).device)
-        cached = backbone_features(model.backbone, data, device=device, batch_size=max(256, batch_size),
-                                   cache_dir=cache_dir)
-        return Features(hidden=cached.hidden, y=data.y.clone())
-    return encode_features(model, data, batch_size=batch_size)
-
-
 def prune(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
           options: PruneOptions | None = None, *, on_head: Callable[[tuple[int, ...], int], None] | None = None,
           cache_dir: Any = None) -> PruneResult:
@@ -209,7 +196,7 @@ def prune(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
     for d in (train, val, test):
         model.check_fits(d)
     model.eval()
-    f = {name: _encode(model, d, options.batch_size, cache_dir) for name, d in (("train", train), ("val", val), ("test", test))}
+    f = {name: encode_features(model, d, batch_size=options.batch_size, cache_dir=cache_dir) for name, d in (("train", train), ("val", val), ("test", test))}
     names = list(options.methods) if options.methods is not None else list(METHODS)
     scores, _ = attribute_features(model, f["test"], list(dict.fromkeys([*names, _RANDOM])), seed=options.seed,
                                    batch_size=options.batch_size)

@@ -30,6 +30,7 @@ Effects are computed in float64 at the head (cheap: the head is small) and tied 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import pandas as pd
@@ -83,7 +84,7 @@ class SanityResult:
 
 
 def sanity(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
-           options: SanityOptions | None = None) -> SanityResult:
+           options: SanityOptions | None = None, *, cache_dir: str | os.PathLike | None = None) -> SanityResult:
     """All three checks; the backbone runs once per split and once per backbone step of the cascading
     randomisation (trainable backbones only); every other step is head-only. The original model's
     attributions are computed once and shared by the checks.
@@ -95,12 +96,16 @@ def sanity(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
         For retraining heads (data randomisation, layer-ROAR).
     test : Dataset
         Evaluated samples.
+    cache_dir : path, optional
+        Feature cache of a frozen pretrained backbone stored by reference, shared with ``fit-head`` and
+        ``prune`` (:func:`encode_features`).
     """
     options = options or SanityOptions()
     for d in (train, val, test):
         model.check_fits(d)
     model.eval()
-    train_f, val_f, test_f = (encode_features(model, d, batch_size=options.batch_size) for d in (train, val, test))
+    train_f, val_f, test_f = (encode_features(model, d, batch_size=options.batch_size, cache_dir=cache_dir)
+                              for d in (train, val, test))
     original = attribute_features(model, test_f, method_names(options), ablation=options.ablation,
                                   seed=options.seed, batch_size=options.batch_size)
     roar = layer_roar(model, train_f, val_f, test_f, options)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -24,14 +25,27 @@ from laya_eval.train import encode
 
 __all__ = ["Features", "attribute_features", "encode_features", "faithfulness", "head_model"]
 
-def encode_features(model: LayeredModel, data: Dataset, *, batch_size: int = 256) -> Features:
+def encode_features(model: LayeredModel, data: Dataset, *, batch_size: int = 256,
+                    cache_dir: str | os.PathLike | None = None) -> Features:
     """Run the backbone once over ``data`` (the only backbone pass of the head steps).
+
+    A frozen pretrained backbone stored by reference (``hf:``, ``py:``, a ``fit-head`` model) goes through the
+    on-disk feature cache that ``fit-head`` fills (:func:`laya_eval.fit.backbone_features`; ``cache_dir``
+    default: :func:`laya_eval.features.cache_root`), so a split that ``fit-head``, ``prune`` or an earlier
+    ``sanity`` encoded is read back instead of encoded again. Other backbones are encoded in memory.
 
     Returns
     -------
     Features
         ``hidden``: list of (N, d_i), pooled as the heads pool them; ``y``: (N,) labels.
     """
+    if getattr(model.backbone, "stored_by_reference", False):
+        from laya_eval.fit import backbone_features
+
+        device = str(next(model.parameters()).device)
+        cached = backbone_features(model.backbone, data, device=device, batch_size=max(256, batch_size),
+                                   cache_dir=cache_dir)
+        return Features(hidden=cached.hidden, y=data.y.clone())
     return Features(hidden=encode(model, data, batch_size=batch_size), y=data.y.clone())
 
 

@@ -24,13 +24,13 @@ from laya_eval.model import LayeredModel
 from laya_eval.sanity.cached import (
     Features,
     attribute_features,
-    encode_features,
     faithfulness,
     head_model,
 )
 from laya_eval.sanity.options import RANDOMISATION_COLUMNS, SanityOptions, method_names
 from laya_eval.sanity.roar import accuracy, retrained_head
 from laya_eval.sanity.similarity import Resamples, attribution_similarity
+from laya_eval.train import encode
 
 __all__ = ["backbone_is_trainable", "cascading_randomisation", "data_randomisation", "head_parameter_groups"]
 
@@ -157,7 +157,9 @@ def cascading_randomisation(model: LayeredModel, features: Features, options: Sa
     for step, index in enumerate(reversed(range(len(blocks))), len(groups) + 1):
         _reinitialise(None, "block", [blocks[index]], options.seed + step)
         done.append(f"block{index + 1}")
-        score(step, encode_features(randomised, data, batch_size=options.batch_size))
+        # Encoded in memory, never through the feature cache: the cache would key these randomised
+        # weights as the original backbone's.
+        score(step, Features(hidden=encode(randomised, data, batch_size=options.batch_size), y=data.y.clone()))
     return pd.DataFrame(rows, columns=RANDOMISATION_COLUMNS)
 
 

@@ -6,6 +6,7 @@ import click
 
 from laya_eval_cli.options import (
     HEAD_NAMES,
+    cache_dir_option,
     data_dir_option,
     device_option,
     download_option,
@@ -36,8 +37,7 @@ from laya_eval_cli.options import (
 @click.option("--seed", default=1337, show_default=True, type=int, help="Seeds the head's weights and the batches.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Checkpoint to write (.pt or .safetensors).")
 @limit_option
-@click.option("--cache-dir", default=None, type=click.Path(file_okay=False),
-              help="Feature cache folder (default: $LAYA_EVAL_CACHE/features or ~/.cache/laya-eval/features).")
+@cache_dir_option
 @data_dir_option
 @download_option
 @trust_code_option

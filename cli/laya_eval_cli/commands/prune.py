@@ -10,6 +10,7 @@ from laya_eval_cli.commands.faithfulness import ABLATIONS, METHOD_NAMES
 from laya_eval_cli.options import (
     batch_size_option,
     bootstrap_option,
+    cache_dir_option,
     choice_list,
     data_dir_option,
     device_option,
@@ -68,9 +69,7 @@ def _table(result) -> str:
                    "latency.csv, the figures and manifest.json (replaced whole).")
 @click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(["png", "svg", "pdf"]),
               help="Figure file format.")
-@click.option("--cache-dir", default=None, type=click.Path(file_okay=False),
-              help="Feature cache of frozen pretrained backbones, shared with fit-head "
-                   "(default: $LAYA_EVAL_CACHE/features or ~/.cache/laya-eval/features).")
+@cache_dir_option
 @data_dir_option
 @device_option
 @quiet_option

@@ -10,6 +10,7 @@ from laya_eval_cli.commands.faithfulness import ABLATIONS, METHOD_NAMES
 from laya_eval_cli.options import (
     batch_size_option,
     bootstrap_option,
+    cache_dir_option,
     choice_list,
     data_dir_option,
     device_option,
@@ -57,11 +58,12 @@ def _table(result) -> str:
                    "sanity.json and the figure.")
 @click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(["png", "svg", "pdf"]),
               help="Figure file format.")
+@cache_dir_option
 @data_dir_option
 @device_option
 @quiet_option
 def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, patience, lr, train_seed, limit,
-           batch_size, seed, bootstrap, out_dir, fmt, data_dir, device, quiet):
+           batch_size, seed, bootstrap, out_dir, fmt, cache_dir, data_dir, device, quiet):
     """Layer-level sanity checks of CHECKPOINT's attribution methods.
 
     Cascading randomisation of the head's parameters (classifier, scorer, adapters) and then, for a
@@ -96,7 +98,7 @@ def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, 
     if not quiet:
         click.echo(f"{checkpoint}: {model.head.name} head, {name}; encoding {sum(len(s) for s in splits)} samples "
                    f"once, then {roar_seeds * (model.n_layers + 1) + 1} head trainings", err=True)
-    result = run_sanity(model, *splits, options)
+    result = run_sanity(model, *splits, options, cache_dir=cache_dir)
     wall = time.perf_counter() - start
     meta = {"label": checkpoint, "checkpoint_sha256": file_sha256(checkpoint), "head": model.head.name,
             "dataset": name, "split": "test", "n": len(splits[2]), "ablation": ablation, "scope": "head",
