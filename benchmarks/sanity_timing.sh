@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `laya-eval sanity` against one full `laya-eval faithfulness` run of the same checkpoint, side by side,
 # in CPU time (user + sys from /usr/bin/time; the shared machine's load changes wall time, not CPU time).
-# Writes the sanity folder to $OUT (the faithfulness folder goes to a temporary folder, then is removed)
-# and prints one line per run: wall, user, sys, peak RSS. Not part of the test suite.
+# Writes the sanity result to a temporary folder and copies its files into $OUT (a benchmark folder also
+# holds its README and older runs, which a result folder, replaced whole, may not); the faithfulness
+# folder goes to a temporary folder, then is removed. Prints one line per run: wall, user, sys, peak RSS.
+# Not part of the test suite.
 #
 #   bash benchmarks/sanity_timing.sh CKPT OUT [extra sanity options...]
 #   e.g. DATA_DIR=/work/main/.cache bash benchmarks/sanity_timing.sh runs/ref/fmnist-mlp-laya-1337.pt \
@@ -20,9 +22,11 @@ DATA=()
 if [[ -n ${DATA_DIR:-} ]]; then DATA=(--data-dir "$DATA_DIR"); fi
 FORMAT="%e s wall, %U s user, %S s sys, %M KB peak RSS"
 
-FAITH=$(mktemp -d)
-trap 'rm -rf "$FAITH"' EXIT
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
 /usr/bin/time -f "faithfulness: $FORMAT" \
-  "$BIN/laya-eval" --threads 1 faithfulness "$CKPT" "${DATA[@]}" --out "$FAITH/out" --quiet > /dev/null
+  "$BIN/laya-eval" --threads 1 faithfulness "$CKPT" "${DATA[@]}" --out "$TMP/faithfulness" --quiet > /dev/null
 /usr/bin/time -f "sanity: $FORMAT" \
-  "$BIN/laya-eval" --threads 1 sanity "$CKPT" "${DATA[@]}" --out "$OUT" --quiet "$@"
+  "$BIN/laya-eval" --threads 1 sanity "$CKPT" "${DATA[@]}" --out "$TMP/sanity" --quiet "$@"
+mkdir -p "$OUT"
+cp "$TMP"/sanity/* "$OUT"/

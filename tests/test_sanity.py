@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 
 import numpy as np
@@ -328,7 +329,11 @@ def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
     assert result.output.splitlines()[0].split() == ["method", "cascading", "(all", "groups)", "shuffled", "labels",
                                                      "ROAR", "rho", "[95%", "CI]"]
     assert {p.name for p in out.iterdir()} == {"randomisation.csv", "data_randomisation.csv", "layer_roar.csv",
-                                               "roar_agreement.csv", "sanity.json", "sanity.png"}
+                                               "roar_agreement.csv", "sanity.json", "sanity.png", "manifest.json"}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["kind"] == "sanity"
+    assert manifest["files"] == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                                 for p in out.iterdir() if p.name != "manifest.json"}
     table = pd.read_csv(out / "randomisation.csv")
     assert list(table.columns) == RANDOMISATION_COLUMNS and set(table.method) == {"laya", "contribution", "random"}
     assert list(pd.read_csv(out / "layer_roar.csv").columns) == LAYER_ROAR_COLUMNS
@@ -342,6 +347,24 @@ def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
     # The CLI's retraining protocol is the library's default one: the reference protocol, patience 2.
     assert meta["train"] == {**dataclasses.asdict(SanityOptions().train), "epochs": 2}
     assert SanityOptions().train == TrainOptions(patience=2)
+
+
+def test_sanity_folder_is_replaced_whole_and_never_over_other_files(digits_checkpoints, tmp_path):
+    from tests.cli_helpers import assert_one_line_error, run
+
+    out = tmp_path / "sanity"
+    args = ("sanity", digits_checkpoints["laya"], "--methods", "contribution,random", "--epochs", 1,
+            "--roar-seeds", 1, "--bootstrap", 0, "--limit", 60, "--out", out, "--quiet")
+    assert run(*args).exit_code == 0
+    assert run(*args, "--format", "svg").exit_code == 0
+    names = {p.name for p in out.iterdir()}
+    assert "sanity.svg" in names and "sanity.png" not in names  # nothing of the first run is left
+    # A folder that is not a result is refused up front (one line, exit 2) and left as it was.
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert_one_line_error(run(*args[:-3], "--out", other, "--quiet"), "not a laya-eval result")
+    assert [p.name for p in other.iterdir()] == ["notes.txt"] and (other / "notes.txt").read_text() == "mine"
 
 
 def test_sanity_cli_errors_are_one_line(digits_checkpoints, tmp_path):

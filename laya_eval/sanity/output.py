@@ -16,15 +16,13 @@ SANITY_FILES = ("randomisation.csv", "data_randomisation.csv", "layer_roar.csv",
                 "sanity.json")
 
 
-def _write_text(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
-
-
 def write_sanity(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any], fmt: str = "png") -> list[Path]:
-    """Write :data:`SANITY_FILES` and ``sanity.<fmt>`` (similarity per step and method) into ``out_dir``.
+    """Write :data:`SANITY_FILES`, ``sanity.<fmt>`` (similarity per step and method) and ``manifest.json``
+    (the sha256 of every file) as the whole content of ``out_dir``.
+
+    The folder is written whole into a temporary folder and swapped in
+    (:func:`laya_eval.fileio.write_result_folder`): an interrupted run leaves the previous result untouched,
+    and no file of an earlier run (a figure in another format) stays beside the new ones.
 
     Parameters
     ----------
@@ -36,20 +34,19 @@ def write_sanity(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any],
     Returns
     -------
     list of Path
-        The files written, CSVs first. Each file is written to a temporary name and renamed, so an
-        interrupted run leaves no half-written file.
+        The files written, CSVs first.
     """
-    from laya_eval.figures import check_format, save_figure
+    from laya_eval.figures import check_format, figure_bytes
     from laya_eval.figures.sanity import randomisation_figure
+    from laya_eval.fileio import sha256_bytes, write_result_folder
 
     check_format(fmt)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     csv = {"index": False, "float_format": "%.8g", "lineterminator": "\n"}
     tables = (result.randomisation, result.data_randomisation, result.layer_roar, result.roar_agreement)
-    written = [_write_text(out / name, table.to_csv(**csv)) for name, table in zip(SANITY_FILES, tables)]
-    written.append(_write_text(out / "sanity.json", json.dumps(dict(meta), indent=2, sort_keys=True, default=str)
-                               + "\n"))
+    files = {name: table.to_csv(**csv).encode() for name, table in zip(SANITY_FILES, tables)}
+    files["sanity.json"] = (json.dumps(dict(meta), indent=2, sort_keys=True, default=str) + "\n").encode()
     fig = randomisation_figure(pd.concat([result.randomisation, result.data_randomisation]), meta=meta)
-    written.append(save_figure(fig, out / f"sanity.{fmt}", fmt=fmt))
-    return written
+    files[f"sanity.{fmt}"] = figure_bytes(fig, fmt)
+    manifest = {"kind": "sanity", "files": {name: sha256_bytes(data) for name, data in files.items()}}
+    files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    return write_result_folder(out_dir, files)

@@ -55,7 +55,7 @@ def _table(result) -> str:
 @bootstrap_option
 @click.option("--out", "out_dir", default="sanity-out", show_default=True, type=click.Path(file_okay=False),
               help="Folder for randomisation.csv, data_randomisation.csv, layer_roar.csv, roar_agreement.csv, "
-                   "sanity.json and the figure.")
+                   "sanity.json, the figure and manifest.json (replaced whole).")
 @click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(["png", "svg", "pdf"]),
               help="Figure file format.")
 @cache_dir_option
@@ -79,6 +79,7 @@ def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, 
     from laya_eval.checkpoint import file_sha256, load_checkpoint
     from laya_eval.data import load_dataset
     from laya_eval.errors import DataError
+    from laya_eval.fileio import check_output_folder
     from laya_eval.sanity import SanityOptions, backbone_is_trainable, write_sanity
     from laya_eval.sanity import sanity as run_sanity
     from laya_eval.train import TrainOptions, resolve_device
@@ -87,6 +88,7 @@ def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, 
     train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128)
     options = SanityOptions(methods=names, ablation=ablation, similarity=similarity, roar_seeds=roar_seeds,
                             bootstrap=bootstrap, seed=seed, batch_size=batch_size, train=train_options)
+    check_output_folder(out_dir)
     model = load_checkpoint(checkpoint, map_location=resolve_device(device))
     name = data or model.info.dataset
     if not name:
