@@ -74,6 +74,33 @@ def training_options(func):
     return func
 
 
+#: ``--data`` of the commands that evaluate a trained model: the dataset recorded in it unless named.
+recorded_data_option = click.option(
+    "--data", default=None, help="Dataset name or npz:PATH (default: the one recorded in the checkpoint).")
+#: ``--methods``: a comma-separated subset of the registered attribution methods.
+methods_option = click.option(
+    "--methods", default=None,
+    help=f"Comma-separated methods (default: all): {', '.join(catalog.method_names())}.")
+#: ``--format`` of the commands without a paper style (one figure format, png by default).
+png_format_option = click.option("--format", "fmt", default="png", show_default=True,
+                                 type=click.Choice(["png", "svg", "pdf"]), help="Figure file format.")
+
+
+def retraining_splits(model, data: str | None, data_dir, limit: int | None, *, download: bool = False) -> tuple:
+    """``(name, [train, val, test])`` for the commands that retrain heads on cached features (``sanity``,
+    ``prune``): the dataset ``--data`` names or the checkpoint records; ``--limit`` cuts the test split only."""
+    from laya_eval.data import load_dataset
+    from laya_eval.errors import DataError
+
+    name = data or model.info.dataset
+    if not name:
+        raise DataError("the checkpoint records no dataset; name one with --data (e.g. --data digits).")
+    splits = [load_dataset(name, s, data_dir=data_dir, download=download) for s in ("train", "val", "test")]
+    if limit is not None:
+        splits[2] = splits[2].subset(slice(0, limit))
+    return name, splits
+
+
 def retrain_options(what: str, patience: int = 5):
     """``--epochs``, ``--patience``, ``--lr``, ``--train-seed``: the protocol of the heads a command retrains on
     cached features (``sanity``, ``prune``); ``what`` names those heads in the help; ``patience`` is the

@@ -8,18 +8,20 @@ import click
 
 from laya_eval.catalog import ABLATIONS, method_names
 from laya_eval_cli.options import (
-    bootstrap_option,
-    download_option,
-    trust_code_option,
     batch_size_option,
+    bootstrap_option,
     choice_list,
     data_dir_option,
     device_option,
+    download_option,
     limit_option,
+    methods_option,
     progress_bar,
     quiet_option,
+    recorded_data_option,
     seed_option,
     split_option,
+    trust_code_option,
 )
 
 METHOD_NAMES = method_names()
@@ -44,9 +46,9 @@ def _table(summary) -> str:
 @click.argument("checkpoint", metavar="MODEL")
 @trust_code_option
 @download_option
-@click.option("--data", default=None, help="Dataset name or npz:PATH (default: the one recorded in the checkpoint).")
+@recorded_data_option
 @split_option
-@click.option("--methods", default=None, help=f"Comma-separated methods (default: all): {', '.join(METHOD_NAMES)}.")
+@methods_option
 @click.option("--ablation", default="gate", show_default=True,
               help="How a layer is removed: gate, gate-renorm, zero or mean (see README). Several, comma-separated, "
                    "share one pass (attributions are computed once) and write one subfolder of --out each.")

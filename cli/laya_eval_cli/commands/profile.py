@@ -9,18 +9,19 @@ import click
 from laya_eval.catalog import DISTANCE_SPECS, distance_names
 from laya_eval_cli.commands.faithfulness import METHOD_NAMES
 from laya_eval_cli.options import (
-    download_option,
-    trust_code_option,
     batch_size_option,
     data_dir_option,
     device_option,
+    download_option,
     figure_format_option,
     figure_style_option,
     limit_option,
     progress_bar,
     quiet_option,
+    recorded_data_option,
     seed_option,
     split_option,
+    trust_code_option,
 )
 
 
@@ -55,7 +56,7 @@ def _diagnosis_line(diag) -> str:
 @click.argument("checkpoint", metavar="MODEL")
 @trust_code_option
 @download_option
-@click.option("--data", default=None, help="Dataset name or npz:PATH (default: the one recorded in the checkpoint).")
+@recorded_data_option
 @split_option
 @click.option("--method", default="laya", show_default=True,
               help=f"Whose layer scores to profile: {', '.join(METHOD_NAMES)}.")

@@ -16,9 +16,13 @@ from laya_eval_cli.options import (
     device_option,
     download_option,
     limit_option,
+    methods_option,
+    png_format_option,
     progress_bar,
     quiet_option,
+    recorded_data_option,
     retrain_options,
+    retraining_splits,
     seed_option,
     trust_code_option,
 )
@@ -44,8 +48,8 @@ def _table(result) -> str:
 @click.argument("checkpoint", metavar="MODEL")
 @trust_code_option
 @download_option
-@click.option("--data", default=None, help="Dataset name or npz:PATH (default: the one recorded in the checkpoint).")
-@click.option("--methods", default=None, help=f"Comma-separated methods (default: all): {', '.join(METHOD_NAMES)}.")
+@recorded_data_option
+@methods_option
 @click.option("--ablation", "ablations", default=",".join(ABLATIONS), show_default=True,
               help="Comma-separated removals for the no-retraining accuracy (head scope).")
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=0),
@@ -67,8 +71,7 @@ def _table(result) -> str:
 @click.option("--out", "out_dir", default="prune-out", show_default=True, type=click.Path(file_okay=False),
               help="Folder for pruning.csv, pruning_summary.csv, pruning_comparisons.csv, early_exit.csv, "
                    "latency.csv, the figures and manifest.json (replaced whole).")
-@click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(["png", "svg", "pdf"]),
-              help="Figure file format.")
+@png_format_option
 @cache_dir_option
 @data_dir_option
 @device_option
@@ -87,8 +90,6 @@ def prune(checkpoint, trust_code, download, data, methods, ablations, seeds, ran
     """
     import dataclasses
 
-    from laya_eval.data import load_dataset
-    from laya_eval.errors import DataError
     from laya_eval.fileio import check_output_folder
     from laya_eval.prune import PruneOptions, write_prune
     from laya_eval.prune import prune as run_prune
@@ -105,12 +106,7 @@ def prune(checkpoint, trust_code, download, data, methods, ablations, seeds, ran
     check_output_folder(out_dir)
     loaded = load_model(checkpoint, trust_code=trust_code, download=download, map_location=resolve_device(device))
     model = loaded.model
-    name = data or model.info.dataset
-    if not name:
-        raise DataError("the checkpoint records no dataset; name one with --data (e.g. --data digits).")
-    splits = [load_dataset(name, s, data_dir=data_dir, download=download) for s in ("train", "val", "test")]
-    if limit is not None:
-        splits[2] = splits[2].subset(slice(0, limit))
+    name, splits = retraining_splits(model, data, data_dir, limit, download=download)
     start = time.perf_counter()
     if not quiet:
         click.echo(f"{checkpoint}: {model.head.name} head, {name}, L = {model.n_layers}; encoding "

@@ -15,8 +15,12 @@ from laya_eval_cli.options import (
     data_dir_option,
     device_option,
     limit_option,
+    methods_option,
+    png_format_option,
     quiet_option,
+    recorded_data_option,
     retrain_options,
+    retraining_splits,
     seed_option,
 )
 
@@ -37,8 +41,8 @@ def _table(result) -> str:
 
 @click.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False))
-@click.option("--data", default=None, help="Dataset name or npz:PATH (default: the one recorded in the checkpoint).")
-@click.option("--methods", default=None, help=f"Comma-separated methods (default: all): {', '.join(METHOD_NAMES)}.")
+@recorded_data_option
+@methods_option
 @click.option("--ablation", default="gate", show_default=True, type=click.Choice(ABLATIONS),
               help="How a layer is removed for the faithfulness column (head scope).")
 @click.option("--similarity", default="across_samples", show_default=True,
@@ -56,8 +60,7 @@ def _table(result) -> str:
 @click.option("--out", "out_dir", default="sanity-out", show_default=True, type=click.Path(file_okay=False),
               help="Folder for randomisation.csv, data_randomisation.csv, layer_roar.csv, roar_agreement.csv, "
                    "sanity.json, the figure and manifest.json (replaced whole).")
-@click.option("--format", "fmt", default="png", show_default=True, type=click.Choice(["png", "svg", "pdf"]),
-              help="Figure file format.")
+@png_format_option
 @cache_dir_option
 @data_dir_option
 @device_option
@@ -77,8 +80,6 @@ def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, 
     import dataclasses
 
     from laya_eval.checkpoint import file_sha256, load_checkpoint
-    from laya_eval.data import load_dataset
-    from laya_eval.errors import DataError
     from laya_eval.fileio import check_output_folder
     from laya_eval.sanity import SanityOptions, backbone_is_trainable, write_sanity
     from laya_eval.sanity import sanity as run_sanity
@@ -90,12 +91,7 @@ def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, 
                             bootstrap=bootstrap, seed=seed, batch_size=batch_size, train=train_options)
     check_output_folder(out_dir)
     model = load_checkpoint(checkpoint, map_location=resolve_device(device))
-    name = data or model.info.dataset
-    if not name:
-        raise DataError("the checkpoint records no dataset; name one with --data (e.g. --data digits).")
-    splits = [load_dataset(name, s, data_dir=data_dir) for s in ("train", "val", "test")]
-    if limit is not None:
-        splits[2] = splits[2].subset(slice(0, limit))
+    name, splits = retraining_splits(model, data, data_dir, limit)
     start = time.perf_counter()
     if not quiet:
         click.echo(f"{checkpoint}: {model.head.name} head, {name}; encoding {sum(len(s) for s in splits)} samples "
