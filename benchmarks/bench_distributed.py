@@ -35,8 +35,8 @@ def worker(ckpt: str, limit: int, out: str, report: str) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from laya_eval.distributed import world_from_environment
-    from laya_eval.evaluate import EvalOptions, evaluate_to_folder
+    from laya_eval.engine.distributed import world_from_environment
+    from laya_eval.engine.evaluation import EvalOptions, evaluate_to_folder
 
     world = world_from_environment("cpu")
     start = time.perf_counter()
@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/distributed")
     args = parser.parse_args()
-    from laya_eval.fileio import atomic_write_text, provenance
+    from laya_eval.output.files import atomic_write_text, provenance
 
     rows = []
     for case in args.case:

@@ -65,11 +65,11 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     from laya_eval import backbone_features, train_head
-    from laya_eval.backbones import HFBackbone
+    from laya_eval.models.backbones import HFBackbone
     from laya_eval.data import load_dataset
-    from laya_eval.heads import make_head
-    from laya_eval.model import LayeredModel
-    from laya_eval.train import TrainOptions, _batches
+    from laya_eval.models.heads import make_head
+    from laya_eval.models.layered import LayeredModel
+    from laya_eval.training.trainer import TrainOptions, _batches
 
     train = load_dataset("rotten-tomatoes", "train").subset(slice(0, args.n))
     val = load_dataset("rotten-tomatoes", "val").subset(slice(0, max(args.n // 8, 64)))

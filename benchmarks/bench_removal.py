@@ -57,12 +57,12 @@ from bench_speed import FMNIST_CKPT, _md_table, _random_images, machine  # noqa:
 from lolo_routes import batches  # noqa: E402
 
 from laya_eval.data import load_dataset  # noqa: E402
-from laya_eval.fileio import atomic_write_text  # noqa: E402
-from laya_eval.head_removal import check_removal_inputs, recompute_removal_logits  # noqa: E402
-from laya_eval.heads import pool_hidden  # noqa: E402
-from laya_eval.perturb import leave_one_out_masks, removal_effects  # noqa: E402
-from laya_eval.trace import trace  # noqa: E402
-from laya_eval.train import build_model  # noqa: E402
+from laya_eval.output.files import atomic_write_text  # noqa: E402
+from laya_eval.models.removal import check_removal_inputs, recompute_removal_logits  # noqa: E402
+from laya_eval.models.heads import pool_hidden  # noqa: E402
+from laya_eval.engine.removals import leave_one_out_masks, removal_effects  # noqa: E402
+from laya_eval.models.trace import trace  # noqa: E402
+from laya_eval.training.trainer import build_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 256
@@ -87,7 +87,7 @@ def load_case(name: str, n: int, text_dir: Path):
     if name == "a_fmnist_mlp":
         data = load_dataset("fashion-mnist", "test").subset(slice(0, n))
         if FMNIST_CKPT.exists():
-            from laya_eval.checkpoint import load_checkpoint
+            from laya_eval.loading.checkpoints import load_checkpoint
 
             return load_checkpoint(FMNIST_CKPT).eval(), data.x, f"trained checkpoint {FMNIST_CKPT.name}"
         model = build_model("mlp", "laya", data, seed=0)

@@ -24,7 +24,7 @@ c. CIFAR-style CNN + LAYA (L = 4), random 32x32 inputs.
 Routes (all batched routes use laya-eval's default batch size, 256):
 
 plain            ``model(x)`` under ``no_grad``: the floor.
-eval_full        ``laya_eval.evaluate`` with every method, gate ablation, head scope, bootstrap 1000 (the defaults).
+eval_full        ``laya_eval.engine.evaluation`` with every method, gate ablation, head scope, bootstrap 1000 (the defaults).
 eval_no_ig       the same without ``ig``.
 lolo_laya_eval   ``trace`` + ``removal_effects(..., leave_one_out_masks(L), ablation="gate")``.
 lolo_rerun       one full forward of backbone and head per removed layer (+1 intact), batched over inputs.
@@ -73,14 +73,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lolo_routes import batches, per_sample_effects, rerun_effects  # noqa: E402
 
-from laya_eval.attribution import METHODS, MethodContext  # noqa: E402
+from laya_eval.engine.methods import METHODS, MethodContext  # noqa: E402
 from laya_eval.data import Dataset, load_dataset  # noqa: E402
 from laya_eval.errors import LayaEvalError  # noqa: E402
-from laya_eval.evaluate import EvalOptions, evaluate  # noqa: E402
-from laya_eval.fileio import atomic_write_text  # noqa: E402
-from laya_eval.perturb import leave_one_out_masks, removal_effects  # noqa: E402
-from laya_eval.trace import trace  # noqa: E402
-from laya_eval.train import build_model  # noqa: E402
+from laya_eval.engine.evaluation import EvalOptions, evaluate  # noqa: E402
+from laya_eval.output.files import atomic_write_text  # noqa: E402
+from laya_eval.engine.removals import leave_one_out_masks, removal_effects  # noqa: E402
+from laya_eval.models.trace import trace  # noqa: E402
+from laya_eval.training.trainer import build_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FMNIST_CKPT = ROOT / "runs" / "fmnist-laya-1337.pt"
@@ -169,7 +169,7 @@ def load_case(name: str, mode: str, device: torch.device, download: bool = False
     if name == "a_fmnist_mlp":
         data = load_dataset("fashion-mnist", "test", download=download).subset(slice(0, n))
         if FMNIST_CKPT.exists():
-            from laya_eval.checkpoint import load_checkpoint
+            from laya_eval.loading.checkpoints import load_checkpoint
 
             model, source = load_checkpoint(FMNIST_CKPT), f"trained checkpoint {FMNIST_CKPT.relative_to(ROOT)}"
         else:
@@ -483,7 +483,7 @@ def write_report(out: Path, rows, mem, agreement, env, mode, command, sources, l
         "",
         *[f"- {CASE_TITLES[c]}: {source}" for c, source in sources.items()],
         "",
-        "Routes: `plain` = `model(x)` under no_grad (the floor); `eval_full` = `laya_eval.evaluate(model, data, "
+        "Routes: `plain` = `model(x)` under no_grad (the floor); `eval_full` = `laya_eval.engine.evaluation(model, data, "
         f"options=EvalOptions(bootstrap={BOOTSTRAP}))`, i.e. every method, gate ablation, head scope, with the "
         "default 1000-resample bootstrap intervals included; `eval_no_ig` = the same without `ig`; "
         "`lolo_laya_eval` = `trace` + `removal_effects(..., leave_one_out_masks(L), ablation=\"gate\")`; "

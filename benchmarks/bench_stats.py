@@ -21,7 +21,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 import pandas as pd
 
-from laya_eval.metrics import spearman_per_sample
+from laya_eval.stats.metrics import spearman_per_sample
 from laya_eval.stats import compare_methods, faithfulness_p_value, tie_effects
 
 N = 10_000

@@ -14,8 +14,8 @@ import sys
 
 import pandas as pd
 
-from laya_eval.diagnosis import bootstrap_auc
-from laya_eval.fileio import verify_result_folder
+from laya_eval.profiling.diagnosis import bootstrap_auc
+from laya_eval.output.files import verify_result_folder
 
 
 def main(faith_dir: str, profile_dir: str) -> str:

@@ -33,10 +33,10 @@ class Reduce:
 def _base(folder: Path):
     import torch
 
-    from laya_eval.backbones import make_backbone
-    from laya_eval.checkpoint import save_checkpoint
-    from laya_eval.heads import make_head
-    from laya_eval.model import LayeredModel, ModelInfo
+    from laya_eval.models.backbones import make_backbone
+    from laya_eval.loading.checkpoints import save_checkpoint
+    from laya_eval.models.heads import make_head
+    from laya_eval.models.layered import LayeredModel, ModelInfo
 
     torch.manual_seed(0)
     backbone = make_backbone("mlp", in_features=64, widths=[8, 4])
@@ -397,7 +397,7 @@ def build_corpus(folder: Path, marker: Path) -> list[tuple[str, str, bytes]]:
     """``(name, category, bytes)`` of every corpus file (``.pt`` unless the name says otherwise)."""
     import torch
 
-    from laya_eval.checkpoint_schema import state_dict_sha256
+    from laya_eval.output.files import state_dict_sha256
 
     payload, pt_bytes, st_bytes = _base(folder)
 

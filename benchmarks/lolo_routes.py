@@ -2,7 +2,7 @@
 
 Two comparator routes, written only against the public model API
 (``model.hidden_states(x)`` and ``model.head(hidden, keep, renormalize)``) and
-independently of :mod:`laya_eval.perturb`, so that they serve both as speed
+independently of :mod:`laya_eval.engine.removals`, so that they serve both as speed
 baselines (``benchmarks/bench_speed.py``) and as oracles
 (``tests/test_lolo_routes.py``):
 

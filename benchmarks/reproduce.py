@@ -47,14 +47,14 @@ from reproduce_features import (  # noqa: E402
 )
 from reproduce_outputs import FAITH_COLUMNS, Recorder, machine  # noqa: E402
 
-from laya_eval.backbones import make_backbone  # noqa: E402
-from laya_eval.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint  # noqa: E402
+from laya_eval.models.backbones import make_backbone  # noqa: E402
+from laya_eval.loading.checkpoints import load_checkpoint, read_checkpoint, save_checkpoint  # noqa: E402
 from laya_eval.data import Dataset, load_dataset  # noqa: E402
 from laya_eval.errors import ConfigError, DataError, LayaEvalError  # noqa: E402
-from laya_eval.evaluate import EvalOptions, evaluate_ablations  # noqa: E402
-from laya_eval.heads import make_head  # noqa: E402
-from laya_eval.model import LayeredModel  # noqa: E402
-from laya_eval.train import TrainOptions, TrainResult, build_model, classification_metrics, predict, train  # noqa: E402
+from laya_eval.engine.evaluation import EvalOptions, evaluate_ablations  # noqa: E402
+from laya_eval.models.heads import make_head  # noqa: E402
+from laya_eval.models.layered import LayeredModel  # noqa: E402
+from laya_eval.training.trainer import TrainOptions, TrainResult, build_model, classification_metrics, predict, train  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 HEADS = ("lastlayer", "concat", "scalarmix", "laya")

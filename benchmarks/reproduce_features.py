@@ -22,13 +22,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from laya_eval.backbones import Backbone
+from laya_eval.models.backbones import Backbone
 from laya_eval.data import Dataset
 from laya_eval.errors import ConfigError
-from laya_eval.evaluate import EvalOptions, evaluate
-from laya_eval.heads import LayerHead
-from laya_eval.model import LayeredModel, ModelInfo
-from laya_eval.train import encode
+from laya_eval.engine.evaluation import EvalOptions, evaluate
+from laya_eval.models.heads import LayerHead
+from laya_eval.models.layered import LayeredModel, ModelInfo
+from laya_eval.training.trainer import encode
 
 __all__ = [
     "FeaturesBackbone",

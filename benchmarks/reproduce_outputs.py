@@ -93,7 +93,7 @@ class Recorder:
 
 def _write_text(path: Path, text: str) -> None:
     """Write under a temporary name, then rename: an interrupted run never leaves a half file."""
-    from laya_eval.fileio import atomic_write_text
+    from laya_eval.output.files import atomic_write_text
 
     atomic_write_text(path, text)
 

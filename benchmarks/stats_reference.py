@@ -2,7 +2,7 @@
 
 Reads a ``laya-eval faithfulness`` folder (float32 effects, as the engine writes them today) and its
 checkpoint, recomputes the leave-one-layer-out effects in float64 at the head
-(:func:`laya_eval.sanity.attribute_features`), ties them (:func:`laya_eval.stats.tie_effects`, default
+(:func:`laya_eval.sanity_checks.attribute_features`), ties them (:func:`laya_eval.stats.tie_effects`, default
 rtol) and reports, per method, which numbers move and by how much; then the faithfulness p-value, the
 paired comparisons (``comparisons.csv`` format) and the collapsed-head check. Run::
 
@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from laya_eval.checkpoint import load_checkpoint
+from laya_eval.loading.checkpoints import load_checkpoint
 from laya_eval.data import load_dataset
-from laya_eval.metrics import spearman_per_sample
-from laya_eval.sanity import attribute_features, encode_features
+from laya_eval.stats.metrics import spearman_per_sample
+from laya_eval.sanity_checks import attribute_features, encode_features
 from laya_eval.stats import (
     DEFAULT_RTOL,
     compare_methods,

@@ -1,89 +1,125 @@
 """laya-eval: how faithful are layer attributions?
 
-Load a checkpoint whose head aggregates every hidden layer (LAYA, ScalarMix,
-Concat, LastLayer), compute layer attributions, measure leave-one-layer-out
-effects and score the attributions.
+Load a model whose head aggregates every hidden layer (LAYA, ScalarMix, Concat, LastLayer),
+compute layer attributions, measure leave-one-layer-out effects and score the attributions.
 
-The public names below are imported lazily (PEP 562), so ``import laya_eval``
-and the CLI's ``--help`` do not pay for importing torch. Submodules load on first
-access too; no exported name equals a submodule's name, so ``laya_eval.trace`` and
-``laya_eval.evaluate`` are always the modules, whatever was imported before.
+The verbs are functions at the top level; the code lives in rooms named by role (see
+``docs/architecture.md``), lowest first::
+
+    errors, version, catalog, checks     facts and exceptions, no torch
+    output, stats, data                  atomic files and tables; statistics; datasets
+    models                               layered model, heads, removal fast paths, trace, backbones
+    loading                              model specs, checkpoints and their schema, probe, feature cache
+    engine                               plan -> collect -> merge -> summarize; methods, removals
+    training                             the reference protocol, fit-head
+    figures, profiling, sanity_checks, pruning, reporting, sweeps
+
+A room imports only rooms listed before it (``tests/test_layout.py`` checks every import).
+The names below are imported lazily (PEP 562), so ``import laya_eval`` and the CLI's ``--help``
+do not pay for importing torch.
 
 Examples
 --------
->>> import laya_eval                                            # doctest: +SKIP
->>> result = laya_eval.evaluate.evaluate("ckpt.pt")             # doctest: +SKIP
->>> result.summary[["method", "faithfulness", "deletion_at_1"]]  # doctest: +SKIP
+>>> import laya_eval                                                   # doctest: +SKIP
+>>> result = laya_eval.evaluate("ckpt.pt", "digits")                   # doctest: +SKIP
+>>> result.summary[["method", "faithfulness", "deletion_at_1"]]        # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import warnings
 from typing import Any
 
-__version__ = "0.1.0"
+from laya_eval.version import __version__
 
-_EXPORTS = {
+#: The verbs: one library function per command.
+VERBS = {
+    "evaluate": "laya_eval.engine.evaluation:evaluate",
+    "evaluate_to_folder": "laya_eval.engine.evaluation:evaluate_to_folder",
+    "fit_head": "laya_eval.training.head_fit:fit_head",
+    "train": "laya_eval.training.head_fit:train_model",
+    "profile": "laya_eval.profiling.profiles:layer_profile",
+    "sanity": "laya_eval.sanity_checks:sanity",
+    "prune": "laya_eval.pruning.run:prune",
+    "report": "laya_eval.reporting.write:report",
+    "load_model": "laya_eval.loading.specs:load_model",
+    "save_checkpoint": "laya_eval.loading.checkpoints:save_checkpoint",
+}
+
+_NAMES = {
     "CheckpointError": "laya_eval.errors",
     "ConfigError": "laya_eval.errors",
     "DataError": "laya_eval.errors",
     "LayaEvalError": "laya_eval.errors",
     "ResultsError": "laya_eval.errors",
     "TrainingError": "laya_eval.errors",
-    "HEADS": "laya_eval.heads",
-    "ConcatHead": "laya_eval.heads",
-    "LastLayerHead": "laya_eval.heads",
-    "LayaHead": "laya_eval.heads",
-    "ScalarMixHead": "laya_eval.heads",
-    "make_head": "laya_eval.heads",
-    "make_backbone": "laya_eval.backbones",
-    "ModuleBackbone": "laya_eval.backbones",
-    "HFBackbone": "laya_eval.backbones",
-    "LoadedModel": "laya_eval.specs",
-    "load_model": "laya_eval.specs",
-    "load_backbone": "laya_eval.specs",
-    "FitResult": "laya_eval.fit",
-    "fit_head": "laya_eval.fit",
-    "backbone_features": "laya_eval.fit",
-    "Features": "laya_eval.features",
-    "TrainOptions": "laya_eval.train",
-    "TrainResult": "laya_eval.train",
-    "build_model": "laya_eval.train",
-    "train_head": "laya_eval.train",
-    "as_layer_head": "laya_eval.head_import",
-    "import_head_state_dict": "laya_eval.head_import",
-    "from_weighted_layer_sum": "laya_eval.weighted_layer_sum",
-    "LayeredModel": "laya_eval.model",
-    "ModelInfo": "laya_eval.model",
-    "load_checkpoint": "laya_eval.checkpoint",
-    "read_checkpoint": "laya_eval.checkpoint",
-    "save_checkpoint": "laya_eval.checkpoint",
+    "HEADS": "laya_eval.models.heads",
+    "ConcatHead": "laya_eval.models.heads",
+    "LastLayerHead": "laya_eval.models.heads",
+    "LayaHead": "laya_eval.models.heads",
+    "ScalarMixHead": "laya_eval.models.heads",
+    "make_head": "laya_eval.models.heads",
+    "make_backbone": "laya_eval.models.backbones",
+    "ModuleBackbone": "laya_eval.models.backbones",
+    "HFBackbone": "laya_eval.models.backbones",
+    "LoadedModel": "laya_eval.loading.specs",
+    "load_backbone": "laya_eval.loading.specs",
+    "FitResult": "laya_eval.training.head_fit",
+    "backbone_features": "laya_eval.training.head_fit",
+    "Features": "laya_eval.loading.feature_cache",
+    "TrainOptions": "laya_eval.training.trainer",
+    "TrainResult": "laya_eval.training.trainer",
+    "build_model": "laya_eval.training.build",
+    "train_head": "laya_eval.training.trainer",
+    "as_layer_head": "laya_eval.models.head_import",
+    "import_head_state_dict": "laya_eval.models.head_import",
+    "from_weighted_layer_sum": "laya_eval.models.weighted_layer_sum",
+    "LayeredModel": "laya_eval.models.layered",
+    "ModelInfo": "laya_eval.models.layered",
     "load_dataset": "laya_eval.data",
-    "Trace": "laya_eval.trace",
-    "METHODS": "laya_eval.attribution",
-    "METRICS": "laya_eval.metrics",
-    "EvalOptions": "laya_eval.evaluate",
-    "EvaluationResult": "laya_eval.evaluate",
-    "evaluate_ablations": "laya_eval.evaluate",
-    "write_results": "laya_eval.evaluate",
-    "layer_profile": "laya_eval.profile",
-    "write_profile": "laya_eval.profile",
-    "load_runs": "laya_eval.report",
-    "write_report": "laya_eval.report",
+    "Trace": "laya_eval.models.trace",
+    "METHODS": "laya_eval.engine.methods",
+    "METRICS": "laya_eval.stats.metrics",
+    "EvalOptions": "laya_eval.engine.plan",
+    "EvaluationResult": "laya_eval.engine.results",
+    "evaluate_ablations": "laya_eval.engine.evaluation",
+    "write_results": "laya_eval.engine.results",
+    "write_profile": "laya_eval.profiling.profiles",
+    "SanityOptions": "laya_eval.sanity_checks.options",
+    "PruneOptions": "laya_eval.pruning.options",
+    "load_runs": "laya_eval.reporting.runs",
+    "write_report": "laya_eval.reporting.write",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+#: Old top-level names kept for a while: each warns and names its replacement.
+_DEPRECATED = {
+    "load_checkpoint": ("laya_eval.loading.checkpoints", "load_checkpoint",
+                        "laya_eval.load_checkpoint(path) is deprecated; use laya_eval.load_model(path).model"),
+    "read_checkpoint": ("laya_eval.loading.checkpoints", "read_checkpoint",
+                        "laya_eval.read_checkpoint(path) is deprecated; use laya_eval.load_model(path) "
+                        "(or `laya-eval info PATH` to inspect a file without building the model)"),
+    "layer_profile": ("laya_eval.profiling.profiles", "layer_profile",
+                      "laya_eval.layer_profile is deprecated; use laya_eval.profile"),
+}
+
+__all__ = sorted([*VERBS, *_NAMES, "VERBS", "__version__"])
 
 
 def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        return importlib.import_module(f"{__name__}.{name}")  # the import binds it as an attribute
-    raise AttributeError(f"module 'laya_eval' has no attribute {name!r}")
+    if name in VERBS:
+        module, _, attr = VERBS[name].partition(":")
+        value = getattr(importlib.import_module(module), attr)
+    elif name in _NAMES:
+        value = getattr(importlib.import_module(_NAMES[name]), name)
+    elif name in _DEPRECATED:
+        module, attr, message = _DEPRECATED[name]
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(module), attr)  # not cached: every use warns
+    else:
+        raise AttributeError(f"module 'laya_eval' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

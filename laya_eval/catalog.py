@@ -3,10 +3,10 @@
 This module is the one owner of those facts and imports nothing heavy (no torch), so
 the CLI's ``--help`` and choices, the figures and the report read it without paying
 for torch. The implementations bind functions to these entries:
-:data:`laya_eval.attribution.METHODS` and :data:`laya_eval.perturb.ABLATION_REGISTRY`
+:data:`laya_eval.engine.methods.METHODS` and :data:`laya_eval.engine.removals.ABLATION_REGISTRY`
 check at import that they implement exactly the names listed here.
 
-What an entry *needs* is how the engine (``laya_eval/evaluate.py``) knows what to
+What an entry *needs* is how the engine (``laya_eval/engine/evaluation.py``) knows what to
 provide without naming any method or ablation:
 
 ``"gradients"``
@@ -15,8 +15,10 @@ provide without naming any method or ablation:
 ``"tensor_inputs"``
     At network scope the raw inputs must be a tensor (not text).
 ``"stat:<name>"``
-    A dataset statistic from :data:`laya_eval.dataset_stats.STATISTICS`, computed in a
+    A dataset statistic from :data:`laya_eval.engine.dataset_stats.STATISTICS`, computed in a
     pass over the whole evaluated set (all processes together) before the main pass.
+
+May import: nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
     "MethodSpec",
     "ablation_names",
     "distance_names",
+    "in_registry_order",
     "method_names",
 ]
 
@@ -173,7 +176,7 @@ DISTANCE_SPECS: dict[str, DistanceSpec] = {
     )
 }
 
-# Heads and trainable backbones by registry name (laya_eval.heads.HEADS and laya_eval.backbones.BACKBONES check
+# Heads and trainable backbones by registry name (laya_eval.models.heads.HEADS and laya_eval.models.backbones.BACKBONES check
 # at import that they implement these; 'modules' wraps a Python object and is not a CLI choice).
 HEAD_NAMES = ("lastlayer", "concat", "scalarmix", "laya")
 BACKBONE_NAMES = ("mlp", "cnn", "vit", "hf")
@@ -182,6 +185,12 @@ BACKBONE_NAMES = ("mlp", "cnn", "vit", "hf")
 def method_names() -> list[str]:
     """Registered method names, in registry order."""
     return list(METHOD_SPECS)
+
+
+def in_registry_order(methods) -> list[str]:
+    """The distinct names of ``methods``: registered ones in registry order, then the others as first seen."""
+    present = list(dict.fromkeys(methods))
+    return [m for m in METHOD_SPECS if m in present] + [m for m in present if m not in METHOD_SPECS]
 
 
 def ablation_names() -> list[str]:

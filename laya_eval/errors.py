@@ -2,6 +2,8 @@
 
 Every error meant for a user derives from :class:`LayaEvalError`; the CLI turns
 it into one line ``Error: <message>`` and exit code 2.
+
+May import: nothing.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch
 
-from laya_eval.checkpoint import save_checkpoint
+from laya_eval.loading.checkpoints import save_checkpoint
 from laya_eval.data import load_dataset
-from laya_eval.train import TrainOptions, build_model, train
+from laya_eval.training.trainer import TrainOptions, build_model, train
 
 HEAD_NAMES = ("lastlayer", "concat", "scalarmix", "laya")
 

@@ -42,9 +42,9 @@ class PlantedPayload:
 
 # --------------------------------------------------------------------------- seed files
 def _tiny_model(in_features: int, input_shape: tuple[int, ...], dataset: str, head: str = "laya"):
-    from laya_eval.backbones import make_backbone
-    from laya_eval.heads import make_head
-    from laya_eval.model import LayeredModel, ModelInfo
+    from laya_eval.models.backbones import make_backbone
+    from laya_eval.models.heads import make_head
+    from laya_eval.models.layered import LayeredModel, ModelInfo
 
     torch.manual_seed(0)
     backbone = make_backbone("mlp", in_features=in_features, widths=[8, 4])
@@ -55,7 +55,7 @@ def _tiny_model(in_features: int, input_shape: tuple[int, ...], dataset: str, he
 
 
 def _checkpoint_bytes(model, suffix: str, folder: Path) -> bytes:
-    from laya_eval.checkpoint import save_checkpoint
+    from laya_eval.loading.checkpoints import save_checkpoint
 
     return save_checkpoint(model, folder / f"seed{suffix}").read_bytes()
 
@@ -97,7 +97,7 @@ def make_seeds(folder: Path) -> Seeds:
     models = {"digits": folder / "seed.pt"}
     for name, size, shape, dataset in (("fmnist", 784, (1, 28, 28), "fashion-mnist"),
                                        ("cifar", 3072, (3, 32, 32), "cifar10")):
-        from laya_eval.checkpoint import save_checkpoint
+        from laya_eval.loading.checkpoints import save_checkpoint
 
         models[name] = save_checkpoint(_tiny_model(size, shape, dataset, head="concat"), folder / f"{name}.pt")
     return Seeds(files, models, extra)

@@ -8,11 +8,11 @@ import torch
 from captum.attr import LayerGradCam, LayerGradientXActivation
 from torch import nn
 
-from laya_eval.attribution import METHODS, MethodContext, applicable, ig_completeness_delta, resolve_methods
+from laya_eval.engine.methods import METHODS, MethodContext, applicable, ig_completeness_delta, resolve_methods
 from laya_eval.errors import ConfigError
-from laya_eval.heads import make_head
-from laya_eval.model import LayeredModel
-from laya_eval.trace import trace, trace_from_hidden
+from laya_eval.models.heads import make_head
+from laya_eval.models.layered import LayeredModel
+from laya_eval.models.trace import trace, trace_from_hidden
 
 
 class _HeadAsNetwork(nn.Module):
@@ -116,7 +116,7 @@ def test_network_scope_grad_x_act_sees_later_layers(digits_models, digits):
 
 def _context_for(m, tr, model):
     """What the engine provides: the dataset statistics the method declares in its catalog entry."""
-    from laya_eval.dataset_stats import batch_statistics
+    from laya_eval.engine.dataset_stats import batch_statistics
 
     stats = tuple(n.split(":", 1)[1] for n in m.needs if n.startswith("stat:"))
     return MethodContext(statistics=batch_statistics(stats, tr, model, "head").means() if stats else {})
@@ -159,7 +159,7 @@ def test_random_is_drawn_per_sample_whatever_the_batching(digits_models, digits)
 def test_random_scores_are_uniform_and_independent_across_layers():
     from scipy import stats as st
 
-    from laya_eval.seeding import per_sample_uniform
+    from laya_eval.engine.seeding import per_sample_uniform
 
     u = per_sample_uniform(3, torch.arange(20000), 4).numpy()
     assert ((u >= 0) & (u < 1)).all()

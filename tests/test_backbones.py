@@ -1,4 +1,4 @@
-"""Tests for laya_eval.backbones.
+"""Tests for laya_eval.models.backbones.
 
 Oracles are independent of the code under test: hand-written forward passes with
 ``torch.nn.functional`` calls on the modules' own weights, and for the Hugging Face
@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from laya_eval.backbones import (
+from laya_eval.models.backbones import (
     BACKBONES,
     Backbone,
     CNNBackbone,

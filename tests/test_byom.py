@@ -15,12 +15,12 @@ import pytest
 import torch
 from torch import nn
 
-from laya_eval.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+from laya_eval.loading.checkpoints import load_checkpoint, read_checkpoint, save_checkpoint
 from laya_eval.data import Dataset, load_dataset
 from laya_eval.errors import CheckpointError, ConfigError
-from laya_eval.fit import fit_head
-from laya_eval.specs import load_backbone, load_model, parse_spec
-from laya_eval.train import TrainOptions
+from laya_eval.training.head_fit import fit_head
+from laya_eval.loading.specs import load_backbone, load_model, parse_spec
+from laya_eval.training.trainer import TrainOptions
 from tests import byom_models
 from tests.cli_helpers import assert_one_line_error, run
 
@@ -227,7 +227,7 @@ DIST_INFO = "Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n"
 
 @needs_transformers
 def test_hf_package_is_located_without_importing_it(tmp_path, monkeypatch):
-    from laya_eval.backbones import HFBackbone
+    from laya_eval.models.backbones import HFBackbone
 
     site = tmp_path / "site"
     marker = tmp_path / "imported.txt"
@@ -250,7 +250,7 @@ def test_hf_package_is_located_without_importing_it(tmp_path, monkeypatch):
 def test_hf_refuses_remote_code(tmp_path):
     import json
 
-    from laya_eval.backbones import HFBackbone
+    from laya_eval.models.backbones import HFBackbone
 
     _tiny_vit(tmp_path / "vit")
     config = json.loads((tmp_path / "vit" / "config.json").read_text())
@@ -287,7 +287,7 @@ def test_hf_text_fit_head_on_minilm_round_trips(tmp_path):
 def test_own_laya_weights_give_the_own_code_logits(digits_splits):
     torch.manual_seed(3)
     theirs = byom_models.MyLayerAttention([8, 12, 16], 10).eval()
-    from laya_eval.head_import import import_head_state_dict
+    from laya_eval.models.head_import import import_head_state_dict
 
     head = import_head_state_dict("laya", theirs.state_dict(), [8, 12, 16], 10, d_star=16, scorer_hidden=24, tau=1.5)
     hidden = [torch.randn(7, d) for d in (8, 12, 16)]
@@ -312,7 +312,7 @@ class _ProtocolUserHead(nn.Module):
 
 
 def test_head_protocol_wrapping():
-    from laya_eval.head_import import as_layer_head
+    from laya_eval.models.head_import import as_layer_head
 
     user = _ProtocolUserHead()
     head = as_layer_head(user, [4, 5], 3)
@@ -395,10 +395,10 @@ def test_fit_head_on_a_checkpoints_backbone(digits_checkpoints, digits_splits, t
 
 def test_train_keeps_a_given_pretrained_backbone_frozen_by_default(digits_splits):
     from laya_eval import build_model
-    from laya_eval.train import train
+    from laya_eval.training.trainer import train
 
     net = byom_models.small_cnn()
-    from laya_eval.backbones import ModuleBackbone
+    from laya_eval.models.backbones import ModuleBackbone
 
     backbone = ModuleBackbone(net, ["block1", "block2"], layer_dims=[8, 12], pool="avg")
     backbone.requires_grad_(True)
@@ -414,7 +414,7 @@ def test_train_keeps_a_given_pretrained_backbone_frozen_by_default(digits_splits
 
 
 def test_feature_cache_key_follows_the_data(digits_splits, tmp_path):
-    from laya_eval.fit import backbone_features
+    from laya_eval.training.head_fit import backbone_features
 
     backbone = load_backbone(CNN, layers=["block1", "block3"], example_input=digits_splits["train"].x[:2])
     val = digits_splits["val"]
@@ -428,7 +428,7 @@ def test_feature_cache_key_follows_the_data(digits_splits, tmp_path):
 
 @needs_transformers
 def test_a_checkpoint_cannot_turn_on_downloads():
-    from laya_eval.specs import build_backbone
+    from laya_eval.loading.references import build_backbone
 
     # the file says downloads were allowed when it was written; loading without download=True stays offline
     config = {"name": "hf", "kwargs": {"model": "someone/no-such-model", "local_files_only": False}}

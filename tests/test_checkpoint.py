@@ -10,9 +10,9 @@ import zipfile
 import pytest
 import torch
 
-from laya_eval.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+from laya_eval.loading.checkpoints import load_checkpoint, read_checkpoint, save_checkpoint
 from laya_eval.errors import CheckpointError
-from laya_eval.train import build_model
+from laya_eval.training.trainer import build_model
 
 
 @pytest.mark.parametrize("suffix", [".pt", ".safetensors"])

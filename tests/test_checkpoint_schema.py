@@ -12,17 +12,18 @@ import zipfile
 import pytest
 import torch
 
-from laya_eval.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
-from laya_eval.checkpoint_schema import MAX_LAYERS, state_dict_sha256
+from laya_eval.loading.checkpoints import load_checkpoint, read_checkpoint, save_checkpoint
+from laya_eval.loading.schema import MAX_LAYERS
+from laya_eval.output.files import state_dict_sha256
 from laya_eval.errors import CheckpointError
-from laya_eval.model import LayeredModel
+from laya_eval.models.layered import LayeredModel
 
 
 @pytest.fixture(scope="module")
 def tiny_payload(tmp_path_factory):
     """The payload of a small untrained MLP + LAYA checkpoint (digits-sized input)."""
-    from laya_eval.backbones import make_backbone
-    from laya_eval.heads import make_head
+    from laya_eval.models.backbones import make_backbone
+    from laya_eval.models.heads import make_head
 
     torch.manual_seed(0)
     backbone = make_backbone("mlp", in_features=64, widths=[8, 4])

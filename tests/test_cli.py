@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from laya_eval.attribution import METHODS
-from laya_eval.backbones import BACKBONES
-from laya_eval.heads import HEADS
-from laya_eval.perturb import ABLATIONS
+from laya_eval.engine.methods import METHODS
+from laya_eval.models.backbones import BACKBONES
+from laya_eval.models.heads import HEADS
+from laya_eval.engine.removals import ABLATIONS
 from laya_eval_cli.commands import ALL
 from laya_eval_cli.commands import faithfulness as faith_cmd  # the module
 from laya_eval_cli.commands import train as train_cmd
@@ -114,7 +114,7 @@ def test_freeze_backbone_with_init(digits_checkpoints, tmp_path):
     result = run("train", "--dataset", "digits", "--head", "laya", "--epochs", 1, "--out", ckpt, "-q",
                  "--freeze-backbone", "--init", digits_checkpoints["concat"], "--d-star", 8)
     assert result.exit_code == 0, result.output
-    from laya_eval.checkpoint import load_checkpoint
+    from laya_eval.loading.checkpoints import load_checkpoint
 
     new, old = load_checkpoint(ckpt), load_checkpoint(digits_checkpoints["concat"])
     for (k, a), b in zip(new.backbone.state_dict().items(), old.backbone.state_dict().values()):

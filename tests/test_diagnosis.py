@@ -8,7 +8,7 @@ import pytest
 from scipy.spatial.distance import cosine, jensenshannon
 from sklearn.metrics import roc_auc_score
 
-from laya_eval.diagnosis import (DIAGNOSIS_COLUMNS, SUMMARY_COLUMNS, DiagnosisOptions, bootstrap_auc,
+from laya_eval.profiling.diagnosis import (DIAGNOSIS_COLUMNS, SUMMARY_COLUMNS, DiagnosisOptions, bootstrap_auc,
                                  cosine_minmax_distance, diagnose, is_weight_profile, jensen_shannon_distance,
                                  leave_one_out_references, minmax_normalise, roc_auc)
 from laya_eval.errors import ConfigError
@@ -188,8 +188,8 @@ def test_profile_cli_writes_a_diagnosis_checked_against_scipy_and_sklearn(digits
     assert not layers.empty
     got = pd.read_csv(tmp_path / "diagnosis.csv")
     assert list(got.columns) == DIAGNOSIS_COLUMNS and len(got) == 200
-    from laya_eval.evaluate import EvalOptions
-    from laya_eval.profile import layer_profile
+    from laya_eval.engine.evaluation import EvalOptions
+    from laya_eval.profiling.profiles import layer_profile
 
     prof = layer_profile(digits_checkpoints["laya"], options=EvalOptions(limit=200))  # the library's defaults
     want = _independent_diagnosis(prof.scores)

@@ -14,10 +14,10 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-import laya_eval.evaluate as engine
-from laya_eval.evaluate import EvalOptions, evaluate_ablations, evaluate_to_folder
-from laya_eval.partial import PartialStore
-from laya_eval.records import Records, merge_records
+import laya_eval.engine.evaluation as engine
+from laya_eval.engine.evaluation import EvalOptions, evaluate_ablations, evaluate_to_folder
+from laya_eval.engine.partial import PartialStore
+from laya_eval.engine.records import Records, merge_records
 
 FAST = dict(bootstrap=20, n_steps=4)
 TABLES = ("layers.csv", "samples.csv", "summary.csv", "comparisons.csv")
@@ -83,7 +83,7 @@ def test_batch_loop_creates_no_tensor_off_the_batch_device(device_guard, digits_
 
 def test_the_guard_catches_a_cpu_arange(device_guard, digits_models, monkeypatch):
     """The first reintroduced bug: deletion masks built with torch.arange(n) on the CPU."""
-    import laya_eval.perturb as perturb
+    import laya_eval.engine.removals as perturb
 
     def cpu_masks(ranking):
         batch, n = ranking.shape
@@ -99,7 +99,7 @@ def test_the_guard_catches_a_cpu_arange(device_guard, digits_models, monkeypatch
 
 def test_the_guard_catches_numpy_random_scores(device_guard, digits_models, monkeypatch):
     """The second reintroduced bug: random scores made with numpy and torch.from_numpy."""
-    import laya_eval.attribution as attribution
+    import laya_eval.engine.methods as attribution
 
     def numpy_random(tr, model, *, target, context):
         return torch.from_numpy(np.random.default_rng(0).random((tr.n_samples, tr.n_layers))).float()
@@ -199,7 +199,7 @@ def test_a_result_replaces_its_folder_whole_and_keeps_a_complete_earlier_one_on_
     ckpt = digits_checkpoints["laya"]
     out = _write(tmp_path, "res", ckpt, ablations=["gate", "mean"])
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    import laya_eval.fileio as fileio
+    import laya_eval.output.files as fileio
 
     calls = []
 
@@ -229,7 +229,7 @@ def test_a_folder_of_other_files_is_never_replaced(tmp_path, digits_checkpoints)
 
 
 def test_mixed_files_are_recognised(tmp_path, digits_checkpoints):
-    from laya_eval.fileio import verify_result_folder
+    from laya_eval.output.files import verify_result_folder
 
     a = _write(tmp_path, "a", digits_checkpoints["laya"])
     b = _write(tmp_path, "b", digits_checkpoints["laya"], limit=50)
@@ -261,8 +261,8 @@ def test_parquet_tables_hold_the_csv_tables(tmp_path, digits_checkpoints):
     pytest.importorskip("pyarrow")
     import pandas as pd
 
-    from laya_eval.fileio import verify_result_folder
-    from laya_eval.table_io import read_table
+    from laya_eval.output.files import verify_result_folder
+    from laya_eval.output.tables import read_table
 
     ckpt = digits_checkpoints["concat"]
     csv = _write(tmp_path, "csv", ckpt, limit=40)
@@ -338,7 +338,7 @@ def test_parquet_without_pyarrow_fails_before_any_work(tmp_path, digits_checkpoi
 
 
 def test_network_statistics_pass_runs_the_backbone_once_per_batch(digits_models):
-    from laya_eval.evaluate import collect_statistics, make_plan
+    from laya_eval.engine.evaluation import collect_statistics, make_plan
 
     model = digits_models["laya"]
     calls = []

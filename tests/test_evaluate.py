@@ -14,8 +14,8 @@ from scipy import stats
 
 from laya_eval.data import Dataset
 from laya_eval.errors import ConfigError, DataError
-from laya_eval.evaluate import SUMMARY_COLUMNS, EvalOptions, evaluate, evaluate_ablations, write_results
-from laya_eval.train import build_model
+from laya_eval.engine.evaluation import SUMMARY_COLUMNS, EvalOptions, evaluate, evaluate_ablations, write_results
+from laya_eval.training.trainer import build_model
 
 FAST = dict(bootstrap=100, n_steps=8)
 
@@ -178,7 +178,7 @@ def test_interrupted_write_leaves_nothing_that_looks_complete(digits_checkpoints
     old = evaluate(digits_checkpoints["concat"], options=EvalOptions(limit=12, **FAST))
     write_results(old, tmp_path / "out")
     before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
-    import laya_eval.fileio as fileio
+    import laya_eval.output.files as fileio
 
     calls = []
 
@@ -249,7 +249,7 @@ def test_evaluate_ablations_equals_one_evaluate_per_ablation(digits_checkpoints,
 
 
 def test_evaluate_ablations_computes_each_attribution_once(digits_checkpoints, monkeypatch):
-    from laya_eval import attribution
+    from laya_eval.engine import methods as attribution
 
     calls = []
     ig = attribution.METHODS["ig"]

@@ -14,8 +14,8 @@ from PIL import Image
 
 from laya_eval import figures as F
 from laya_eval.errors import ConfigError
-from laya_eval.diagnosis import diagnose_scores
-from laya_eval.profile import layer_table, profile_table
+from laya_eval.profiling.diagnosis import diagnose_scores
+from laya_eval.profiling.profiles import layer_table, profile_table
 
 METHODS = ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random"]
 LAYERS = ["fc1", "fc2", "fc3"]

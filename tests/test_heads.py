@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from laya_eval.errors import ConfigError
-from laya_eval.heads import HEADS, ConcatHead, LastLayerHead, LayaHead, ScalarMixHead, make_head
+from laya_eval.models.heads import HEADS, ConcatHead, LastLayerHead, LayaHead, ScalarMixHead, make_head
 
 DIMS = [5, 4, 3]
 C = 4

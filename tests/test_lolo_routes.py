@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from laya_eval.data import Dataset
-from laya_eval.evaluate import EvalOptions, evaluate
-from laya_eval.heads import pool_hidden
-from laya_eval.perturb import leave_one_out_masks, removal_effects
-from laya_eval.trace import trace
-from laya_eval.train import build_model
+from laya_eval.engine.evaluation import EvalOptions, evaluate
+from laya_eval.models.heads import pool_hidden
+from laya_eval.engine.removals import leave_one_out_masks, removal_effects
+from laya_eval.models.trace import trace
+from laya_eval.training.trainer import build_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from lolo_routes import per_sample_effects, rerun_effects  # noqa: E402

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy import stats
 
-from laya_eval.metrics import METRICS, bootstrap_mean, rank_layers, spearman_per_sample, top1_hit
+from laya_eval.stats.metrics import METRICS, bootstrap_mean, rank_layers, spearman_per_sample, top1_hit
 
 _rows = arrays(np.float64, st.tuples(st.integers(1, 8), st.integers(2, 7)),
                elements=st.integers(-3, 3).map(float))  # small integers: many ties and constant rows

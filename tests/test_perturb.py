@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from captum.attr import FeatureAblation
 
 from laya_eval.errors import ConfigError
-from laya_eval.heads import pool_hidden
-from laya_eval.perturb import deletion_masks, leave_one_out_masks, removal_effects
-from laya_eval.trace import trace, trace_from_hidden
+from laya_eval.models.heads import pool_hidden
+from laya_eval.engine.removals import deletion_masks, leave_one_out_masks, removal_effects
+from laya_eval.models.trace import trace, trace_from_hidden
 
 ABLATIONS = ["gate", "gate-renorm", "zero", "mean"]
 

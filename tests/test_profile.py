@@ -11,8 +11,8 @@ from PIL import Image
 
 from laya_eval.errors import ConfigError
 from laya_eval.figures import COLUMN_WIDTHS
-from laya_eval.evaluate import EvalOptions
-from laya_eval.profile import PROFILE_COLUMNS, SUBSETS, layer_profile, layer_table, profile_table
+from laya_eval.engine.evaluation import EvalOptions
+from laya_eval.profiling.profiles import PROFILE_COLUMNS, SUBSETS, layer_profile, layer_table, profile_table
 from tests.cli_helpers import assert_one_line_error, run
 
 

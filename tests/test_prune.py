@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from laya_eval.backbones.base import Backbone
+from laya_eval.models.backbones.base import Backbone
 from laya_eval.data import Dataset
-from laya_eval.fit import fit_head, train_model
-from laya_eval.heads import ConcatHead
-from laya_eval.model import LayeredModel, ModelInfo
-from laya_eval.prune import (
+from laya_eval.training.head_fit import fit_head, train_model
+from laya_eval.models.heads import ConcatHead
+from laya_eval.models.layered import LayeredModel, ModelInfo
+from laya_eval.pruning import (
     PRUNING_COLUMNS,
     PruneOptions,
     curve_area,
@@ -28,7 +28,7 @@ from laya_eval.prune import (
     pruning_comparisons,
     removal_order,
 )
-from laya_eval.train import TrainOptions
+from laya_eval.training.trainer import TrainOptions
 
 QUICK = TrainOptions(epochs=3, seed=5, batch_size=64)
 

@@ -7,9 +7,9 @@ import json
 import pandas as pd
 import pytest
 
-from laya_eval.checkpoint import save_checkpoint
-from laya_eval.fit import train_model
-from laya_eval.train import TrainOptions
+from laya_eval.loading.checkpoints import save_checkpoint
+from laya_eval.training.head_fit import train_model
+from laya_eval.training.trainer import TrainOptions
 from tests.cli_helpers import assert_one_line_error, run
 
 QUICK = ["--epochs", 2, "--seeds", 1, "--random-rankings", 3, "--random-refits", 1, "--bootstrap", 20]

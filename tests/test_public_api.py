@@ -1,44 +1,54 @@
-"""Public names do not flip between module and function depending on import order."""
+"""The public names: verbs are functions at the top, old names warn and name their replacement."""
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
+import inspect
+import warnings
+
+import pytest
 
 import laya_eval
 
-_CHECK = """
-import types, laya_eval
-{before}
-assert isinstance(laya_eval.trace, types.ModuleType), laya_eval.trace
-assert isinstance(laya_eval.evaluate, types.ModuleType), laya_eval.evaluate
-assert callable(laya_eval.trace.trace) and callable(laya_eval.evaluate.evaluate)
-import laya_eval.trace, laya_eval.evaluate
-assert isinstance(laya_eval.trace, types.ModuleType) and isinstance(laya_eval.evaluate, types.ModuleType)
-print("ok")
-"""
+
+def test_no_public_name_is_also_a_submodule():
+    import pkgutil
+
+    modules = {m.name.rpartition(".")[2] for m in pkgutil.walk_packages(laya_eval.__path__, "laya_eval.")}
+    public = set(laya_eval.VERBS) | set(laya_eval._NAMES) | set(laya_eval._DEPRECATED)
+    assert not public & modules
 
 
-def test_no_export_shadows_a_submodule():
-    clashes = [name for name in laya_eval._EXPORTS if importlib.util.find_spec(f"laya_eval.{name}") is not None]
-    assert clashes == []
+def test_evaluate_is_a_function_returning_an_evaluation_result(digits_checkpoints):
+    result = laya_eval.evaluate(laya_eval.load_model(digits_checkpoints["laya"]).model, "digits",
+                                options=laya_eval.EvalOptions(limit=20, bootstrap=0, methods=("laya",)))
+    assert isinstance(result, laya_eval.EvaluationResult)
+    assert list(result.summary["method"]) == ["laya"] and int(result.summary["n"].iloc[0]) == 20
 
 
-def test_trace_and_evaluate_are_modules_in_any_import_order():
-    # a fresh process each: the import order is what is tested
-    for before in ("", "laya_eval.load_checkpoint", "from laya_eval.evaluate import evaluate",
-                   "from laya_eval.trace import trace", "import laya_eval.attribution"):
-        proc = subprocess.run([sys.executable, "-c", _CHECK.format(before=before)], capture_output=True, text=True)
-        assert proc.returncode == 0 and proc.stdout.strip() == "ok", (before, proc.stderr[-500:])
+@pytest.mark.parametrize("name, replacement", [("load_checkpoint", "load_model"), ("read_checkpoint", "load_model"),
+                                               ("layer_profile", "laya_eval.profile")])
+def test_deprecated_names_warn_and_still_work(name, replacement):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = getattr(laya_eval, name)
+    assert inspect.isfunction(value)
+    assert len(caught) == 1 and issubclass(caught[0].category, DeprecationWarning)
+    assert replacement in str(caught[0].message)
+
+
+def test_unknown_names_raise_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'evaluatee'"):
+        laya_eval.evaluatee  # noqa: B018
 
 
 def test_readme_lower_level_call_works():
     import torch
 
+    from laya_eval.models.trace import trace
+
     backbone = laya_eval.make_backbone("mlp", in_features=6, widths=[4, 3])
     model = laya_eval.LayeredModel(backbone, laya_eval.make_head("laya", backbone.layer_dims, 5, d_star=2))
     x = torch.randn(4, 6)
-    tr = laya_eval.trace.trace(model, x)
+    tr = trace(model, x)
     with torch.no_grad():
         torch.testing.assert_close(tr.logits, model(x))

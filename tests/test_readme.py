@@ -43,7 +43,7 @@ ELSEWHERE = {
     "make demo": "tests/test_readme.py::test_make_demo_commands_run",
     "HF_HUB_OFFLINE=1 laya-eval train --dataset rotten-tomatoes": "tests/test_byom.py::test_readme_recipe_hf_text",
     "export HF_HUB_OFFLINE=1": "tests/test_byom.py::test_readme_recipe_hf_text",
-    "import laya_eval\nfrom laya_eval.evaluate import evaluate\n\nfit": "tests/test_byom.py::test_readme_recipes_python",
+    "import laya_eval\nfrom laya_eval.engine.evaluation import evaluate\n\nfit": "tests/test_byom.py::test_readme_recipes_python",
     "import os, torch, laya_eval": "tests/test_byom.py::test_readme_recipes_python",
     "python benchmarks/reproduce.py": "tests/test_reproduce.py::test_per_run_csv_schema",
 }
@@ -148,7 +148,7 @@ def test_command_blocks_run_as_written(scratch):
 
 STATS_PRELUDE = """
 import numpy as np, pandas as pd
-from laya_eval.evaluate import EvalOptions, evaluate
+from laya_eval.engine.evaluation import EvalOptions, evaluate
 _r = evaluate("ckpt.pt", "digits", options=EvalOptions(limit=30, bootstrap=20, methods=("laya", "ig", "random")))
 samples_table = _r.samples
 _w = _r.samples.pivot(index="sample", columns="method", values="spearman")

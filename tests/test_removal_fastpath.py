@@ -2,7 +2,7 @@
 
 Oracle: for every removal ``k`` the replaced inputs ``h_i' = m p_i + (1 - m) v_i`` are built
 one removal at a time and handed to the head's ordinary ``forward`` (no code of
-``laya_eval.head_removal`` involved). The fast paths must agree within 1e-6 in float32 and
+``laya_eval.models.removal`` involved). The fast paths must agree within 1e-6 in float32 and
 1e-12 in float64, on spatial maps too (the heads pool them first), and each test also checks
 that the fast route was the one taken, so the agreement is not the oracle against itself.
 """
@@ -14,10 +14,10 @@ import torch
 from torch import nn
 
 from laya_eval.errors import ConfigError
-from laya_eval.head_removal import fast_route, recompute_removal_logits
-from laya_eval.heads import ConcatHead, LayerHead, LayaHead, make_head, pool_hidden
-from laya_eval.perturb import deletion_masks, leave_one_out_masks, removal_effects
-from laya_eval.trace import trace_from_hidden
+from laya_eval.models.removal import fast_route, recompute_removal_logits
+from laya_eval.models.heads import ConcatHead, LayerHead, LayaHead, make_head, pool_hidden
+from laya_eval.engine.removals import deletion_masks, leave_one_out_masks, removal_effects
+from laya_eval.models.trace import trace_from_hidden
 
 C = 5
 B = 7

@@ -19,10 +19,10 @@ from scipy.stats import spearmanr
 from scipy.stats import t as student_t
 
 from laya_eval import figures as F
-from laya_eval.attribution import METHODS
+from laya_eval.engine.methods import METHODS
 from laya_eval.errors import ConfigError, ResultsError
-from laya_eval.evaluate import EvalOptions, evaluate, write_results
-from laya_eval.report import load_run, load_runs, report_tables, run_from_result, write_report
+from laya_eval.engine.evaluation import EvalOptions, evaluate, write_results
+from laya_eval.reporting import load_run, load_runs, report_tables, run_from_result, write_report
 from tests.cli_helpers import assert_one_line_error, run
 
 LABEL_TO_METHOD = {label: name for name, label in F.METHOD_LABELS.items()}
@@ -342,8 +342,8 @@ def test_a_multi_ablation_folder_stands_for_its_subfolders(digits_checkpoints, t
 
 
 def test_spearman_bands_and_agreement_by_hand():
-    from laya_eval.report import Run, agreement_matrix
-    from laya_eval.report.tables import _spearman_table
+    from laya_eval.reporting import Run, agreement_matrix
+    from laya_eval.reporting.tables import _spearman_table
 
     # rho per sample: 1 (twice), 0.5, 0.2, -0.5, undefined
     samples = pd.DataFrame({"sample": range(6), "label": 0, "pred": 0, "method": "laya",
@@ -415,7 +415,7 @@ def _scipy_comparisons(samples: pd.DataFrame) -> pd.DataFrame:
 def test_paired_tests_show_in_the_report_and_as_markers(result_dirs, tmp_path):
     import shutil
 
-    from laya_eval.report.runs import COMPARISON_COLUMNS
+    from laya_eval.reporting.runs import COMPARISON_COLUMNS
 
     folder = result_dirs[0]  # written by faithfulness, comparisons.csv included
     comp = pd.read_csv(folder / "comparisons.csv")[COMPARISON_COLUMNS]
@@ -456,7 +456,7 @@ def test_report_reads_parquet_tables_like_csv(result_dirs, tmp_path):
     pytest.importorskip("pyarrow")
     import shutil
 
-    from laya_eval.table_io import write_table
+    from laya_eval.output.tables import write_table
 
     folder = tmp_path / "pq"
     shutil.copytree(result_dirs[2], folder)

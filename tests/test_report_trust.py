@@ -20,12 +20,12 @@ from scipy import stats as sps
 
 from laya_eval import figures as F
 from laya_eval.errors import ResultsError
-from laya_eval.evaluate import EvalOptions, evaluate, write_results
-from laya_eval.report import load_inputs, load_run, load_sanity, sanity_table, significance_matrix
-from laya_eval.report.sanity import SanityRun
-from laya_eval.report.significance import cell_text
+from laya_eval.engine.evaluation import EvalOptions, evaluate, write_results
+from laya_eval.reporting import load_inputs, load_run, load_sanity, sanity_table, significance_matrix
+from laya_eval.reporting.sanity_verdicts import SanityRun
+from laya_eval.reporting.significance import cell_text
 from laya_eval.stats import min_wilcoxon_p, seed_comparisons
-from laya_eval.train import TrainOptions, build_model, train
+from laya_eval.training.trainer import TrainOptions, build_model, train
 from tests.cli_helpers import assert_one_line_error, run
 from tests.test_report import assert_plausible_image, md_tables, read_csv
 
@@ -60,7 +60,7 @@ def scipy_p(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.fixture(scope="module")
 def seed_dirs(digits, tmp_path_factory):
     """Five LAYA heads on digits trained with seeds 0..4 (different checkpoints), one faithfulness folder each."""
-    from laya_eval.checkpoint import save_checkpoint
+    from laya_eval.loading.checkpoints import save_checkpoint
 
     root = tmp_path_factory.mktemp("seeds")
     folders = []
@@ -87,7 +87,7 @@ def seed_report(seed_dirs, tmp_path_factory):
 @pytest.fixture(scope="module")
 def sanity_dir(digits_models, digits, tmp_path_factory):
     """A small `laya-eval sanity` folder written by the library on the digits LAYA model."""
-    from laya_eval.sanity import SanityOptions, sanity, write_sanity
+    from laya_eval.sanity_checks import SanityOptions, sanity, write_sanity
 
     options = SanityOptions(methods=("laya", "static", "contribution", "random"), roar_seeds=2, bootstrap=50,
                             train=TrainOptions(epochs=3, seed=0, batch_size=64, patience=2))
@@ -258,8 +258,8 @@ def test_significance_matrix_in_the_report_against_scipy(seed_dirs, seed_report)
 def test_significance_figure_shows_the_report_cells(seed_dirs, seed_report):
     assert_plausible_image(seed_report / "figures" / "significance.png")
     runs = [load_run(d) for d in seed_dirs[:1]]
-    from laya_eval.report import report_tables
-    from laya_eval.report.write import _significance_panels
+    from laya_eval.reporting import report_tables
+    from laya_eval.reporting.write import _significance_panels
 
     panels = _significance_panels(runs, report_tables(runs).significance)
     fig = F.significance_figure(panels)

@@ -21,9 +21,9 @@ import pandas as pd
 import pytest
 import torch
 
-from laya_eval.checkpoint import load_checkpoint, read_checkpoint
+from laya_eval.loading.checkpoints import load_checkpoint, read_checkpoint
 from laya_eval.data import load_dataset
-from laya_eval.train import classification_metrics, predict
+from laya_eval.training.trainer import classification_metrics, predict
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "benchmarks" / "reproduce.py"

@@ -15,10 +15,10 @@ from scipy import stats as sps
 from torch import nn
 
 from laya_eval.errors import ConfigError
-from laya_eval.heads import make_head
-from laya_eval.metrics import spearman_per_sample
-from laya_eval.model import LayeredModel
-from laya_eval.sanity import (
+from laya_eval.models.heads import make_head
+from laya_eval.stats.metrics import spearman_per_sample
+from laya_eval.models.layered import LayeredModel
+from laya_eval.sanity_checks import (
     LAYER_ROAR_COLUMNS,
     RANDOMISATION_COLUMNS,
     ROAR_AGREEMENT_COLUMNS,
@@ -34,7 +34,7 @@ from laya_eval.sanity import (
     roar_agreement,
     sanity,
 )
-from laya_eval.train import TrainOptions
+from laya_eval.training.trainer import TrainOptions
 
 FAST = TrainOptions(epochs=30, seed=0, batch_size=64, patience=5)
 
@@ -97,7 +97,7 @@ def test_head_parameter_groups_reinitialise_only_their_parameters(digits_models)
     groups = head_parameter_groups(head)
     assert [g for g, _ in groups] == ["classifier", "scorer", "adapters"]
     before = {k: v.clone() for k, v in head.state_dict().items()}
-    from laya_eval.sanity.randomisation import _reinitialise
+    from laya_eval.sanity_checks.randomisation import _reinitialise
 
     _reinitialise(head, "scorer", groups[1][1], seed=3)
     changed = {k for k, v in head.state_dict().items() if not torch.equal(v, before[k])}
@@ -143,9 +143,9 @@ def test_layer_roar_ranks_the_only_informative_layer_first():
 
 def test_retrained_heads_are_the_heads_fit_head_trains(digits_models, digits, tmp_path):
     """A sanity retrain with seed s is ``fit_head`` (the public trainer's route) with seed s, weight for weight."""
-    from laya_eval.fit import fit_head
-    from laya_eval.sanity.roar import retrained_head
-    from laya_eval.train import fresh_head
+    from laya_eval.training.head_fit import fit_head
+    from laya_eval.sanity_checks.roar import retrained_head
+    from laya_eval.training.trainer import fresh_head
 
     model = digits_models["laya"]
     options = TrainOptions(epochs=3, seed=5, batch_size=64)
@@ -192,7 +192,7 @@ def test_similarity_against_scipy():
 def test_similarity_interval_against_a_slow_scipy_loop():
     """The weighted-sums bootstrap equals resampling rows and calling scipy.stats.pearsonr on each resample
     (ranks taken once on the full set, as documented), on the same index draws."""
-    from laya_eval.sanity import Resamples
+    from laya_eval.sanity_checks import Resamples
 
     rng = np.random.default_rng(3)
     a, b = rng.random((40, 3)), rng.random((40, 3))
@@ -212,7 +212,7 @@ def test_similarity_interval_against_a_slow_scipy_loop():
 
 
 def test_attribute_features_equals_the_engine_on_the_same_samples(digits_models, features, digits):
-    from laya_eval.evaluate import EvalOptions, evaluate
+    from laya_eval.engine.evaluation import EvalOptions, evaluate
 
     model = digits_models["laya"]
     scores, effects = attribute_features(model, features["test"], ["laya", "contribution"])
@@ -253,7 +253,7 @@ def test_backbone_block_steps_against_the_engine_on_a_rebuilt_model(digits_model
     """Slow reference: rebuild the randomised model by hand (head groups, then blocks from the top, step k
     seeded with seed + k), run the full engine on it (backbone pass included) and compare the per-layer
     Spearman similarity (scipy) with the table."""
-    from laya_eval.evaluate import EvalOptions, evaluate
+    from laya_eval.engine.evaluation import EvalOptions, evaluate
 
     model, test = digits_models["laya"], digits["test"]
     options = SanityOptions(methods=("contribution", "grad_x_act", "random"), bootstrap=0, seed=7,
@@ -293,7 +293,7 @@ def test_backbone_block_steps_against_the_engine_on_a_rebuilt_model(digits_model
 
 def test_frozen_backbones_get_no_block_steps(digits_models, digits):
     model = copy.deepcopy(digits_models["concat"])
-    from laya_eval.sanity import backbone_is_trainable
+    from laya_eval.sanity_checks import backbone_is_trainable
 
     assert backbone_is_trainable(model)
     model.info.training = {**model.info.training, "freeze_backbone": True}  # as fit-head records it
@@ -378,7 +378,7 @@ def test_sanity_cli_errors_are_one_line(digits_checkpoints, tmp_path):
 def test_a_frozen_backbone_is_encoded_once_across_runs_through_the_feature_cache(digits_models, digits, tmp_path):
     """Stored by reference (as hf: and py: backbones are), the splits go through fit-head's on-disk cache:
     the second sanity run on the same model and data never calls the backbone, and gives the same tables."""
-    from laya_eval.train import encode
+    from laya_eval.training.trainer import encode
 
     model = copy.deepcopy(digits_models["concat"])
     model.backbone.stored_by_reference = True

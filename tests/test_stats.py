@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy import stats as sps
 
-from laya_eval.attribution import METHODS, MethodContext
+from laya_eval.engine.methods import METHODS, MethodContext
 from laya_eval.errors import ConfigError
-from laya_eval.metrics import spearman_per_sample
-from laya_eval.perturb import leave_one_out_masks, removal_effects
+from laya_eval.stats.metrics import spearman_per_sample
+from laya_eval.engine.removals import leave_one_out_masks, removal_effects
 from laya_eval.stats import (
     COMPARISON_COLUMNS,
     across_seeds,
@@ -30,7 +30,7 @@ from laya_eval.stats import (
     spearman_null,
     tie_effects,
 )
-from laya_eval.trace import trace
+from laya_eval.models.trace import trace
 
 # ------------------------------------------------------------------------------------------ paired tests
 

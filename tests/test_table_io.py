@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from laya_eval.errors import ConfigError, ResultsError
-from laya_eval.table_io import read_table, table_path, write_table
+from laya_eval.output.tables import read_table, table_path, write_table
 
 
 def _frame(n=50, seed=0) -> pd.DataFrame:

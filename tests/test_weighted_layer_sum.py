@@ -34,9 +34,9 @@ def _classifier(kind: str):
 
 @pytest.mark.parametrize("kind", ["wav2vec2", "hubert"])
 def test_terms_sum_to_the_models_logits_and_lolo_matches_minus_inf(kind):
-    from laya_eval.perturb import leave_one_out_masks, removal_effects
-    from laya_eval.trace import trace
-    from laya_eval.weighted_layer_sum import from_weighted_layer_sum
+    from laya_eval.engine.removals import leave_one_out_masks, removal_effects
+    from laya_eval.models.trace import trace
+    from laya_eval.models.weighted_layer_sum import from_weighted_layer_sum
 
     hf = _classifier(kind)
     model = from_weighted_layer_sum(hf)
@@ -62,7 +62,7 @@ def test_terms_sum_to_the_models_logits_and_lolo_matches_minus_inf(kind):
 
 def test_load_model_hf_dir_reads_safetensors(tmp_path):
     from laya_eval.errors import ConfigError
-    from laya_eval.specs import load_model
+    from laya_eval.loading.specs import load_model
 
     hf = _classifier("wavlm")
     hf.save_pretrained(tmp_path / "wavlm", safe_serialization=True)

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from laya_eval import __version__  # no torch: the package's names load lazily
+from laya_eval.version import __version__  # no torch: the package's names load lazily
 from laya_eval_cli import commands
 
 

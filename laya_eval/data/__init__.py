@@ -16,6 +16,8 @@ Examples
 >>> ds = load_dataset("digits", "val")
 >>> len(ds), ds.input_shape, ds.class_names[:3]
 (143, (64,), ('0', '1', '2'))
+
+May import: errors, checks.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ def diagnosis_figure(diagnosis, *, meta: Mapping[str, Any], style: str = "defaul
     Parameters
     ----------
     diagnosis : Diagnosis
-        :class:`laya_eval.diagnosis.Diagnosis` (its ``samples``, ``summary`` and ``meta``).
+        :class:`laya_eval.profiling.diagnosis.Diagnosis` (its ``samples``, ``summary`` and ``meta``).
     meta : mapping
         :func:`describe`'s keys plus ``method``.
     style : {"default", "paper"}

@@ -25,7 +25,7 @@ def profile_heatmap(table: pd.DataFrame, *, subset: str, meta: Mapping[str, Any]
     ----------
     table : DataFrame
         Columns ``subset, class, class_name, layer, mean, std, n`` (see
-        :func:`laya_eval.profile.profile_table`).
+        :func:`laya_eval.profiling.profiles.profile_table`).
     subset : {"all", "correct", "incorrect"}
     meta : mapping
         :func:`describe`'s keys plus ``method``, ``by`` (``label`` or ``pred``) and
@@ -91,7 +91,7 @@ def profile_distribution(scores: pd.DataFrame, *, meta: Mapping[str, Any], style
     Parameters
     ----------
     scores : DataFrame
-        ``sample, label, pred, layer, score`` (:attr:`laya_eval.profile.LayerProfile.scores`).
+        ``sample, label, pred, layer, score`` (:attr:`laya_eval.profiling.profiles.LayerProfile.scores`).
     meta : mapping
         As for :func:`profile_heatmap`.
     style : {"default", "paper"}

@@ -40,7 +40,7 @@ def spearman_distribution_figure(dist: pd.DataFrame, runs: Sequence[Mapping[str,
     Parameters
     ----------
     dist : DataFrame
-        ``ReportTables.spearman_distribution`` of :mod:`laya_eval.report` (``run, method, n`` and one
+        ``ReportTables.spearman_distribution`` of :mod:`laya_eval.reporting` (``run, method, n`` and one
         count column per band of :data:`RHO_BANDS`).
     runs : sequence of mapping
     style : {"default", "paper"}

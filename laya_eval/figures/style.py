@@ -263,7 +263,7 @@ def caption_path(path: str | os.PathLike) -> Path:
 
 
 def _atomic_write(path: Path, data: bytes) -> Path:
-    from laya_eval.fileio import atomic_write_bytes
+    from laya_eval.output.files import atomic_write_bytes
 
     return atomic_write_bytes(path, data)
 

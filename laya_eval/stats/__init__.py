@@ -10,6 +10,8 @@
   several runs of one head.
 
 Plain functions on NumPy arrays and pandas tables; no torch.
+
+May import: errors, checks.
 """
 
 from laya_eval.stats.null import (

@@ -25,7 +25,7 @@ import pandas as pd
 from scipy.stats import rankdata, wilcoxon
 
 from laya_eval.errors import ConfigError
-from laya_eval.metrics import bootstrap_mean
+from laya_eval.stats.metrics import bootstrap_mean
 
 __all__ = [
     "COMPARED_METRICS",

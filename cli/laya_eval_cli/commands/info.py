@@ -26,7 +26,7 @@ def _format(value) -> str:
 @click.argument("checkpoint", type=click.Path(dir_okay=False))
 def info(checkpoint):
     """Print a checkpoint's config and stored metrics (without building the model or importing its code)."""
-    from laya_eval.describe import describe_checkpoint
+    from laya_eval.loading.describe import describe_checkpoint
 
     rows = describe_checkpoint(checkpoint)
     width = max(len(k) for k, _ in rows)

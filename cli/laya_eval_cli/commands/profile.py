@@ -101,10 +101,10 @@ def profile(checkpoint, trust_code, download, data, split, method, by, reference
 
     Example: laya-eval profile ckpt.pt --method laya --out profile/
     """
-    from laya_eval.diagnosis import DiagnosisOptions
-    from laya_eval.distributed import world_from_environment
-    from laya_eval.evaluate import EvalOptions
-    from laya_eval.profile import layer_profile, write_profile
+    from laya_eval.profiling.diagnosis import DiagnosisOptions
+    from laya_eval.engine.distributed import world_from_environment
+    from laya_eval.engine.evaluation import EvalOptions
+    from laya_eval.profiling.profiles import layer_profile, write_profile
 
     # The ablation does not touch the scores; network scope only admits replacement ablations.
     options = EvalOptions(ablation="gate" if scope == "head" else "zero", scope=scope, split=split, limit=limit,

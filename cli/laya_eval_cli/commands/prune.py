@@ -90,11 +90,11 @@ def prune(checkpoint, trust_code, download, data, methods, ablations, seeds, ran
     """
     import dataclasses
 
-    from laya_eval.fileio import check_output_folder
-    from laya_eval.prune import PruneOptions, write_prune
-    from laya_eval.prune import prune as run_prune
-    from laya_eval.specs import load_model
-    from laya_eval.train import TrainOptions, resolve_device
+    from laya_eval.output.files import check_output_folder
+    from laya_eval.pruning import PruneOptions, write_prune
+    from laya_eval.pruning import prune as run_prune
+    from laya_eval.loading.specs import load_model
+    from laya_eval.training.trainer import TrainOptions, resolve_device
 
     names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
     removal = choice_list(ablations, list(ABLATIONS), "--ablation")

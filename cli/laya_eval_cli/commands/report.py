@@ -58,7 +58,7 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, max_points):
 
     Example: laya-eval report runs/laya runs/scalarmix --out report/
     """
-    from laya_eval.report import load_inputs, report_tables, sanity_table, write_report
+    from laya_eval.reporting import load_inputs, report_tables, sanity_table, write_report
 
     inputs = load_inputs(result_dirs)
     if inputs.runs:

@@ -51,7 +51,7 @@ def _table(result) -> str:
                    "within each sample, averaged over samples (see README).")
 @click.option("--roar-seeds", default=3, show_default=True, type=click.IntRange(min=1),
               help="Training seeds for layer-ROAR.")
-# The library's default (laya_eval.sanity.options.RETRAIN_PATIENCE; a test keeps them equal).
+# The library's default (laya_eval.sanity_checks.options.RETRAIN_PATIENCE; a test keeps them equal).
 @retrain_options("retrained head", patience=2)
 @limit_option
 @batch_size_option
@@ -79,11 +79,12 @@ def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, 
     """
     import dataclasses
 
-    from laya_eval.checkpoint import file_sha256, load_checkpoint
-    from laya_eval.fileio import check_output_folder
-    from laya_eval.sanity import SanityOptions, backbone_is_trainable, write_sanity
-    from laya_eval.sanity import sanity as run_sanity
-    from laya_eval.train import TrainOptions, resolve_device
+    from laya_eval.loading.checkpoints import load_checkpoint
+    from laya_eval.output.files import file_sha256
+    from laya_eval.output.files import check_output_folder
+    from laya_eval.sanity_checks import SanityOptions, backbone_is_trainable, write_sanity
+    from laya_eval.sanity_checks import sanity as run_sanity
+    from laya_eval.training.trainer import TrainOptions, resolve_device
 
     names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
     train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128)

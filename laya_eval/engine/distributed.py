@@ -1,0 +1,122 @@
+"""Several processes, one evaluation: contiguous shards, reduced statistics, records gathered to rank 0.
+
+Under ``torchrun`` (which sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous
+variables) :func:`world_from_environment` joins the process group — gloo on the CPU,
+NCCL on CUDA — and every rank evaluates the contiguous shard
+``[floor(r N / W), floor((r + 1) N / W))`` of the N samples: no padded duplicates, shards
+of unequal size are fine. Dataset statistics are all-reduced (float64 sums and counts)
+before the effects that need them; per-sample records are gathered to rank 0, which
+merges them by sample index, summarises and writes once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from laya_eval.engine.dataset_stats import DatasetStatistics
+from laya_eval.errors import ConfigError
+from laya_eval.engine.records import Records, merge_records
+
+__all__ = ["SINGLE_PROCESS", "World", "shard_range", "world_from_environment"]
+
+
+def shard_range(n: int, rank: int, size: int) -> tuple[int, int]:
+    """``[start, stop)`` of rank ``rank``'s contiguous shard of ``n`` samples among ``size`` ranks."""
+    return (rank * n) // size, ((rank + 1) * n) // size
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the processes of one evaluation.
+
+    Attributes
+    ----------
+    rank, size : int
+    local_rank : int
+        The GPU index on this node for ``cuda`` runs.
+    """
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0, the rank that summarises and writes."""
+        return self.rank == 0
+
+    def shard(self, n: int) -> tuple[int, int]:
+        """This rank's ``[start, stop)`` of ``n`` samples."""
+        return shard_range(n, self.rank, self.size)
+
+    def device(self, device: str) -> str:
+        """``cuda`` becomes this rank's ``cuda:LOCAL_RANK`` when several processes share a node."""
+        return f"cuda:{self.local_rank}" if self.size > 1 and device == "cuda" else device
+
+    def all_reduce(self, stats: DatasetStatistics) -> DatasetStatistics:
+        """The statistics summed over every rank (each rank gets the total)."""
+        if self.size == 1:
+            return stats
+        import torch.distributed as dist
+
+        names = sorted(stats.sums)
+        out = {}
+        for name in names:
+            pairs = []
+            for s, c in stats.sums[name]:
+                s, c = s.clone(), c.clone()
+                dist.all_reduce(s)
+                dist.all_reduce(c)
+                pairs.append((s, c))
+            out[name] = pairs
+        return DatasetStatistics(out)
+
+    def gather(self, records: Records) -> Records | None:
+        """Every rank's records merged on rank 0; ``None`` on the other ranks."""
+        if self.size == 1:
+            return records
+        import torch.distributed as dist
+
+        parts = [None] * self.size if self.is_main else None
+        dist.gather_object(records, parts, dst=0)
+        return merge_records(parts) if self.is_main else None
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+        if self.size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+
+SINGLE_PROCESS = World()
+
+
+def world_from_environment(device: str = "cpu") -> World:
+    """The :class:`World` torchrun describes in the environment (joining its process group), else one process.
+
+    Raises
+    ------
+    ConfigError
+        If the environment names several processes but the process group cannot be formed.
+    """
+    size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if size <= 1:
+        return SINGLE_PROCESS
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    backend = "nccl" if str(device).startswith("cuda") else "gloo"
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {device!r} was requested but no CUDA GPU is available; use --device cpu.")
+        torch.cuda.set_device(local)
+    if not dist.is_initialized():
+        try:
+            dist.init_process_group(backend=backend)
+        except (RuntimeError, ValueError) as exc:
+            raise ConfigError(f"cannot join the process group of {size} processes ({backend}): {exc}") from None
+    return World(rank=dist.get_rank(), size=dist.get_world_size(), local_rank=local)

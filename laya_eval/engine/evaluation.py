@@ -1,0 +1,302 @@
+"""The evaluation engine: plan -> collect -> merge -> summarize.
+
+``plan`` resolves the model, the data, the applicable methods and what they and the
+ablations *need* (shared gradients, dataset statistics) from their catalog entries: no
+method or ablation is named here. ``collect`` runs a shard of the data batch by batch —
+one backbone pass per batch (network scope re-runs it per removal) — and returns
+per-sample :class:`~laya_eval.engine.records.Records` keyed by global sample index, after a
+statistics pass when something needs a dataset statistic (reduced over every process).
+Records from batches, chunks, resumed runs and processes merge exactly;
+``summarize`` turns them into metrics, intervals, tables and the manifest
+(:mod:`laya_eval.engine.results`). See ``docs/architecture.md``.
+
+Batch-size invariance: every model call sees at least :data:`MIN_BATCH_ROWS` rows (small
+batches are padded with copies of their own samples, marked with sample id -1 and
+dropped), because CPU matrix kernels round differently for tiny batches; per-sample
+randomness is a function of (seed, sample id). With a fixed thread count the CSVs are
+then the same bytes for any batch size, chunking or number of processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from laya_eval.engine.methods import MethodContext, layer_gradients
+from laya_eval.catalog import ABLATIONS
+from laya_eval.data import Dataset
+from laya_eval.engine.dataset_stats import DatasetStatistics, batch_statistics
+from laya_eval.models.devices import backbone_precision
+from laya_eval.engine.distributed import SINGLE_PROCESS, World
+from laya_eval.engine.effect_precision import float64_trace
+from laya_eval.models.layered import LayeredModel
+from laya_eval.engine.partial import PartialStore
+from laya_eval.engine.removals import (
+    ablation_fill,
+    deletion_masks,
+    layer_ranking,
+    leave_one_out_masks,
+    removal_effects,
+)
+from laya_eval.engine.plan import CHUNK_SIZE, EvalOptions, Plan, make_plan
+from laya_eval.engine.records import Records, merge_records
+from laya_eval.engine.results import (
+    SUMMARY_COLUMNS,
+    EvaluationResult,
+    MethodScore,
+    build_result,
+    score_method,
+    write_results,
+)
+from laya_eval.output.tables import check_table_format
+from laya_eval.models.trace import Trace, trace_from_hidden
+
+__all__ = ["CHUNK_SIZE", "MIN_BATCH_ROWS", "SUMMARY_COLUMNS", "EvalOptions", "EvaluationResult", "MethodScore",
+           "Plan", "collect", "evaluate", "evaluate_ablations", "evaluate_to_folder", "make_plan", "score_method",
+           "summarize", "write_results"]
+
+MIN_BATCH_ROWS = 16
+
+
+def _batches(plan: Plan, start: int, stop: int) -> Iterator[tuple[Any, Tensor, Tensor]]:
+    """``(x, labels, sample_ids)`` on the plan's device, each padded to at least MIN_BATCH_ROWS rows (ids -1)."""
+    data, size = plan.data, plan.options.batch_size
+    for lo in range(start, stop, size):
+        hi = min(lo + size, stop)
+        index = torch.arange(lo, hi)
+        if hi - lo < MIN_BATCH_ROWS:
+            index = index[torch.arange(MIN_BATCH_ROWS) % (hi - lo)]
+        ids = torch.where(torch.arange(len(index)) < hi - lo, index, torch.full_like(index, -1))
+        part = data.subset(index)
+        x = part.x.to(plan.device) if isinstance(part.x, Tensor) else part.x
+        yield x, part.y.to(plan.device), ids.to(plan.device)
+
+
+def _trace(plan: Plan, x: Any, y: Tensor, ids: Tensor, *, record_blocks: bool = False
+           ) -> tuple[Trace, list[Tensor] | None]:
+    """One backbone pass; with ``record_blocks`` also each block's full output (network-scope statistics)."""
+    outputs = None
+    with torch.no_grad(), backbone_precision(plan.device, plan.options.dtype):
+        if record_blocks:
+            hidden, outputs = plan.model.block_outputs(x)
+        else:
+            hidden = plan.model.hidden_states(x)
+    hidden = [h.float() if h.is_floating_point() else h for h in hidden]
+    return trace_from_hidden(plan.model.head, hidden, labels=y, inputs=x, sample_ids=ids), outputs
+
+
+def _chunks(start: int, stop: int, size: int) -> Iterator[tuple[int, int]]:
+    """The global grid of ``size`` samples cut to ``[start, stop)``: the same chunks for any sharding."""
+    lo = start
+    while lo < stop:
+        hi = min((lo // size + 1) * size, stop)
+        yield lo, hi
+        lo = hi
+
+
+def collect_statistics(plan: Plan, start: int, stop: int, *, world: World = SINGLE_PROCESS,
+                       partial: PartialStore | None = None, progress: Any = None) -> dict[str, list[Tensor]]:
+    """The dataset statistics the plan needs, over every process's shard; ``{}`` when none is needed."""
+    if not plan.statistics:
+        return {}
+    stats = partial.load_statistics() if partial is not None else None
+    if stats is None:
+        stats = DatasetStatistics()
+        for x, y, ids in _batches(plan, start, stop):
+            network = plan.options.scope == "network"
+            tr, outputs = _trace(plan, x, y, ids, record_blocks=network)
+            with torch.no_grad():
+                stats = stats.merged(batch_statistics(plan.statistics, tr, plan.model, plan.options.scope, outputs))
+            if progress is not None:
+                progress(int((ids >= 0).sum()))
+        stats = world.all_reduce(stats.to_cpu() if plan.device.type == "cpu" else stats)
+        if partial is not None and world.is_main:
+            partial.save_statistics(stats)
+        world.barrier()
+    return {name: [m.to(plan.device) for m in means] for name, means in stats.means().items()}
+
+
+def _float64(values: list[Tensor] | None) -> list[Tensor] | None:
+    return None if values is None else [v.double() for v in values]
+
+
+def _to_numpy(t: Tensor, rows: Tensor) -> np.ndarray:
+    return t[rows].detach().double().cpu().numpy()
+
+
+def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, means: dict[str, list[Tensor]]) -> Records:
+    """Scores, effects and deletion curves of one (padded) batch; only the real rows are kept."""
+    o, model = plan.options, plan.model
+    tr, _ = _trace(plan, x, y, ids)
+    rows = ids >= 0
+    # Effects in float64 at the head (laya_eval.engine.effect_precision); scores from the model as it is.
+    model64 = plan.effect_model
+    tr64 = float64_trace(tr, model64)
+    fills = {a: _float64(ablation_fill(a, means)) for a in plan.ablations}
+    lolo = leave_one_out_masks(model.n_layers, device=plan.device)
+    effects = {a: _to_numpy(removal_effects(tr64, model64, lolo, ablation=a, scope=o.scope, fill=fills[a]), rows)
+               for a in plan.ablations}
+    ctx = MethodContext(scope=o.scope, n_steps=o.n_steps, internal_batch_size=o.internal_batch_size, seed=o.seed,
+                        statistics=means, layer_baseline=ablation_fill(plan.ablations[0], means))
+    if plan.needs_gradients:
+        ctx = dataclasses.replace(ctx, gradients=layer_gradients(tr, model, tr.pred, o.scope))
+    scores, deletion, diagnostics = {}, {a: {} for a in plan.ablations}, {}
+    for m in plan.methods:
+        s = m.fn(tr, model, target=tr.pred, context=ctx).detach().to(tr.terms.dtype)
+        scores[m.name] = _to_numpy(s, rows)
+        masks = deletion_masks(layer_ranking(s))
+        for a in plan.ablations:
+            curve = removal_effects(tr64, model64, masks, ablation=a, scope=o.scope, fill=fills[a])
+            deletion[a][m.name] = _to_numpy(curve, rows)
+        if m.diagnostic is not None:
+            value = m.diagnostic(tr, model, s, ctx)
+            if value is not None:
+                diagnostics[m.name] = _to_numpy(value, rows)
+    return Records(sample=ids[rows].cpu().numpy(), label=y[rows].cpu().numpy().astype(np.int64),
+                   pred=tr.pred[rows].cpu().numpy().astype(np.int64), confidence=_to_numpy(tr.confidence, rows),
+                   scores=scores, effects=effects, deletion=deletion, diagnostics=diagnostics)
+
+
+def collect(plan: Plan, means: dict[str, list[Tensor]], start: int, stop: int, *,
+            partial: PartialStore | None = None, progress: Any = None) -> Records:
+    """Per-sample records of samples ``[start, stop)``, chunk by chunk (each kept in ``partial`` when given)."""
+    parts = []
+    for lo, hi in _chunks(start, stop, plan.options.chunk_size):
+        chunk = partial.load_chunk(lo, hi) if partial is not None else None
+        if chunk is None:
+            chunk = merge_records(_batch_records(plan, x, y, ids, means) for x, y, ids in _batches(plan, lo, hi))
+            if partial is not None:
+                partial.save_chunk(lo, hi, chunk)
+        parts.append(chunk)
+        if progress is not None:
+            progress(hi - lo)
+    return merge_records(parts)
+
+
+def summarize(records: Records, plan: Plan, *, world_size: int = 1) -> dict[str, EvaluationResult]:
+    """Metrics, intervals, tables and manifest per ablation, from merged records."""
+    return {a: build_result(records, plan, a, world_size=world_size) for a in plan.ablations}
+
+
+def evaluate_ablations(
+    model: LayeredModel | str | os.PathLike,
+    data: Dataset | str | None = None,
+    ablations: Sequence[str] = ABLATIONS[:1],
+    *,
+    options: EvalOptions | None = None,
+    data_dir: str | os.PathLike | None = None,
+    progress: Any = None,
+    world: World = SINGLE_PROCESS,
+    partial_dir: str | os.PathLike | None = None,
+    resume: bool = False,
+) -> dict[str, EvaluationResult] | None:
+    """Score several ablations from one pass: attributions (IG above all) are computed once.
+
+    Parameters
+    ----------
+    model, data, options, data_dir, progress
+        As for :func:`evaluate`.
+    ablations : sequence of str
+        Among ``gate``, ``gate-renorm``, ``zero``, ``mean`` (network scope: ``zero``, ``mean``).
+    world : laya_eval.engine.distributed.World
+        This process's rank among several (torchrun); each evaluates its shard.
+    partial_dir : path, optional
+        Keep per-chunk records under ``partial_dir/.partial`` so that an interrupted run can resume.
+    resume : bool
+        Reuse the partial records of an earlier attempt with the same options.
+
+    Returns
+    -------
+    dict of str to EvaluationResult, or None
+        One result per ablation, in the order given; ``None`` on ranks other than 0.
+
+    Examples
+    --------
+    >>> results = evaluate_ablations("ckpt.pt", ablations=["gate", "mean"])  # doctest: +SKIP
+    >>> results["mean"].summary[["method", "faithfulness"]]  # doctest: +SKIP
+    """
+    options = options or EvalOptions()
+    plan = make_plan(model, data, ablations, options=options, data_dir=data_dir, world=world)
+    start, stop = world.shard(len(plan.data))
+    partial = None if partial_dir is None else PartialStore(partial_dir, plan.key(), resume=resume)
+    tick = None
+    if progress is not None:
+        progress.total = (stop - start) * (2 if plan.statistics else 1)
+        progress.refresh()
+        tick = progress.update
+    means = collect_statistics(plan, start, stop, world=world, partial=partial, progress=tick)
+    records = world.gather(collect(plan, means, start, stop, partial=partial, progress=tick))
+    if records is None:
+        return None
+    return summarize(records, plan, world_size=world.size)
+
+
+def evaluate(
+    model: LayeredModel | str | os.PathLike,
+    data: Dataset | str | None = None,
+    *,
+    options: EvalOptions | None = None,
+    data_dir: str | os.PathLike | None = None,
+    progress: Any = None,
+) -> EvaluationResult:
+    """Score layer attributions against leave-one-layer-out effects (one ablation: ``options.ablation``).
+
+    Parameters
+    ----------
+    model : LayeredModel or path to a checkpoint
+    data : Dataset, dataset name, or None
+        ``None`` uses the dataset recorded in the checkpoint (split ``options.split``).
+    options : EvalOptions
+    data_dir : path, optional
+        Where to look for the dataset files.
+    progress : tqdm-like, optional
+        Its ``total`` is set to the number of samples times the number of passes, and
+        ``update(n)`` is called as the work advances.
+
+    Returns
+    -------
+    EvaluationResult
+
+    Examples
+    --------
+    >>> result = evaluate("ckpt.pt", options=EvalOptions(limit=500))  # doctest: +SKIP
+    >>> result.summary[["method", "faithfulness", "deletion_at_1"]]  # doctest: +SKIP
+    """
+    options = options or EvalOptions()
+    return evaluate_ablations(model, data, (options.ablation,), options=options, data_dir=data_dir,
+                              progress=progress)[options.ablation]
+
+
+def evaluate_to_folder(
+    model: LayeredModel | str | os.PathLike,
+    data: Dataset | str | None,
+    ablations: Sequence[str],
+    out_dir: str | os.PathLike,
+    *,
+    options: EvalOptions,
+    data_dir: str | os.PathLike | None = None,
+    progress: Any = None,
+    world: World = SINGLE_PROCESS,
+    resume: bool = False,
+    table_format: str = "csv",
+) -> dict[str, EvaluationResult] | None:
+    """:func:`evaluate_ablations` with per-chunk partial results under ``out_dir/.partial`` and the finished
+    result written into ``out_dir`` as one set (one subfolder per ablation when several), by rank 0.
+
+    The output folder is checked before any work. Returns the results on rank 0, ``None`` elsewhere.
+    """
+    from laya_eval.output.files import check_output_folder
+
+    check_output_folder(out_dir)
+    check_table_format(table_format)  # an unusable --table-format fails before any work
+    results = evaluate_ablations(model, data, ablations, options=options, data_dir=data_dir, progress=progress,
+                                 world=world, partial_dir=out_dir, resume=resume)
+    if results is not None:
+        write_results(results, out_dir, table_format=table_format)
+    world.barrier()
+    return results

@@ -1,0 +1,326 @@
+"""Layer attribution methods: one signature, one registry.
+
+Every method is ``f(trace, model, *, target, context) -> Tensor (B, L)`` of
+signed per-layer scores for the class ``target`` (the predicted class). Names,
+descriptions and needs live in :mod:`laya_eval.catalog` (read by the CLI without
+torch); :data:`METHODS` binds each to its function here. What a method needs
+(shared gradients, a dataset statistic) is declared there and provided by the
+engine through :class:`MethodContext`.
+
+Scope ``head`` (direct effect): gradients are taken with respect to the cached
+hidden states at the head input, used as leaf tensors; the backbone is not
+re-run. Scope ``network`` (total effect): gradients flow from the output back
+to each block's full output inside the backbone, through every later layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from laya_eval.catalog import METHOD_SPECS, MethodSpec
+from laya_eval.errors import ConfigError
+from laya_eval.models.heads import LayaHead, LayerHead, pool_hidden
+from laya_eval.models.layered import LayeredModel
+from laya_eval.engine.seeding import per_sample_uniform
+from laya_eval.models.trace import Trace
+
+__all__ = [
+    "METHODS",
+    "AttributionMethod",
+    "MethodContext",
+    "applicable",
+    "ig_completeness_delta",
+    "layer_gradients",
+    "network_ig_completeness_delta",
+    "method_names",
+    "resolve_methods",
+]
+
+
+@dataclass(frozen=True)
+class MethodContext:
+    """What the engine provides to a method for one batch.
+
+    Attributes
+    ----------
+    scope : {"head", "network"}
+    n_steps : int
+        Integrated Gradients steps (Captum's ``n_steps``).
+    ig_method : str
+        Captum's ``method`` for the IG integral.
+    internal_batch_size : int or None
+        Captum's ``internal_batch_size`` for IG.
+    seed : int
+        Per-sample randomness is drawn from (seed, sample id): see :mod:`laya_eval.engine.seeding`.
+    statistics : dict of str to list of Tensor
+        Dataset statistics the method declared in its ``needs`` (e.g. ``mean_layer_weights``).
+    gradients : tuple of (list of Tensor, list of Tensor), optional
+        ``(activations, d logit_c / d activation)`` for the batch at ``scope``, computed once
+        by the engine for every method that needs ``"gradients"``; computed on demand when
+        absent.
+    layer_baseline : list of Tensor, optional
+        At network scope, the removed state of each block (the first ablation's fill: a dataset mean of the
+        block output); ``None`` means zeros. Integrated Gradients starts its path there.
+    """
+
+    scope: str = "head"
+    n_steps: int = 50
+    ig_method: str = "gausslegendre"
+    internal_batch_size: int | None = None
+    seed: int = 0
+    statistics: dict[str, list[Tensor]] = field(default_factory=dict)
+    gradients: tuple[list[Tensor], list[Tensor]] | None = None
+    layer_baseline: list[Tensor] | None = None
+
+
+AttributionFn = Callable[..., Tensor]
+
+
+@dataclass(frozen=True)
+class AttributionMethod:
+    """A registered method: its catalog entry, its function and an optional diagnostic.
+
+    Attributes
+    ----------
+    spec : laya_eval.catalog.MethodSpec
+        Name, description, what the head must have (``requires``) and what the engine must
+        provide (``needs``).
+    fn : callable
+        ``fn(trace, model, *, target, context) -> Tensor (B, L)``.
+    diagnostic : callable, optional
+        ``diagnostic(trace, model, scores, context) -> Tensor (B,) or None``: a per-sample check
+        of the scores recorded with them (IG's completeness delta).
+    diagnostic_note : str
+        What the diagnostic measures, for the manifest.
+    """
+
+    spec: MethodSpec
+    fn: AttributionFn
+    diagnostic: Callable[..., Tensor | None] | None = None
+    diagnostic_note: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def description(self) -> str:
+        return self.spec.description
+
+    @property
+    def requires(self) -> str:
+        return self.spec.requires
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        return self.spec.needs
+
+
+def _laya(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
+    return tr.layer_weights
+
+
+def _static(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
+    if "mean_layer_weights" not in context.statistics:
+        raise ConfigError("'static' needs the mean layer weights over the evaluated set (context.statistics).")
+    mean = context.statistics["mean_layer_weights"][0]
+    return mean.to(tr.terms).expand(tr.n_samples, -1)
+
+
+def _contribution(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
+    return tr.terms.gather(2, target[:, None, None].expand(-1, tr.n_layers, 1)).squeeze(2)
+
+
+def _random(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
+    ids = tr.sample_ids
+    if ids is None:
+        ids = torch.arange(tr.n_samples, device=tr.terms.device)
+    return per_sample_uniform(context.seed, ids.to(tr.terms.device), tr.n_layers).to(tr.terms.dtype)
+
+
+def _target_logit_sum(logits: Tensor, target: Tensor) -> Tensor:
+    return logits.gather(1, target[:, None]).sum()
+
+
+def _head_grads(tr: Trace, model: LayeredModel, target: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+    """Activations (the cached head inputs, as leaves) and d logit_c / d h_i."""
+    # detach() already gives fresh leaves sharing the cached storage; the head never writes into its inputs.
+    acts = [h.detach().requires_grad_(True) for h in tr.hidden]
+    with torch.enable_grad():
+        out = _target_logit_sum(model.head(acts), target)
+        # A layer the head ignores (LastLayer) has gradient zero, not "unused".
+        grads = torch.autograd.grad(out, acts, allow_unused=True, materialize_grads=True)
+    return [a.detach() for a in acts], list(grads)
+
+
+def _network_grads(tr: Trace, model: LayeredModel, target: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+    """Each block's full output inside the backbone and d logit_c / d output (total effect)."""
+    if not isinstance(tr.inputs, Tensor):
+        raise ConfigError("network-scope gradient methods need tensor inputs; use --scope head for text models.")
+    with torch.enable_grad():
+        # The input requires grad so every block output is on the graph, frozen backbones included.
+        x = tr.inputs.detach().clone().requires_grad_(True)
+        hidden, acts = model.block_outputs(x)
+        out = _target_logit_sum(model.head(hidden), target)
+        grads = torch.autograd.grad(out, acts, allow_unused=True, materialize_grads=True)
+    return [a.detach() for a in acts], list(grads)
+
+
+def layer_gradients(tr: Trace, model: LayeredModel, target: Tensor, scope: str) -> tuple[list[Tensor], list[Tensor]]:
+    """``(activations, d logit_target / d activation)`` per layer at ``scope`` ("head" or "network")."""
+    return _head_grads(tr, model, target) if scope == "head" else _network_grads(tr, model, target)
+
+
+def _grads(tr: Trace, model: LayeredModel, target: Tensor, context: MethodContext):
+    """The batch's gradients from the engine, or computed now when the caller gave none."""
+    if context.gradients is not None:
+        return context.gradients
+    return layer_gradients(tr, model, target, context.scope)
+
+
+def _channel_first(t: Tensor) -> Tensor:
+    """Bring a block output to (B, C, spatial...): maps already are; token sequences (B, T, D) become (B, D, T)."""
+    return t.transpose(1, 2) if t.dim() == 3 else t
+
+
+def _grad_x_act(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
+    acts, grads = _grads(tr, model, target, context)
+    return torch.stack([(g * a).flatten(1).sum(1) for a, g in zip(acts, grads)], 1)
+
+
+def _gradcam(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
+    acts, grads = _grads(tr, model, target, context)
+    scores = []
+    for a, g in zip(acts, grads):
+        a, g = _channel_first(a), _channel_first(g)
+        if a.dim() == 2:
+            # A vector layer has no spatial extent: Grad-CAM reduces to ReLU(sum_d grad_d * act_d).
+            scores.append(torch.relu((g * a).sum(1)))
+            continue
+        weights = g.flatten(2).mean(-1)  # (B, C): spatially averaged gradients
+        cam = torch.relu((weights[:, :, None] * a.flatten(2)).sum(1))  # (B, spatial)
+        scores.append(cam.mean(-1))
+    return torch.stack(scores, 1)
+
+
+def _head_touching_all(model: LayeredModel, hidden: tuple[Tensor, ...]) -> Tensor:
+    """Head logits with every input on the graph: Captum cannot take gradients of inputs a head ignores
+    (LastLayer's lower layers); adding ``0 * h`` gives them their true gradient, zero."""
+    zero = sum((h * 0).sum() for h in hidden)
+    return model.head(list(hidden)) + zero
+
+
+def _replaced_logits(model: LayeredModel, x: Tensor, i: int, value: Tensor) -> Tensor:
+    """Logits with block ``i``'s full output replaced by ``value`` (its shape) and every later block recomputed."""
+    return model.head(model.hidden_states(x, {i: lambda t: value}))
+
+
+def _layer_baseline(output: Tensor, fill: list[Tensor] | None, i: int) -> Tensor:
+    """The removed state of block ``i``: zeros, or the ablation's fill (a dataset mean) broadcast to the output."""
+    return torch.zeros_like(output) if fill is None else fill[i].to(output).expand_as(output)
+
+
+def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
+    from captum.attr import IntegratedGradients
+
+    options = dict(target=target, n_steps=context.n_steps, method=context.ig_method,
+                   internal_batch_size=context.internal_batch_size)
+    with torch.enable_grad():
+        if context.scope == "head":
+            ig = IntegratedGradients(lambda *hidden: _head_touching_all(model, hidden))
+            # The heads pool maps first and pooling is linear, so IG over the pooled states gives the
+            # same per-layer sums as IG over the full maps, at a fraction of the memory (50 steps x maps).
+            attr = ig.attribute(tuple(pool_hidden(h).detach() for h in tr.hidden), **options)
+            return torch.stack([a.flatten(1).sum(1) for a in attr], 1).detach()
+        if not isinstance(tr.inputs, Tensor):
+            raise ConfigError("network-scope IG needs tensor inputs; use --scope head for text models.")
+        with torch.no_grad():
+            _, outputs = model.block_outputs(tr.inputs)
+        scores = []
+        for i, out in enumerate(outputs):
+            # The path runs from the removed layer (the ablation's counterfactual, injected through the backbone's
+            # replace mechanism) to its actual output, with every later block recomputed: the same total effect
+            # the network-scope effect measures.
+            ig = IntegratedGradients(lambda value, x, i=i: _replaced_logits(model, x, i, value))
+            attr = ig.attribute(out.detach(), baselines=_layer_baseline(out.detach(), context.layer_baseline, i),
+                                additional_forward_args=(tr.inputs,), **options)
+            scores.append(attr.flatten(1).sum(1).detach())
+    return torch.stack(scores, 1)
+
+
+@torch.no_grad()
+def ig_completeness_delta(tr: Trace, model: LayeredModel, scores: Tensor) -> Tensor:
+    """Head-scope IG completeness: ``sum_i a_i - (f_c(h) - f_c(0))`` per sample, (B,)."""
+    zeros = [torch.zeros_like(pool_hidden(h)) for h in tr.hidden]
+    f0 = model.head(zeros).gather(1, tr.pred[:, None]).squeeze(1)
+    f = tr.logits.gather(1, tr.pred[:, None]).squeeze(1)
+    return scores.sum(1) - (f - f0)
+
+
+@torch.no_grad()
+def network_ig_completeness_delta(tr: Trace, model: LayeredModel, scores: Tensor,
+                                  baseline: list[Tensor] | None) -> Tensor:
+    """Network-scope IG completeness, per layer ``a_i - (f_c(x) - f_c(x, block i removed))``; mean |.| over layers, (B,)."""
+    _, outputs = model.block_outputs(tr.inputs)
+    f = tr.logits.gather(1, tr.pred[:, None]).squeeze(1)
+    deltas = []
+    for i, out in enumerate(outputs):
+        removed = _replaced_logits(model, tr.inputs, i, _layer_baseline(out, baseline, i))
+        deltas.append(scores[:, i] - (f - removed.gather(1, tr.pred[:, None]).squeeze(1)))
+    return torch.stack(deltas, 1).abs().mean(1)
+
+
+def _ig_diagnostic(tr: Trace, model: LayeredModel, scores: Tensor, context: MethodContext) -> Tensor | None:
+    if context.scope == "head":
+        return ig_completeness_delta(tr, model, scores)
+    return network_ig_completeness_delta(tr, model, scores, context.layer_baseline)
+
+
+_FUNCTIONS: dict[str, AttributionFn] = {
+    "laya": _laya, "static": _static, "contribution": _contribution, "ig": _ig, "gradcam": _gradcam,
+    "grad_x_act": _grad_x_act, "random": _random,
+}
+if set(_FUNCTIONS) != set(METHOD_SPECS):  # the catalog owns the names; this module implements them
+    raise ImportError(f"attribution functions {sorted(_FUNCTIONS)} do not match the catalog {sorted(METHOD_SPECS)}")
+
+METHODS: dict[str, AttributionMethod] = {
+    name: AttributionMethod(spec, _FUNCTIONS[name]) for name, spec in METHOD_SPECS.items()
+}
+METHODS["ig"] = AttributionMethod(
+    METHOD_SPECS["ig"], _ig, diagnostic=_ig_diagnostic,
+    diagnostic_note="IG completeness delta. Head scope: sum_i a_i - (f_c(h) - f_c(0)) per sample (IG over the head's "
+                    "cached inputs measures the direct effect of each layer). Network scope: mean over layers of "
+                    "|a_i - (f_c(x) - f_c(x with block i's output replaced by the removed state))|, the removed state "
+                    "being the first ablation's (zeros or the dataset mean), injected inside the backbone.",
+)
+
+
+def method_names() -> list[str]:
+    """Registered method names, in registry order."""
+    return list(METHODS)
+
+
+def applicable(method: AttributionMethod, model: LayeredModel) -> str | None:
+    """``None`` if ``method`` applies to ``model``'s head, else the reason it is skipped."""
+    head = model.head
+    if method.requires == "laya" and not isinstance(head, LayaHead):
+        return f"'{method.name}' needs a LAYA head; this model has a {head.name} head."
+    if method.requires == "weights" and type(head).layer_weights is LayerHead.layer_weights:
+        return f"'{method.name}' needs a head with layer weights (LAYA or ScalarMix); this model has a {head.name} head."
+    return None
+
+
+def resolve_methods(names: list[str] | None) -> list[AttributionMethod]:
+    """Methods by name (all when ``None``), validated against the registry."""
+    if names is None:
+        return list(METHODS.values())
+    unknown = [n for n in names if n not in METHODS]
+    if unknown:
+        raise ConfigError(f"methods must be among {{{', '.join(METHODS)}}}; got {unknown[0]!r}.")
+    if not names:
+        raise ConfigError(f"give at least one method among {{{', '.join(METHODS)}}}.")
+    return [METHODS[n] for n in dict.fromkeys(names)]

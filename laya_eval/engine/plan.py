@@ -1,0 +1,148 @@
+"""What one evaluation computes, resolved before any work: :class:`EvalOptions` and :class:`Plan`.
+
+:func:`make_plan` resolves the model (a checkpoint path or a model in memory), the data
+(the checkpoint's dataset unless named), the applicable methods and the dataset
+statistics that the methods and ablations declare in their catalog entries. Every user
+error of an evaluation is raised here, before a batch runs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from laya_eval.engine.methods import AttributionMethod, applicable, resolve_methods
+from laya_eval.catalog import ABLATION_SPECS, ABLATIONS
+from laya_eval.data import Dataset, check_finite, load_dataset
+from laya_eval.models.devices import resolve_device
+from laya_eval.engine.distributed import SINGLE_PROCESS, World
+from laya_eval.engine.effect_precision import float64_view
+from laya_eval.errors import ConfigError, DataError
+from laya_eval.models.layered import LayeredModel
+from laya_eval.engine.partial import run_key
+from laya_eval.engine.removals import check_ablations
+from laya_eval.stats import DEFAULT_RTOL
+
+__all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "make_plan"]
+
+CHUNK_SIZE = 1024  # default unit of resumable work (samples); results do not depend on it
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """Options of one evaluation (the CLI's flags)."""
+
+    methods: tuple[str, ...] | None = None
+    ablation: str = ABLATIONS[0]
+    scope: str = "head"
+    split: str = "test"
+    limit: int | None = None
+    batch_size: int = 256
+    seed: int = 0
+    bootstrap: int = 1000
+    device: str = "cpu"
+    n_steps: int = 50
+    internal_batch_size: int | None = None
+    dtype: str = "float32"
+    chunk_size: int = CHUNK_SIZE
+    tie_rtol: float = DEFAULT_RTOL
+    trust_code: bool = False
+    download: bool = False
+    allow_nonfinite: bool = False
+
+    def __post_init__(self) -> None:
+        check_ablations(self.ablation, self.scope)
+        for name in ("batch_size", "n_steps", "chunk_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
+        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int)
+                                       or self.limit < 1):
+            raise ConfigError(f"limit must be a positive integer; got {self.limit!r}.")
+        if isinstance(self.bootstrap, bool) or not isinstance(self.bootstrap, int) or self.bootstrap < 0:
+            raise ConfigError(f"bootstrap must be 0 or more resamples; got {self.bootstrap!r}.")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ConfigError(f"seed must be an integer in [0, 2**63); got {self.seed!r}.")
+        if isinstance(self.tie_rtol, bool) or not isinstance(self.tie_rtol, (int, float)) or not 0 <= self.tie_rtol < 1:
+            raise ConfigError(f"tie_rtol must be a number in [0, 1); got {self.tie_rtol!r}.")
+        resolve_methods(None if self.methods is None else list(self.methods))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one evaluation computes, resolved once before any work."""
+
+    model: LayeredModel
+    data: Dataset
+    methods: tuple[AttributionMethod, ...]
+    ablations: tuple[str, ...]
+    options: EvalOptions
+    device: torch.device
+    statistics: tuple[str, ...]
+    checkpoint: dict[str, Any]
+    notes: tuple[str, ...] = ()
+    effect_model: LayeredModel | None = None
+
+    @property
+    def needs_gradients(self) -> bool:
+        return any("gradients" in m.needs for m in self.methods)
+
+    def key(self) -> str:
+        """What changes the numbers (everything but batch size, bootstrap and process count)."""
+        o = self.options
+        return run_key({"checkpoint": self.checkpoint, "data": self.data.name, "split": o.split,
+                        "n": len(self.data), "methods": [m.name for m in self.methods], "ablations": self.ablations,
+                        "scope": o.scope, "seed": o.seed, "n_steps": o.n_steps, "dtype": o.dtype,
+                        "device": self.device.type})
+
+
+def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device, options: EvalOptions
+                   ) -> tuple[LayeredModel, dict]:
+    """A model in memory as it is, or a spec (checkpoint path, ``hf:``, ``py:``) through :func:`laya_eval.loading.specs.load_model`."""
+    if isinstance(model, LayeredModel):
+        return model.to(device).eval(), {"path": None, "sha256": None}
+    from laya_eval.loading.specs import load_model
+
+    loaded = load_model(model, trust_code=options.trust_code, download=options.download, map_location=device)
+    return loaded.model, loaded.provenance
+
+
+def _resolve_data(model: LayeredModel, data: Dataset | str | None, options: EvalOptions, data_dir: Any) -> Dataset:
+    if isinstance(data, Dataset):
+        if not options.allow_nonfinite:  # a Dataset built in memory has not passed a loader's check
+            check_finite(data)
+        return data
+    name = data or model.info.dataset
+    if not name:
+        raise DataError("the checkpoint records no dataset; name one with --data (e.g. --data digits or --data npz:PATH).")
+    return load_dataset(name, options.split, data_dir=data_dir, download=options.download,
+                        allow_nonfinite=options.allow_nonfinite)
+
+
+def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | None, ablations: Sequence[str], *,
+              options: EvalOptions, data_dir: Any = None, world: World = SINGLE_PROCESS) -> Plan:
+    """Resolve model, data, methods and needs; every user error is raised here, before any work."""
+    ablations = check_ablations(ablations, options.scope)
+    device = resolve_device(world.device(options.device))
+    model, ckpt = _resolve_model(model, device, options)
+    if model.n_layers < 2:
+        raise ConfigError("the model has a single hidden layer: faithfulness (a rank correlation across layers) is undefined.")
+    data = _resolve_data(model, data, options, data_dir)
+    if options.limit is not None:
+        if options.limit > len(data):
+            raise ConfigError(f"limit {options.limit} is larger than the {len(data)} samples of '{data.name}' ({options.split}).")
+        data = data.subset(slice(0, options.limit))
+    model.check_fits(data)
+    methods, notes = [], []
+    for m in resolve_methods(None if options.methods is None else list(options.methods)):
+        reason = applicable(m, model)
+        (notes.append(f"skipped {reason}") if reason else methods.append(m))
+    needs = [n for m in methods for n in m.needs] + [n for a in ablations for n in ABLATION_SPECS[a].needs]
+    stats = tuple(dict.fromkeys(n.split(":", 1)[1] for n in needs if n.startswith("stat:")))
+    return Plan(model, data, tuple(methods), ablations, options, device, stats, ckpt, tuple(notes),
+                effect_model=float64_view(model))
+
+

@@ -1,0 +1,206 @@
+"""Removing layers: leave-one-layer-out (LOLO) and deletion@k effects.
+
+The effect of removing a set of layers is ``p_c(x) - p_c(x with them removed)``,
+``c`` the class predicted on the intact input. Removal follows docs/architecture.md ("Heads and removal"):
+
+``gate``        drop the layers' terms; all else (alpha included) unchanged.
+``gate-renorm`` drop the terms and renormalise the remaining layer weights
+                (LAYA, ScalarMix; for heads without weights it equals ``gate``).
+``zero``/``mean`` replace ``h_i`` at the head input with zeros / the mean of
+                ``h_i`` over the evaluated data, then recompute the whole head.
+
+With scope ``head`` every removal is computed from the cached trace: ``gate``
+and ``gate-renorm`` from the per-layer terms (no head call at all), ``zero``
+and ``mean`` in one batched head call over all removals. With scope
+``network`` the replacement happens inside the backbone and every later layer
+is recomputed (one backbone run per removal set).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, SCOPES
+from laya_eval.errors import ConfigError
+from laya_eval.models.heads import LayerHead, pool_hidden
+from laya_eval.models.layered import LayeredModel
+from laya_eval.models.trace import Trace
+
+__all__ = [
+    "ABLATIONS",
+    "SCOPES",
+    "ablation_fill",
+    "check_ablation",
+    "check_ablations",
+    "deletion_masks",
+    "head_removal_logits",
+    "layer_ranking",
+    "leave_one_out_masks",
+    "removal_effects",
+    "removal_probs",
+]
+
+
+def check_ablation(ablation: str, scope: str) -> None:
+    """Validate an (ablation, scope) pair with a message that says how to fix it."""
+    if scope not in SCOPES:
+        raise ConfigError(f"scope must be one of {{{', '.join(SCOPES)}}}; got {scope!r}.")
+    if ablation not in ABLATION_SPECS:
+        raise ConfigError(f"ablation must be one of {{{', '.join(ABLATIONS)}}}; got {ablation!r}.")
+    if scope not in ABLATION_SPECS[ablation].scopes:
+        allowed = [a for a, spec in ABLATION_SPECS.items() if scope in spec.scopes]
+        raise ConfigError(
+            f"ablation {ablation!r} is not defined at {scope} scope (it acts on the head's terms, not inside the "
+            f"backbone); with --scope {scope} use --ablation {' or '.join(allowed)}."
+        )
+
+
+def check_ablations(ablations: Sequence[str] | str, scope: str) -> tuple[str, ...]:
+    """Validate a list of ablations (duplicates dropped, order kept); at least one."""
+    if isinstance(ablations, str):
+        ablations = (ablations,)
+    ablations = tuple(dict.fromkeys(ablations))
+    if not ablations:
+        raise ConfigError(f"give at least one ablation among {{{', '.join(ABLATIONS)}}}.")
+    for a in ablations:
+        check_ablation(a, scope)
+    return ablations
+
+
+def ablation_fill(ablation: str, statistics: dict[str, list[Tensor]]) -> list[Tensor] | None:
+    """The replacement values an ablation needs: the dataset statistic its catalog entry declares, else None."""
+    stats = [n.split(":", 1)[1] for n in ABLATION_SPECS[ablation].needs if n.startswith("stat:")]
+    return statistics[stats[0]] if stats else None
+
+
+def leave_one_out_masks(n_layers: int, device: torch.device | str | None = None) -> Tensor:
+    """Keep masks for the ``L`` single-layer removals: row ``k`` drops layer ``k``. Shape (L, L)."""
+    return 1.0 - torch.eye(n_layers, device=device)
+
+
+def layer_ranking(scores: Tensor) -> Tensor:
+    """Layer indices by descending score, ties broken by the lowest layer index, (B, L), on the scores' device.
+
+    The same order as :func:`laya_eval.stats.metrics.rank_layers` (a stable sort of ``-scores``).
+    """
+    return torch.argsort(-scores, dim=1, stable=True)
+
+
+def deletion_masks(ranking: Tensor) -> Tensor:
+    """Keep masks that remove the ``k`` top-ranked layers, k = 1..L.
+
+    Parameters
+    ----------
+    ranking : Tensor of int, (B, L)
+        Layer indices by descending attribution.
+
+    Returns
+    -------
+    Tensor, (B, L, L)
+        ``masks[b, k-1, i] == 0`` iff layer ``i`` is among the ``k`` top-ranked.
+    """
+    batch, n = ranking.shape
+    position = torch.empty_like(ranking)
+    position.scatter_(1, ranking, torch.arange(n, device=ranking.device).expand(batch, n))
+    k = torch.arange(1, n + 1, device=ranking.device)
+    return (position[:, None, :] >= k[None, :, None]).float()
+
+
+def _expand_masks(masks: Tensor, batch: int) -> Tensor:
+    return masks.expand(batch, *masks.shape) if masks.dim() == 2 else masks
+
+
+def head_removal_logits(
+    tr: Trace, head: LayerHead, masks: Tensor, ablation: str, fill: Sequence[Tensor] | None = None
+) -> Tensor:
+    """Head-scope logits after each removal in ``masks`` (K, L) or (B, K, L), from the cached trace: (B, K, C).
+
+    ``fill``: the pooled mean of every hidden state, for ``mean``. Any set of layers may be removed at once
+    (pruning removes several).
+    """
+    masks = _expand_masks(masks.to(tr.terms.dtype), tr.n_samples)  # (B, K, L)
+    if ablation in ("gate", "gate-renorm"):
+        logits = torch.einsum("blc,bkl->bkc", tr.terms, masks)
+        if ablation == "gate-renorm" and tr.layer_weights is not None:
+            mass = torch.einsum("bl,bkl->bk", tr.layer_weights, masks).unsqueeze(-1)
+            # With every layer removed no weight is left to renormalise: the logits are the bias alone.
+            logits = logits / torch.where(mass > 0, mass, torch.ones_like(mass))
+        return logits + head.bias
+    # zero / mean: the heads pool maps first, so replacing the pooled state is exact; the head's
+    # removal_logits reuses what a removal does not touch (generic recomputation for custom heads).
+    pooled = [pool_hidden(h) for h in tr.hidden]
+    values = [p.new_zeros(p.shape[-1]) for p in pooled] if ablation == "zero" else list(fill or [])
+    if len(values) != masks.shape[-1]:
+        raise ConfigError("mean ablation needs the mean of every hidden state over the evaluated data.")
+    return head.removal_logits(pooled, masks, values)
+
+
+def _network_scope_logits(
+    tr: Trace, model: LayeredModel, masks: Tensor, fill: Sequence[Tensor] | None
+) -> Tensor:
+    masks = _expand_masks(masks, tr.n_samples)
+    out = []
+    for k in range(masks.shape[1]):
+        replace = {}
+        for i in range(masks.shape[2]):
+            drop = masks[:, k, i] == 0
+            if bool(drop.any()):
+                replace[i] = _replacer(drop, None if fill is None else fill[i])
+        out.append(model.head(model.hidden_states(tr.inputs, replace)))
+    return torch.stack(out, 1)
+
+
+def _replacer(drop: Tensor, value: Tensor | None):
+    def apply(t: Tensor) -> Tensor:
+        v = torch.zeros_like(t) if value is None else value.to(t).expand_as(t)
+        shape = (-1,) + (1,) * (t.dim() - 1)
+        return torch.where(drop.to(t.device).view(shape), v, t)
+
+    return apply
+
+
+@torch.no_grad()
+def removal_probs(
+    tr: Trace,
+    model: LayeredModel,
+    masks: Tensor,
+    *,
+    ablation: str = "gate",
+    scope: str = "head",
+    fill: Sequence[Tensor] | None = None,
+) -> Tensor:
+    """``p_c`` after each removal in ``masks``.
+
+    Parameters
+    ----------
+    tr : Trace
+    model : LayeredModel
+    masks : Tensor, (K, L) or (B, K, L)
+        Keep masks; 0 removes a layer.
+    ablation : {"gate", "gate-renorm", "zero", "mean"}
+    scope : {"head", "network"}
+    fill : list of Tensor, optional
+        For ``mean``: the mean of each hidden state over the evaluated data
+        (pooled, (d_i,), for scope head; the full block output for scope network).
+
+    Returns
+    -------
+    Tensor, (B, K)
+    """
+    check_ablation(ablation, scope)
+    if scope == "head":
+        logits = head_removal_logits(tr, model.head, masks, ablation, fill)
+    else:
+        logits = _network_scope_logits(tr, model, masks, fill if ablation == "mean" else None)
+    probs = torch.softmax(logits, -1)
+    index = tr.pred[:, None, None].expand(-1, probs.shape[1], 1)
+    return probs.gather(2, index).squeeze(2)
+
+
+def removal_effects(tr: Trace, model: LayeredModel, masks: Tensor, **kwargs) -> Tensor:
+    """Effects ``p_c(x) - p_c(x removed)`` for each removal in ``masks``, (B, K). Options as :func:`removal_probs`."""
+    probs = removal_probs(tr, model, masks, **kwargs)
+    return tr.confidence[:, None] - probs

@@ -1,0 +1,287 @@
+"""What an evaluation produces: per-method metrics, the three tables, the manifest, the files.
+
+:func:`score_method` turns one method's attributions, effects and deletion curve into
+per-sample and summary metrics; :func:`build_result` assembles the tables of one
+ablation from merged :class:`~laya_eval.engine.records.Records`; :func:`write_results` writes a
+run (one subfolder per ablation when there are several) as one set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from laya_eval.output.files import sha256_bytes, write_result_folder
+from laya_eval.stats.metrics import (
+    METRICS,
+    bootstrap_mean,
+    rank_layers,
+    spearman_per_sample,
+    top1_hit,
+)
+from laya_eval.models.layered import LayeredModel
+from laya_eval.engine.plan import EvalOptions, Plan
+from laya_eval.engine.records import Records
+from laya_eval.stats import (
+    COMPARISON_COLUMNS,
+    TiedEffects,
+    compare_methods,
+    faithfulness_p_value,
+    tie_effects,
+)
+from laya_eval.output.tables import table_bytes
+
+__all__ = ["SUMMARY_COLUMNS", "EvaluationResult", "MethodScore", "build_result", "result_files", "score_method",
+           "write_results"]
+
+SUMMARY_COLUMNS = [
+    "checkpoint", "head", "dataset", "method", "ablation", "scope", "n", "n_undefined",
+    "n_effect_ties", "share_negligible_effects",
+    "faithfulness", "faithfulness_ci_low", "faithfulness_ci_high", "faithfulness_p_value",
+    "deletion_at_1", "deletion_at_1_ci_low", "deletion_at_1_ci_high", "top1_hit_rate", "aopc",
+]
+
+
+@dataclass
+class EvaluationResult:
+    """The three tables of an evaluation and its manifest.
+
+    Attributes
+    ----------
+    layers : DataFrame
+        One row per (sample, method, layer): sample, method, layer, attribution, effect.
+    samples : DataFrame
+        One row per (sample, method): sample, label, pred, confidence, method,
+        spearman, deletion_at_1, top1_hit.
+    summary : DataFrame
+        One row per method (columns :data:`SUMMARY_COLUMNS` plus deletion_at_k, k = 2..L).
+    manifest : dict
+    notes : list of str
+        Methods skipped because they do not apply to the head, with the reason.
+    comparisons : DataFrame
+        Paired tests between every pair of methods (``comparisons.csv``, see :func:`laya_eval.stats.compare_methods`).
+    warnings : list of str
+        Effects too tied or negligible to rank, or a collapsed head.
+    """
+
+    layers: pd.DataFrame
+    samples: pd.DataFrame
+    summary: pd.DataFrame
+    manifest: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    comparisons: pd.DataFrame = field(default_factory=pd.DataFrame)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MethodScore:
+    """Per-sample and summary metrics of one method.
+
+    Attributes
+    ----------
+    spearman : ndarray, (N,)
+        NaN where undefined.
+    top1_hit : ndarray of bool, (N,)
+    summary : dict
+        ``n, n_undefined, faithfulness(+_ci_low/_ci_high), deletion_at_1(+ci), top1_hit_rate, aopc,
+        deletion_at_2..L`` in the column order of ``summary.csv``.
+    """
+
+    spearman: np.ndarray
+    top1_hit: np.ndarray
+    summary: dict[str, Any]
+
+
+def score_method(
+    scores: np.ndarray, effects: np.ndarray, deletion: np.ndarray, *, bootstrap: int, seed: Sequence[int],
+    ties: TiedEffects | None = None,
+) -> MethodScore:
+    """Faithfulness, Deletion@k, top-1 hits and AOPC of one method.
+
+    Parameters
+    ----------
+    scores, effects : ndarray, (N, L)
+        Attributions and leave-one-layer-out effects.
+    deletion : ndarray, (N, L)
+        Effect of removing the k top-ranked layers, k = 1..L.
+    bootstrap : int
+        Resamples for the 95% intervals.
+    seed : sequence of int
+        Seeds the bootstrap; faithfulness and Deletion@1 draw from ``[*seed, 0]`` and ``[*seed, 1]``.
+    ties : TiedEffects, optional
+        ``laya_eval.stats.tie_effects(effects)`` (computed here when not given): effects closer than its
+        tolerance are ranked as tied, for Spearman rho and the top-1 hit.
+    """
+    ties = ties if ties is not None else tie_effects(effects)
+    ranked = ties.effects
+    rho = spearman_per_sample(scores, ranked)
+    hit = top1_hit(scores, ranked)
+    faith = bootstrap_mean(rho, n_resamples=bootstrap, seed=[*seed, 0])
+    d1 = bootstrap_mean(deletion[:, 0], n_resamples=bootstrap, seed=[*seed, 1])
+    summary = {
+        "n": int(effects.shape[0]), "n_undefined": faith.n_undefined, "n_effect_ties": ties.n_effect_ties,
+        "share_negligible_effects": ties.share_negligible_effects, "faithfulness": faith.mean,
+        "faithfulness_ci_low": faith.low, "faithfulness_ci_high": faith.high,
+        "faithfulness_p_value": faithfulness_p_value(rho, ranked, seed=int(seed[0])), "deletion_at_1": d1.mean,
+        "deletion_at_1_ci_low": d1.low, "deletion_at_1_ci_high": d1.high, "top1_hit_rate": float(hit.mean()),
+        "aopc": float(deletion.mean()),
+    }
+    summary.update({f"deletion_at_{j}": float(deletion[:, j - 1].mean()) for j in range(2, deletion.shape[1] + 1)})
+    return MethodScore(spearman=rho, top1_hit=hit, summary=summary)
+
+
+def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int = 1) -> EvaluationResult:
+    """The tables and manifest of one ablation from merged per-sample records."""
+    options = dataclasses.replace(plan.options, ablation=ablation)
+    model, n_layers = plan.model, plan.model.n_layers
+    effects, n = records.effects[ablation], len(records)
+    ties = tie_effects(effects, rtol=options.tie_rtol)
+    sample = records.sample
+    layer_rows, sample_rows, summary_rows = [], [], []
+    for k, m in enumerate(plan.methods):
+        scores, deletion = records.scores[m.name], records.deletion[ablation][m.name]
+        scored = score_method(scores, effects, deletion, bootstrap=options.bootstrap, seed=[options.seed, k],
+                              ties=ties)
+        layer_rows.append(pd.DataFrame({
+            "sample": np.repeat(sample, n_layers), "method": m.name,
+            "layer": np.tile(np.arange(1, n_layers + 1), n),
+            "attribution": scores.reshape(-1), "effect": effects.reshape(-1),
+        }))
+        sample_rows.append(pd.DataFrame({
+            "sample": sample, "label": records.label, "pred": records.pred, "confidence": records.confidence,
+            "method": m.name, "spearman": scored.spearman, "deletion_at_1": deletion[:, 0], "top1_hit": scored.top1_hit,
+            "n_tied_effects": ties.n_tied_effects,
+        }))
+        summary_rows.append({
+            "checkpoint": plan.checkpoint.get("path") or plan.checkpoint.get("spec") or "<in-memory>", "head": model.head.name, "dataset": plan.data.name,
+            "method": m.name, "ablation": ablation, "scope": options.scope, **scored.summary,
+        })
+    samples = pd.concat(sample_rows, ignore_index=True) if sample_rows else pd.DataFrame()
+    comparisons = (compare_methods(samples, n_resamples=options.bootstrap, seed=options.seed)
+                   if len(plan.methods) > 1 else pd.DataFrame(columns=COMPARISON_COLUMNS))
+    warnings = _warnings(records, plan, ties)
+    return EvaluationResult(
+        layers=pd.concat(layer_rows, ignore_index=True) if layer_rows else pd.DataFrame(),
+        samples=samples,
+        summary=pd.DataFrame(summary_rows),
+        manifest={**_manifest(records, plan, options, world_size), "warnings": warnings,
+                  "ties": {"rtol": ties.rtol, "rule": TIE_RULE}},
+        notes=list(plan.notes),
+        comparisons=comparisons,
+        warnings=warnings,
+    )
+
+
+TIE_RULE = ("two effects of a sample closer than rtol x the sample's largest |effect| are tied (single linkage on "
+            "the sorted effects; a tied group takes its mean, ranks are average ranks); an effect below that "
+            "tolerance is negligible")
+
+
+def _warnings(records: Records, plan: Plan, ties: TiedEffects) -> list[str]:
+    """Plain-language warnings: effects too close to rank, or a head whose methods all rank alike."""
+    out = []
+    n = max(len(records), 1)
+    if ties.n_effect_ties / n > 0.5:
+        out.append(f"{ties.n_effect_ties / n:.0%} of samples have tied effects (within {ties.rtol:g} of their largest "
+                   "effect): faithfulness there rests on ranks the effects cannot tell apart.")
+    if ties.share_negligible_effects > 0.5:
+        out.append(f"{ties.share_negligible_effects:.0%} of the layer effects are negligible (below the tie "
+                   "tolerance): removing most layers changes nothing measurable.")
+    real = [m.name for m in plan.methods if not m.spec.baseline]
+    if len(real) > 1 and len(records):
+        top = np.stack([rank_layers(records.scores[m])[:, 0] for m in real])  # (methods, N)
+        agree = (top == top[0]).all(0)
+        layer, count = np.unique(top[0][agree], return_counts=True)
+        share = count.max() / len(records) if count.size else 0.0
+        if share >= 0.99:
+            out.append(f"every real method ({', '.join(real)}) ranks layer {int(layer[count.argmax()]) + 1} first on "
+                       f"{share:.0%} of samples: the head has probably collapsed onto that layer, and faithfulness "
+                       "cannot tell these methods apart.")
+    return out
+
+
+def _model_record(model: LayeredModel) -> dict[str, Any]:
+    """What the checkpoint says about how the model was trained and how well it did (history left out)."""
+    training = {k: v for k, v in model.info.training.items() if k != "history"}
+    return {"training": training, "metrics": dict(model.info.metrics)}
+
+
+def _diagnostics(records: Records, plan: Plan) -> dict[str, Any]:
+    out = {}
+    for m in plan.methods:
+        values = records.diagnostics.get(m.name)
+        if values is not None and values.size:
+            delta = np.abs(values)
+            out[m.name] = {"mean_abs": float(delta.mean()), "max_abs": float(delta.max()), "note": m.diagnostic_note}
+    return out
+
+
+def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: int) -> dict[str, Any]:
+    from laya_eval.output.files import provenance
+
+    model = plan.model
+    return {
+        **provenance(options.device),
+        "checkpoint": plan.checkpoint,
+        "model": _model_record(model),
+        "head": model.head.name,
+        "dataset": plan.data.name,
+        "split": options.split,
+        "n_samples": len(records),
+        "n_layers": model.n_layers,
+        "layer_names": model.layer_names,
+        "class_names": list(plan.data.class_names or model.info.class_names or ()),
+        "seed": options.seed,
+        "options": asdict(options),
+        "world_size": world_size,
+        "methods": {m.name: m.description for m in plan.methods},
+        "skipped": list(plan.notes),
+        "effect": ("p_c(x) - p_c(x with the layer removed), c = class predicted on the intact input; "
+                   f"ablation {options.ablation!r}, scope {options.scope!r}."),
+        "metrics": {name: asdict(info) for name, info in METRICS.items()},
+        "diagnostics": _diagnostics(records, plan),
+    }
+
+
+def result_files(results: Mapping[str, EvaluationResult], *, run_id: str | None = None,
+                 table_format: str = "csv") -> dict[str, bytes]:
+    """Every file of a run as ``{relative path: bytes}``: one ablation in the folder itself, several in
+    one subfolder each (``gate/layers.csv``, ...). Each manifest records the run id and the sha256 of its
+    folder's files, so a folder mixing two runs is recognised. ``table_format="parquet"`` writes the two
+    large tables, layers and samples, as Parquet (same columns and dtypes)."""
+    big = "." + table_format
+    names = (f"layers{big}", f"samples{big}", "summary.csv", "comparisons.csv")
+    tables = {}
+    for name, result in results.items():
+        prefix = f"{name}/" if len(results) > 1 else ""
+        frames = (result.layers, result.samples, result.summary, result.comparisons)
+        for f, df, fmt in zip(names, frames, (table_format, table_format, "csv", "csv")):
+            tables[prefix + f] = table_bytes(df, fmt)
+    # The run id is a digest of everything the run wrote: the same run gives the same id (same bytes out).
+    run_id = run_id or sha256_bytes("".join(f"{k}:{sha256_bytes(v)}" for k, v in tables.items()).encode())[:16]
+    files: dict[str, bytes] = {}
+    for name, result in results.items():
+        prefix = f"{name}/" if len(results) > 1 else ""
+        part = {f: tables[prefix + f] for f in names}
+        manifest = {**result.manifest, "run_id": run_id, "files": {f: sha256_bytes(b) for f, b in part.items()}}
+        part["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
+        files.update({prefix + f: b for f, b in part.items()})
+    return files
+
+
+def write_results(result: EvaluationResult | Mapping[str, EvaluationResult], out_dir: str | os.PathLike, *,
+                  table_format: str = "csv") -> list[Path]:
+    """Write an evaluation (or several ablations of one) into ``out_dir``, replacing the folder whole.
+
+    Files: layers.csv, samples.csv, summary.csv and manifest.json (one subfolder per ablation
+    when several are given). See :func:`laya_eval.output.files.write_result_folder`.
+    """
+    results = {result.manifest["options"]["ablation"]: result} if isinstance(result, EvaluationResult) else result
+    return write_result_folder(out_dir, result_files(results, table_format=table_format))

@@ -1,0 +1,353 @@
+"""Saving and safely loading laya-eval checkpoints.
+
+A checkpoint is data, never code: ``.pt`` files are read with
+``torch.load(weights_only=True)`` and ``.safetensors`` files with safetensors,
+whose metadata carries the JSON config. A frozen pretrained backbone
+(``backbone.stored_by_reference``) is saved as its reference, not its weights.
+
+The ``.pt`` payload is a dict::
+
+    {"format": "laya-eval-checkpoint", "format_version": 1,
+     "config": {"backbone": {"name", "kwargs"}, "head": {"name", "kwargs"},
+                "num_classes", "class_names", "input_shape", "dataset",
+                "preprocessing"},
+     "state_dict": {...}, "training": {...}, "metrics": {...},
+     "probe": {"kind", "n" | "texts", "logits"},        # optional (checkpoints since BYOM)
+     "checksum": {"algorithm": "sha256", "state_dict": "<hex>"},
+     "laya_eval_version": "..."}
+
+``probe`` records the logits of a small fixed probe batch (:func:`probe_inputs`); loading
+recomputes them and refuses a model whose logits differ by more than ``PROBE_TOLERANCE``
+(a head rebuilt with other code, a changed referenced backbone). A by-reference backbone's
+config carries what identifies it: ``hf`` records ``weights_sha256`` of its weight files,
+``modules`` a ``py:`` ``spec`` plus ``layer_names``, ``layer_dims``, ``pool`` and
+``state_sha256``; rebuilding a ``modules`` backbone needs ``trust_code=True``.
+
+``checksum`` covers the tensors' names, dtypes, shapes and bytes (torch checks no
+CRC and safetensors has no checksum), so a flipped bit is an error; files written
+before it existed load without the check. Reading refuses FIFOs and devices
+before opening them for reading, accepts only the uncompressed zip that
+``torch.save`` writes, and validates everything against
+:mod:`laya_eval.loading.schema` before a module is built.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import re
+import stat
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from laya_eval.errors import CheckpointError, LayaEvalError
+from laya_eval.loading.probe import PROBE_TOLERANCE, check_probe, probe_inputs, probe_record
+from laya_eval.loading.references import build_backbone
+from laya_eval.loading.schema import STORED_BY_REFERENCE, check_checksum, describe, validate_payload
+from laya_eval.loading.weights_fit import check_state_shapes
+from laya_eval.models.layered import LayeredModel, ModelInfo
+from laya_eval.output.files import state_dict_sha256
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "PROBE_TOLERANCE", "check_checkpoint_path", "check_probe",
+           "load_checkpoint", "probe_inputs", "probe_record", "read_checkpoint", "save_checkpoint"]
+
+FORMAT = "laya-eval-checkpoint"
+FORMAT_VERSION = 1
+_SAFETENSORS_KEY = "laya_eval"
+
+def _payload(model: LayeredModel) -> dict[str, Any]:
+    from laya_eval.version import __version__
+
+    info = model.info
+    state = model.state_dict()
+    if getattr(model.backbone, "stored_by_reference", False):
+        state = {k: v for k, v in state.items() if not k.startswith("backbone.")}
+    # clone: a contiguous tensor would otherwise share (and save) the storage of a larger parameter
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "laya_eval_version": __version__,
+        "config": {
+            "backbone": model.backbone.config(),
+            "head": model.head.config(),
+            "num_classes": info.num_classes,
+            "class_names": list(info.class_names),
+            "input_shape": None if info.input_shape is None else list(info.input_shape),
+            "dataset": info.dataset,
+            "preprocessing": dict(info.preprocessing),
+        },
+        "state_dict": tensors,
+        "checksum": {"algorithm": "sha256", "state_dict": state_dict_sha256(tensors)},
+        "training": dict(info.training),
+        "metrics": dict(info.metrics),
+        "probe": probe_record(model),
+    }
+
+
+def check_checkpoint_path(path: str | os.PathLike) -> Path:
+    """Check, before any work, that a checkpoint can be written to ``path``.
+
+    Raises
+    ------
+    CheckpointError
+        An empty name, an existing folder, a parent that is a file, or a folder that cannot be written.
+    """
+    if not str(path):
+        raise CheckpointError("the checkpoint path is empty; pass a file name such as ckpt.pt.")
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"cannot write the checkpoint to '{path}': it is a folder; pass a file name.")
+    if path.exists() and not path.is_file():  # renaming over /dev/full would replace the device itself
+        raise CheckpointError(f"cannot write the checkpoint to '{path}': it exists and is not a regular file.")
+    parent = next((p for p in (path.parent, *path.parent.parents) if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise CheckpointError(f"cannot write the checkpoint to '{path}': '{parent}' is a file, not a folder.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CheckpointError(f"cannot write the checkpoint to '{path}': folder '{parent}' is not writable.")
+    if len(path.name.encode()) > 200:
+        raise CheckpointError(f"cannot write the checkpoint: the file name is {len(path.name.encode())} bytes "
+                              "long; use at most 200.")
+    return path
+
+
+def save_checkpoint(model: LayeredModel, path: str | os.PathLike) -> Path:
+    """Write ``model`` to ``path`` (``.pt``, or ``.safetensors`` by suffix).
+
+    The file is written under a temporary name and renamed, so an interrupted
+    save never leaves a file that looks complete.
+
+    Returns
+    -------
+    Path
+        The written path.
+    """
+    path = check_checkpoint_path(path)
+    payload = _payload(model)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise CheckpointError(f"cannot write the checkpoint to '{path}': {exc.strerror or exc}.") from None
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import save_file
+
+            state = payload.pop("state_dict")
+            save_file(state, tmp, metadata={_SAFETENSORS_KEY: json.dumps(payload, sort_keys=True)})
+        else:
+            # Through a buffer: torch.save names the archive after a path's stem,
+            # and the temporary name would make the bytes differ run to run.
+            buffer = io.BytesIO()
+            torch.save(payload, buffer)
+            Path(tmp).write_bytes(buffer.getvalue())
+        # mkstemp creates the file private (0600); give it the permissions a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk, a quota, a vanished folder: nothing half-written stays
+        raise CheckpointError(f"cannot write the checkpoint to '{path}': {exc.strerror or exc}.") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def _read_file(path: Path) -> bytes:
+    """The bytes of a regular file; FIFOs, devices and folders are refused before any read (no hang)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint '{path}' does not exist.") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"checkpoint '{path}' is a directory, not a file.") from None
+    except OSError as exc:
+        raise CheckpointError(f"cannot open checkpoint '{path}': {exc.strerror or exc}.") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((what for test, what in _FILE_KINDS if test(mode)), "not a regular file")
+            raise CheckpointError(f"checkpoint '{path}' is {kind}, not a file.")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    except OSError as exc:
+        raise CheckpointError(f"cannot read checkpoint '{path}': {exc.strerror or exc}.") from None
+    finally:
+        os.close(fd)
+
+
+def _not_a_checkpoint(path: Path, why: str) -> CheckpointError:
+    return CheckpointError(f"'{path}' is not a laya-eval checkpoint ({why}); create one with "
+                           "`laya-eval train` or laya_eval.save_checkpoint.")
+
+
+def _check_torch_zip(path: Path, data: bytes) -> None:
+    """torch.save writes an uncompressed zip: refuse anything else before torch parses it.
+
+    Stored (uncompressed) members cannot decompress to more than the file holds, so
+    a small file cannot make torch allocate gigabytes.
+    """
+    if not data.startswith(b"PK\x03\x04"):
+        what = "an empty file" if not data else f"it starts with {data[:8]!r}, not a PyTorch zip archive"
+        raise _not_a_checkpoint(path, what)
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            infos = archive.infolist()
+    except Exception as exc:  # noqa: BLE001 - zipfile fails on garbled bytes in many ways (even NotImplementedError)
+        raise CheckpointError(f"'{path}' is not a readable checkpoint (truncated or not a PyTorch file: "
+                              f"{type(exc).__name__}).") from None
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size > len(data):
+            raise CheckpointError(f"'{path}' is not a readable checkpoint: member {info.filename[:80]!r} is "
+                                  "compressed or larger than the file; torch.save never writes such members.")
+    if not any(i.filename.endswith("data.pkl") for i in infos):
+        raise _not_a_checkpoint(path, "a zip archive without the data.pkl of a PyTorch file")
+
+
+def _read_pt(path: Path, data: bytes) -> Any:
+    _check_torch_zip(path, data)
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        # torch names the first global its restricted unpickler refused; only that means "unsafe".
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+        if found:
+            raise CheckpointError(
+                f"refused to load '{path}': it holds Python objects beyond weights ({found.group(1)[:120]}), "
+                "which could run code when unpickled. A laya-eval checkpoint holds only tensors and plain "
+                "values; re-create it with laya_eval.save_checkpoint from trusted code."
+            ) from None
+        raise CheckpointError(f"'{path}' is not a readable checkpoint (its pickle is corrupt).") from None
+    except Exception as exc:  # noqa: BLE001 - any failure to parse untrusted bytes means 'unreadable'
+        raise CheckpointError(
+            f"'{path}' is not a readable checkpoint (truncated or not a PyTorch file: {type(exc).__name__})."
+        ) from None
+
+
+def _read_safetensors(path: Path, data: bytes) -> Any:
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    size = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
+    if not 2 <= size <= len(data) - 8:
+        raise CheckpointError(f"'{path}' is not a readable safetensors file (header length {size} does not fit "
+                              f"its {len(data)} bytes).")
+    try:
+        header = json.loads(data[8:8 + size].decode("utf-8"))
+        state = load(data)
+    except (SafetensorError, UnicodeDecodeError, ValueError, RecursionError, OSError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        raise CheckpointError(f"'{path}' is not a readable safetensors file ({why}).") from None
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    if not isinstance(meta, dict) or _SAFETENSORS_KEY not in meta:
+        raise CheckpointError(
+            f"'{path}' has no laya-eval config in its safetensors metadata (key '{_SAFETENSORS_KEY}')."
+        )
+    try:
+        payload = json.loads(meta[_SAFETENSORS_KEY])
+    except (TypeError, ValueError, RecursionError):
+        raise CheckpointError(f"'{path}' has a corrupt laya-eval config in its metadata (not JSON).") from None
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"'{path}': the laya-eval config in its metadata must be a JSON object; "
+                              f"got {type(payload).__name__}.")
+    payload["state_dict"] = state
+    return payload
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and validate a checkpoint's payload without building the model.
+
+    Everything is checked against :mod:`laya_eval.loading.schema` (types, names,
+    sizes, the stored weights against the config, the content checksum when the
+    file has one) before a module is built.
+
+    Raises
+    ------
+    CheckpointError
+        If the file is missing, unreadable, unsafe, corrupt or not a laya-eval checkpoint.
+    """
+    path = Path(path)
+    data = _read_file(path)
+    payload = _read_safetensors(path, data) if path.suffix == ".safetensors" else _read_pt(path, data)
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise _not_a_checkpoint(path, f"no format '{FORMAT}'")
+    version = payload.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"'{path}' has checkpoint format version {describe(version)}; this laya-eval reads version "
+            f"{FORMAT_VERSION}."
+        )
+    missing = {"config", "state_dict"} - set(payload)
+    if missing:
+        raise CheckpointError(f"'{path}' lacks {sorted(missing)}; the file is incomplete.")
+    validate_payload(payload, f"'{path}'", len(data))
+    if payload["config"]["backbone"]["name"] not in STORED_BY_REFERENCE:
+        check_state_shapes(payload["config"], payload["state_dict"], f"'{path}'")
+    check_checksum(payload, f"'{path}'")
+    return payload
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
+                    trust_code: bool = False, download: bool = False) -> LayeredModel:
+    """Load a checkpoint into a :class:`LayeredModel` in eval mode.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        A ``.pt`` or ``.safetensors`` file written by :func:`save_checkpoint`.
+    map_location : str or torch.device
+    trust_code : bool
+        Allow importing a backbone stored as a ``py:`` reference (CLI ``--trust-code``).
+    download : bool
+        Allow a Hugging Face backbone reference to be downloaded.
+
+    Examples
+    --------
+    >>> model = load_checkpoint("ckpt.pt")  # doctest: +SKIP
+    >>> logits = model(x)                   # doctest: +SKIP
+    """
+    payload = read_checkpoint(path)
+    cfg, state = payload["config"], payload["state_dict"]
+    source = f"'{path}'"
+    backbone = None
+    if cfg["backbone"]["name"] in STORED_BY_REFERENCE:  # hf (weights hashed) or py: modules (--trust-code)
+        try:
+            backbone = build_backbone(cfg["backbone"], trust_code=trust_code, download=download)
+        except CheckpointError as exc:
+            raise CheckpointError(f"{source}: {exc}") from None
+        except LayaEvalError as exc:
+            raise CheckpointError(f"{source}: cannot rebuild the model: {exc}") from None
+    # Built on the meta device and checked against what is stored, then given exactly the stored shapes.
+    meta = check_state_shapes(cfg, state, source, backbone)
+    info = ModelInfo(
+        num_classes=int(cfg["num_classes"]),
+        class_names=tuple(cfg.get("class_names") or ()),
+        input_shape=None if cfg.get("input_shape") is None else tuple(cfg["input_shape"]),
+        dataset=cfg.get("dataset"),
+        preprocessing=dict(cfg.get("preprocessing") or {}),
+        training=dict(payload.get("training") or {}),
+        metrics=dict(payload.get("metrics") or {}),
+    )
+    head = meta.head.to_empty(device="cpu")
+    model = LayeredModel(backbone if backbone is not None else meta.backbone.to_empty(device="cpu"), head, info)
+    result = model.load_state_dict(state, strict=False)
+    missing = [k for k in result.missing_keys if not (backbone is not None and k.startswith("backbone."))]
+    if missing or result.unexpected_keys:  # check_state_shapes makes this unreachable; kept as a guard
+        raise CheckpointError(f"{source}: weights do not fit the config (missing {missing[:3]}, "
+                              f"unexpected {result.unexpected_keys[:3]}).")
+    model.eval()
+    check_probe(model, payload.get("probe"), path)
+    return model.to(map_location)

@@ -1,0 +1,214 @@
+"""Model specs: one way to name a model everywhere.
+
+- ``PATH.pt`` / ``PATH.safetensors``: a laya-eval checkpoint;
+- ``hf:ID_OR_DIR``: a Hugging Face transformers model (a directory, an installed package that
+  ships one, or a Hub id downloaded only with ``download=True``);
+- ``py:MODULE:CALLABLE``: a factory the user names (``MODULE`` a dotted module name or a
+  ``.py`` file); it returns an ``nn.Module`` (a backbone for :func:`laya_eval.fit_head`) or a
+  complete :class:`~laya_eval.models.layered.LayeredModel`.
+
+A ``py:`` spec typed by the user is the user's choice; a ``py:`` reference read from a
+checkpoint is imported only with ``trust_code=True`` (CLI ``--trust-code``).
+
+Examples
+--------
+>>> loaded = load_model("ckpt.pt")                       # doctest: +SKIP
+>>> loaded.model, loaded.provenance["sha256"]            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from laya_eval.errors import ConfigError
+from laya_eval.loading.references import call_factory
+from laya_eval.models.layered import LayeredModel
+
+__all__ = ["LoadedModel", "load_backbone", "load_model", "parse_spec"]
+
+SPEC_KINDS = ("path", "hf", "py")
+
+
+@dataclass
+class LoadedModel:
+    """A model resolved from a spec.
+
+    Attributes
+    ----------
+    model : LayeredModel
+        In eval mode, on ``map_location``.
+    provenance : dict
+        JSON-serialisable: ``spec``, ``kind``, ``path``, ``sha256`` (of a checkpoint file) and
+        ``backbone`` (the by-reference record: spec, weight-file hashes) where they exist.
+    """
+
+    model: LayeredModel
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_spec(spec: str | os.PathLike) -> tuple[str, str]:
+    """Split a spec into ``(kind, value)``; kind is one of ``path``, ``hf``, ``py``.
+
+    Raises
+    ------
+    ConfigError
+        An empty spec, or a ``py:`` spec without ``MODULE:CALLABLE``.
+    """
+    if isinstance(spec, os.PathLike):
+        return "path", os.fspath(spec)
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"a model spec must be PATH.pt, PATH.safetensors, hf:ID_OR_DIR or py:MODULE:CALLABLE; "
+                          f"got {spec!r}.")
+    if spec.startswith("hf:"):
+        if not spec[3:]:
+            raise ConfigError("model spec 'hf:' needs a directory, package or Hub id after 'hf:'.")
+        return "hf", spec[3:]
+    if spec.startswith("py:"):
+        module, sep, name = spec[3:].rpartition(":")
+        if not sep or not module or not name.isidentifier():
+            raise ConfigError(f"model spec must be py:MODULE:CALLABLE (e.g. py:mymodels:load); got {spec!r}.")
+        return "py", spec[3:]
+    return "path", spec
+
+
+def _module_candidates(module: nn.Module) -> list[str]:
+    return [n for n, _ in module.named_modules() if n]
+
+
+def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str | None = None,
+                  example_input: Any = None, download: bool = False, trust_code: bool = False,
+                  cache_dir: str | os.PathLike | None = None) -> nn.Module:
+    """The frozen backbone a head is fitted on (``fit-head --model``).
+
+    Parameters
+    ----------
+    spec : str
+        ``PATH.pt`` (the backbone of that checkpoint), ``hf:…`` or ``py:…`` (an ``nn.Module``
+        or a LayeredModel, whose backbone is taken).
+    layers : list of str, optional
+        Names or glob patterns; ``hf:`` default every hidden state, ``py:`` required.
+    pool : {"avg", "mean", "cls", "flatten"}, optional
+        ``hf:`` mean (default) or cls; ``py:`` avg (default), cls or flatten.
+    example_input : Any
+        One batch, to infer a ``py:`` module's layer sizes.
+    download : bool
+        Allow Hugging Face Hub downloads.
+    trust_code : bool
+        For a checkpoint whose backbone is itself a ``py:`` reference.
+    cache_dir : path, optional
+        The feature cache, where a ``py:`` module's layer sizes are remembered (so a cache
+        hit needs no dry run).
+
+    Returns
+    -------
+    Backbone
+        Frozen: no parameter requires grad.
+    """
+    from laya_eval.models.backbones import HFBackbone
+    from laya_eval.models.backbones.hf import select_names
+
+    kind, value = parse_spec(spec)
+    if kind == "path":
+        from laya_eval.loading.checkpoints import load_checkpoint
+
+        if layers is not None or pool is not None:
+            raise ConfigError("--layers and --pool apply to hf: and py: models; "
+                              "a checkpoint's backbone is taken whole.")
+        backbone = load_checkpoint(value, trust_code=trust_code).backbone
+    elif kind == "hf":
+        if pool not in (None, "mean", "avg", "cls"):
+            raise ConfigError(f"pool for an hf: model must be one of {{cls, mean}}; got {pool!r}.")
+        backbone = HFBackbone(value, pooling="cls" if pool == "cls" else "mean", local_files_only=not download,
+                              layers=layers)
+    else:
+        made = call_factory(value)
+        if isinstance(made, LayeredModel):
+            made = made.backbone
+        if not isinstance(made, nn.Module):
+            raise ConfigError(f"py:{value} must return an nn.Module or a LayeredModel; got {type(made).__name__}.")
+        if layers is None:
+            children = [n for n, _ in made.named_children()]
+            raise ConfigError(f"py:{value} returns a {type(made).__name__}; name its layers with --layers "
+                              f"(names or patterns, e.g. {','.join(children[:4]) or 'layer1,layer2'}).")
+        if pool not in (None, "avg", "mean", "cls", "flatten"):
+            raise ConfigError(f"pool must be one of {{avg, cls, flatten, mean}}; got {pool!r}.")
+        backbone = _module_backbone(made, f"py:{value}", select_names(layers, _module_candidates(made), "layer"),
+                                    "avg" if pool in (None, "mean") else pool, example_input, cache_dir)
+    backbone.requires_grad_(False)
+    return backbone
+
+
+def _module_backbone(made: nn.Module, spec: str, names: list[str], pool: str, example_input: Any,
+                     cache_dir: str | os.PathLike | None) -> nn.Module:
+    """A by-reference ModuleBackbone; layer sizes from the cache when known, else from a dry run."""
+    from laya_eval.models.backbones import ModuleBackbone
+    from laya_eval.models.backbones.modules import state_sha256
+    from laya_eval.loading.feature_cache import known_layer_dims, remember_layer_dims
+
+    made.eval()
+    reference = {"spec": spec, "layer_names": names, "pool": pool, "state_sha256": state_sha256(made)}
+    dims = known_layer_dims(reference, cache_dir)
+    if dims is not None and len(dims) == len(names):
+        return ModuleBackbone(made, names, layer_dims=dims, pool=pool, spec=spec)
+    if example_input is None:
+        raise ConfigError(f"{spec}: layer sizes are inferred from one batch; pass example_input.")
+    backbone = ModuleBackbone(made, names, example_input=example_input, pool=pool, spec=spec)
+    remember_layer_dims(reference, backbone.layer_dims, cache_dir)
+    return backbone
+
+
+def load_model(spec: str | os.PathLike, *, trust_code: bool = False, download: bool = False,
+               map_location: str | torch.device = "cpu") -> LoadedModel:
+    """Resolve a spec into a complete model for evaluation (faithfulness, profile, …).
+
+    Parameters
+    ----------
+    spec : str or PathLike
+        ``PATH.pt|PATH.safetensors``, ``hf:DIR`` (a transformers classifier with
+        ``use_weighted_layer_sum=True``) or ``py:MODULE:CALLABLE`` returning a LayeredModel.
+    trust_code : bool
+        Allow a checkpoint's ``py:`` backbone reference to be imported.
+    download : bool
+        Allow Hugging Face Hub downloads.
+    map_location : str or torch.device
+
+    Returns
+    -------
+    LoadedModel
+
+    Raises
+    ------
+    ConfigError, CheckpointError
+    """
+    kind, value = parse_spec(spec)
+    provenance: dict[str, Any] = {"spec": os.fspath(spec), "kind": kind}
+    if kind == "path":
+        from laya_eval.loading.checkpoints import load_checkpoint
+        from laya_eval.output.files import file_sha256
+
+        model = load_checkpoint(value, map_location=map_location, trust_code=trust_code, download=download)
+        provenance.update(path=str(value), sha256=file_sha256(value), backbone=_reference(model))
+    elif kind == "hf":
+        from laya_eval.models.weighted_layer_sum import load_weighted_layer_sum
+
+        model, files = load_weighted_layer_sum(value, local_files_only=not download)
+        provenance.update(path=value, weights_sha256=files)
+    else:
+        model = call_factory(value)
+        if not isinstance(model, LayeredModel):
+            raise ConfigError(
+                f"py:{value} returned {type(model).__name__}; to evaluate it, a factory must return a "
+                "laya_eval.LayeredModel (wrap your network with ModuleBackbone and your head with "
+                "laya_eval.as_layer_head), or train a head on it with `laya-eval fit-head --model py:...`.")
+    return LoadedModel(model=model.to(map_location).eval(), provenance=provenance)
+
+
+def _reference(model: LayeredModel) -> dict[str, Any] | None:
+    if not getattr(model.backbone, "stored_by_reference", False):
+        return None
+    return model.backbone.config()

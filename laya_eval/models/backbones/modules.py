@@ -1,0 +1,207 @@
+"""The backbone that wraps any ``nn.Module`` and reads named submodules with forward hooks."""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from laya_eval.models.backbones.base import Backbone, Replacement, _check_replace, _positive_ints, _replace_in_output
+from laya_eval.errors import ConfigError
+
+
+# --------------------------------------------------------------------------- modules
+class _AllCaptured(Exception):
+    """Raised from a hook once every named layer is captured: the rest is not needed."""
+
+
+_POOLS: dict[str, Callable[[Tensor], Tensor]] = {
+    "avg": lambda t: t.mean(dim=tuple(range(2, t.ndim))) if t.ndim > 2 else t,
+    "cls": lambda t: t[:, 0],
+    "flatten": lambda t: t.reshape(t.shape[0], -1),
+}
+
+
+class ModuleBackbone(Backbone):
+    """Any ``nn.Module`` as a backbone, reading the outputs of named submodules.
+
+    Outputs are captured with forward hooks that live only during ``forward``.
+    The forward pass stops as soon as every named submodule has run. A
+    submodule returning a tuple contributes its element 0.
+
+    Parameters
+    ----------
+    module : nn.Module
+        The network; called as ``module(x)``, or ``module(**x)`` for a dict.
+    layer_names : list of str
+        Submodule names as in ``module.named_modules()``, e.g. ``"features.0"``.
+    example_input : Any, optional
+        One batch for a dry run that infers ``layer_dims``.
+    layer_dims : list of int, optional
+        Feature size per layer, instead of ``example_input``.
+    pool : {None, "avg", "flatten", "cls"} or callable, optional
+        Turns a captured output into ``h_i``: None keeps it, ``"avg"`` averages
+        dims >= 2 ((B, C, H, W) -> (B, C)), ``"flatten"`` gives (B, -1),
+        ``"cls"`` takes index 0 of dim 1 ((B, T, D) -> (B, D)). ``layer_dims``
+        is dim 1 of the pooled output.
+    spec : str, optional
+        The ``py:MODULE:CALLABLE`` factory that returns ``module``. With it the
+        backbone is frozen and stored by reference (spec, layer names, pooling and a
+        sha256 of the module's weights), never its code or weights; without it
+        :meth:`config` refuses.
+    """
+
+    name = "modules"
+
+    def __init__(self, module: nn.Module, layer_names: Sequence[str], *, example_input: Any = None,
+                 layer_dims: Sequence[int] | None = None,
+                 pool: str | Callable[[Tensor], Tensor] | None = None, spec: str | None = None) -> None:
+        super().__init__()
+        if not isinstance(module, nn.Module):
+            raise ConfigError(f"module must be a torch.nn.Module; got {type(module).__name__}.")
+        if isinstance(layer_names, str) or not layer_names or not all(isinstance(n, str) for n in layer_names):
+            raise ConfigError(f"layer_names must be a non-empty list of submodule names; got {layer_names!r}.")
+        if len(set(layer_names)) != len(layer_names):
+            raise ConfigError(f"layer_names must not repeat a name; got {list(layer_names)!r}.")
+        if pool is not None and not callable(pool) and pool not in _POOLS:
+            raise ConfigError(f"pool must be None, a function or one of {{{', '.join(sorted(_POOLS))}}}; got {pool!r}.")
+        if spec is not None and (not isinstance(spec, str) or not spec.startswith("py:")):
+            raise ConfigError(f"spec must be a 'py:MODULE:CALLABLE' string; got {spec!r}.")
+        if spec is not None and pool is not None and not isinstance(pool, str):
+            raise ConfigError("a backbone stored by reference (spec) needs pool to be a name "
+                              f"{{{', '.join(sorted(_POOLS))}}} or None; got a function.")
+        self.module = module
+        self.spec = spec
+        self.pool_name = pool if isinstance(pool, str) else None
+        self.stored_by_reference = spec is not None
+        if spec is not None:
+            module.eval().requires_grad_(False)
+        self.layer_names = list(layer_names)
+        self._submodules = [self._find(name) for name in self.layer_names]
+        self._pool = _POOLS.get(pool, pool) if isinstance(pool, str) else pool
+        if layer_dims is not None:
+            self.layer_dims = _positive_ints("layer_dims", layer_dims)
+            if len(self.layer_dims) != len(self.layer_names):
+                raise ConfigError(f"layer_dims must have one entry per layer name ({len(self.layer_names)}); "
+                                  f"got {len(self.layer_dims)}.")
+        elif example_input is not None:
+            self.layer_dims = self._infer_dims(example_input)
+        else:
+            raise ConfigError("ModuleBackbone needs example_input (to infer layer_dims) or layer_dims.")
+
+    def _find(self, name: str) -> nn.Module:
+        try:
+            return self.module.get_submodule(name)
+        except AttributeError:
+            valid = [n for n, _ in self.module.named_modules() if n]
+            hints = difflib.get_close_matches(name, valid, n=5) or valid[:5]
+            more = ", …" if len(valid) > len(hints) else ""
+            raise ConfigError(f"layer name {name!r} is not a submodule of {type(self.module).__name__}; "
+                              f"valid names include {{{', '.join(hints)}{more}}}.") from None
+
+    def _infer_dims(self, example_input: Any) -> list[int]:
+        training = {m: m.training for m in self.module.modules()}
+        self.module.eval()  # a dry run must not touch BatchNorm statistics
+        try:
+            with torch.no_grad():
+                hidden = self.forward(example_input)
+        finally:
+            for m, flag in training.items():
+                m.training = flag
+        if any(h.ndim < 2 for h in hidden):
+            shapes = [tuple(h.shape) for h in hidden]
+            raise ConfigError(f"layer outputs must be at least (B, d) after pooling; got shapes {shapes}.")
+        return [int(h.shape[1]) for h in hidden]
+
+    def layer_modules(self) -> list[nn.Module]:
+        return list(self._submodules)
+
+    @contextlib.contextmanager
+    def _capturing(self, captured: list[Tensor | None], replace: dict[int, Replacement]) -> Iterator[None]:
+        def make_hook(i: int) -> Callable[..., Any]:
+            def hook(module: nn.Module, args: Any, output: Any) -> Any:
+                if captured[i] is not None:
+                    raise ConfigError(f"submodule {self.layer_names[i]!r} ran more than once in one forward "
+                                      "pass; name a submodule that runs once.")
+                if i in replace:
+                    output = _replace_in_output(i, replace[i], output)
+                main = output[0] if isinstance(output, tuple) else output
+                if not isinstance(main, Tensor):
+                    raise ConfigError(f"submodule {self.layer_names[i]!r} must return a tensor; "
+                                      f"got {type(main).__name__}.")
+                captured[i] = main
+                if all(c is not None for c in captured):
+                    raise _AllCaptured
+                return output
+
+            return hook
+
+        handles = []
+        try:
+            for i, sub in enumerate(self._submodules):
+                handles.append(sub.register_forward_hook(make_hook(i)))
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def forward(self, x: Any, replace: Mapping[int, Replacement] | None = None) -> list[Tensor]:
+        """Run ``module`` until every named submodule has produced its output.
+
+        Returns
+        -------
+        list of Tensor
+            One pooled output per name in ``layer_names``.
+        """
+        replace = _check_replace(replace, len(self.layer_names))
+        captured: list[Tensor | None] = [None] * len(self.layer_names)
+        with self._capturing(captured, replace):
+            try:
+                self.module(**x) if isinstance(x, Mapping) else self.module(x)
+            except _AllCaptured:
+                pass
+        missing = [n for n, c in zip(self.layer_names, captured) if c is None]
+        if missing:
+            raise ConfigError(f"submodules {missing} did not run in the forward pass of "
+                              f"{type(self.module).__name__}; name submodules that its forward calls.")
+        return [self._pool(c) if self._pool else c for c in captured]  # type: ignore[arg-type]
+
+    def train(self, mode: bool = True) -> ModuleBackbone:
+        """Set the flag; a module stored by reference is frozen and stays in eval mode (BatchNorm, dropout)."""
+        super().train(mode)
+        if self.stored_by_reference:
+            self.module.eval()
+        return self
+
+    def config(self) -> dict[str, Any]:
+        """``{"name": "modules", "kwargs": {spec, layer_names, layer_dims, pool, state_sha256}}``.
+
+        Raises
+        ------
+        ConfigError
+            The backbone was built without ``spec`` (nothing could rebuild it).
+        """
+        if self.spec is None:
+            raise ConfigError(
+                "a 'modules' backbone wraps an arbitrary nn.Module and cannot be rebuilt from a config; "
+                "name its factory with spec='py:MODULE:CALLABLE' (or `laya-eval fit-head --model py:...`)."
+            )
+        return {"name": self.name, "kwargs": {"spec": self.spec, "layer_names": list(self.layer_names),
+                                              "layer_dims": list(self.layer_dims), "pool": self.pool_name,
+                                              "state_sha256": state_sha256(self.module)}}
+
+
+def state_sha256(module: nn.Module) -> str:
+    """SHA-256 over a module's state dict (names, dtypes, shapes and bytes, in key order)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for key, value in module.state_dict().items():
+        t = value.detach().cpu().contiguous()
+        digest.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()

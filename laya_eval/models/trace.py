@@ -1,0 +1,96 @@
+"""One backbone pass -> a frozen :class:`Trace` that every analysis reads.
+
+Cache once, analyse many times: attributions, leave-one-layer-out effects and
+metrics are functions of the trace and the head, so the backbone runs once per
+batch (network-scope analyses are the documented exception).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from laya_eval.models.heads import LayerHead
+from laya_eval.models.layered import LayeredModel
+
+__all__ = ["Trace", "trace", "trace_from_hidden"]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Everything one forward pass yields, detached.
+
+    Attributes
+    ----------
+    hidden : tuple of Tensor, each (B, d_i) or (B, C_i, *spatial)
+        The head's inputs ``h_1 ... h_L``.
+    logits : Tensor, (B, C)
+    probs : Tensor, (B, C)
+        ``softmax(logits)``.
+    pred : Tensor, (B,)
+        Predicted class on the intact input; the target of every method.
+    terms : Tensor, (B, L, C)
+        Per-layer logit terms of the head.
+    layer_weights : Tensor, (B, L) or None
+        LAYA alpha(x) or ScalarMix softmax(w); ``None`` for other heads.
+    labels : Tensor, (B,) or None
+    inputs : Any
+        The raw input batch (kept for network-scope analyses).
+    sample_ids : Tensor, (B,) int64, or None
+        Global index of each sample in the evaluated set; per-sample randomness is drawn
+        from (seed, sample id), so it does not depend on batching or sharding.
+    """
+
+    hidden: tuple[Tensor, ...]
+    logits: Tensor
+    probs: Tensor
+    pred: Tensor
+    terms: Tensor
+    layer_weights: Tensor | None
+    labels: Tensor | None = None
+    inputs: Any = None
+    sample_ids: Tensor | None = None
+
+    @property
+    def n_samples(self) -> int:
+        """Batch size ``B``."""
+        return int(self.logits.shape[0])
+
+    @property
+    def n_layers(self) -> int:
+        """Number of layers ``L``."""
+        return len(self.hidden)
+
+    @property
+    def confidence(self) -> Tensor:
+        """``p_c(x)`` for the predicted class, (B,)."""
+        return self.probs.gather(1, self.pred[:, None]).squeeze(1)
+
+
+@torch.no_grad()
+def trace_from_hidden(head: LayerHead, hidden: list[Tensor], labels: Tensor | None = None, inputs: Any = None,
+                      sample_ids: Tensor | None = None) -> Trace:
+    """Build a :class:`Trace` from hidden states that are already computed."""
+    hidden = tuple(h.detach() for h in hidden)
+    terms, weights = head.terms_and_weights(hidden)
+    logits = terms.sum(1) + head.bias
+    return Trace(
+        hidden=hidden,
+        logits=logits,
+        probs=torch.softmax(logits, -1),
+        pred=logits.argmax(-1),
+        terms=terms,
+        layer_weights=None if weights is None else weights.detach(),
+        labels=labels,
+        inputs=inputs,
+        sample_ids=sample_ids,
+    )
+
+
+@torch.no_grad()
+def trace(model: LayeredModel, x: Any, labels: Tensor | None = None, sample_ids: Tensor | None = None) -> Trace:
+    """Run the backbone once on the batch ``x`` and cache what every analysis needs."""
+    return trace_from_hidden(model.head, model.hidden_states(x), labels=labels, inputs=x, sample_ids=sample_ids)

@@ -1,0 +1,353 @@
+"""Class-wise layer profiles, as in the paper's analysis of LAYA's attention.
+
+For one attribution method (default ``laya``: the attention alpha(x)) the
+per-sample layer scores ``a_i(x)`` are summarised by class and layer: mean,
+standard deviation and count, separately for all, correctly and incorrectly
+predicted samples. The scores come from :func:`laya_eval.engine.evaluation.evaluate`
+(one backbone pass per batch, the registered method), so a profile and a
+``faithfulness`` run of the same checkpoint see identical numbers.
+
+Conventions: ``std`` is the sample standard deviation (``ddof=1``, pandas'
+default) and is NaN (an empty CSV cell) for a group of a single sample; a
+(class, layer) group without samples has no row.
+
+Examples
+--------
+>>> prof = layer_profile("ckpt.pt", method="laya")  # doctest: +SKIP
+>>> prof.table.query("subset == 'all'").pivot(index="class_name", columns="layer", values="mean")  # doctest: +SKIP
+>>> write_profile(prof, "profile-out")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from laya_eval.profiling.diagnosis import Diagnosis, DiagnosisOptions, diagnose_scores
+from laya_eval.errors import ConfigError
+
+__all__ = [
+    "LAYER_COLUMNS",
+    "PROFILE_COLUMNS",
+    "SUBSETS",
+    "LayerProfile",
+    "layer_profile",
+    "layer_table",
+    "profile_from_result",
+    "profile_table",
+    "scores_from_tables",
+    "write_profile",
+]
+
+SUBSETS = ("all", "correct", "incorrect")
+PROFILE_COLUMNS = ["subset", "class", "class_name", "layer", "mean", "std", "n"]
+LAYER_COLUMNS = ["subset", "layer", "mean", "std", "n"]
+_BY = ("label", "pred")
+
+
+@dataclass
+class LayerProfile:
+    """A method's layer scores summarised per class and layer.
+
+    Attributes
+    ----------
+    table : DataFrame
+        :data:`PROFILE_COLUMNS`, one row per (subset, class, layer) with samples.
+    layers : DataFrame
+        :data:`LAYER_COLUMNS`, all classes pooled, one row per (subset, layer).
+    scores : DataFrame
+        The per-sample scores it summarises: ``sample, label, pred, layer, score``.
+    meta : dict
+        Checkpoint (``label`` = file name, ``path``, ``sha256``), ``head``,
+        ``dataset``, ``split``, ``n``, ``method``, ``by``, ``scope``,
+        ``n_layers``, ``layer_names``, ``class_names``; ``diagnosis`` (its
+        :attr:`~laya_eval.profiling.diagnosis.Diagnosis.meta`) when there is one.
+    diagnosis : Diagnosis or None
+        Distances to the class reference profiles and their ROC AUC as an error
+        signal (:mod:`laya_eval.profiling.diagnosis`); ``None`` when not asked for.
+    """
+
+    table: pd.DataFrame
+    layers: pd.DataFrame
+    scores: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+    diagnosis: Diagnosis | None = None
+
+
+def _check_by(by: str) -> None:
+    if by not in _BY:
+        raise ConfigError(f"by must be 'label' (true class) or 'pred' (predicted class); got {by!r}.")
+
+
+def _check_method(method: str) -> None:
+    from laya_eval.engine.methods import METHODS
+
+    if method not in METHODS:
+        raise ConfigError(f"method must be among {{{', '.join(METHODS)}}}; got {method!r}.")
+
+
+def _subset_masks(label: np.ndarray, pred: np.ndarray) -> dict[str, np.ndarray]:
+    correct = label == pred
+    return {"all": np.ones_like(correct), "correct": correct, "incorrect": ~correct}
+
+
+def _group_stats(values: np.ndarray, groups: np.ndarray, n_groups: int) -> tuple[np.ndarray, ...]:
+    """Count, mean and sample std (ddof=1, NaN below 2 samples) per group, two-pass for accuracy."""
+    n = np.bincount(groups, minlength=n_groups)
+    safe = np.maximum(n, 1)
+    mean = np.bincount(groups, weights=values, minlength=n_groups) / safe
+    dev = values - mean[groups]
+    ss = np.bincount(groups, weights=dev * dev, minlength=n_groups)
+    std = np.full(n_groups, np.nan)
+    std[n > 1] = np.sqrt(ss[n > 1] / (n[n > 1] - 1))
+    return n, mean, std
+
+
+def _columns(scores: pd.DataFrame) -> None:
+    missing = [c for c in ("sample", "label", "pred", "layer", "score") if c not in scores.columns]
+    if missing:
+        raise ConfigError(f"scores need the columns sample, label, pred, layer, score; missing {missing}.")
+
+
+def profile_table(scores: pd.DataFrame, class_names: Sequence[str] | None = None, *, by: str = "label") -> pd.DataFrame:
+    """Mean, std and count of the score per (subset, class, layer).
+
+    Parameters
+    ----------
+    scores : DataFrame
+        ``sample, label, pred, layer, score``, one row per (sample, layer); layers 1..L.
+    class_names : sequence of str, optional
+        Names by class index; the index itself when omitted.
+    by : {"label", "pred"}
+        Group samples by their true or their predicted class.
+
+    Returns
+    -------
+    DataFrame
+        :data:`PROFILE_COLUMNS`, ordered by subset (all, correct, incorrect), class, layer.
+    """
+    _check_by(by)
+    _columns(scores)
+    cls = scores[by].to_numpy(dtype=np.int64)
+    layer = scores["layer"].to_numpy(dtype=np.int64)
+    n_layers, n_classes = int(layer.max()), int(max(cls.max() + 1, len(class_names or ())))
+    values = scores["score"].to_numpy(dtype=np.float64)
+    groups = cls * n_layers + (layer - 1)
+    parts = []
+    for subset, mask in _subset_masks(scores["label"].to_numpy(), scores["pred"].to_numpy()).items():
+        n, mean, std = _group_stats(values[mask], groups[mask], n_classes * n_layers)
+        keep = np.flatnonzero(n > 0)
+        c = keep // n_layers
+        parts.append(pd.DataFrame({
+            "subset": subset, "class": c,
+            "class_name": [class_names[k] if class_names and k < len(class_names) else str(k) for k in c],
+            "layer": keep % n_layers + 1, "mean": mean[keep], "std": std[keep], "n": n[keep],
+        }))
+    return pd.concat(parts, ignore_index=True)[PROFILE_COLUMNS]
+
+
+def layer_table(scores: pd.DataFrame) -> pd.DataFrame:
+    """Mean, std and count of the score per (subset, layer), all classes pooled.
+
+    Returns
+    -------
+    DataFrame
+        :data:`LAYER_COLUMNS`; ``n`` counts samples (one score per sample and layer).
+    """
+    _columns(scores)
+    layer = scores["layer"].to_numpy(dtype=np.int64)
+    values = scores["score"].to_numpy(dtype=np.float64)
+    n_layers = int(layer.max())
+    parts = []
+    for subset, mask in _subset_masks(scores["label"].to_numpy(), scores["pred"].to_numpy()).items():
+        n, mean, std = _group_stats(values[mask], layer[mask] - 1, n_layers)
+        keep = np.flatnonzero(n > 0)
+        parts.append(pd.DataFrame({"subset": subset, "layer": keep + 1, "mean": mean[keep],
+                                   "std": std[keep], "n": n[keep]}))
+    return pd.concat(parts, ignore_index=True)[LAYER_COLUMNS]
+
+
+def scores_from_tables(layers: pd.DataFrame, samples: pd.DataFrame, method: str) -> pd.DataFrame:
+    """One method's per-sample layer scores with the true and predicted class.
+
+    Parameters
+    ----------
+    layers, samples : DataFrame
+        The ``layers`` and ``samples`` tables of an evaluation (or its layers.csv / samples.csv).
+    method : str
+
+    Returns
+    -------
+    DataFrame
+        ``sample, label, pred, layer, score``, sorted by sample and layer.
+    """
+    available = list(dict.fromkeys(layers["method"]))
+    if method not in available:
+        raise ConfigError(f"method {method!r} is not in these results; they hold {{{', '.join(available)}}}.")
+    part = layers.loc[layers["method"] == method, ["sample", "layer", "attribution"]]
+    who = samples.loc[samples["method"] == method, ["sample", "label", "pred"]]
+    out = part.merge(who, on="sample", how="left", validate="many_to_one").rename(columns={"attribution": "score"})
+    return out.sort_values(["sample", "layer"], kind="stable").reset_index(drop=True)[
+        ["sample", "label", "pred", "layer", "score"]]
+
+
+def profile_from_result(result, *, method: str = "laya", class_names: Sequence[str] | None = None,
+                        by: str = "label", meta: dict[str, Any] | None = None,
+                        diagnosis: DiagnosisOptions | None = None) -> LayerProfile:
+    """The profile of ``method`` from an :class:`~laya_eval.engine.evaluation.EvaluationResult` already computed.
+
+    Parameters
+    ----------
+    result : EvaluationResult
+    method : str
+    class_names : sequence of str, optional
+    by : {"label", "pred"}
+        Grouping of the profile table (the diagnosis has its own, ``diagnosis.by``).
+    meta : dict, optional
+        Extra entries for :attr:`LayerProfile.meta` (they win over those read from the manifest).
+    diagnosis : DiagnosisOptions, optional
+        Also diagnose errors from the profiles (:func:`laya_eval.profiling.diagnosis.diagnose`), seeded with
+        the manifest's seed; ``None``: no diagnosis.
+    """
+    _check_by(by)
+    scores = scores_from_tables(result.layers, result.samples, method)
+    manifest = result.manifest
+    ckpt = manifest.get("checkpoint") or {}
+    info = {
+        "label": Path(ckpt["path"]).name if ckpt.get("path") else "<in-memory>",
+        "path": ckpt.get("path"), "sha256": ckpt.get("sha256"), "head": manifest.get("head"),
+        "dataset": manifest.get("dataset"), "split": manifest.get("split"), "n": manifest.get("n_samples"),
+        "method": method, "by": by, "scope": (manifest.get("options") or {}).get("scope", "head"),
+        "ablation": "none (scores only)", "n_layers": manifest.get("n_layers"),
+        "layer_names": manifest.get("layer_names"), "class_names": list(class_names) if class_names else None,
+        "seed": manifest.get("seed"),
+    }
+    info.update(meta or {})
+    diag = None
+    if diagnosis is not None:
+        diag = diagnose_scores(scores, class_names=class_names, by=diagnosis.by, distance=diagnosis.distance,
+                               n_resamples=diagnosis.n_resamples, level=diagnosis.level,
+                               seed=int(info.get("seed") or 0))
+        info["diagnosis"] = diag.meta
+    return LayerProfile(table=profile_table(scores, class_names, by=by), layers=layer_table(scores),
+                        scores=scores, meta=info, diagnosis=diag)
+
+
+def layer_profile(model, data=None, *, method: str = "laya", by: str = "label", options=None,
+                  data_dir: str | os.PathLike | None = None, progress: Any = None, world: Any = None,
+                  diagnosis: DiagnosisOptions | None = DiagnosisOptions()) -> LayerProfile | None:
+    """Class-wise layer profile of one attribution method.
+
+    Parameters
+    ----------
+    model : LayeredModel or path to a checkpoint
+    data : Dataset, dataset name, or None
+        ``None``: the checkpoint's dataset, split ``options.split``.
+    method : str
+        A name of :data:`laya_eval.engine.methods.METHODS` (``laya``, ``static``, ``ig``, ...).
+    by : {"label", "pred"}
+        Group samples by their true (default) or predicted class.
+    options : EvalOptions, optional
+        Split, limit, batch size, scope, seed, device, IG steps; its ``methods`` and
+        ``bootstrap`` are ignored.
+    data_dir : path, optional
+    progress : tqdm-like, optional
+    world : laya_eval.engine.distributed.World, optional
+        Under torchrun each process profiles its shard; rank 0 gets the profile, the others ``None``.
+    diagnosis : DiagnosisOptions or None
+        The error diagnosis from attention shift (:mod:`laya_eval.profiling.diagnosis`); by default
+        ``DiagnosisOptions()``: reference class = predicted class, distance chosen from the scores,
+        1000 stratified bootstrap resamples, seeded with ``options.seed``. ``None``: none.
+
+    Returns
+    -------
+    LayerProfile, or None on ranks other than 0
+
+    Raises
+    ------
+    ConfigError
+        Unknown method, or a method that does not apply to the model's head.
+    """
+    from laya_eval.engine.distributed import SINGLE_PROCESS
+    from laya_eval.engine.evaluation import EvalOptions, evaluate_ablations
+
+    _check_method(method)
+    _check_by(by)
+    options = dataclasses.replace(options or EvalOptions(), methods=(method,), bootstrap=0)
+    results = evaluate_ablations(model, data, (options.ablation,), options=options, data_dir=data_dir,
+                                 progress=progress, world=world or SINGLE_PROCESS)
+    if results is None:
+        return None
+    result = results[options.ablation]
+    if result.summary.empty:
+        reason = result.notes[0].removeprefix("skipped ")
+        raise ConfigError(f"cannot profile {reason} Pick another method, e.g. 'contribution' or 'ig'.")
+    return profile_from_result(result, method=method, class_names=tuple(result.manifest["class_names"]), by=by,
+                               diagnosis=diagnosis)
+
+
+def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str | None = None,
+                  style: str = "default") -> list[Path]:
+    """Write profile.csv, profile_layers.csv, profile.json and the figures into ``out_dir``.
+
+    Figures: ``profile_heatmap_{all,correct,incorrect}.<fmt>`` (one per subset with
+    samples; a shared colour range) and ``profile_layers.<fmt>`` (violins of the per-sample
+    scores per layer, correct and incorrect predictions side by side). With a diagnosis
+    also ``diagnosis.csv`` (:data:`~laya_eval.profiling.diagnosis.DIAGNOSIS_COLUMNS`),
+    ``diagnosis_summary.csv`` (:data:`~laya_eval.profiling.diagnosis.SUMMARY_COLUMNS`) and the figure
+    ``diagnosis.<fmt>`` (distance ECDFs, ROC curve).
+
+    Parameters
+    ----------
+    profile : LayerProfile
+    out_dir : path
+    fmt : {"png", "svg", "pdf"}, optional
+        Default: png, or pdf in paper style.
+    style : {"default", "paper"}
+        Paper style: no titles, paper column widths; each figure's caption is written
+        beside it as ``NAME.caption.txt``.
+
+    Returns
+    -------
+    list of Path
+        The files written, CSVs first.
+    """
+    from laya_eval import figures
+    from laya_eval.output.files import atomic_write_text as _write_text
+
+    fmt = figures.check_format(fmt) if fmt is not None else figures.default_format(style)
+    figures.check_style(style)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    csv = dict(index=False, float_format="%.8g", lineterminator="\n")
+    written = [
+        _write_text(out / "profile.csv", profile.table.to_csv(**csv)),
+        _write_text(out / "profile_layers.csv", profile.layers.to_csv(**csv)),
+        _write_text(out / "profile.json", json.dumps(profile.meta, indent=2, sort_keys=True, default=str) + "\n"),
+    ]
+    if profile.diagnosis is not None:
+        written += [_write_text(out / "diagnosis.csv", profile.diagnosis.samples.to_csv(**csv)),
+                    _write_text(out / "diagnosis_summary.csv", profile.diagnosis.summary.to_csv(**csv))]
+    means = profile.table["mean"]
+    vmin, vmax = float(means.min()), float(means.max())
+    if (means < 0).any():
+        vmax = max(abs(vmin), abs(vmax))
+        vmin = -vmax
+    figs = {f"profile_heatmap_{subset}": figures.profile_heatmap(profile.table, subset=subset, meta=profile.meta,
+                                                                 vmin=vmin, vmax=vmax, style=style)
+            for subset in SUBSETS if (profile.table["subset"] == subset).any()}
+    figs["profile_layers"] = figures.profile_distribution(profile.scores, meta=profile.meta, style=style)
+    if profile.diagnosis is not None:
+        figs["diagnosis"] = figures.diagnosis_figure(profile.diagnosis, meta=profile.meta, style=style)
+    for name, fig in figs.items():
+        written.append(figures.save_figure(fig, out / f"{name}.{fmt}", fmt=fmt))
+        if style == "paper":
+            written.append(figures.caption_path(written[-1]))
+    return written

@@ -1,0 +1,80 @@
+"""Options and table columns of layer pruning and the early-exit what-if."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from laya_eval.engine.methods import resolve_methods
+from laya_eval.catalog import ABLATIONS
+from laya_eval.errors import ConfigError
+from laya_eval.engine.removals import check_ablations
+from laya_eval.training.trainer import TrainOptions
+
+__all__ = ["EARLY_EXIT_COLUMNS", "LATENCY_COLUMNS", "PRUNING_COLUMNS", "PRUNING_COMPARISON_COLUMNS",
+           "PRUNING_SUMMARY_COLUMNS", "PruneOptions"]
+
+PRUNING_COLUMNS = ["method", "ranking", "ablation", "k_removed", "layers_kept", "accuracy", "confidence",
+                   "accuracy_refit", "accuracy_refit_std", "depth", "latency_ratio"]
+PRUNING_SUMMARY_COLUMNS = ["method", "ranking", "ablation", "curve", "n", "auc", "ci_low", "ci_high"]
+PRUNING_COMPARISON_COLUMNS = ["ranking", "ablation", "curve", "method_a", "method_b", "n", "auc_difference",
+                              "ci_low", "ci_high"]
+EARLY_EXIT_COLUMNS = ["policy", "method", "partial", "threshold", "accuracy", "agreement", "mean_depth",
+                      "latency_ratio", "partial_needs_all_layers", "signal_needs_all_layers", "saving"]
+LATENCY_COLUMNS = ["depth", "seconds", "latency_ratio"]
+
+#: Thresholds of the early-exit policies (confidence theta, attribution mass epsilon).
+CONFIDENCE_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+MASS_THRESHOLDS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+
+
+@dataclass(frozen=True)
+class PruneOptions:
+    """Options of :func:`laya_eval.pruning.prune` (the CLI's flags).
+
+    Attributes
+    ----------
+    methods : tuple of str or None
+        Attribution methods whose rankings are pruned with (None: every registered method that applies to the
+        head). ``random`` is not a method row here: the ``random`` row is the mean over ``n_random`` seeded
+        random dataset-level rankings (and, per input, the ``random`` method's per-sample scores).
+    ablations : tuple of str
+        How the removed layers are removed for the no-retraining accuracy (head scope).
+    seeds : int
+        Training seeds of every refit head (``train.seed``, ``train.seed + 1``, ...); 0 skips the refit.
+    n_random : int
+        Seeded random dataset-level rankings averaged into the ``random`` row (no retraining).
+    n_random_refit : int
+        How many of them are also refit (the r-th with seed ``train.seed + r % seeds``).
+    timing : bool
+        Measure the latency of the truncated backbone (chain backbones only); False leaves the latency
+        columns empty, so the files are byte-identical from run to run.
+    timing_repeats, timing_batch : int
+        Most rounds (median taken; fewer, at least 3, when they would take over a minute) and batch size of the
+        latency measurement.
+    early_exit : bool
+        Also run the early-exit what-if.
+    """
+
+    methods: tuple[str, ...] | None = None
+    ablations: tuple[str, ...] = ABLATIONS
+    seeds: int = 3
+    n_random: int = 20
+    n_random_refit: int = 3
+    seed: int = 0
+    batch_size: int = 256
+    bootstrap: int = 1000
+    timing: bool = True
+    timing_repeats: int = 15
+    timing_batch: int = 512
+    early_exit: bool = True
+    train: TrainOptions = field(default_factory=TrainOptions)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ablations", check_ablations(self.ablations, "head"))
+        for name in ("n_random", "batch_size", "timing_repeats", "timing_batch"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"{name} must be a positive integer; got {getattr(self, name)}.")
+        for name in ("seeds", "n_random_refit", "bootstrap"):
+            if int(getattr(self, name)) < 0:
+                raise ConfigError(f"{name} must be a non-negative integer; got {getattr(self, name)}.")
+        resolve_methods(None if self.methods is None else list(self.methods))

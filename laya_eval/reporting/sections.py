@@ -1,0 +1,227 @@
+"""The content of a report, as blocks (see :mod:`laya_eval.reporting.render`) built from its tables.
+
+Every number is formatted from the tables as written to CSV. Summaries come first (one
+combined table across runs, figures); per-run tables sit in collapsed ``<details>``; a
+section without content is left out.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import pandas as pd
+
+from laya_eval.figures import RHO_BANDS, method_label
+from laya_eval.reporting.render import _ci, _num, _slug
+from laya_eval.catalog import in_registry_order
+from laya_eval.reporting.runs import Run
+from laya_eval.reporting.seeds import ACROSS_KEYS
+from laya_eval.reporting.tables import RHO_ONE_TOL, ReportTables
+
+__all__ = ["SECTIONS", "combined_cell"]
+
+SECTIONS = {
+    "runs": "Runs",
+    "methods": "Methods",
+    "summary": "Summary across runs",
+    "significance": "Significance between methods",
+    "sanity": "Sanity checks",
+    "scores": "Faithfulness and Deletion@1 per run",
+    "tests": "Paired tests between methods",
+    "curves": "Deletion@k curves",
+    "spearman": "Per-sample Spearman rho",
+    "scatter": "Attribution vs effect",
+    "agreement": "Method agreement",
+}
+
+_INTRO = (
+    "Faithfulness is the mean over samples of the Spearman correlation ρ between a method's layer scores and the "
+    "leave-one-layer-out effects (the drop of the predicted class's probability when one layer is removed). "
+    "Deletion@k is the mean drop after removing the k layers the method ranks highest. Higher is better for both. "
+    "Intervals are 95% percentile bootstrap intervals over samples; a sample whose attribution or effect is "
+    "constant across layers has an undefined ρ: it is counted ('undefined') and left out of the means."
+)
+
+
+def combined_cell(mean, std, low, high, n_runs: int) -> str:
+    """``mean ± std [low, high]`` for several runs, ``mean [low, high]`` for one, ``—`` when absent."""
+    if pd.isna(mean):
+        return "—"
+    spread = f" ± {_num(std)}" if n_runs > 1 else ""
+    return f"{_num(mean)}{spread} {_ci(low, high)}"
+
+
+def _group_names(across: pd.DataFrame) -> dict[tuple, str]:
+    """Column label per (head, dataset, ablation, scope): the head, plus whatever else varies."""
+    groups = across[ACROSS_KEYS[:-1]].drop_duplicates()
+    varying = [k for k in ACROSS_KEYS[1:-1] if groups[k].nunique() > 1]
+    n_runs = across.groupby(ACROSS_KEYS[:-1], sort=False)["n_runs"].max()
+    out = {}
+    for row in groups.itertuples(index=False):
+        key = tuple(row)
+        extra = " · ".join(str(getattr(row, k)) for k in varying)
+        runs = int(n_runs.loc[key])
+        out[key] = f"{row.head}{' · ' + extra if extra else ''} ({runs} run{'s' if runs > 1 else ''})"
+    return out
+
+
+def _combined_table(across: pd.DataFrame, metric: str) -> tuple:
+    """Methods (rows) x run groups (columns), one cell per (method, group)."""
+    names = _group_names(across)
+    methods = in_registry_order(across["method"])
+    cells = {(tuple(r[:4]), r[4]): r for r in across.itertuples(index=False, name=None)}
+    cols = list(across.columns)
+    rows = []
+    for m in methods:
+        row = [method_label(m)]
+        for key in names:
+            r = cells.get((key, m))
+            if r is None:
+                row.append("—")
+                continue
+            get = dict(zip(cols, r)).get
+            row.append(combined_cell(get(f"{metric}_mean"), get(f"{metric}_std"), get(f"{metric}_ci_low"),
+                                     get(f"{metric}_ci_high"), int(get("n_runs"))))
+        rows.append(row)
+    return ("table", ["method", *names.values()], rows)
+
+
+def _per_run(runs: Sequence[Run], table: pd.DataFrame, header: list[str], row_fn) -> list[tuple]:
+    blocks = []
+    for r in runs:
+        part = table[table["run"] == r.label]
+        if part.empty:  # e.g. a run without paired tests: no empty block
+            continue
+        blocks += [("details", r.label, len(runs) == 1),
+                   ("table", header, [row_fn(row) for row in part.itertuples(index=False)]), ("end_details",)]
+    return blocks
+
+
+def _summary(t: ReportTables, figure) -> list[tuple]:
+    from laya_eval.reporting.trust_sections import seed_blocks
+
+    several = bool((t.across_runs["n_runs"] > 1).any())
+    note = ("Cells: mean ± std over the runs that share head, dataset, ablation and scope (e.g. training seeds), "
+            "then the 95% Student t interval of that mean; a single run shows its value and its 95% bootstrap "
+            "interval over samples. — : the method does not apply to that head. Below the figure, for each such "
+            "group of runs: a paired test across runs and each method's rank per run.") if several else (
+            "Cells: the run's value and its 95% bootstrap interval over samples. — : the method does not apply "
+            "to that head.")
+    return [("h2", SECTIONS["summary"]), ("p", note),
+            ("h3", "Faithfulness (mean Spearman ρ)"), _combined_table(t.across_runs, "faithfulness"),
+            ("h3", "Deletion@1 (drop of p(predicted class))"), _combined_table(t.across_runs, "deletion_at_1"),
+            figure("faithfulness", "Faithfulness and Deletion@1 per method and run, with 95% intervals."),
+            *seed_blocks(t.across_seeds, t.seed_ranks)]
+
+
+def _tests(runs: Sequence[Run], t: ReportTables) -> list[tuple]:
+    if t.comparisons.empty:
+        return []
+    header = ["metric", "method a", "method b", "n", "mean(a − b)", "95% CI", "Wilcoxon W", "p", "p (Holm)",
+              "rank-biserial"]
+    return [("h2", SECTIONS["tests"]),
+            ("p", "Paired over samples: Wilcoxon signed-rank test of method a against method b, p-values "
+                  "Holm-adjusted over all rows of the run (both metrics); the interval is a 95% bootstrap interval of the mean "
+                  "difference; rank-biserial correlation as effect size.")] + _per_run(
+        runs, t.comparisons, header,
+        lambda r: [r.metric, method_label(r.method_a), method_label(r.method_b), str(r.n), _num(r.mean_difference),
+                   _ci(r.ci_low, r.ci_high), _num(r.wilcoxon_statistic), _num(r.p_value), _num(r.p_holm),
+                   _num(r.rank_biserial)])
+
+
+def _curves(runs: Sequence[Run], t: ReportTables) -> list[tuple]:
+    b = []
+    for r in runs:
+        part = t.deletion_curves[t.deletion_curves["run"] == r.label]
+        wide = part.pivot(index="method", columns="k", values="deletion").loc[in_registry_order(part["method"])]
+        b += [("details", r.label, len(runs) == 1),
+              ("table", ["method", *[f"k = {k}" for k in wide.columns]],
+               [[method_label(m), *map(_num, wide.loc[m])] for m in wide.index]), ("end_details",)]
+    return b
+
+
+def _agreement(runs: Sequence[Run], t: ReportTables, figure) -> list[tuple]:
+    b = []
+    for r in runs:
+        long = t.agreement[t.agreement["run"] == r.label]
+        order = in_registry_order(long["method_a"])
+        m = long.pivot(index="method_a", columns="method_b", values="mean_spearman").loc[order, order]
+        b += [("details", r.label, len(runs) == 1),
+              ("table", ["method", *map(method_label, order)], [[method_label(a), *map(_num, m.loc[a])] for a in order]),
+              figure(f"agreement_{_slug(r.label)}", f"Method agreement, {r.label}."), ("end_details",)]
+    return b
+
+
+def _blocks(runs: Sequence[Run], t: ReportTables | None, files: Mapping[str, str], *, title: str | None,
+            captions: Mapping[str, str] | None = None, sanity: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+            ) -> list[tuple]:
+    """Every block of the report; ``t`` None for a report on sanity folders only."""
+    from laya_eval.version import __version__
+    from laya_eval.reporting.trust_sections import sanity_blocks
+
+    def figure(name: str, caption: str) -> tuple:
+        return ("figure", name, (captions or {}).get(name) or caption, files[name])
+
+    head = _faithfulness_blocks(runs, t, figure) if runs else []
+    checks = sanity_blocks(*sanity, SECTIONS["sanity"], figure) if sanity is not None else []
+    # The sanity section follows the summaries (the significance matrix is the last of them).
+    cut = next((k for k, b in enumerate(head) if b[0] == "h2" and b[1] == SECTIONS["scores"]), len(head))
+    body = head[:cut] + checks + head[cut:]
+    toc = [b[1] for b in body if b[0] == "h2"]
+    n_sanity = 0 if sanity is None else sanity[1].shape[0]
+    sources = f"{len(runs)} result folder(s)" + (f" and {n_sanity} sanity folder(s)" if n_sanity else "")
+    return [("h1", title or ("Layer-attribution faithfulness report" if runs else "Layer-attribution sanity report")),
+            ("p", f"Generated by laya-eval {__version__} from {sources}. " + (_INTRO if runs else _SANITY_INTRO)),
+            ("toc", toc), *body]
+
+
+_SANITY_INTRO = ("Do a method's layer attributions depend on the model at all? Each check destroys what the "
+                 "attributions should explain and measures how much they change.")
+
+
+def _faithfulness_blocks(runs: Sequence[Run], t: ReportTables, figure) -> list[tuple]:
+    from laya_eval.reporting.trust_sections import significance_blocks
+
+    described = {}
+    for r in runs:
+        described.update((r.manifest.get("methods") or {}))
+    methods = in_registry_order(t.faithfulness["method"])
+    body: list[tuple] = [
+        ("h2", SECTIONS["runs"]),
+        ("table", ["run", "head", "dataset", "split", "n", "ablation", "scope", "eval seed", "checkpoint sha256"],
+         [[r.run, r.head, r.dataset, str(r.split), str(r.n), r.ablation, r.scope, str(r.seed), str(r.sha256)[:12]]
+          for r in t.runs.itertuples(index=False)]),
+        ("h2", SECTIONS["methods"]),
+        ("table", ["method", "name", "description"], [[method_label(m), m, described.get(m, "")] for m in methods]),
+        *_summary(t, figure),
+        *significance_blocks(t.significance, SECTIONS["significance"], figure, len(runs)),
+        ("h2", SECTIONS["scores"]),
+        ("p", "Every score of each run with its 95% bootstrap interval, top-1 hit rate and AOPC."),
+    ]
+    body += _per_run(runs, t.faithfulness,
+                     ["method", "faithfulness", "95% CI", "Deletion@1", "95% CI", "top-1 hit rate", "AOPC", "n",
+                      "undefined"],
+                     lambda r: [method_label(r.method), _num(r.faithfulness),
+                                _ci(r.faithfulness_ci_low, r.faithfulness_ci_high), _num(r.deletion_at_1),
+                                _ci(r.deletion_at_1_ci_low, r.deletion_at_1_ci_high), _num(r.top1_hit_rate),
+                                _num(r.aopc), str(r.n), str(r.n_undefined)])
+    body += _tests(runs, t)
+    body += [("h2", SECTIONS["curves"]),
+             ("p", "Mean drop of the predicted class's probability after removing the k layers each method ranks "
+                   "highest."), figure("deletion_curves", "Deletion@k per method and run."), *_curves(runs, t)]
+    body += [("h2", SECTIONS["spearman"]),
+             ("p", f"How many samples reach ρ = 1 (within {RHO_ONE_TOL:g}), fall in each band, or are undefined."),
+             figure("spearman_distribution", "Shares of samples per band of per-sample Spearman ρ.")]
+    body += _per_run(runs, t.spearman_distribution,
+                     ["method", "n", *[label for _, label, _ in RHO_BANDS], "share ρ = 1", "median ρ"],
+                     lambda r: [method_label(r.method), str(r.n), *[str(getattr(r, col)) for col, _, _ in RHO_BANDS],
+                                _num(r.share_rho_one), _num(r.median_rho)])
+    body += [("h2", SECTIONS["scatter"]),
+             ("p", "Each dot is one (sample, layer): the method's score against the effect of removing that layer.")]
+    for r in runs:
+        body += [("details", r.label, len(runs) == 1),
+                 figure(f"scatter_{_slug(r.label)}", f"Attribution vs effect, {r.label}."), ("end_details",)]
+    body += [("h2", SECTIONS["agreement"]),
+             ("p", "Mean over samples of the Spearman ρ between two methods' layer scores (undefined samples "
+                   "excluded)."), *_agreement(runs, t, figure)]
+    return body

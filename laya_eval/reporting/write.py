@@ -1,0 +1,198 @@
+"""Writing a report: its CSVs, figures, ``report.md`` and ``report.html``, each file atomically."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from laya_eval.reporting.render import _html, _markdown, _slug
+from laya_eval.reporting.sections import _blocks
+from laya_eval.output.files import atomic_write_bytes
+from laya_eval.errors import ResultsError
+from laya_eval.reporting.runs import Run, _unique_labels, load_inputs
+from laya_eval.reporting.sanity_verdicts import SanityRun, sanity_runs_table, sanity_table, unique_sanity_labels
+from laya_eval.reporting.tables import ReportTables, report_tables
+
+__all__ = ["report", "write_report"]
+
+
+def _write_bytes(path: Path, data: bytes) -> Path:
+    return atomic_write_bytes(path, data)
+
+
+def _csv_text(table: pd.DataFrame) -> str:
+    return table.to_csv(index=False, float_format="%.8g", lineterminator="\n")
+
+
+def _scatter_points(run: Run, max_samples: int, seed: int) -> tuple[pd.DataFrame, int]:
+    samples = np.sort(run.layers["sample"].unique())
+    if samples.size > max_samples:
+        samples = np.sort(np.random.default_rng(seed).choice(samples, size=max_samples, replace=False))
+    return run.layers[run.layers["sample"].isin(samples)], int(samples.size)
+
+
+def _make_figures(runs: Sequence[Run], tables: ReportTables, *, max_points: int, seed: int,
+                  style: str) -> dict[str, Any]:
+    """Figure name (without extension) -> Figure, in report order."""
+    from laya_eval import figures as F
+
+    metas = [r.meta for r in runs]
+    comparisons = tables.comparisons if not tables.comparisons.empty else None
+    out = {"faithfulness": F.faithfulness_figure(tables.faithfulness, metas, comparisons=comparisons, style=style),
+           "deletion_curves": F.deletion_curves_figure(tables.deletion_curves, metas, style=style),
+           "spearman_distribution": F.spearman_distribution_figure(tables.spearman_distribution, metas, style=style)}
+    for r in runs:
+        points, n = _scatter_points(r, max_points, seed)
+        out[f"scatter_{_slug(r.label)}"] = F.scatter_figure(points, meta={**r.meta, "n_points": n}, style=style,
+                                                             seed=seed)
+    for r in runs:
+        long = tables.agreement[tables.agreement["run"] == r.label]
+        matrix = long.pivot(index="method_a", columns="method_b", values="mean_spearman").loc[r.methods, r.methods]
+        out[f"agreement_{_slug(r.label)}"] = F.agreement_figure(matrix, meta=r.meta, style=style)
+    panels = _significance_panels(runs, tables.significance)
+    if panels:
+        out["significance"] = F.significance_figure(panels, style=style)
+    return out
+
+
+def _significance_panels(runs: Sequence[Run], significance: pd.DataFrame) -> list[dict[str, Any]]:
+    """Faithfulness matrices as heat-map panels: every run with paired tests, then every seed group."""
+    from laya_eval.catalog import in_registry_order
+    from laya_eval.reporting.significance import matrix_cells, signed_log_p
+
+    metas = {("run", r.label): r.meta for r in runs}
+    part = significance[significance["metric"] == "faithfulness"]
+    panels = []
+    for source, name in part[["source", "name"]].drop_duplicates().itertuples(index=False):
+        long = part[(part["source"] == source) & (part["name"] == name)]
+        methods = in_registry_order(long["method"])
+        if source == "run":
+            meta, test = metas[(source, name)], "over samples"
+        else:
+            head, dataset, ablation, scope = name.split(" · ")
+            meta = {"label": f"across seeds ({long['n'].max()} runs)", "head": head, "dataset": dataset,
+                    "ablation": ablation, "scope": scope}
+            test = "over runs (seeds)"
+        panels.append({"meta": meta, "test": f"Wilcoxon {test}, Holm",
+                       "values": pd.DataFrame(signed_log_p(long, methods), index=methods, columns=methods),
+                       "cells": pd.DataFrame(matrix_cells(long, methods), index=methods, columns=methods)})
+    return panels
+
+
+def _sanity_figures(sanity: Sequence[SanityRun]) -> dict[str, Any]:
+    from laya_eval.figures.sanity_checks import randomisation_figure
+
+    return {f"sanity_{_slug(s.label)}": randomisation_figure(pd.concat([s.randomisation, s.data_randomisation]),
+                                                              meta={**s.meta, "label": s.label})
+            for s in sanity}
+
+
+_TABLES = ("runs", "faithfulness", "across_runs", "deletion_curves", "spearman_distribution", "agreement",
+           "comparisons", "across_seeds", "seed_ranks", "seed_comparisons", "significance")
+# Written only when they have rows (a run without comparisons.csv, a report without seed groups).
+_OPTIONAL = {"comparisons", "across_seeds", "seed_ranks", "seed_comparisons", "significance"}
+
+
+def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | None = None,
+                 html_report: bool = True, title: str | None = None, max_points: int = 300, seed: int = 0,
+                 style: str = "default", sanity: Sequence[SanityRun] = ()) -> list[Path]:
+    """Write the report's CSVs, figures (``figures/``), ``report.md`` and ``report.html``.
+
+    Parameters
+    ----------
+    runs : sequence of Run
+        Faithfulness runs (may be empty when ``sanity`` is not).
+    out_dir : path
+    fmt : {"png", "svg", "pdf"}, optional
+        Figure files' format (default png, or pdf in paper style); the HTML embeds PNG (or SVG)
+        renderings either way.
+    html_report : bool
+        Also write the self-contained ``report.html``.
+    title : str, optional
+    max_points : int
+        Samples drawn (seeded) for each attribution-vs-effect scatter.
+    seed : int
+    style : {"default", "paper"}
+        Paper style: figures without titles at paper column widths; each figure's caption is
+        written beside it (``figures/NAME.caption.txt``) and under it in the report.
+
+    Returns
+    -------
+    list of Path
+    """
+    from laya_eval import figures as F
+
+    F.check_style(style)
+    fmt = F.check_format(fmt) if fmt is not None else F.default_format(style)
+    runs, sanity = _unique_labels(list(runs)), unique_sanity_labels(list(sanity))
+    if not runs and not sanity:
+        raise ResultsError("give at least one result folder of `laya-eval faithfulness` or `laya-eval sanity`.")
+    out = Path(out_dir)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    tables = report_tables(runs) if runs else None
+    as_written = _write_tables(out, tables, written) if tables is not None else None
+    checks = None
+    if sanity:
+        checks = tuple(_write_csv(out / name, table, written)
+                       for name, table in (("sanity.csv", sanity_table(sanity)),
+                                           ("sanity_runs.csv", sanity_runs_table(sanity))))
+    figs = _make_figures(runs, tables, max_points=max_points, seed=seed, style=style) if runs else {}
+    figs.update(_sanity_figures(sanity))
+    files, embeds, captions = _write_figures(out, figs, written, fmt=fmt, style=style, html_report=html_report)
+    blocks = _blocks(runs, as_written, files, title=title, captions=captions, sanity=checks)
+    written.append(_write_bytes(out / "report.md", _markdown(blocks).encode()))
+    if html_report:
+        written.append(_write_bytes(out / "report.html", _html(blocks, embeds).encode()))
+    return written
+
+
+def report(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, **options: Any) -> list[Path]:
+    """Report on result folders of ``faithfulness`` and ``sanity`` (each recognised by its files).
+
+    Reads the folders (:func:`~laya_eval.reporting.runs.load_inputs`) and writes the report
+    (:func:`write_report`; ``options`` are its keyword arguments). Returns the files written.
+
+    Examples
+    --------
+    >>> report(["runs/laya", "runs/scalarmix"], "report/")  # doctest: +SKIP
+    """
+    inputs = load_inputs(folders)
+    return write_report(inputs.runs, out_dir, sanity=inputs.sanity, **options)
+
+
+def _write_figures(out: Path, figs: dict[str, Any], written: list[Path], *, fmt: str, style: str,
+                   html_report: bool) -> tuple[dict[str, str], dict[str, tuple[str, bytes]], dict[str, str]]:
+    """Each figure as ``figures/NAME.FMT`` (and its caption in paper style); the HTML's embeddings."""
+    from laya_eval import figures as F
+
+    files, embeds, captions = {}, {}, {}
+    for name, fig in figs.items():
+        data = F.figure_bytes(fig, fmt)
+        files[name] = f"figures/{name}.{fmt}"
+        written.append(_write_bytes(out / files[name], data))
+        if style == "paper":
+            captions[name] = F.figure_caption(fig)
+            written.append(_write_bytes(F.caption_path(out / files[name]), (captions[name] + "\n").encode()))
+        if html_report:
+            kind = fmt if fmt in ("png", "svg") else "png"
+            embeds[name] = (kind, data if kind == fmt else F.figure_bytes(fig, "png"))
+    return files, embeds, captions
+
+
+def _write_csv(path: Path, table: pd.DataFrame, written: list[Path], *, optional: bool = False) -> pd.DataFrame:
+    """Write ``table`` (unless optional and empty) and return it as read back: the report formats what the CSV holds."""
+    text = _csv_text(table)
+    if not (optional and table.empty):
+        written.append(_write_bytes(path, text.encode()))
+    return pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
+
+
+def _write_tables(out: Path, tables: ReportTables, written: list[Path]) -> ReportTables:
+    return ReportTables(**{name: _write_csv(out / f"{name}.csv", getattr(tables, name), written,
+                                            optional=name in _OPTIONAL) for name in _TABLES})

@@ -1,0 +1,119 @@
+"""Layer-level sanity checks: do a method's layer attributions depend on the model at all?
+
+Three checks (issue 12, section 1), head-only on cached features: the backbone encodes the data
+once (:func:`encode_features`) and every head step re-runs only the head.
+
+- **Cascading parameter randomisation** (Adebayo et al. 2018, at layer level,
+  :func:`cascading_randomisation`): the head's parameter groups are re-initialised top-down
+  (:func:`head_parameter_groups`: classifier -> scorer or mix weights -> adapters), cumulatively, then, for
+  a trainable backbone (:func:`backbone_is_trainable`: trained with the head, not a frozen pretrained
+  encoder), its blocks from the top (``block3``, ``block2``, ...; the test split is re-encoded once per
+  block step); after each step every method's attributions are compared with the original ones and scored
+  for faithfulness against the randomised model's own effects.
+- **Data randomisation** (:func:`data_randomisation`): a fresh head is trained on shuffled labels with the
+  same protocol and seed; its attributions are compared with the real model's.
+- **Layer-ROAR** (:func:`layer_roar`, :func:`roar_agreement`): for each layer, a head without that layer is
+  retrained (several seeds) and the test-accuracy drop against a retrained full head is recorded; each
+  method's dataset-level layer ranking (its mean attribution per layer) is correlated with those drops.
+
+Similarity (``similarity="across_samples"``, the default): for each layer, Spearman's rho *across samples*
+between the original and the new attributions, averaged over the layers where both are non-constant;
+its 95% interval is a percentile bootstrap over samples (ranks computed once on the full set). The per-sample
+alternative (``"per_sample"``: rho across layers within each sample, averaged over samples) is available but
+is dominated by the architecture: a LastLayer head ranks its last layer first whatever its weights, so
+every method "survives" randomisation on it. ``random`` is redrawn at every step (seed + step), so its
+similarity is the chance level, about 0.
+
+Effects are computed in float64 at the head (cheap: the head is small) and tied with
+:func:`laya_eval.stats.tie_effects` (default tolerance) before faithfulness is scored.
+
+May import: errors, checks, catalog, output, stats, data, models, loading, engine, training, figures.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pandas as pd
+
+from laya_eval.data import Dataset
+from laya_eval.models.layered import LayeredModel
+from laya_eval.sanity_checks.cached import Features, attribute_features, encode_features
+from laya_eval.sanity_checks.options import (
+    LAYER_ROAR_COLUMNS,
+    RANDOMISATION_COLUMNS,
+    ROAR_AGREEMENT_COLUMNS,
+    SIMILARITIES,
+    SanityOptions,
+    method_names,
+)
+from laya_eval.sanity_checks.output import SANITY_FILES, write_sanity
+from laya_eval.sanity_checks.randomisation import (
+    backbone_is_trainable,
+    cascading_randomisation,
+    data_randomisation,
+    head_parameter_groups,
+)
+from laya_eval.sanity_checks.roar import layer_roar, roar_agreement
+from laya_eval.sanity_checks.similarity import Resamples, attribution_similarity
+
+__all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "ROAR_AGREEMENT_COLUMNS", "SANITY_FILES", "SIMILARITIES",
+           "Features", "Resamples",
+           "SanityOptions", "SanityResult", "attribute_features", "attribution_similarity", "backbone_is_trainable",
+           "cascading_randomisation", "data_randomisation", "encode_features", "head_parameter_groups",
+           "layer_roar", "roar_agreement", "sanity", "write_sanity"]
+
+
+@dataclass
+class SanityResult:
+    """The four tables of :func:`sanity`.
+
+    Attributes
+    ----------
+    randomisation, data_randomisation : DataFrame
+        Columns :data:`RANDOMISATION_COLUMNS`.
+    layer_roar : DataFrame
+        Columns :data:`LAYER_ROAR_COLUMNS`.
+    roar_agreement : DataFrame
+        Columns :data:`ROAR_AGREEMENT_COLUMNS`.
+    """
+
+    randomisation: pd.DataFrame
+    data_randomisation: pd.DataFrame
+    layer_roar: pd.DataFrame
+    roar_agreement: pd.DataFrame
+
+
+def sanity(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
+           options: SanityOptions | None = None, *, cache_dir: str | os.PathLike | None = None) -> SanityResult:
+    """All three checks; the backbone runs once per split and once per backbone step of the cascading
+    randomisation (trainable backbones only); every other step is head-only. The original model's
+    attributions are computed once and shared by the checks.
+
+    Parameters
+    ----------
+    model : LayeredModel
+    train, val : Dataset
+        For retraining heads (data randomisation, layer-ROAR).
+    test : Dataset
+        Evaluated samples.
+    cache_dir : path, optional
+        Feature cache of a frozen pretrained backbone stored by reference, shared with ``fit-head`` and
+        ``prune`` (:func:`encode_features`).
+    """
+    options = options or SanityOptions()
+    for d in (train, val, test):
+        model.check_fits(d)
+    model.eval()
+    train_f, val_f, test_f = (encode_features(model, d, batch_size=options.batch_size, cache_dir=cache_dir)
+                              for d in (train, val, test))
+    original = attribute_features(model, test_f, method_names(options), ablation=options.ablation,
+                                  seed=options.seed, batch_size=options.batch_size)
+    roar = layer_roar(model, train_f, val_f, test_f, options)
+    return SanityResult(
+        randomisation=cascading_randomisation(model, test_f, options, data=test, original=original),
+        data_randomisation=data_randomisation(model, train_f, val_f, test_f, options, original=original),
+        layer_roar=roar,
+        roar_agreement=roar_agreement(original[0], roar, n_resamples=options.bootstrap, seed=options.seed),
+    )

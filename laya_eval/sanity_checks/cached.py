@@ -1,0 +1,117 @@
+"""Attributions and effects computed from cached head inputs: no backbone pass."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from laya_eval.engine.methods import MethodContext, applicable, resolve_methods
+from laya_eval.data import Dataset
+from laya_eval.engine.dataset_stats import DatasetStatistics, batch_statistics
+from laya_eval.loading.feature_cache import Features
+from laya_eval.models.heads import LayerHead
+from laya_eval.stats.metrics import spearman_per_sample
+from laya_eval.models.layered import LayeredModel
+from laya_eval.engine.removals import check_ablation, leave_one_out_masks, removal_effects
+from laya_eval.stats import tie_effects
+from laya_eval.models.trace import trace_from_hidden
+from laya_eval.training.trainer import encode
+
+__all__ = ["Features", "attribute_features", "encode_features", "faithfulness", "head_model"]
+
+def encode_features(model: LayeredModel, data: Dataset, *, batch_size: int = 256,
+                    cache_dir: str | os.PathLike | None = None) -> Features:
+    """Run the backbone once over ``data`` (the only backbone pass of the head steps).
+
+    A frozen pretrained backbone stored by reference (``hf:``, ``py:``, a ``fit-head`` model) goes through the
+    on-disk feature cache that ``fit-head`` fills (:func:`laya_eval.training.head_fit.backbone_features`; ``cache_dir``
+    default: :func:`laya_eval.loading.feature_cache.cache_root`), so a split that ``fit-head``, ``prune`` or an earlier
+    ``sanity`` encoded is read back instead of encoded again. Other backbones are encoded in memory.
+
+    Returns
+    -------
+    Features
+        ``hidden``: list of (N, d_i), pooled as the heads pool them; ``y``: (N,) labels.
+    """
+    if getattr(model.backbone, "stored_by_reference", False):
+        from laya_eval.training.head_fit import backbone_features
+
+        device = str(next(model.parameters()).device)
+        cached = backbone_features(model.backbone, data, device=device, batch_size=max(256, batch_size),
+                                   cache_dir=cache_dir)
+        return Features(hidden=cached.hidden, y=data.y.clone())
+    return Features(hidden=encode(model, data, batch_size=batch_size), y=data.y.clone())
+
+
+def head_model(model: LayeredModel, head: LayerHead) -> LayeredModel:
+    """``head`` on ``model``'s backbone; the sanity checks never call the backbone."""
+    return LayeredModel(model.backbone, head, model.info).eval()
+
+
+def attribute_features(
+    model: LayeredModel, features: Features, methods: Sequence[str], *, ablation: str = "gate",
+    seed: int = 0, batch_size: int = 512,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Head-scope attributions and leave-one-layer-out effects from cached features (no backbone pass).
+
+    Parameters
+    ----------
+    model : LayeredModel
+        Its head is used; its backbone is not run.
+    features : Features
+    methods : sequence of str
+        Methods that do not apply to the head are skipped (absent from the result).
+    ablation : {"gate", "gate-renorm", "zero", "mean"}
+    seed : int
+        Seeds ``random``.
+
+    Returns
+    -------
+    scores : dict of str to ndarray, each (N, L)
+    effects : ndarray, (N, L)
+        Computed in float64.
+    """
+    check_ablation(ablation, "head")
+    chosen = [m for m in resolve_methods(list(methods)) if applicable(m, model) is None]
+    head64 = head_model(model, copy.deepcopy(model.head).double())
+    fill = [h.double().mean(0) for h in features.hidden] if ablation == "mean" else None
+    context = MethodContext(scope="head", seed=seed, statistics=_statistics(model, features, chosen, batch_size))
+    scores: dict[str, list[Tensor]] = {m.name: [] for m in chosen}
+    effects = []
+    for start in range(0, len(features), batch_size):
+        hidden = [h[start:start + batch_size] for h in features.hidden]
+        ids = torch.arange(start, start + len(hidden[0]))
+        tr = trace_from_hidden(model.head, hidden, sample_ids=ids)
+        for m in chosen:
+            scores[m.name].append(m.fn(tr, model, target=tr.pred, context=context).detach().float())
+        # The effects are those of the class the attributions explain, even where float64 would break a
+        # near-tie of the logits the other way.
+        tr64 = dataclasses.replace(trace_from_hidden(head64.head, [h.double() for h in hidden]), pred=tr.pred)
+        effects.append(removal_effects(tr64, head64, leave_one_out_masks(tr.n_layers).double(),
+                                       ablation=ablation, fill=fill))
+    out = {m.name: torch.cat(scores[m.name]).numpy().astype(np.float64) for m in chosen}
+    return out, torch.cat(effects).numpy()
+
+
+@torch.no_grad()
+def _statistics(model: LayeredModel, features: Features, methods: Sequence, batch_size: int) -> dict[str, list[Tensor]]:
+    """The dataset statistics the methods declare (``stat:<name>``) over the cached features, as the engine gives them."""
+    names = tuple(dict.fromkeys(n.split(":", 1)[1] for m in methods for n in m.needs if n.startswith("stat:")))
+    if not names:
+        return {}
+    total = DatasetStatistics()
+    for start in range(0, len(features), batch_size):
+        hidden = [h[start:start + batch_size] for h in features.hidden]
+        total = total.merged(batch_statistics(names, trace_from_hidden(model.head, hidden), model, "head"))
+    return total.means()
+
+
+def faithfulness(scores: np.ndarray, effects: np.ndarray) -> float:
+    rho = spearman_per_sample(scores, tie_effects(effects).effects)
+    return float(np.nanmean(rho)) if np.any(~np.isnan(rho)) else float("nan")

@@ -1,0 +1,60 @@
+"""Options and table columns of the sanity checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from laya_eval.engine.methods import METHODS, resolve_methods
+from laya_eval.errors import ConfigError
+from laya_eval.engine.removals import check_ablation
+from laya_eval.training.trainer import TrainOptions
+
+__all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "RETRAIN_PATIENCE", "ROAR_AGREEMENT_COLUMNS", "SIMILARITIES",
+           "SanityOptions", "method_names"]
+
+RANDOMISATION_COLUMNS = ["check", "step", "params", "method", "similarity", "similarity_ci_low",
+                         "similarity_ci_high", "faithfulness"]
+LAYER_ROAR_COLUMNS = ["layer", "seed", "accuracy", "accuracy_drop"]
+ROAR_AGREEMENT_COLUMNS = ["method", "spearman", "ci_low", "ci_high"]
+SIMILARITIES = ("across_samples", "per_sample")
+#: Early-stopping patience of the heads the checks retrain (the reference protocol's otherwise: Adam, lr 3e-4,
+#: batch 128, at most 50 epochs). A fresh head on cached features is within half a point of its best validation
+#: accuracy after a few epochs; the reference protocol's patience 5 spends five more epochs per head confirming
+#: it. On both reference models patience 2 gives the same verdict for every method and check as patience 5, at
+#: 0.64x the cost on Fashion-MNIST (benchmarks/results/sanity-*/README.md); ``TrainOptions(patience=5)``
+#: restores it.
+RETRAIN_PATIENCE = 2
+
+
+@dataclass(frozen=True)
+class SanityOptions:
+    """Options of :func:`sanity` (the CLI's flags).
+
+    ``methods`` None: every registered method that applies to the head. ``train``: the protocol used to
+    retrain heads (data randomisation, layer-ROAR): by default the reference protocol with early-stopping
+    patience :data:`RETRAIN_PATIENCE` (2); its seed seeds the first ROAR run, the others use
+    ``train.seed + 1, ...`` (``roar_seeds`` runs in all).
+    """
+
+    methods: tuple[str, ...] | None = None
+    ablation: str = "gate"
+    similarity: str = "across_samples"
+    roar_seeds: int = 3
+    bootstrap: int = 1000
+    seed: int = 0
+    batch_size: int = 512
+    train: TrainOptions = field(default_factory=lambda: TrainOptions(patience=RETRAIN_PATIENCE))
+
+    def __post_init__(self) -> None:
+        check_ablation(self.ablation, "head")
+        if self.similarity not in SIMILARITIES:
+            raise ConfigError(f"similarity must be one of {{{', '.join(SIMILARITIES)}}}; got {self.similarity!r}.")
+        if int(self.roar_seeds) < 1:
+            raise ConfigError(f"roar_seeds must be a positive integer; got {self.roar_seeds}.")
+        if int(self.batch_size) < 1:
+            raise ConfigError(f"batch_size must be a positive integer; got {self.batch_size}.")
+        resolve_methods(None if self.methods is None else list(self.methods))
+
+
+def method_names(options: SanityOptions) -> list[str]:
+    return list(options.methods) if options.methods is not None else list(METHODS)

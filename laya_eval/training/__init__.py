@@ -1,0 +1,6 @@
+"""Training with the reference protocol: building a model from names, the training loop and the head
+trainer on cached features (:mod:`~laya_eval.training.trainer`), and ``fit_head`` on a frozen model
+(:mod:`~laya_eval.training.head_fit`).
+
+May import: errors, checks, data, models, loading.
+"""
