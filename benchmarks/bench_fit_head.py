@@ -1,4 +1,4 @@
-"""Speed of ``fit-head``'s two halves on frozen MiniLM-L6 (issue 10's targets).
+"""Speed of ``fit-head``'s two halves on frozen MiniLM-L6.
 
 Usage::
 

@@ -377,7 +377,7 @@ def _ratio(rows, case, route, n, ref="plain") -> float:
 
 
 def targets(rows: list[dict], mode: str, n_layers: dict[str, int]) -> list[tuple[str, str, bool]]:
-    """(target, measured, passed) for every target of the issue."""
+    """(target, measured, passed) for every speed target."""
     out = []
     present = {r["case"] for r in rows}
     for case, sizes in SIZES[mode].items():

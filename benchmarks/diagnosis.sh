@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Diagnosis from attention shift (issue 13, section 3): `laya-eval profile` on the Fashion-MNIST MLP+LAYA
+# Diagnosis from attention shift: `laya-eval profile` on the Fashion-MNIST MLP+LAYA
 # reference checkpoint (10,000 test inputs) and, if present, the frozen MiniLM+LAYA checkpoint (rotten-tomatoes
 # test split). The main run is LAYA alpha with the defaults (reference = predicted class, Jensen-Shannon
 # distance, leave-one-out references, 1000 stratified bootstrap resamples, seed 0); three context runs on

@@ -1,6 +1,6 @@
 """The hostile corpus's files, by category (built by ``benchmarks/hostile_corpus.py``).
 
-Categories follow issue 11: code and network on a checkpoint's word, configs of the wrong
+Categories: code and network on a checkpoint's word, configs of the wrong
 type or missing keys, state dicts of the wrong shape, kilobyte inputs asking for gigabytes,
 pickle payloads, broken safetensors, files that are not checkpoints, terminal escape
 sequences, bit flips and truncations. Each file is re-signed with a correct content

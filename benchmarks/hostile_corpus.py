@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/hostile_corpus.py --threads 1
 
-Builds about 130 crafted files in the categories of issue 11 (code and network on a
+Builds about 130 crafted files in these categories (code and network on a
 checkpoint's word, configs of the wrong type or missing keys, state dicts of the wrong
 shape, broken safetensors metadata, kilobyte inputs that ask for gigabytes, pickle
 payloads, files that are not checkpoints, terminal escape sequences, bit flips and

@@ -1,4 +1,4 @@
-"""Bring your own model: specs, fit-head, by-reference checkpoints, guards (issue 10).
+"""Bring your own model: specs, fit-head, by-reference checkpoints, guards.
 
 Oracles are outside laya-eval: transformers' own models (ViT hidden states, the audio
 classifiers' logits with a layer weight forced to -inf), the user's own head code, and

@@ -10,7 +10,7 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-# Timings stay out of tests (STYLE): the 30 s budget per notebook on digits is measured by hand and
+# Timings stay out of tests (STYLE): the 30 s budget per notebook on digits is measured by hand and
 # reported; nbclient's timeout below only stops a hung cell.
 
 

@@ -1,4 +1,4 @@
-"""Layer pruning and the early-exit what-if (issue 13): oracles worked out by hand, fit-head, scipy-free
+"""Layer pruning and the early-exit what-if: oracles worked out by hand, fit-head, scipy-free
 trapezoids and planted models."""
 
 from __future__ import annotations

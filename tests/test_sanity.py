@@ -1,4 +1,4 @@
-"""Layer-level sanity checks: oracles from the issue, scipy, and a backbone-forward counter."""
+"""Layer-level sanity checks: oracles worked out by hand, scipy, and a backbone-forward counter."""
 
 from __future__ import annotations
 

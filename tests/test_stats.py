@@ -271,7 +271,7 @@ def test_p_value_of_random_scores_is_uniform_over_seeds(laya_effects):
         scores = np.random.default_rng(seed).random(effects.shape)
         p.append(faithfulness_p_value(spearman_per_sample(scores, effects), effects))
     p = np.array(p)
-    assert p[:20].min() > 0.01  # the acceptance: 20 seeds, none below 0.01
+    assert p[:20].min() > 0.01  # 20 seeds, none below 0.01
     assert sps.kstest(p, "uniform").pvalue > 0.01
     assert np.mean(p <= 0.05) <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 200)
 

@@ -1,6 +1,6 @@
 """Files laya-eval writes: atomic writes, result folders written as one set, provenance.
 
-The one owner of these chores (STYLE: one helper per chore):
+The one owner of these chores:
 
 - :func:`atomic_write_bytes` / :func:`atomic_write_text`: a file appears complete or not
   at all (a uniquely named temporary file in the same folder, then one rename).

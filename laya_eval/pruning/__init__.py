@@ -1,4 +1,4 @@
-"""What the attributions are for: attribution-guided layer pruning and the early-exit what-if (issue 13).
+"""What the attributions are for: attribution-guided layer pruning and the early-exit what-if.
 
 :func:`prune` removes, for every method, the k layers it ranks least important (k = 0 … L-1) and measures test
 accuracy

@@ -1,6 +1,6 @@
 """Layer-level sanity checks: do a method's layer attributions depend on the model at all?
 
-Three checks (issue 12, section 1), head-only on cached features: the backbone encodes the data
+Three checks, head-only on cached features: the backbone encodes the data
 once (:func:`encode_features`) and every head step re-runs only the head.
 
 - **Cascading parameter randomisation** (Adebayo et al. 2018, at layer level,
