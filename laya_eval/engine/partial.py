@@ -12,9 +12,7 @@ Files are read with ``allow_pickle=False``.
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ import torch
 
 from laya_eval.engine.dataset_stats import DatasetStatistics
 from laya_eval.errors import ConfigError
-from laya_eval.output.files import atomic_write_bytes
+from laya_eval.output.files import atomic_write_bytes, json_sha256
 from laya_eval.engine.records import Records
 
 __all__ = ["PARTIAL_FOLDER", "PartialStore", "run_key"]
@@ -34,7 +32,7 @@ PARTIAL_FOLDER = ".partial"
 
 def run_key(fields: dict[str, Any]) -> str:
     """A hex digest of the JSON of ``fields`` (sorted keys)."""
-    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+    return json_sha256(fields)
 
 
 class PartialStore:

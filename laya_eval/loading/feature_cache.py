@@ -14,7 +14,6 @@ The cache folder is ``cache_dir``, else ``$LAYA_EVAL_CACHE/features``, else
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ import torch
 from torch import Tensor
 
 from laya_eval.errors import DataError
+from laya_eval.output.files import data_content_sha256, json_sha256
 
 __all__ = ["Features", "cache_root", "extract_features", "feature_key", "known_layer_dims", "remember_layer_dims"]
 
@@ -83,19 +83,11 @@ def feature_key(backbone_config: dict[str, Any], data: Any) -> dict[str, Any]:
 
 def _content_sha256(data: Any) -> str:
     """SHA-256 of the split's inputs and labels, so edited data under the same name gets a new key."""
-    digest = hashlib.sha256()
-    if isinstance(data.x, Tensor):
-        digest.update(str((data.x.dtype, tuple(data.x.shape))).encode())
-        digest.update(data.x.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    else:
-        for text in data.x:
-            digest.update(text.encode("utf-8", "surrogatepass") + b"\0")
-    digest.update(data.y.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
+    return data_content_sha256(data.x, data.y)
 
 
 def _digest(key: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    return json_sha256(key)[:32]
 
 
 def _read(folder: Path, key: dict[str, Any]) -> Features | None:

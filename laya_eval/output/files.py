@@ -37,7 +37,10 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "check_output_folder",
+    "data_content_sha256",
     "file_sha256",
+    "json_sha256",
+    "module_state_sha256",
     "provenance",
     "sha256_bytes",
     "state_dict_sha256",
@@ -71,6 +74,42 @@ def state_dict_sha256(state: Mapping[str, Any]) -> str:
         tensor = state[key].detach().cpu().contiguous()
         digest.update(f"{key}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def json_sha256(value: Any) -> str:
+    """Hex SHA-256 of ``value``'s JSON (sorted keys; other objects as ``str``): the digest of a cache or run key."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def module_state_sha256(module: Any) -> str:
+    """Hex SHA-256 over a module's state dict (names, dtypes, shapes and bytes, in the state dict's order).
+
+    The identity a by-reference backbone records (``state_sha256``); its byte layout is fixed, so the
+    hashes stored in existing checkpoints stay valid.
+    """
+    import torch
+
+    digest = hashlib.sha256()
+    for key, value in module.state_dict().items():
+        t = value.detach().cpu().contiguous()
+        digest.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()
+
+
+def data_content_sha256(x: Any, y: Any) -> str:
+    """Hex SHA-256 of a split's inputs (a tensor, or a sequence of texts) and labels (a tensor)."""
+    import torch
+
+    digest = hashlib.sha256()
+    if isinstance(x, torch.Tensor):
+        digest.update(str((x.dtype, tuple(x.shape))).encode())
+        digest.update(x.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    else:
+        for text in x:
+            digest.update(text.encode("utf-8", "surrogatepass") + b"\0")
+    digest.update(y.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
 
 

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from laya_eval.models.backbones.base import Backbone, Replacement, _check_replace, _positive_ints, _replace_in_output
 from laya_eval.errors import ConfigError
+from laya_eval.output.files import module_state_sha256
 
 
 # --------------------------------------------------------------------------- modules
@@ -197,11 +198,4 @@ class ModuleBackbone(Backbone):
 
 def state_sha256(module: nn.Module) -> str:
     """SHA-256 over a module's state dict (names, dtypes, shapes and bytes, in key order)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for key, value in module.state_dict().items():
-        t = value.detach().cpu().contiguous()
-        digest.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
-        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return digest.hexdigest()
+    return module_state_sha256(module)
