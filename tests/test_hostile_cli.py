@@ -62,7 +62,7 @@ def test_training_that_diverges_saves_nothing(tmp_path, lr):
     out = tmp_path / "nan.pt"
     result = run("train", "--dataset", "digits", "--epochs", 2, "--lr", lr, "--out", out, "--quiet",
                  "--backbone-arg", "widths=[16,8]")
-    pattern = "lr must be a positive finite number; got inf" if lr == "inf" else \
+    pattern = "lr must be a finite number > 0; got inf" if lr == "inf" else \
         r"training diverged: the loss is nan at epoch 1 \(lr=1e\+30\); nothing was saved"
     assert_one_line_error(result, pattern)
     assert not out.exists() and not list(tmp_path.iterdir())

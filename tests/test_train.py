@@ -76,9 +76,9 @@ def test_diverging_training_stops_with_an_error(digits):
 def test_bad_options_and_data(digits):
     with pytest.raises(ConfigError, match="epochs must be a positive integer; got 0"):
         TrainOptions(epochs=0)
-    with pytest.raises(ConfigError, match="lr must be a positive finite number; got 0"):
+    with pytest.raises(ConfigError, match="lr must be a finite number > 0; got 0"):
         TrainOptions(lr=0)
-    with pytest.raises(ConfigError, match="lr must be a positive finite number; got inf"):
+    with pytest.raises(ConfigError, match="lr must be a finite number > 0; got inf"):
         TrainOptions(lr=float("inf"))
     with pytest.raises(DataError, match="the cnn backbone needs image inputs"):
         build_model("cnn", "laya", digits["train"])

@@ -16,6 +16,8 @@ import torch
 
 from laya_eval.engine.methods import AttributionMethod, applicable, resolve_methods
 from laya_eval.catalog import ABLATION_SPECS, ABLATIONS
+from laya_eval.checks import (check_fields, check_int, check_non_negative_int, check_number, check_optional,
+                              check_positive_int)
 from laya_eval.data import Dataset, check_finite, load_dataset
 from laya_eval.models.devices import resolve_device
 from laya_eval.engine.distributed import SINGLE_PROCESS, World
@@ -29,6 +31,8 @@ from laya_eval.stats import DEFAULT_RTOL
 __all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "make_plan"]
 
 CHUNK_SIZE = 1024  # default unit of resumable work (samples); results do not depend on it
+#: Evaluation seeds stay below 2**63 (they are stored and passed on as signed 64-bit integers).
+EVAL_SEED_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -55,20 +59,20 @@ class EvalOptions:
 
     def __post_init__(self) -> None:
         check_ablations(self.ablation, self.scope)
-        for name in ("batch_size", "n_steps", "chunk_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
-        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int)
-                                       or self.limit < 1):
-            raise ConfigError(f"limit must be a positive integer; got {self.limit!r}.")
-        if isinstance(self.bootstrap, bool) or not isinstance(self.bootstrap, int) or self.bootstrap < 0:
-            raise ConfigError(f"bootstrap must be 0 or more resamples; got {self.bootstrap!r}.")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise ConfigError(f"seed must be an integer in [0, 2**63); got {self.seed!r}.")
-        if isinstance(self.tie_rtol, bool) or not isinstance(self.tie_rtol, (int, float)) or not 0 <= self.tie_rtol < 1:
-            raise ConfigError(f"tie_rtol must be a number in [0, 1); got {self.tie_rtol!r}.")
+        check_fields(self, _EVAL_RULES)
         resolve_methods(None if self.methods is None else list(self.methods))
+
+
+_EVAL_RULES = {
+    "batch_size": check_positive_int,
+    "n_steps": check_positive_int,
+    "chunk_size": check_positive_int,
+    "limit": check_optional(check_positive_int),
+    "internal_batch_size": check_optional(check_positive_int),
+    "bootstrap": check_non_negative_int,
+    "seed": lambda name, value: check_int(name, value, low=0, high=EVAL_SEED_MAX),
+    "tie_rtol": lambda name, value: check_number(name, value, low=0, high=1, high_open=True),
+}
 
 
 @dataclass(frozen=True)

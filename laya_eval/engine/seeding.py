@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from laya_eval.checks import check_seed
+
 __all__ = ["per_sample_uniform"]
 
 _M32 = 0xFFFFFFFF
@@ -50,8 +52,7 @@ def per_sample_uniform(seed: int, sample_ids: Tensor, n: int) -> Tensor:
     >>> torch.equal(a[1], per_sample_uniform(0, torch.tensor([4]), 2)[0])
     True
     """
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be an integer in [0, 2**64); got {seed!r}.")
+    check_seed("seed", seed)
     ids = sample_ids.to(torch.int64)
     h = _mix32(torch.full_like(ids, (seed & _M32) ^ 0x9E3779B9))
     h = _mix32(h ^ ((seed >> 32) & _M32))

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from laya_eval.checks import is_int
 from laya_eval.errors import CheckpointError
 from laya_eval.output.files import state_dict_sha256
 
@@ -64,8 +65,10 @@ class Key:
 
 
 # --------------------------------------------------------------------------- predicates
+# Predicates, not checks: a file's keys are reported together as ``path: expected ...; got ...`` (a
+# CheckpointError naming the file), so they answer yes/no and share only the int rule with laya_eval.checks.
 def _is_int(value: Any, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    return is_int(value) and low <= value <= high
 
 
 def _size(value: Any) -> bool:
@@ -90,8 +93,7 @@ def _one_of(*choices: Any) -> Callable[[Any], bool]:
 
 def _number(low: float, high: float) -> Callable[[Any], bool]:
     def check(value: Any) -> bool:
-        return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                and low < value <= high)
+        return (is_int(value) or isinstance(value, float)) and math.isfinite(value) and low < value <= high
 
     return check
 

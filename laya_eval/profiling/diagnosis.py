@@ -37,6 +37,7 @@ from scipy.spatial.distance import jensenshannon
 from scipy.stats import rankdata
 
 from laya_eval.catalog import DISTANCE_SPECS
+from laya_eval.checks import check_fields, check_non_negative_int, check_number
 from laya_eval.errors import ConfigError
 
 __all__ = [
@@ -113,10 +114,13 @@ class DiagnosisOptions:
 
     def __post_init__(self) -> None:  # wrong names fail before any evaluation is run
         _check_names(self.by, self.distance)
-        if isinstance(self.n_resamples, bool) or not isinstance(self.n_resamples, int) or self.n_resamples < 0:
-            raise ConfigError(f"n_resamples must be a non-negative integer; got {self.n_resamples!r}.")
-        if not 0 < self.level < 1:
-            raise ConfigError(f"level must lie in (0, 1); got {self.level!r}.")
+        check_fields(self, _DIAGNOSIS_RULES)
+
+
+_DIAGNOSIS_RULES = {
+    "n_resamples": check_non_negative_int,
+    "level": lambda name, value: check_number(name, value, low=0, high=1, low_open=True, high_open=True),
+}
 
 
 def is_weight_profile(scores: np.ndarray) -> bool:

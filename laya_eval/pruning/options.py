@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from laya_eval.engine.methods import resolve_methods
 from laya_eval.catalog import ABLATIONS
-from laya_eval.errors import ConfigError
+from laya_eval.checks import check_fields, check_non_negative_int, check_positive_int, check_seed
 from laya_eval.engine.removals import check_ablations
 from laya_eval.training.trainer import TrainOptions
 
@@ -71,10 +71,17 @@ class PruneOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ablations", check_ablations(self.ablations, "head"))
-        for name in ("n_random", "batch_size", "timing_repeats", "timing_batch"):
-            if int(getattr(self, name)) < 1:
-                raise ConfigError(f"{name} must be a positive integer; got {getattr(self, name)}.")
-        for name in ("seeds", "n_random_refit", "bootstrap"):
-            if int(getattr(self, name)) < 0:
-                raise ConfigError(f"{name} must be a non-negative integer; got {getattr(self, name)}.")
+        check_fields(self, _PRUNE_RULES)
         resolve_methods(None if self.methods is None else list(self.methods))
+
+
+_PRUNE_RULES = {
+    "seeds": check_non_negative_int,
+    "n_random": check_positive_int,
+    "n_random_refit": check_non_negative_int,
+    "seed": check_seed,
+    "batch_size": check_positive_int,
+    "bootstrap": check_non_negative_int,
+    "timing_repeats": check_positive_int,
+    "timing_batch": check_positive_int,
+}

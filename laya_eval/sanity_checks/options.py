@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from laya_eval.engine.methods import METHODS, resolve_methods
-from laya_eval.errors import ConfigError
+from laya_eval.checks import check_choice, check_fields, check_non_negative_int, check_positive_int, check_seed
 from laya_eval.engine.removals import check_ablation
 from laya_eval.training.trainer import TrainOptions
 
@@ -47,13 +47,17 @@ class SanityOptions:
 
     def __post_init__(self) -> None:
         check_ablation(self.ablation, "head")
-        if self.similarity not in SIMILARITIES:
-            raise ConfigError(f"similarity must be one of {{{', '.join(SIMILARITIES)}}}; got {self.similarity!r}.")
-        if int(self.roar_seeds) < 1:
-            raise ConfigError(f"roar_seeds must be a positive integer; got {self.roar_seeds}.")
-        if int(self.batch_size) < 1:
-            raise ConfigError(f"batch_size must be a positive integer; got {self.batch_size}.")
+        check_fields(self, _SANITY_RULES)
         resolve_methods(None if self.methods is None else list(self.methods))
+
+
+_SANITY_RULES = {
+    "similarity": lambda name, value: check_choice(name, value, SIMILARITIES),
+    "roar_seeds": check_positive_int,
+    "bootstrap": check_non_negative_int,
+    "seed": check_seed,
+    "batch_size": check_positive_int,
+}
 
 
 def method_names(options: SanityOptions) -> list[str]:

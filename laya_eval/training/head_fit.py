@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from laya_eval.checks import check_positive_int
 from laya_eval.data import Dataset, load_dataset
 from laya_eval.errors import ConfigError
 from laya_eval.loading.feature_cache import Features, extract_features, feature_key
@@ -73,8 +74,7 @@ def _splits(data: str | Mapping[str, Dataset], data_dir: Any, download: bool,
                               f"missing {missing}.")
         splits = {s: data[s] for s in _SPLITS}
     if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigError(f"limit must be a positive integer; got {limit!r}.")
+        check_positive_int("limit", limit)
         splits = {s: d.subset(slice(0, limit)) for s, d in splits.items()}
     return splits
 

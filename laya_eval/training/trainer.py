@@ -18,10 +18,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from laya_eval.checks import check_fields, check_number, check_positive_int, check_seed
 from laya_eval.training.build import build_model
 from laya_eval.data import Dataset
 from laya_eval.models.devices import resolve_device
-from laya_eval.errors import ConfigError, DataError, TrainingError
+from laya_eval.errors import DataError, TrainingError
 from laya_eval.models.heads import LayerHead, make_head, pool_hidden
 from laya_eval.models.layered import LayeredModel
 
@@ -55,11 +56,16 @@ class TrainOptions:
     freeze_backbone: bool | None = None
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "patience"):
-            if int(getattr(self, name)) < 1:
-                raise ConfigError(f"{name} must be a positive integer; got {getattr(self, name)}.")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ConfigError(f"lr must be a positive finite number; got {self.lr}.")
+        check_fields(self, _TRAIN_RULES)
+
+
+_TRAIN_RULES = {
+    "epochs": check_positive_int,
+    "batch_size": check_positive_int,
+    "lr": lambda name, value: check_number(name, value, low=0, low_open=True),
+    "patience": check_positive_int,
+    "seed": check_seed,
+}
 
 
 @dataclass

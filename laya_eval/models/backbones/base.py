@@ -3,7 +3,7 @@
 :class:`Backbone` is the interface; :class:`_BlockBackbone` runs a stem and a list
 of blocks and applies ``replace`` to block outputs. ``_check_replace``,
 ``_apply_replacement`` and ``_replace_in_output`` validate and apply a ``replace``
-mapping; ``_positive_int(s)`` validate constructor options.
+mapping; ``_positive_ints`` validates a list option (single values use :mod:`laya_eval.checks`).
 """
 
 from __future__ import annotations
@@ -13,23 +13,17 @@ from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
+from laya_eval.checks import fail, is_int
 from laya_eval.errors import ConfigError
 
 Replacement = Callable[[Tensor], Tensor]
 
 
 # --------------------------------------------------------------------------- helpers
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
-    return int(value)
-
-
 def _positive_ints(name: str, values: Any) -> list[int]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-        raise ConfigError(f"{name} must be a non-empty list of positive integers; got {values!r}.")
-    if any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in values):
-        raise ConfigError(f"{name} must be a non-empty list of positive integers; got {values!r}.")
+    if (isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values
+            or not all(is_int(v) and v > 0 for v in values)):
+        raise fail(name, "a non-empty list of positive integers", values)
     return [int(v) for v in values]
 
 
@@ -42,7 +36,7 @@ def _check_replace(replace: Mapping[int, Replacement] | None, n_layers: int) -> 
             f"replace must be a mapping {{layer index: function}}; got {type(replace).__name__}."
         )
     for i, fn in replace.items():
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_layers:
+        if not is_int(i) or not 0 <= i < n_layers:
             raise ConfigError(f"replace keys must be layer indices in [0, {n_layers - 1}]; got {i!r}.")
         if not callable(fn):
             raise ConfigError(f"replace[{i}] must be a function Tensor -> Tensor; got {fn!r}.")

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from laya_eval.models.backbones.base import _BlockBackbone, _positive_int, _positive_ints
+from laya_eval.models.backbones.base import _BlockBackbone, _positive_ints
+from laya_eval.checks import check_number, check_positive_int
 from laya_eval.errors import ConfigError, DataError
 
 
@@ -28,7 +29,7 @@ class MLPBackbone(_BlockBackbone):
 
     def __init__(self, in_features: int = 784, widths: Sequence[int] = (512, 256, 128)) -> None:
         super().__init__()
-        self.in_features = _positive_int("in_features", in_features)
+        self.in_features = check_positive_int("in_features", in_features)
         widths = _positive_ints("widths", widths)
         sizes = [self.in_features, *widths]
         self.blocks = nn.ModuleList(
@@ -71,7 +72,7 @@ class CNNBackbone(_BlockBackbone):
 
     def __init__(self, in_channels: int = 3, channels: Sequence[int] = (32, 64, 128, 256)) -> None:
         super().__init__()
-        self.in_channels = _positive_int("in_channels", in_channels)
+        self.in_channels = check_positive_int("in_channels", in_channels)
         channels = _positive_ints("channels", channels)
         sizes = [self.in_channels, *channels]
         blocks = []
@@ -140,16 +141,15 @@ class ViTBackbone(_BlockBackbone):
     def __init__(self, image_size: int = 32, patch_size: int = 16, in_channels: int = 3,
                  dim: int = 192, depth: int = 6, heads: int = 3, mlp_ratio: float = 4.0) -> None:
         super().__init__()
-        self.image_size = _positive_int("image_size", image_size)
-        self.patch_size = _positive_int("patch_size", patch_size)
-        self.in_channels = _positive_int("in_channels", in_channels)
-        dim, depth, heads = (_positive_int(k, v) for k, v in (("dim", dim), ("depth", depth), ("heads", heads)))
+        self.image_size = check_positive_int("image_size", image_size)
+        self.patch_size = check_positive_int("patch_size", patch_size)
+        self.in_channels = check_positive_int("in_channels", in_channels)
+        dim, depth, heads = (check_positive_int(k, v) for k, v in (("dim", dim), ("depth", depth), ("heads", heads)))
         if image_size % patch_size:
             raise ConfigError(f"image_size must be a multiple of patch_size={patch_size}; got {image_size}.")
         if dim % heads:
             raise ConfigError(f"dim must be divisible by heads={heads}; got dim={dim}.")
-        if isinstance(mlp_ratio, bool) or not isinstance(mlp_ratio, (int, float)) or mlp_ratio <= 0:
-            raise ConfigError(f"mlp_ratio must be a positive number; got {mlp_ratio!r}.")
+        check_number("mlp_ratio", mlp_ratio, low=0, low_open=True)
         self.heads, self.mlp_ratio = heads, float(mlp_ratio)
         n_tokens = 1 + (image_size // patch_size) ** 2
         self.patch_embed = nn.Conv2d(in_channels, dim, kernel_size=patch_size, stride=patch_size)

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from laya_eval.models.backbones.base import Backbone, Replacement, _check_replace, _positive_int, _replace_in_output
+from laya_eval.models.backbones.base import Backbone, Replacement, _check_replace, _replace_in_output
+from laya_eval.checks import check_positive_int
 from laya_eval.errors import CheckpointError, ConfigError, DataError
 
 __all__ = ["HFBackbone", "locate_hf_model", "no_progress_bars", "refuse_remote_code", "weight_file_hashes"]
@@ -212,7 +213,7 @@ class HFBackbone(Backbone):
         if pooling not in ("mean", "cls"):
             raise ConfigError(f"pooling must be one of {{cls, mean}}; got {pooling!r}.")
         self.model_ref, self.pooling = model, pooling
-        self.max_length = _positive_int("max_length", max_length)
+        self.max_length = check_positive_int("max_length", max_length)
         self.local_files_only = bool(local_files_only)
         path = locate_hf_model(model, self.local_files_only)
         self.weights_sha256 = weight_file_hashes(path)
