@@ -69,7 +69,7 @@ def main() -> None:
     from laya_eval.data import load_dataset
     from laya_eval.models.heads import make_head
     from laya_eval.models.layered import LayeredModel
-    from laya_eval.training.trainer import TrainOptions, _batches
+    from laya_eval.training.trainer import TrainOptions, batch_slices
 
     train = load_dataset("rotten-tomatoes", "train").subset(slice(0, args.n))
     val = load_dataset("rotten-tomatoes", "val").subset(slice(0, max(args.n // 8, 64)))
@@ -81,7 +81,7 @@ def main() -> None:
 
     @torch.no_grad()
     def plain() -> None:
-        for sl in _batches(len(train), 256):
+        for sl in batch_slices(len(train), 256):
             model(train.x[sl])
 
     def extract() -> None:
@@ -102,7 +102,7 @@ def main() -> None:
         hd = make_head("laya", backbone.layer_dims, 2)
         opt = torch.optim.Adam(hd.parameters(), lr=one_epoch.lr)
         order = torch.randperm(len(train), generator=torch.Generator().manual_seed(0))
-        for sl in _batches(len(order), one_epoch.batch_size):
+        for sl in batch_slices(len(order), one_epoch.batch_size):
             idx = order[sl].tolist()
             with torch.no_grad():
                 hidden = backbone([train.x[i] for i in idx])
@@ -111,7 +111,7 @@ def main() -> None:
             loss.backward()
             opt.step()
         with torch.no_grad():
-            for sl in _batches(len(val), 512):
+            for sl in batch_slices(len(val), 512):
                 hd(backbone(val.x[sl])).argmax(-1)
 
     times = _timed({"plain_inference": plain, "feature_extraction": extract, "head_epoch_cached": head_epoch_cached,

@@ -29,6 +29,7 @@ from laya_eval.models.layered import LayeredModel
 __all__ = [
     "TrainOptions",
     "TrainResult",
+    "batch_slices",
     "build_model",
     "classification_metrics",
     "encode",
@@ -79,7 +80,8 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-def _batches(n: int, batch_size: int) -> list[slice]:
+def batch_slices(n: int, batch_size: int) -> list[slice]:
+    """The consecutive slices, each of ``batch_size`` rows but the last, that cover ``range(n)`` in order."""
     return [slice(i, min(i + batch_size, n)) for i in range(0, n, batch_size)]
 
 
@@ -108,7 +110,7 @@ def encode(model: LayeredModel, data: Dataset, *, batch_size: int = 256, pooled:
     device = next(model.parameters()).device
     model.eval()
     chunks: list[list[Tensor]] = [[] for _ in range(model.n_layers)]
-    for sl in _batches(len(data), batch_size):
+    for sl in batch_slices(len(data), batch_size):
         hidden = model.hidden_states(_inputs(data.x, sl, device))
         for store, h in zip(chunks, hidden):
             store.append((pool_hidden(h) if pooled else h).cpu())
@@ -120,7 +122,7 @@ def predict(model: LayeredModel, data: Dataset, *, batch_size: int = 256) -> Ten
     """Predicted classes (N,) over ``data``."""
     device = next(model.parameters()).device
     model.eval()
-    preds = [model(_inputs(data.x, sl, device)).argmax(-1).cpu() for sl in _batches(len(data), batch_size)]
+    preds = [model(_inputs(data.x, sl, device)).argmax(-1).cpu() for sl in batch_slices(len(data), batch_size)]
     return torch.cat(preds)
 
 
@@ -190,7 +192,7 @@ def _fit(
         module.eval()
         with torch.no_grad():
             correct = sum(
-                int((val_logits(sl).argmax(-1) == y_val[sl]).sum()) for sl in _batches(len(y_val), 512)
+                int((val_logits(sl).argmax(-1) == y_val[sl]).sum()) for sl in batch_slices(len(y_val), 512)
             )
         val_acc = correct / len(y_val)
         record = {"epoch": epoch, "train_loss": total / count, "val_accuracy": val_acc}
@@ -277,7 +279,7 @@ def train_head(
         for lo in range(0, len(order), rows_per_chunk):
             rows = order[lo:lo + rows_per_chunk].to(device)
             hidden, y = [h[rows] for h in train_cache], labels[0][rows]
-            for sl in _batches(len(rows), options.batch_size):
+            for sl in batch_slices(len(rows), options.batch_size):
                 yield head([h[sl] for h in hidden]), y[sl]
 
     def val_logits(sl: slice) -> Tensor:
@@ -335,7 +337,7 @@ def train(
         y_train, y_val = train_data.y.to(device), val_data.y.to(device)
 
         def train_batches(order: Tensor) -> Iterator[tuple[Tensor, Tensor]]:
-            for sl in _batches(len(order), options.batch_size):
+            for sl in batch_slices(len(order), options.batch_size):
                 idx = order[sl]
                 yield model(_inputs(train_data.x, idx, device)), y_train[idx.to(device)]
 
