@@ -26,6 +26,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "BOOTSTRAP_RESAMPLES",
+    "CHUNK_SIZE",
+    "EVAL_BATCH_SIZE",
+    "RETRAIN_PATIENCE",
+    "TIE_RTOL",
+    "TRAIN_BATCH_SIZE",
+    "TRAIN_EPOCHS",
+    "TRAIN_LR",
+    "TRAIN_PATIENCE",
+    "TRAIN_SEED",
     "ABLATIONS",
     "BACKBONE_NAMES",
     "DISTANCE_SPECS",
@@ -43,6 +53,20 @@ __all__ = [
 ]
 
 SCOPES = ("head", "network")
+
+# Protocol defaults: the library's option classes and the CLI's options read these, so there is one copy.
+#: The reference training protocol (Adam, early stopping on validation accuracy).
+TRAIN_EPOCHS, TRAIN_BATCH_SIZE, TRAIN_LR, TRAIN_PATIENCE, TRAIN_SEED = 50, 128, 3e-4, 5, 1337
+#: Early-stopping patience of the heads ``sanity`` retrains on cached features (converged within it).
+RETRAIN_PATIENCE = 2
+#: Bootstrap resamples of every 95% interval.
+BOOTSTRAP_RESAMPLES = 1000
+#: Samples per resumable chunk of an evaluation (results do not depend on it).
+CHUNK_SIZE = 1024
+#: Effects of a sample closer than this share of its largest effect are ranked as tied.
+TIE_RTOL = 1e-4
+#: Samples per batch of an evaluation.
+EVAL_BATCH_SIZE = 256
 
 
 @dataclass(frozen=True)

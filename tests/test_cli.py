@@ -200,3 +200,28 @@ def test_python_dash_m_runs_the_same_cli_and_version():
     bad = subprocess.run([sys.executable, "-m", "laya_eval_cli", "report", "/nonexistent-folder"],
                          capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and bad.stderr.startswith("Error: result folder") and "Traceback" not in bad.stderr
+
+
+def test_cli_defaults_are_the_librarys():
+    # every option the CLI shares with an option class has the class's default (one copy, in the catalog)
+    import dataclasses
+
+    from laya_eval import EvalOptions, PruneOptions, SanityOptions, TrainOptions
+    from laya_eval_cli.main import cli
+
+    def default(command, option):
+        return next(p.default for p in cli.commands[command].params if p.name == option)
+
+    train, evaluation = TrainOptions(), EvalOptions()
+    for command in ("train", "fit-head"):
+        for field in ("epochs", "batch_size", "lr", "patience", "seed"):
+            assert default(command, field) == getattr(train, field), (command, field)
+    for command, retrained in (("sanity", SanityOptions().train), ("prune", PruneOptions().train)):
+        for field in ("epochs", "patience", "lr"):
+            assert default(command, field) == getattr(retrained, field), (command, field)
+        assert default(command, "train_seed") == retrained.seed
+    for field in ("batch_size", "bootstrap", "chunk_size", "tie_rtol", "seed"):
+        assert default("faithfulness", field) == getattr(evaluation, field), field
+    assert default("sanity", "bootstrap") == SanityOptions().bootstrap
+    assert default("prune", "bootstrap") == PruneOptions().bootstrap
+    assert {f.name for f in dataclasses.fields(TrainOptions)} >= {"epochs", "batch_size", "lr", "patience", "seed"}

@@ -23,7 +23,7 @@ data_dir_option = click.option(
 )
 split_option = click.option("--split", default="test", show_default=True, type=click.Choice(["train", "val", "test"]))
 limit_option = click.option("--limit", type=click.IntRange(min=1), default=None, help="Use only the first N samples.")
-batch_size_option = click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1))
+batch_size_option = click.option("--batch-size", default=catalog.EVAL_BATCH_SIZE, show_default=True, type=click.IntRange(min=1))
 download_option = click.option(
     "--download", is_flag=True,
     help="Allow downloads: the dataset from its official source if it is not found, an hf: model from the "
@@ -64,10 +64,10 @@ def head_kwargs(head: str, d_star: int, tau: float, scorer_hidden: int, psi: str
 def training_options(func):
     """``--epochs``, ``--batch-size``, ``--lr``, ``--patience``: the reference protocol."""
     for option in reversed([
-        click.option("--epochs", default=50, show_default=True, type=click.IntRange(min=1)),
-        click.option("--batch-size", default=128, show_default=True, type=click.IntRange(min=1)),
-        click.option("--lr", default=3e-4, show_default=True, type=click.FloatRange(min=0, min_open=True)),
-        click.option("--patience", default=5, show_default=True, type=click.IntRange(min=1),
+        click.option("--epochs", default=catalog.TRAIN_EPOCHS, show_default=True, type=click.IntRange(min=1)),
+        click.option("--batch-size", default=catalog.TRAIN_BATCH_SIZE, show_default=True, type=click.IntRange(min=1)),
+        click.option("--lr", default=catalog.TRAIN_LR, show_default=True, type=click.FloatRange(min=0, min_open=True)),
+        click.option("--patience", default=catalog.TRAIN_PATIENCE, show_default=True, type=click.IntRange(min=1),
                      help="Early-stopping patience (epochs)."),
     ]):
         func = option(func)
@@ -101,19 +101,19 @@ def retraining_splits(model, data: str | None, data_dir, limit: int | None, *, d
     return name, splits
 
 
-def retrain_options(what: str, patience: int = 5):
+def retrain_options(what: str, patience: int = catalog.TRAIN_PATIENCE):
     """``--epochs``, ``--patience``, ``--lr``, ``--train-seed``: the protocol of the heads a command retrains on
     cached features (``sanity``, ``prune``); ``what`` names those heads in the help; ``patience`` is the
     command's default (the reference protocol's is 5)."""
     def decorate(func):
         for option in reversed([
-            click.option("--epochs", default=50, show_default=True, type=click.IntRange(min=1),
+            click.option("--epochs", default=catalog.TRAIN_EPOCHS, show_default=True, type=click.IntRange(min=1),
                          help=f"Most epochs of every {what} (early stopping on validation accuracy)."),
             click.option("--patience", default=patience, show_default=True, type=click.IntRange(min=1),
                          help=f"Early-stopping patience (epochs) of the {what}s."),
-            click.option("--lr", default=3e-4, show_default=True, type=click.FloatRange(min=0, min_open=True),
+            click.option("--lr", default=catalog.TRAIN_LR, show_default=True, type=click.FloatRange(min=0, min_open=True),
                          help=f"Adam learning rate of the {what}s."),
-            click.option("--train-seed", default=1337, show_default=True, type=SEED_RANGE,
+            click.option("--train-seed", default=catalog.TRAIN_SEED, show_default=True, type=SEED_RANGE,
                          help=f"Seed of the first {what} (then +1, +2, ...)."),
         ]):
             func = option(func)
@@ -127,7 +127,7 @@ cache_dir_option = click.option(
     help="Feature cache of frozen pretrained backbones, shared by fit-head, prune and sanity "
          "(default: $LAYA_EVAL_CACHE/features or ~/.cache/laya-eval/features).")
 
-bootstrap_option = click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0),
+bootstrap_option = click.option("--bootstrap", default=catalog.BOOTSTRAP_RESAMPLES, show_default=True, type=click.IntRange(min=0),
                                 help="Bootstrap resamples for the 95% intervals.")
 
 

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import torch
 
 from laya_eval.engine.methods import AttributionMethod, applicable, resolve_methods
-from laya_eval.catalog import ABLATION_SPECS, ABLATIONS
+from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, BOOTSTRAP_RESAMPLES, CHUNK_SIZE, EVAL_BATCH_SIZE
 from laya_eval.checks import (check_fields, check_int, check_non_negative_int, check_number, check_optional,
                               check_positive_int)
 from laya_eval.data import Dataset, check_finite, load_dataset
@@ -30,7 +30,6 @@ from laya_eval.stats import DEFAULT_RTOL
 
 __all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "make_plan"]
 
-CHUNK_SIZE = 1024  # default unit of resumable work (samples); results do not depend on it
 #: Evaluation seeds stay below 2**63 (they are stored and passed on as signed 64-bit integers).
 EVAL_SEED_MAX = 2**63 - 1
 
@@ -44,9 +43,9 @@ class EvalOptions:
     scope: str = "head"
     split: str = "test"
     limit: int | None = None
-    batch_size: int = 256
+    batch_size: int = EVAL_BATCH_SIZE
     seed: int = 0
-    bootstrap: int = 1000
+    bootstrap: int = BOOTSTRAP_RESAMPLES
     device: str = "cpu"
     n_steps: int = 50
     internal_batch_size: int | None = None

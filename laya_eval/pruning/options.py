@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from laya_eval.catalog import BOOTSTRAP_RESAMPLES
 from laya_eval.engine.methods import resolve_methods
 from laya_eval.catalog import ABLATIONS
 from laya_eval.checks import check_fields, check_non_negative_int, check_positive_int, check_seed
@@ -62,7 +63,7 @@ class PruneOptions:
     n_random_refit: int = 3
     seed: int = 0
     batch_size: int = 256
-    bootstrap: int = 1000
+    bootstrap: int = BOOTSTRAP_RESAMPLES
     timing: bool = True
     timing_repeats: int = 15
     timing_batch: int = 512

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from laya_eval.catalog import BOOTSTRAP_RESAMPLES, RETRAIN_PATIENCE
 from laya_eval.engine.methods import METHODS, resolve_methods
 from laya_eval.checks import check_choice, check_fields, check_non_negative_int, check_positive_int, check_seed
 from laya_eval.engine.removals import check_ablation
@@ -23,7 +24,6 @@ SIMILARITIES = ("across_samples", "per_sample")
 #: it. On both reference models patience 2 gives the same verdict for every method and check as patience 5, at
 #: 0.64x the cost on Fashion-MNIST (benchmarks/results/sanity-*/README.md); ``TrainOptions(patience=5)``
 #: restores it.
-RETRAIN_PATIENCE = 2
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class SanityOptions:
     ablation: str = "gate"
     similarity: str = "across_samples"
     roar_seeds: int = 3
-    bootstrap: int = 1000
+    bootstrap: int = BOOTSTRAP_RESAMPLES
     seed: int = 0
     batch_size: int = 512
     train: TrainOptions = field(default_factory=lambda: TrainOptions(patience=RETRAIN_PATIENCE))

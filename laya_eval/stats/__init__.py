@@ -11,7 +11,7 @@
 
 Plain functions on NumPy arrays and pandas tables; no torch.
 
-May import: errors, checks.
+May import: errors, checks, catalog.
 """
 
 from laya_eval.stats.null import (

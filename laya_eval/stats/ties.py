@@ -25,11 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import rankdata
 
+from laya_eval.catalog import TIE_RTOL
 from laya_eval.errors import ConfigError
 
 __all__ = ["DEFAULT_RTOL", "RankingAgreement", "TiedEffects", "identical_rankings", "tie_effects"]
 
-DEFAULT_RTOL = 1e-4
+DEFAULT_RTOL = TIE_RTOL  # the catalog owns the value (the CLI reads it without torch)
 
 
 @dataclass(frozen=True)

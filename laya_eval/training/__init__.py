@@ -2,5 +2,5 @@
 trainer on cached features (:mod:`~laya_eval.training.trainer`), and ``fit_head`` on a frozen model
 (:mod:`~laya_eval.training.head_fit`).
 
-May import: errors, checks, data, models, loading.
+May import: errors, checks, catalog, data, models, loading.
 """

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from laya_eval.catalog import TRAIN_BATCH_SIZE, TRAIN_EPOCHS, TRAIN_LR, TRAIN_PATIENCE, TRAIN_SEED
 from laya_eval.checks import check_fields, check_number, check_positive_int, check_seed
 from laya_eval.training.build import build_model
 from laya_eval.data import Dataset
@@ -46,11 +47,11 @@ __all__ = [
 class TrainOptions:
     """Training hyper-parameters; the defaults are the paper's reference protocol."""
 
-    epochs: int = 50
-    batch_size: int = 128
-    lr: float = 3e-4
-    patience: int = 5
-    seed: int = 1337
+    epochs: int = TRAIN_EPOCHS
+    batch_size: int = TRAIN_BATCH_SIZE
+    lr: float = TRAIN_LR
+    patience: int = TRAIN_PATIENCE
+    seed: int = TRAIN_SEED
     device: str = "cpu"
     #: None: frozen exactly when the backbone is pretrained (stored by reference, or a module
     #: given to :func:`build_model`); True/False forces it.

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from laya_eval.catalog import ABLATIONS, method_names
+from laya_eval.catalog import ABLATIONS, CHUNK_SIZE, TIE_RTOL, method_names
 from laya_eval_cli.options import (
     batch_size_option,
     bootstrap_option,
@@ -62,9 +62,9 @@ def _table(summary) -> str:
               help="Folder for layers.csv, samples.csv, summary.csv and manifest.json; replaced whole at the end.")
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted run into the same --out from its completed chunks (same options).")
-@click.option("--chunk-size", default=1024, show_default=True, type=click.IntRange(min=1),
+@click.option("--chunk-size", default=CHUNK_SIZE, show_default=True, type=click.IntRange(min=1),
               help="Samples per resumable chunk kept under --out/.partial (results do not depend on it).")
-@click.option("--tie-rtol", default=1e-4, show_default=True, type=click.FloatRange(min=0, max=1, max_open=True),
+@click.option("--tie-rtol", default=TIE_RTOL, show_default=True, type=click.FloatRange(min=0, max=1, max_open=True),
               help="Effects of a sample closer than this share of its largest effect are ranked as tied.")
 @click.option("--table-format", default="csv", show_default=True, type=click.Choice(["csv", "parquet"]),
               help="Format of the two large tables, layers and samples (parquet needs pyarrow: the parquet extra).")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
+from laya_eval.catalog import TRAIN_SEED
 from laya_eval_cli.options import (
+    SEED_RANGE,
     HEAD_NAMES,
     cache_dir_option,
     data_dir_option,
@@ -34,7 +36,7 @@ from laya_eval_cli.options import (
 @head_options
 @click.option("--data", required=True, help="digits, fashion-mnist, cifar10, rotten-tomatoes or npz:PATH.")
 @training_options
-@click.option("--seed", default=1337, show_default=True, type=int, help="Seeds the head's weights and the batches.")
+@click.option("--seed", default=TRAIN_SEED, show_default=True, type=SEED_RANGE, help="Seeds the head's weights and the batches.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Checkpoint to write (.pt or .safetensors).")
 @limit_option
 @cache_dir_option

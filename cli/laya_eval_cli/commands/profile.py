@@ -6,7 +6,7 @@ import time
 
 import click
 
-from laya_eval.catalog import DISTANCE_SPECS, distance_names
+from laya_eval.catalog import BOOTSTRAP_RESAMPLES, DISTANCE_SPECS, distance_names
 from laya_eval_cli.commands.faithfulness import METHOD_NAMES
 from laya_eval_cli.options import (
     batch_size_option,
@@ -68,7 +68,7 @@ def _diagnosis_line(diag) -> str:
 @click.option("--distance", default="auto", show_default=True, type=click.Choice(["auto", *distance_names()]),
               help="Diagnosis distance; auto: jensen_shannon for scores that are weights summing to one "
                    "(laya, static), cosine_minmax otherwise.")
-@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0),
+@click.option("--bootstrap", default=BOOTSTRAP_RESAMPLES, show_default=True, type=click.IntRange(min=0),
               help="Bootstrap resamples for the 95% interval of the diagnosis AUC.")
 @click.option("--scope", default="head", show_default=True, type=click.Choice(["head", "network"]),
               help="For gradient methods: head (direct effect) or network (total effect).")

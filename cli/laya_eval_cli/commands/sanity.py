@@ -6,6 +6,7 @@ import time
 
 import click
 
+from laya_eval.catalog import RETRAIN_PATIENCE
 from laya_eval_cli.commands.faithfulness import ABLATIONS, METHOD_NAMES
 from laya_eval_cli.options import (
     batch_size_option,
@@ -51,8 +52,7 @@ def _table(result) -> str:
                    "within each sample, averaged over samples (see README).")
 @click.option("--roar-seeds", default=3, show_default=True, type=click.IntRange(min=1),
               help="Training seeds for layer-ROAR.")
-# The library's default (laya_eval.sanity_checks.options.RETRAIN_PATIENCE; a test keeps them equal).
-@retrain_options("retrained head", patience=2)
+@retrain_options("retrained head", patience=RETRAIN_PATIENCE)
 @limit_option
 @batch_size_option
 @seed_option

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from laya_eval.catalog import BACKBONE_NAMES
+from laya_eval.catalog import BACKBONE_NAMES, TRAIN_SEED
 
 from laya_eval_cli.options import (
     HEAD_NAMES,
@@ -30,7 +30,7 @@ _HEADS = HEAD_NAMES
               help="Built-in backbone. For a pretrained model (hf:, py:, a checkpoint) use `laya-eval fit-head`.")
 @click.option("--head", default="laya", show_default=True, type=click.Choice(_HEADS))
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Checkpoint to write (.pt or .safetensors).")
-@click.option("--seed", default=1337, show_default=True, type=SEED_RANGE)
+@click.option("--seed", default=TRAIN_SEED, show_default=True, type=SEED_RANGE)
 @training_options
 @head_options
 @click.option("--backbone-arg", multiple=True, metavar="KEY=VALUE",
