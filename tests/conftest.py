@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 
+# First: HOME and every cache folder move into a temporary folder before torch or matplotlib load.
+from tests.sandbox import pytest_configure, pytest_sessionfinish, pytest_unconfigure  # noqa: F401  (hooks)
+
 import pytest
 
 # Tests never reach a model hub: the MiniLM encoder is read from its installed package.
@@ -44,3 +47,10 @@ def digits_checkpoints(digits_models, tmp_path_factory):
     """Each of :func:`digits_models` saved as a .pt checkpoint; {head: path}."""
     root = tmp_path_factory.mktemp("ckpt")
     return {h: save_checkpoint(m, root / f"digits-{h}.pt") for h, m in digits_models.items()}
+
+
+def pytest_collection_modifyitems(items):
+    """The reproduction smoke runs are end-to-end subprocess runs: ``slow`` (their module is kept as it is)."""
+    for item in items:
+        if item.path.name == "test_reproduce.py":
+            item.add_marker(pytest.mark.slow)
