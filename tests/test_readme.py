@@ -134,6 +134,8 @@ def _run_command(command: str, cwd: Path) -> None:
     assert res.exit_code == 0, (command, res.output[-2000:])
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("torchrun")  # runs the README's torchrun command
 def test_command_blocks_run_as_written(scratch):
     ran = []
     for lang, body, line in BLOCKS:
@@ -162,6 +164,7 @@ summaries = pd.concat([_r.summary.assign(checkpoint=f"seed{k}") for k in range(3
 """
 
 
+@pytest.mark.slow
 def test_python_blocks_run(scratch, monkeypatch):
     monkeypatch.chdir(scratch)
     ran = 0
@@ -175,6 +178,7 @@ def test_python_blocks_run(scratch, monkeypatch):
     assert ran >= 2 and (scratch / "results" / "summary.csv").is_file()  # the last call wrote one ablation
 
 
+@pytest.mark.slow
 def test_make_demo_commands_run(tmp_path):
     """The Makefile's demo recipe, command by command (make itself is what CI's `make test` runs)."""
     makefile = (ROOT / "Makefile").read_text()
