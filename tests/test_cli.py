@@ -169,6 +169,7 @@ def test_public_api_names_resolve():
         assert getattr(laya_eval, name) is not None
 
 
+@pytest.mark.slow
 def test_python_dash_m_runs_the_same_cli_and_version():
     """`python -m laya_eval_cli` and `python -m laya_eval_cli.main` are `laya-eval` (a process boundary: subprocess)."""
     import importlib.metadata

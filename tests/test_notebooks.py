@@ -29,11 +29,11 @@ def _with_parameters(nb, source: str):
     return nb
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, min_images, parameters", [
     ("compare_attribution_methods.ipynb", 6, ""),
     ("layer_profiles.ipynb", 5, 'DATASET = "digits"'),
 ])
-@pytest.mark.slow
 def test_notebook_is_stripped_and_executes(name, min_images, parameters, tmp_path):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     nbformat.validate(nb)

@@ -135,6 +135,7 @@ def _run_command(command: str, cwd: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("torchrun")  # runs the README's torchrun command
 def test_command_blocks_run_as_written(scratch):
     ran = []
     for lang, body, line in BLOCKS:

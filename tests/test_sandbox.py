@@ -1,4 +1,5 @@
-"""The suite stays in its sandbox: HOME and the caches point into a temporary folder, and the CLI needs no home."""
+"""The suite writes only in its temporary folders: HOME and the caches are moved (tests/sandbox.py),
+the CLI writes nothing to HOME, and a session that writes to the real HOME fails."""
 
 from __future__ import annotations
 
@@ -9,46 +10,100 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SANDBOX, SANDBOX_VARIABLES, WATCHED, _listing
+from tests import sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_home_and_caches_point_into_the_sandbox():
-    for var in SANDBOX_VARIABLES:
-        assert Path(os.environ[var]).is_relative_to(SANDBOX), var
-    assert Path.home().is_relative_to(SANDBOX)
+def _inside(path, folder) -> bool:
+    return Path(path).resolve().is_relative_to(Path(folder).resolve())
 
 
-def test_the_real_home_check_sees_a_new_file(tmp_path):
-    # the session-end check compares listings; a file created in a watched folder must show up
-    watched = tmp_path / ".cache" / "laya-eval"
-    watched.mkdir(parents=True)
-    before = _listing([watched])
-    (watched / "features").mkdir()
-    assert _listing([watched]) - before == {str(watched / "features")}
-    assert any(str(w).endswith(".cache/laya-eval") for w in WATCHED)
+def test_home_and_the_caches_point_into_the_sandbox():
+    import matplotlib
+    import torch
+
+    from laya_eval.loading.feature_cache import cache_root
+
+    assert Path.home() == sandbox.SANDBOX / "home" and Path.home() != sandbox.REAL_HOME
+    assert _inside(matplotlib.get_cachedir(), sandbox.SANDBOX)
+    assert _inside(cache_root(), sandbox.SANDBOX)
+    assert _inside(torch.hub.get_dir(), sandbox.SANDBOX)
+    assert _inside(Path("~/.cache").expanduser(), sandbox.SANDBOX)
+    assert not _inside(sandbox.SANDBOX, sandbox.REAL_HOME)
+
+
+def test_home_snapshot_finds_new_and_changed_paths(tmp_path):
+    home = tmp_path / "home"
+    (home / ".config" / "tool").mkdir(parents=True)
+    (home / ".config" / "tool" / "settings.ini").write_text("a = 1\n")
+    (home / ".editor").mkdir()
+    (home / ".editor" / "history").write_text("one\n")
+    before = sandbox.home_snapshot(home)
+    assert set(before) == {".config", ".editor", ".config/tool", ".config/tool/settings.ini"}
+
+    os.utime(home / ".config" / "tool" / "settings.ini", ns=(1, 1))  # changed in place
+    (home / ".editor" / "history").write_text("two\n")  # not watched: only HOME's own names count there
+    (home / ".cache" / "laya-eval" / "features" / "k").mkdir(parents=True)
+    (home / ".cache" / "laya-eval" / "features" / "k" / "x.pt").write_bytes(b"")  # 4 levels below .cache
+    (home / "stray.txt").write_text("")
+    after = sandbox.home_snapshot(home)
+    assert sandbox.home_changes(before, after) == [
+        ".cache", ".cache/laya-eval", ".cache/laya-eval/features", ".cache/laya-eval/features/k",
+        ".cache/laya-eval/features/k/x.pt", ".config/tool/settings.ini", "stray.txt"]
+    assert sandbox.home_changes(after, sandbox.home_snapshot(home)) == []
+
+
+INNER_CONFTEST = "from tests.sandbox import pytest_configure, pytest_sessionfinish, pytest_unconfigure\n"
+INNER_TEST = """
+import os
+from pathlib import Path
+
+def test_writes():
+    if os.environ.get("WRITE_HOME") == "1":
+        (Path(os.environ["LAYA_EVAL_TEST_REAL_HOME"]) / ".cache" / "note.txt").write_text("x")
+"""
 
 
 @pytest.mark.slow
-def test_the_cli_runs_with_an_unwritable_home(tmp_path):
-    # HOME is a regular file: creating anything below it fails (chmod would not stop root), so a command that
-    # tried to write a cache or config there would fail. Caches go where the test configuration points them.
-    home = tmp_path / "home-is-a-file"
-    home.write_text("not a folder\n")
-    env = dict(os.environ, HOME=str(home))
-    for var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "MPLCONFIGDIR"):
-        env[var] = str(tmp_path / var.lower())
-    cli = [sys.executable, "-m", "laya_eval_cli"]
-    ckpt = tmp_path / "m.pt"
-    steps = [
-        ["train", "--dataset", "digits", "--backbone", "mlp", "--head", "laya", "--epochs", "1", "--seed", "0",
-         "--backbone-arg", "widths=[16,8]", "--out", str(ckpt), "--quiet"],
-        ["faithfulness", str(ckpt), "--limit", "20", "--bootstrap", "0", "--methods", "laya,random",
-         "--out", str(tmp_path / "faith"), "--quiet"],
-        ["fit-head", "--model", str(ckpt), "--data", "digits", "--epochs", "1", "--limit", "20",
-         "--out", str(tmp_path / "head.pt"), "--quiet"],
-    ]
-    for args in steps:
-        proc = subprocess.run([*cli, *args], capture_output=True, text=True, env=env, cwd=tmp_path)
-        assert proc.returncode == 0, (args[0], proc.stderr[-800:])
-    assert home.read_text() == "not a folder\n"
-    assert (tmp_path / "faith" / "summary.csv").is_file() and (tmp_path / "head.pt").is_file()
+def test_a_session_that_writes_to_the_real_home_fails(tmp_path):
+    """A whole pytest session (the boundary is the point: its exit code), with a stand-in real HOME."""
+    project, home = tmp_path / "project", tmp_path / "home"
+    project.mkdir()
+    (home / ".cache").mkdir(parents=True)
+    (project / "conftest.py").write_text(INNER_CONFTEST)
+    (project / "test_inner.py").write_text(INNER_TEST)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           sandbox.SANDBOX_VAR: str(tmp_path / "inner-sandbox"), sandbox.REAL_HOME_VAR: str(home)}
+    results = {}
+    for write in ("0", "1"):
+        results[write] = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                                         "no:xdist", str(project)], cwd=project, capture_output=True, text=True,
+                                        env={**env, "WRITE_HOME": write}, timeout=120)
+    assert results["0"].returncode == 0, results["0"].stdout
+    assert results["1"].returncode == 1, results["1"].stdout
+    assert "1 passed" in results["1"].stdout
+    assert "wrote to the real HOME (1 new or changed path(s)" in results["1"].stdout
+    assert str(home / ".cache" / "note.txt") in results["1"].stdout
+
+
+@pytest.mark.slow
+def test_the_cli_writes_nothing_to_home(tmp_path):
+    """`train` and `faithfulness` as real processes, HOME an empty folder: it stays empty and unchanged."""
+    home = tmp_path / "home"
+    home.mkdir()
+    stamp = home.stat().st_mtime_ns
+    env = {**os.environ, "HOME": str(home), "LAYA_EVAL_THREADS": "1"}
+    for var, sub in sandbox.REDIRECTS.items():  # every redirected folder fresh for this run, outside HOME
+        if var != "HOME":
+            env[var] = str(tmp_path / "redirected" / sub.replace("home/", "home-"))
+    commands = [["train", "--dataset", "digits", "--backbone", "mlp", "--head", "laya", "--epochs", "1",
+                 "--out", str(tmp_path / "m.pt"), "--quiet"],
+                ["faithfulness", str(tmp_path / "m.pt"), "--limit", "20", "--bootstrap", "10",
+                 "--out", str(tmp_path / "res"), "--quiet"]]
+    for args in commands:
+        proc = subprocess.run([sys.executable, "-m", "laya_eval_cli", *args], cwd=tmp_path, capture_output=True,
+                              text=True, env=env, timeout=300)
+        assert proc.returncode == 0, (args[0], proc.stderr[-2000:])
+    assert (tmp_path / "res" / "summary.csv").is_file()
+    assert list(home.iterdir()) == [] and home.stat().st_mtime_ns == stamp
