@@ -186,9 +186,11 @@ def test_cli_runs_a_sweep_and_prints_the_summary(tmp_path):
     config.write_text('[grid]\ndatasets = ["digits"]\nheads = ["scalarmix"]\nseeds = [3]\n'
                       'backbones = [{name = "mlp", kwargs = {widths = [8, 8]}}]\n[data]\ntrain_limit = 100\n'
                       'val_limit = 40\ntest_limit = 30\n[training]\nepochs = 1\n'
-                      '[evaluation]\nmethods = ["static"]\nbootstrap = 0\n')
+                      '[evaluation]\nmethods = ["static"]\nbootstrap = 0\nlimit = 1000\n')
     result = run("sweep", config, "--out", tmp_path / "out", "--quiet")
     assert result.exit_code == 0, result.output
     assert "1 cell(s) computed, 0 reused" in result.output and "static" in result.output
+    # limit is "at most": the 30 test samples of the cell, not an error after the training
+    assert set(pd.read_csv(tmp_path / "out" / "sweep.csv")["n"]) == {30}
     again = run("sweep", config, "--out", tmp_path / "out", "--quiet")
     assert "0 cell(s) computed, 1 reused" in again.output

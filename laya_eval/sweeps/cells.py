@@ -120,6 +120,8 @@ def run_cell(cell: Cell, folder: Path, splits: dict[str, Dataset], *, cache_dir:
     ckpt = save_checkpoint(result.model, folder / f"{cell.name}.pt")
     evaluation = dict(cell.config["evaluation"])
     ablations = list(evaluation.pop("ablations", ["gate"]))
+    if evaluation.get("limit") is not None and evaluation["limit"] > len(splits["test"]):
+        evaluation["limit"] = len(splits["test"])  # "at most": one limit serves datasets of every size
     if "methods" in evaluation:
         evaluation["methods"] = tuple(evaluation["methods"])
     options = EvalOptions(**{"seed": 0, **evaluation})

@@ -22,7 +22,7 @@ Example::
     epochs = 2
     [evaluation]
     ablations = ["gate", "mean"]
-    limit = 128
+    limit = 128                          # at most this many test samples are scored
     bootstrap = 100
 
 Every cell is ``dataset × backbone × head × seed``; its name is ``{dataset}-{label}-{head}-seed{seed}``.
