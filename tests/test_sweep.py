@@ -194,3 +194,34 @@ def test_cli_runs_a_sweep_and_prints_the_summary(tmp_path):
     assert set(pd.read_csv(tmp_path / "out" / "sweep.csv")["n"]) == {30}
     again = run("sweep", config, "--out", tmp_path / "out", "--quiet")
     assert "0 cell(s) computed, 1 reused" in again.output
+
+
+def test_changed_data_content_redoes_the_cells(tmp_path):
+    """Same config, same file name, other numbers in the file: the key sees the content, so nothing is reused."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "data.npz"
+
+    def write(shift: float) -> None:
+        x = rng.normal(size=(80, 6)).astype(np.float32) + shift
+        np.savez(path, x_train=x[:60], y_train=np.arange(60) % 3, x_test=x[60:], y_test=np.arange(20) % 3)
+
+    config = {"grid": {"datasets": [f"npz:{path}"], "heads": ["concat"], "seeds": [0],
+                       "backbones": [{"name": "mlp", "kwargs": {"widths": [4, 4]}}]},
+              "training": {"epochs": 1}, "evaluation": {"methods": ["random"], "bootstrap": 0}}
+    write(0.0)
+    assert len(sweep(config, tmp_path / "out").computed) == 1
+    assert len(sweep(config, tmp_path / "out").reused) == 1
+    write(1.0)
+    assert len(sweep(config, tmp_path / "out").computed) == 1
+
+
+def test_cell_names_are_folder_names():
+    config = copy.deepcopy(GRID)
+    config["grid"]["datasets"] = ["npz:/data/a b/set.npz"]
+    config["grid"]["backbones"] = [{"model": "hf:org/enc", "label": "org/enc"}]
+    assert [c.name for c in load_config(config).cells][:2] == ["npz-set-org_enc-concat-seed0",
+                                                               "npz-set-org_enc-laya-seed0"]
+    config["grid"]["datasets"] = ["npz:/x/set.npz", "npz:/y/set.npz"]
+    with pytest.raises(ConfigError, match=re.escape("grid.datasets must be datasets whose names give distinct "
+                                                    "cell folders; got ['npz:/x/set.npz', 'npz:/y/set.npz'].")):
+        load_config(config)

@@ -22,16 +22,23 @@ from laya_eval.output.files import atomic_write_text, file_sha256, sha256_bytes,
 from laya_eval.sweeps.config import Cell
 from laya_eval.version import __version__
 
-__all__ = ["CELL_FILE", "cell_key", "finished", "mean_layer_weights", "run_cell"]
+__all__ = ["CELL_FILE", "cell_key", "data_digests", "finished", "load_splits", "mean_layer_weights", "run_cell"]
 
 CELL_FILE = "cell.json"
 _SPLITS = ("train", "val", "test")
 
 
-def cell_key(cell: Cell) -> str:
-    """Everything that decides the cell's results: its config, the package version and, for a checkpoint
-    given by path, the checkpoint's sha256."""
-    parts: dict[str, Any] = {"cell": cell.config, "version": __version__}
+def data_digests(splits: dict[str, Dataset]) -> dict[str, str]:
+    """The sha256 of each split's content (as the feature cache keys it)."""
+    from laya_eval.loading.feature_cache import feature_key
+
+    return {name: feature_key({}, data)["content_sha256"] for name, data in splits.items()}
+
+
+def cell_key(cell: Cell, data: dict[str, str]) -> str:
+    """Everything that decides the cell's results: its config, the package version, the content of its data
+    splits (``data``: :func:`data_digests`) and, for a checkpoint given by path, the checkpoint's sha256."""
+    parts: dict[str, Any] = {"cell": cell.config, "version": __version__, "data": data}
     model = cell.backbone.get("model")
     if model and Path(model).is_file():
         parts["model_sha256"] = file_sha256(model)
@@ -45,11 +52,11 @@ def _eval_folders(folder: Path) -> list[Path]:
     return sorted(p for p in ev.iterdir() if p.is_dir() and not p.name.startswith(".")) if ev.is_dir() else []
 
 
-def finished(cell: Cell, folder: Path) -> dict[str, Any] | None:
+def finished(cell: Cell, folder: Path, data: dict[str, str]) -> dict[str, Any] | None:
     """The cell record when ``folder`` holds this cell's complete, verified result; else None."""
     try:
         record = json.loads((folder / CELL_FILE).read_text())
-        if record.get("key") != cell_key(cell):
+        if record.get("key") != cell_key(cell, data):
             return None
         for rel, digest in record["files"].items():
             if file_sha256(folder / rel) != digest:
@@ -77,8 +84,9 @@ def mean_layer_weights(model: LayeredModel, data: Dataset, batch_size: int = 512
     return total / len(data)
 
 
-def load_splits(dataset: str, data: dict[str, Any], loaded: dict) -> dict[str, Dataset]:
-    """train / val / test of ``dataset``, each cut to its ``{split}_limit`` first rows; loaded once per sweep."""
+def load_splits(dataset: str, data: dict[str, Any], loaded: dict) -> tuple[dict[str, Dataset], dict[str, str]]:
+    """train / val / test of ``dataset``, each cut to its ``{split}_limit`` first rows (loaded once per sweep),
+    and their content digests."""
     out = {}
     for split in _SPLITS:
         key = (dataset, split)
@@ -87,7 +95,10 @@ def load_splits(dataset: str, data: dict[str, Any], loaded: dict) -> dict[str, D
                                        download=bool(data.get("download", False)))
         part, limit = loaded[key], data.get(f"{split}_limit")
         out[split] = part if limit is None or limit >= len(part) else part.subset(slice(0, limit))
-    return out
+    digest_key = (dataset, tuple(data.get(f"{s}_limit") for s in _SPLITS))
+    if digest_key not in loaded:
+        loaded[digest_key] = data_digests(out)
+    return out, loaded[digest_key]
 
 
 def _fit(cell: Cell, splits: dict[str, Dataset], cache_dir: Any):
@@ -105,7 +116,8 @@ def _fit(cell: Cell, splits: dict[str, Dataset], cache_dir: Any):
                     download=bool(cfg["data"].get("download", False)), cache_dir=cache_dir)
 
 
-def run_cell(cell: Cell, folder: Path, splits: dict[str, Dataset], *, cache_dir: Any = None) -> dict[str, Any]:
+def run_cell(cell: Cell, folder: Path, splits: dict[str, Dataset], data: dict[str, str], *,
+             cache_dir: Any = None) -> dict[str, Any]:
     """Compute the cell from scratch into ``folder`` (replaced) and return its record."""
     from laya_eval.engine.evaluation import evaluate_to_folder
     from laya_eval.engine.plan import EvalOptions
@@ -130,7 +142,8 @@ def run_cell(cell: Cell, folder: Path, splits: dict[str, Dataset], *, cache_dir:
     names = list(result.model.layer_names)
     tr = result.training
     record = {
-        "key": cell_key(cell), "cell": cell.name, "config": cell.config, "version": __version__,
+        "key": cell_key(cell, data), "data_sha256": data, "cell": cell.name, "config": cell.config,
+        "version": __version__,
         "ablations": ablations,
         "metrics": {"accuracy": result.metrics["test_accuracy"], "macro_f1": result.metrics["test_macro_f1"],
                     "n_test": result.metrics["n_test"], "epochs_run": tr.epochs_run, "best_epoch": tr.best_epoch,

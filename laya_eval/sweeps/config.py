@@ -25,12 +25,14 @@ Example::
     limit = 128                          # at most this many test samples are scored
     bootstrap = 100
 
-Every cell is ``dataset × backbone × head × seed``; its name is ``{dataset}-{label}-{head}-seed{seed}``.
+Every cell is ``dataset × backbone × head × seed``; its name (and folder) is ``{dataset}-{label}-{head}-seed{seed}``
+(``npz:PATH`` gives ``npz-{file stem}``; other characters than letters, digits, ``.``, ``_``, ``-`` become ``_``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +145,13 @@ def _check_sections(raw: dict[str, Any]) -> None:
             raise fail(f"head_kwargs.{name}", "a table", kwargs)
 
 
+def _dataset_label(dataset: str) -> str:
+    """The dataset's part of a cell's folder name: the name, or ``npz-{stem}`` for ``npz:PATH``."""
+    if dataset.startswith("npz:"):
+        dataset = "npz-" + Path(dataset[4:]).stem
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", dataset)
+
+
 def parse_config(raw: Mapping[str, Any]) -> SweepConfig:
     """Check a config dict whole and expand its grid into cells.
 
@@ -174,8 +183,11 @@ def parse_config(raw: Mapping[str, Any]) -> SweepConfig:
                 for head in heads:
                     config = {"dataset": dataset, "backbone": backbone, "head": head, "seed": seed,
                               "head_kwargs": dict(raw.get("head_kwargs", {}).get(head, {})), **shared}
-                    cells.append(Cell(f"{dataset}-{backbone['label']}-{head}-seed{seed}", dataset, backbone, head,
-                                      seed, config))
+                    name = f"{_dataset_label(dataset)}-{_dataset_label(backbone['label'])}-{head}-seed{seed}"
+                    cells.append(Cell(name, dataset, backbone, head, seed, config))
+    names = [c.name for c in cells]
+    if len(set(names)) < len(names):
+        raise fail("grid.datasets", "datasets whose names give distinct cell folders", datasets)
     return SweepConfig(raw=dict(raw), cells=tuple(cells))
 
 

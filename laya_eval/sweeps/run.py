@@ -77,7 +77,7 @@ def sweep(
     out_dir : path
         ``cells/{cell}/`` per cell (checkpoint, ``eval/`` result folder, ``cell.json``) and the aggregate CSVs.
     resume : bool
-        Keep every finished cell whose key (config + package version) matches and whose files verify;
+        Keep every finished cell whose key (config, package version, data content) matches and whose files verify;
         ``False`` recomputes every cell.
     progress : callable, optional
         ``progress(cell, status)`` with status ``"reused"``, ``"start"`` or ``"done"``.
@@ -97,15 +97,15 @@ def sweep(
     records, folders = [], []
     for cell in cfg.cells:
         folder = out / CELLS / cell.name
-        record = finished(cell, folder) if resume else None
+        splits, data = load_splits(cell.dataset, cell.config["data"], loaded)
+        record = finished(cell, folder, data) if resume else None
         if record is not None:
             result.reused.append(cell.name)
             status = "reused"
         else:
             if progress is not None:
                 progress(cell, "start")
-            splits = load_splits(cell.dataset, cell.config["data"], loaded)
-            record = run_cell(cell, folder, splits, cache_dir=cache)
+            record = run_cell(cell, folder, splits, data, cache_dir=cache)
             result.computed.append(cell.name)
             status = "done"
         if progress is not None:

@@ -12,7 +12,7 @@ from laya_eval_cli.options import progress_bar, quiet_option
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Sweep folder: cells/{cell}/ (checkpoint, eval/ result folder) and the aggregate CSVs.")
 @click.option("--resume/--no-resume", default=True, show_default=True,
-              help="Keep the finished cells of --out whose config and package version match; redo the rest.")
+              help="Keep the finished cells of --out whose config, package version and data match; redo the rest.")
 @click.option("--cache-dir", type=click.Path(file_okay=False),
               help="Feature cache of frozen backbones (overrides the config's cache_dir).")
 @quiet_option
