@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from tests.cli_helpers import assert_one_line_error, run
-from laya_eval.errors import ConfigError
+from laya_eval.errors import ConfigError, DataError
 from laya_eval.reporting.runs import load_runs
 from laya_eval.sweeps.config import load_config
 from laya_eval.sweeps.run import sweep
@@ -225,3 +225,12 @@ def test_cell_names_are_folder_names():
     with pytest.raises(ConfigError, match=re.escape("grid.datasets must be datasets whose names give distinct "
                                                     "cell folders; got ['npz:/x/set.npz', 'npz:/y/set.npz'].")):
         load_config(config)
+
+
+def test_a_missing_dataset_fails_before_any_cell(tmp_path):
+    config = copy.deepcopy(GRID)
+    config["grid"]["datasets"] = ["digits", f"npz:{tmp_path / 'absent.npz'}"]
+    started = []
+    with pytest.raises(DataError, match="absent.npz"):
+        sweep(config, tmp_path / "out", progress=lambda c, s: started.append(c.name))
+    assert started == [] and not any((tmp_path / "out" / "cells").iterdir())

@@ -94,6 +94,8 @@ def sweep(
     cache = cache_dir if cache_dir is not None else cfg.raw.get("cache_dir")
     result = SweepResult(out_dir=out)
     loaded: dict = {}
+    for cell in cfg.cells:  # a missing or unreadable dataset fails here, before any cell is trained
+        load_splits(cell.dataset, cell.config["data"], loaded)
     records, folders = [], []
     for cell in cfg.cells:
         folder = out / CELLS / cell.name
