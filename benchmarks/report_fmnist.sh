@@ -3,8 +3,8 @@
 # method on the four Fashion-MNIST MLP heads (seed 0, full test set of 10,000 images, gate
 # ablation, head scope), then one `laya-eval report` over the four result folders.
 #
-# Checkpoints: $CKPT_DIR/fashion-mnist-mlp-{lastlayer,concat,scalarmix,laya}-seed0.pt, written by
-# the paper reproduction (benchmarks/reproduce.py, --ckpt-dir runs/reproduce/ckpt).
+# Checkpoints: $CELLS/fashion-mnist-mlp-{head}-seed0/fashion-mnist-mlp-{head}-seed0.pt, the cells of the
+# paper reproduction's sweep (benchmarks/reproduce.py, --sweep-dir runs/reproduce/sweep).
 # Run from anywhere: bash benchmarks/report_fmnist.sh (~4 min on 2 CPU cores with --threads 1, mostly IG).
 # Not part of the test suite. STYLE=paper writes the figures for a paper (PDF, captions beside) into
 # benchmarks/results/report-fmnist-paper/. With the faithfulness folders already there, the report alone:
@@ -22,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
-CKPT_DIR=${CKPT_DIR:-runs/reproduce/ckpt}
+CELLS=${CELLS:-runs/reproduce/sweep/fashion-mnist/cells}
 RUNS=${RUNS:-runs/report-fmnist}
 STYLE=${STYLE:-default}
 if [[ $STYLE == paper ]]; then  # PDF figures with captions beside; no HTML (its PNGs at 300 dpi are large)
@@ -33,7 +33,7 @@ fi
 
 folders=()
 for head in lastlayer concat scalarmix laya; do
-  ckpt="$CKPT_DIR/fashion-mnist-mlp-$head-seed0.pt"
+  ckpt="$CELLS/fashion-mnist-mlp-$head-seed0/fashion-mnist-mlp-$head-seed0.pt"
   if [[ ! -f $ckpt ]]; then
     echo "missing $ckpt: train the four heads first (benchmarks/reproduce.py)" >&2
     exit 2

