@@ -50,7 +50,7 @@ def digits_checkpoints(digits_models, tmp_path_factory):
 
 
 def pytest_collection_modifyitems(items):
-    """The reproduction smoke runs are end-to-end subprocess runs: ``slow`` (their module is kept as it is)."""
+    """The reproduction tests train and evaluate small grids end to end through the sweep: ``slow``."""
     for item in items:
         if item.path.name == "test_reproduce.py":
             item.add_marker(pytest.mark.slow)
