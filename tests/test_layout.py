@@ -52,7 +52,8 @@ def _graph(paths=SOURCES) -> dict[str, set[str]]:
 
 
 def _find_circle(graph: dict[str, set[str]]) -> list[str] | None:
-    """A circle of imports, or None. A package importing its own submodules (to re-export them) is not one."""
+    """A circle of imports, or None. A package's ``__init__`` importing its submodules counts like any import:
+    importing one submodule runs the package's ``__init__`` first."""
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -60,8 +61,6 @@ def _find_circle(graph: dict[str, set[str]]) -> list[str] | None:
         state[node] = 1
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
-            if nxt.startswith(node + "."):
-                continue
             if state.get(nxt) == 1:
                 return stack[stack.index(nxt):] + [nxt]
             if state.get(nxt) is None and (found := visit(nxt)):
