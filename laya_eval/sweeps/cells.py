@@ -18,7 +18,7 @@ import torch
 from laya_eval.data import Dataset, load_dataset
 from laya_eval.errors import LayaEvalError
 from laya_eval.models.layered import LayeredModel
-from laya_eval.output.files import atomic_write_text, file_sha256, sha256_bytes, verify_result_folder
+from laya_eval.output.files import atomic_write_text, data_content_sha256, file_sha256, json_sha256, verify_result_folder
 from laya_eval.sweeps.config import Cell
 from laya_eval.version import __version__
 
@@ -30,9 +30,7 @@ _SPLITS = ("train", "val", "test")
 
 def data_digests(splits: dict[str, Dataset]) -> dict[str, str]:
     """The sha256 of each split's content (as the feature cache keys it)."""
-    from laya_eval.loading.feature_cache import feature_key
-
-    return {name: feature_key({}, data)["content_sha256"] for name, data in splits.items()}
+    return {name: data_content_sha256(data.x, data.y) for name, data in splits.items()}
 
 
 def cell_key(cell: Cell, data: dict[str, str]) -> str:
@@ -42,7 +40,7 @@ def cell_key(cell: Cell, data: dict[str, str]) -> str:
     model = cell.backbone.get("model")
     if model and Path(model).is_file():
         parts["model_sha256"] = file_sha256(model)
-    return sha256_bytes(json.dumps(parts, sort_keys=True, default=str).encode())
+    return json_sha256(parts)
 
 
 def _eval_folders(folder: Path) -> list[Path]:
@@ -71,13 +69,21 @@ def finished(cell: Cell, folder: Path, data: dict[str, str]) -> dict[str, Any] |
     return record
 
 
-def mean_layer_weights(model: LayeredModel, data: Dataset, batch_size: int = 512) -> torch.Tensor | None:
-    """Mean LAYA α / ScalarMix weight per layer over ``data``, (L,), or None for heads without weights."""
+def mean_layer_weights(model: LayeredModel, data: Dataset, batch_size: int = 512,
+                       hidden: list[torch.Tensor] | None = None) -> torch.Tensor | None:
+    """Mean LAYA α / ScalarMix weight per layer over ``data``, (L,), or None for heads without weights.
+
+    ``hidden``: the split's head inputs when they are already at hand (the feature cache of a frozen backbone),
+    so that the backbone does not run again.
+    """
     total = None
     with torch.no_grad():
         for start in range(0, len(data), batch_size):
-            part = data.subset(slice(start, start + batch_size))
-            w = model.head.layer_weights(model.hidden_states(part.x))
+            if hidden is not None:
+                states = [h[start:start + batch_size] for h in hidden]
+            else:
+                states = model.hidden_states(data.subset(slice(start, start + batch_size)).x)
+            w = model.head.layer_weights(states)
             if w is None:
                 return None
             total = w.sum(0) if total is None else total + w.sum(0)
@@ -138,7 +144,8 @@ def run_cell(cell: Cell, folder: Path, splits: dict[str, Dataset], data: dict[st
         evaluation["methods"] = tuple(evaluation["methods"])
     options = EvalOptions(**{"seed": 0, **evaluation})
     evaluate_to_folder(result.model, splits["test"], ablations, folder / "eval", options=options)
-    weights = mean_layer_weights(result.model, splits["test"])
+    cached = result.features.get("test")
+    weights = mean_layer_weights(result.model, splits["test"], hidden=None if cached is None else cached.hidden)
     names = list(result.model.layer_names)
     tr = result.training
     record = {
