@@ -69,7 +69,8 @@ def main() -> None:
     from laya_eval.data import load_dataset
     from laya_eval.models.heads import make_head
     from laya_eval.models.layered import LayeredModel
-    from laya_eval.training.trainer import TrainOptions, batch_slices
+    from laya_eval.training.features import batch_slices
+    from laya_eval.training.trainer import TrainOptions
 
     train = load_dataset("rotten-tomatoes", "train").subset(slice(0, args.n))
     val = load_dataset("rotten-tomatoes", "val").subset(slice(0, max(args.n // 8, 64)))

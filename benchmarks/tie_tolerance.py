@@ -34,7 +34,8 @@ from laya_eval.data import load_dataset
 from laya_eval.errors import LayaEvalError
 from laya_eval.engine.removals import leave_one_out_masks, removal_effects
 from laya_eval.models.trace import trace_from_hidden
-from laya_eval.training.trainer import TrainOptions, build_model, encode, train
+from laya_eval.training.features import encode
+from laya_eval.training.trainer import TrainOptions, build_model, train
 
 HEADS = ("lastlayer", "concat", "scalarmix", "laya")
 DEPTHS = {3: (64, 32, 16), 5: (64, 64, 32, 32, 16)}

@@ -414,7 +414,7 @@ def test_train_keeps_a_given_pretrained_backbone_frozen_by_default(digits_splits
 
 
 def test_feature_cache_key_follows_the_data(digits_splits, tmp_path):
-    from laya_eval.training.head_fit import backbone_features
+    from laya_eval.training.features import backbone_features
 
     backbone = load_backbone(CNN, layers=["block1", "block3"], example_input=digits_splits["train"].x[:2])
     val = digits_splits["val"]

@@ -378,7 +378,7 @@ def test_sanity_cli_errors_are_one_line(digits_checkpoints, tmp_path):
 def test_a_frozen_backbone_is_encoded_once_across_runs_through_the_feature_cache(digits_models, digits, tmp_path):
     """Stored by reference (as hf: and py: backbones are), the splits go through fit-head's on-disk cache:
     the second sanity run on the same model and data never calls the backbone, and gives the same tables."""
-    from laya_eval.training.trainer import encode
+    from laya_eval.training.features import encode
 
     model = copy.deepcopy(digits_models["concat"])
     model.backbone.stored_by_reference = True

@@ -124,7 +124,8 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
 def test_train_head_gives_the_bits_of_the_plain_reference_loop(digits, monkeypatch, head):
     import laya_eval.training.trainer as train_module
     from laya_eval.loading.feature_cache import Features
-    from laya_eval.training.trainer import encode, fresh_head, train_head
+    from laya_eval.training.features import encode
+    from laya_eval.training.trainer import fresh_head, train_head
 
     source = _small(digits, head)
     train_f, val_f = (Features(hidden=encode(source, digits[s]), y=digits[s].y) for s in ("train", "val"))

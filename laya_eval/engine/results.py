@@ -38,8 +38,8 @@ from laya_eval.stats import (
 )
 from laya_eval.output.tables import table_bytes
 
-__all__ = ["SUMMARY_COLUMNS", "EvaluationResult", "MethodScore", "build_result", "result_files", "score_method",
-           "write_results"]
+__all__ = ["SUMMARY_COLUMNS", "EvaluationResult", "MethodScore", "build_result", "mean_faithfulness", "result_files",
+           "sample_faithfulness", "score_method", "write_results"]
 
 SUMMARY_COLUMNS = [
     "checkpoint", "head", "dataset", "method", "ablation", "scope", "n", "n_undefined",
@@ -99,6 +99,24 @@ class MethodScore:
     summary: dict[str, Any]
 
 
+def sample_faithfulness(scores: np.ndarray, ties: TiedEffects) -> np.ndarray:
+    """Per-sample faithfulness, (N,): Spearman rho between a sample's layer scores and its tie-aware effects.
+
+    NaN where rho is undefined (constant scores or effects). The one definition every command that
+    reports faithfulness uses.
+    """
+    return spearman_per_sample(scores, ties.effects)
+
+
+def mean_faithfulness(scores: np.ndarray, effects: np.ndarray, *, ties: TiedEffects | None = None) -> float:
+    """Faithfulness as the summary table reports it: the mean of the defined per-sample rho (NaN if none).
+
+    ``ties`` as :func:`score_method` (computed from ``effects`` with the default tolerance when not given).
+    """
+    ties = ties if ties is not None else tie_effects(effects)
+    return bootstrap_mean(sample_faithfulness(scores, ties), n_resamples=0).mean
+
+
 def score_method(
     scores: np.ndarray, effects: np.ndarray, deletion: np.ndarray, *, bootstrap: int, seed: Sequence[int],
     ties: TiedEffects | None = None,
@@ -121,7 +139,7 @@ def score_method(
     """
     ties = ties if ties is not None else tie_effects(effects)
     ranked = ties.effects
-    rho = spearman_per_sample(scores, ranked)
+    rho = sample_faithfulness(scores, ties)
     hit = top1_hit(scores, ranked)
     faith = bootstrap_mean(rho, n_resamples=bootstrap, seed=[*seed, 0])
     d1 = bootstrap_mean(deletion[:, 0], n_resamples=bootstrap, seed=[*seed, 1])

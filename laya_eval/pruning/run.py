@@ -20,8 +20,9 @@ from laya_eval.pruning.curves import evaluate_masks, greedy_order, prefix_masks,
 from laya_eval.pruning.early_exit import early_exit_table
 from laya_eval.pruning.options import LATENCY_COLUMNS, PRUNING_COLUMNS, PruneOptions
 from laya_eval.pruning.refit import RefitCache
-from laya_eval.sanity_checks.cached import attribute_features, encode_features
-from laya_eval.training.trainer import _inputs
+from laya_eval.sanity_checks.cached import attribute_features
+from laya_eval.training.features import encode_features
+from laya_eval.training.features import batch_inputs
 
 __all__ = ["PruneResult", "prune"]
 
@@ -202,7 +203,7 @@ def prune(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
                                    batch_size=options.batch_size)
     random_scores = scores.pop(_RANDOM)  # the random rows are always there: they bound every method
     dataset_level = {m for m, s in scores.items() if float(np.ptp(s, axis=0).max()) == 0.0}
-    example = _inputs(test.x, slice(0, min(options.timing_batch, len(test))), next(model.parameters()).device)
+    example = batch_inputs(test.x, slice(0, min(options.timing_batch, len(test))), next(model.parameters()).device)
     chain = is_chain(model, example)
     latency = depth_latency(model, example, repeats=options.timing_repeats) if (chain and options.timing) else None
     ctx = _Context(model, f, options, latency, chain, on_head)

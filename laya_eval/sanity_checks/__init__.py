@@ -39,7 +39,8 @@ import pandas as pd
 
 from laya_eval.data import Dataset
 from laya_eval.models.layered import LayeredModel
-from laya_eval.sanity_checks.cached import Features, attribute_features, encode_features
+from laya_eval.sanity_checks.cached import Features, attribute_features
+from laya_eval.training.features import encode_features
 from laya_eval.sanity_checks.options import (
     LAYER_ROAR_COLUMNS,
     RANDOMISATION_COLUMNS,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -12,42 +11,14 @@ import torch
 from torch import Tensor
 
 from laya_eval.engine.methods import MethodContext, applicable, resolve_methods
-from laya_eval.data import Dataset
 from laya_eval.engine.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.loading.feature_cache import Features
 from laya_eval.models.heads import LayerHead
-from laya_eval.stats.metrics import spearman_per_sample
 from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.removals import check_ablation, leave_one_out_masks, removal_effects
-from laya_eval.stats import tie_effects
 from laya_eval.models.trace import trace_from_hidden
-from laya_eval.training.trainer import encode
 
-__all__ = ["Features", "attribute_features", "encode_features", "faithfulness", "head_model"]
-
-def encode_features(model: LayeredModel, data: Dataset, *, batch_size: int = 256,
-                    cache_dir: str | os.PathLike | None = None) -> Features:
-    """Run the backbone once over ``data`` (the only backbone pass of the head steps).
-
-    A frozen pretrained backbone stored by reference (``hf:``, ``py:``, a ``fit-head`` model) goes through the
-    on-disk feature cache that ``fit-head`` fills (:func:`laya_eval.training.head_fit.backbone_features`; ``cache_dir``
-    default: :func:`laya_eval.loading.feature_cache.cache_root`), so a split that ``fit-head``, ``prune`` or an earlier
-    ``sanity`` encoded is read back instead of encoded again. Other backbones are encoded in memory.
-
-    Returns
-    -------
-    Features
-        ``hidden``: list of (N, d_i), pooled as the heads pool them; ``y``: (N,) labels.
-    """
-    if getattr(model.backbone, "stored_by_reference", False):
-        from laya_eval.training.head_fit import backbone_features
-
-        device = str(next(model.parameters()).device)
-        cached = backbone_features(model.backbone, data, device=device, batch_size=max(256, batch_size),
-                                   cache_dir=cache_dir)
-        return Features(hidden=cached.hidden, y=data.y.clone())
-    return Features(hidden=encode(model, data, batch_size=batch_size), y=data.y.clone())
-
+__all__ = ["Features", "attribute_features", "head_model"]
 
 def head_model(model: LayeredModel, head: LayerHead) -> LayeredModel:
     """``head`` on ``model``'s backbone; the sanity checks never call the backbone."""
@@ -110,8 +81,3 @@ def _statistics(model: LayeredModel, features: Features, methods: Sequence, batc
         hidden = [h[start:start + batch_size] for h in features.hidden]
         total = total.merged(batch_statistics(names, trace_from_hidden(model.head, hidden), model, "head"))
     return total.means()
-
-
-def faithfulness(scores: np.ndarray, effects: np.ndarray) -> float:
-    rho = spearman_per_sample(scores, tie_effects(effects).effects)
-    return float(np.nanmean(rho)) if np.any(~np.isnan(rho)) else float("nan")

@@ -24,13 +24,13 @@ from laya_eval.models.layered import LayeredModel
 from laya_eval.sanity_checks.cached import (
     Features,
     attribute_features,
-    faithfulness,
     head_model,
 )
+from laya_eval.engine.results import mean_faithfulness
 from laya_eval.sanity_checks.options import RANDOMISATION_COLUMNS, SanityOptions, method_names
 from laya_eval.sanity_checks.roar import accuracy, retrained_head
 from laya_eval.sanity_checks.similarity import Resamples, attribution_similarity
-from laya_eval.training.trainer import encode
+from laya_eval.training.features import encode_features
 
 __all__ = ["backbone_is_trainable", "cascading_randomisation", "data_randomisation", "head_parameter_groups"]
 
@@ -93,7 +93,7 @@ def _rows(check: str, step: int, params: str, base: dict, scores: dict, effects:
                                      seed=options.seed + step, resamples=resamples)
         rows.append({"check": check, "step": step, "params": params, "method": name, "similarity": sim.mean,
                      "similarity_ci_low": sim.low, "similarity_ci_high": sim.high,
-                     "faithfulness": faithfulness(s, effects)})
+                     "faithfulness": mean_faithfulness(s, effects)})
     return rows
 
 
@@ -159,7 +159,7 @@ def cascading_randomisation(model: LayeredModel, features: Features, options: Sa
         done.append(f"block{index + 1}")
         # Encoded in memory, never through the feature cache: the cache would key these randomised
         # weights as the original backbone's.
-        score(step, Features(hidden=encode(randomised, data, batch_size=options.batch_size), y=data.y.clone()))
+        score(step, encode_features(randomised, data, batch_size=options.batch_size, cache=False))
     return pd.DataFrame(rows, columns=RANDOMISATION_COLUMNS)
 
 

@@ -20,15 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from laya_eval.checks import check_positive_int
 from laya_eval.data import Dataset, load_dataset
 from laya_eval.errors import ConfigError
-from laya_eval.loading.feature_cache import Features, extract_features, feature_key
-from laya_eval.models.heads import make_head, pool_hidden
+from laya_eval.loading.feature_cache import Features
+from laya_eval.models.heads import make_head
 from laya_eval.models.layered import LayeredModel, ModelInfo
-from laya_eval.training.trainer import TrainOptions, TrainResult, classification_metrics, resolve_device, train_head, \
+from laya_eval.training.features import backbone_features
+from laya_eval.training.trainer import TrainOptions, TrainResult, classification_metrics, train_head, \
     training_record
 
 __all__ = ["FitResult", "backbone_features", "fit_head", "train_model"]
@@ -77,44 +78,6 @@ def _splits(data: str | Mapping[str, Dataset], data_dir: Any, download: bool,
         check_positive_int("limit", limit)
         splits = {s: d.subset(slice(0, limit)) for s, d in splits.items()}
     return splits
-
-
-def _reference(backbone: nn.Module) -> dict[str, Any]:
-    """What identifies the backbone's features: its config, plus a weights hash when stored in full."""
-    from laya_eval.models.backbones.modules import state_sha256
-
-    ref = backbone.config()
-    if not getattr(backbone, "stored_by_reference", False):
-        ref = {**ref, "state_sha256": state_sha256(backbone)}
-    return ref
-
-
-def backbone_features(backbone: nn.Module, data: Dataset, *, device: str = "cpu", batch_size: int = 256,
-                      cache_dir: str | os.PathLike | None = None, progress: Any = None) -> Features:
-    """The pooled hidden states of ``data`` under a frozen ``backbone``, through the feature cache.
-
-    Parameters
-    ----------
-    backbone : Backbone
-        Frozen; ``backbone.config()`` (plus a weights hash) keys the cache.
-    data : Dataset
-    device, batch_size, cache_dir, progress
-        As :func:`laya_eval.loading.feature_cache.extract_features`; ``device`` runs the backbone.
-
-    Returns
-    -------
-    Features
-        ``hidden``: list of (N, d_i) on the CPU.
-    """
-    dev = resolve_device(device)
-    backbone.to(dev).eval()
-
-    def encode_batch(x: Any) -> list[Tensor]:
-        x = x.to(dev) if isinstance(x, Tensor) else x
-        return [pool_hidden(h) for h in backbone(x)]
-
-    return extract_features(encode_batch, data, feature_key(_reference(backbone), data), cache_dir=cache_dir,
-                            batch_size=batch_size, progress=progress)
 
 
 def fit_head(

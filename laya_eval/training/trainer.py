@@ -21,19 +21,18 @@ from torch import Tensor
 from laya_eval.catalog import TRAIN_BATCH_SIZE, TRAIN_EPOCHS, TRAIN_LR, TRAIN_PATIENCE, TRAIN_SEED
 from laya_eval.checks import check_fields, check_number, check_positive_int, check_seed
 from laya_eval.training.build import build_model
+from laya_eval.training.features import batch_inputs as _inputs, batch_slices, encode_features
 from laya_eval.data import Dataset
 from laya_eval.models.devices import resolve_device
 from laya_eval.errors import DataError, TrainingError
-from laya_eval.models.heads import LayerHead, make_head, pool_hidden
+from laya_eval.models.heads import LayerHead, make_head
 from laya_eval.models.layered import LayeredModel
 
 __all__ = [
     "TrainOptions",
     "TrainResult",
-    "batch_slices",
     "build_model",
     "classification_metrics",
-    "encode",
     "fresh_head",
     "predict",
     "resolve_device",
@@ -79,43 +78,6 @@ class TrainResult:
     best_val_accuracy: float
     wall_time_s: float
     history: list[dict[str, float]] = field(default_factory=list)
-
-
-def batch_slices(n: int, batch_size: int) -> list[slice]:
-    """The consecutive slices, each of ``batch_size`` rows but the last, that cover ``range(n)`` in order."""
-    return [slice(i, min(i + batch_size, n)) for i in range(0, n, batch_size)]
-
-
-def _inputs(x: Any, index: Any, device: torch.device) -> Any:
-    if isinstance(x, Tensor):
-        return x[index].to(device)
-    if isinstance(index, slice):
-        return list(x[index])
-    return [x[int(i)] for i in index]
-
-
-@torch.no_grad()
-def encode(model: LayeredModel, data: Dataset, *, batch_size: int = 256, pooled: bool = True) -> list[Tensor]:
-    """Run the backbone once over ``data``: the hidden states, on the CPU.
-
-    Parameters
-    ----------
-    pooled : bool
-        Global-average-pool spatial maps to (N, C_i), as the heads do, so the
-        cache stays small.
-
-    Returns
-    -------
-    list of Tensor, each (N, d_i)
-    """
-    device = next(model.parameters()).device
-    model.eval()
-    chunks: list[list[Tensor]] = [[] for _ in range(model.n_layers)]
-    for sl in batch_slices(len(data), batch_size):
-        hidden = model.hidden_states(_inputs(data.x, sl, device))
-        for store, h in zip(chunks, hidden):
-            store.append((pool_hidden(h) if pooled else h).cpu())
-    return [torch.cat(c) for c in chunks]
 
 
 @torch.no_grad()
@@ -321,8 +283,6 @@ def train(
         Called after every epoch with ``{"epoch", "train_loss", "val_accuracy"}``
         (the CLI draws its progress bar from it).
     """
-    from laya_eval.loading.feature_cache import Features
-
     for d in (train_data, val_data):
         model.check_fits(d)
     device = resolve_device(options.device)
@@ -331,7 +291,7 @@ def train(
     if frozen:
         model.backbone.requires_grad_(False)
         batch = max(256, options.batch_size)
-        cached = [Features(hidden=encode(model, d, batch_size=batch), y=d.y) for d in (train_data, val_data)]
+        cached = [encode_features(model, d, batch_size=batch) for d in (train_data, val_data)]
         result = train_head(model.head, *cached, options, on_epoch=on_epoch)
     else:
         torch.manual_seed(options.seed)
