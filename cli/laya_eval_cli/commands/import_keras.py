@@ -19,7 +19,8 @@ def _shape(ctx, param, value):
 
 @click.command("import-keras")
 @click.argument("keras_file", metavar="MODEL.keras", type=click.Path(dir_okay=False))
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Checkpoint to write (.pt or .safetensors).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False),
+              help="Checkpoint to write (.pt or .safetensors).")
 @click.option("--tau", type=click.FloatRange(min=0, min_open=True), default=None,
               help="The head's temperature when the file stores none (the reference code keeps it in Python). "
                    "[default: the file's, else 1.5]")
