@@ -86,7 +86,11 @@ def test_a_weights_file_gives_the_numpy_forward_pass(tmp_path):
     rng = np.random.default_rng(0)
     layers = tiny_layers(rng)
     x = rng.normal(0, 1, (32, 6)).astype(np.float32)
-    model = import_keras(write_weights(tmp_path / "m.weights.h5", layers))
+    path = write_weights(tmp_path / "m.weights.h5", layers)
+    with h5py.File(path, "a") as f:  # a compiled model's optimizer state: an int32 step count, Adam's moments
+        f.require_group("optimizer/vars").create_dataset("0", data=np.int32(7))
+        f["optimizer/vars"].create_dataset("1", data=np.zeros((6, 5), np.float32))
+    model = import_keras(path)
     with torch.no_grad():
         got = model(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(got, numpy_logits(layers, x), atol=1e-5, rtol=0)

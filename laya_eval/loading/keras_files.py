@@ -8,6 +8,7 @@ What the file can make laya-eval allocate is bounded by the file's size: zip mem
 with a limit of the archive's own size (Keras stores them uncompressed), HDF5 datasets must be
 uncompressed, in the file itself (no external or virtual storage) and together no larger than the
 file, and only hard links are followed (an external link could name any other file on the machine).
+The training state Keras saves with a compiled model (``optimizer/``, metric variables) is skipped.
 A Keras 2 (TF-Keras) ``.h5`` file has another layout and is refused with a line saying so.
 
 See ``docs/keras.md``.
@@ -38,6 +39,9 @@ MAX_GROUPS = 100_000  # HDF5 groups walked (bounds the Python objects made from 
 MAX_DEPTH = 32
 _ARCHIVE_MEMBERS = {"config.json", "metadata.json", "model.weights.h5"}
 _FLOAT_KINDS = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)}
+# Training state Keras stores beside the model at the top of the tree (Adam's moments, metric totals): not
+# part of the function, so never walked or read.
+_TRAINING_STATE = {"optimizer", "compile_metrics", "compile_loss", "metrics"}
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,8 @@ def _walk(root: Any, path: Path) -> list[tuple[str, str, list[tuple[str, Any]]]]
         children = _hard_children(group, path, where or "/")
         subgroups = []
         for key, child in children:
+            if not where and key in _TRAINING_STATE:
+                continue
             here = f"{where}/{key}" if where else key
             if key == "vars" and isinstance(child, h5py.Group):
                 entries = _hard_children(child, path, here)
