@@ -46,6 +46,7 @@ VERBS = {
     "sweep": "laya_eval.sweeps.run:sweep",
     "load_model": "laya_eval.loading.specs:load_model",
     "save_checkpoint": "laya_eval.loading.checkpoints:save_checkpoint",
+    "import_keras": "laya_eval.loading.keras_import:import_keras",
 }
 
 _NAMES = {

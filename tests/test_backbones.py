@@ -113,6 +113,22 @@ def test_mlp_matches_functional_reference(mlp):
     assert mlp.n_layers == 3
 
 
+
+def test_mlp_layer_norm_epsilon_is_used_and_kept_only_when_not_the_default():
+    torch.manual_seed(0)
+    backbone = MLPBackbone(in_features=6, widths=[4], layer_norm_eps=0.5)
+    x = torch.randn(3, 6)
+    linear, norm, _ = backbone.blocks[0]
+    z = x @ linear.weight.T + linear.bias
+    # LayerNorm by hand: (z - mean) / sqrt(population variance + eps), then GELU's erf form
+    v = (z - z.mean(1, keepdim=True)) / torch.sqrt(z.var(1, unbiased=False, keepdim=True) + 0.5)
+    v = v * norm.weight + norm.bias
+    torch.testing.assert_close(backbone(x)[0], 0.5 * v * (1 + torch.erf(v / 2 ** 0.5)))
+    assert backbone.config()["kwargs"] == {"in_features": 6, "widths": [4], "layer_norm_eps": 0.5}
+    assert MLPBackbone(in_features=6, widths=[4]).config()["kwargs"] == {"in_features": 6, "widths": [4]}
+    with pytest.raises(ConfigError, match=r"layer_norm_eps must be a finite number > 0 and <= 1; got 0"):
+        MLPBackbone(in_features=6, widths=[4], layer_norm_eps=0)
+
 @pytest.mark.parametrize("i", [0, 1, 2])
 def test_mlp_replace_recomputes_later_layers_only(mlp, i):
     x = torch.randn(4, 784)
@@ -268,7 +284,8 @@ def test_unknown_backbone_name_message():
 
 
 def test_invalid_option_message():
-    with pytest.raises(ConfigError, match=r"invalid options for backbone 'mlp'.*'width'.*\{in_features, widths\}"):
+    with pytest.raises(ConfigError,
+                       match=r"invalid options for backbone 'mlp'.*'width'.*\{in_features, widths, layer_norm_eps\}"):
         make_backbone("mlp", width=3)
     with pytest.raises(ConfigError, match=r"widths must be a non-empty list of positive integers; got \[8, 0\]"):
         make_backbone("mlp", widths=[8, 0])

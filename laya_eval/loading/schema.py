@@ -193,7 +193,8 @@ SPEC_KEYS: dict[str, Key] = {
 
 # The backbones a checkpoint may name; 'modules' wraps arbitrary code and has no config.
 BACKBONE_KWARGS: dict[str, dict[str, Key]] = {
-    "mlp": {"in_features": Key(_size, _SIZE), "widths": Key(_sizes, _SIZES)},
+    "mlp": {"in_features": Key(_size, _SIZE), "widths": Key(_sizes, _SIZES),
+            "layer_norm_eps": Key(_number(0, 1), "a number in (0, 1]")},
     "cnn": {"in_channels": Key(_size, _SIZE), "channels": Key(_sizes, _SIZES)},
     "vit": {
         "image_size": Key(_size, _SIZE), "patch_size": Key(_size, _SIZE), "in_channels": Key(_size, _SIZE),

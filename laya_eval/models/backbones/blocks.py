@@ -12,6 +12,8 @@ from laya_eval.models.backbones.base import _BlockBackbone, _positive_ints
 from laya_eval.checks import check_number, check_positive_int
 from laya_eval.errors import ConfigError, DataError
 
+DEFAULT_LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's
+
 
 # --------------------------------------------------------------------------- mlp
 class MLPBackbone(_BlockBackbone):
@@ -23,17 +25,23 @@ class MLPBackbone(_BlockBackbone):
         Features per sample; any input (B, ...) is flattened to (B, in_features).
     widths : sequence of int
         Width of each block; ``h_i`` is block ``i``'s GELU output, (B, widths[i]).
+    layer_norm_eps : float
+        The LayerNorm's epsilon: torch's default 1e-5; Keras' ``LayerNormalization`` defaults to 1e-3,
+        which a model imported from Keras keeps (it is written to the config only when not the default).
     """
 
     name = "mlp"
 
-    def __init__(self, in_features: int = 784, widths: Sequence[int] = (512, 256, 128)) -> None:
+    def __init__(self, in_features: int = 784, widths: Sequence[int] = (512, 256, 128),
+                 layer_norm_eps: float = DEFAULT_LAYER_NORM_EPS) -> None:
         super().__init__()
         self.in_features = check_positive_int("in_features", in_features)
         widths = _positive_ints("widths", widths)
+        check_number("layer_norm_eps", layer_norm_eps, low=0, low_open=True, high=1)
+        self.layer_norm_eps = float(layer_norm_eps)
         sizes = [self.in_features, *widths]
         self.blocks = nn.ModuleList(
-            nn.Sequential(nn.Linear(d_in, d_out), nn.LayerNorm(d_out), nn.GELU())
+            nn.Sequential(nn.Linear(d_in, d_out), nn.LayerNorm(d_out, eps=self.layer_norm_eps), nn.GELU())
             for d_in, d_out in zip(sizes[:-1], sizes[1:])
         )
         self.layer_dims = widths
@@ -48,7 +56,10 @@ class MLPBackbone(_BlockBackbone):
         return x.reshape(x.shape[0], self.in_features)
 
     def config(self) -> dict[str, Any]:
-        return {"name": self.name, "kwargs": {"in_features": self.in_features, "widths": list(self.layer_dims)}}
+        kwargs: dict[str, Any] = {"in_features": self.in_features, "widths": list(self.layer_dims)}
+        if self.layer_norm_eps != DEFAULT_LAYER_NORM_EPS:  # earlier configs (and their hashes) stay as they were
+            kwargs["layer_norm_eps"] = self.layer_norm_eps
+        return {"name": self.name, "kwargs": kwargs}
 
 
 # --------------------------------------------------------------------------- cnn
