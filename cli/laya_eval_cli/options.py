@@ -86,21 +86,6 @@ png_format_option = click.option("--format", "fmt", default="png", show_default=
                                  type=click.Choice(["png", "svg", "pdf"]), help="Figure file format.")
 
 
-def retraining_splits(model, data: str | None, data_dir, limit: int | None, *, download: bool = False) -> tuple:
-    """``(name, [train, val, test])`` for the commands that retrain heads on cached features (``sanity``,
-    ``prune``): the dataset ``--data`` names or the checkpoint records; ``--limit`` cuts the test split only."""
-    from laya_eval.data import load_dataset
-    from laya_eval.errors import DataError
-
-    name = data or model.info.dataset
-    if not name:
-        raise DataError("the checkpoint records no dataset; name one with --data (e.g. --data digits).")
-    splits = [load_dataset(name, s, data_dir=data_dir, download=download) for s in ("train", "val", "test")]
-    if limit is not None:
-        splits[2] = splits[2].subset(slice(0, limit))
-    return name, splits
-
-
 def retrain_options(what: str, patience: int = catalog.TRAIN_PATIENCE):
     """``--epochs``, ``--patience``, ``--lr``, ``--train-seed``: the protocol of the heads a command retrains on
     cached features (``sanity``, ``prune``); ``what`` names those heads in the help; ``patience`` is the

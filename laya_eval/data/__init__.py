@@ -77,6 +77,7 @@ __all__ = [
     "check_finite",
     "dataset_names",
     "load_dataset",
+    "load_splits",
     "system_data_hidden",
 ]
 
@@ -158,3 +159,18 @@ def load_dataset(name: str, split: str = "test", *, data_dir: str | os.PathLike 
     if not allow_nonfinite:
         check_finite(dataset)
     return dataset
+
+
+def load_splits(name: str | None, *, data_dir: str | os.PathLike | None = None, download: bool = False,
+                test_limit: int | None = None) -> tuple[str, list[Dataset]]:
+    """``(name, [train, val, test])`` for the commands that retrain heads (``sanity``, ``prune``).
+
+    ``name`` is the dataset (None: refused with the hint to name one); ``test_limit`` keeps the first rows
+    of the test split only (the heads still train on all of train and val).
+    """
+    if not name:
+        raise DataError("the checkpoint records no dataset; name one with --data (e.g. --data digits).")
+    splits = [load_dataset(name, s, data_dir=data_dir, download=download) for s in ("train", "val", "test")]
+    if test_limit is not None:
+        splits[2] = splits[2].subset(slice(0, test_limit))
+    return name, splits

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-__all__ = ["PRUNE_FILES", "write_prune"]
+__all__ = ["PRUNE_FILES", "PruneRun", "prune_to_folder", "write_prune"]
 
 PRUNE_FILES = ("pruning.csv", "pruning_summary.csv", "pruning_comparisons.csv", "early_exit.csv", "latency.csv")
 
@@ -45,3 +48,52 @@ def write_prune(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any], 
     manifest = {"kind": "prune", **all_meta, "files": {n: sha256_bytes(b) for n, b in files.items()}}
     files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
     return write_result_folder(out_dir, files)
+
+
+@dataclass
+class PruneRun:
+    """What :func:`prune_to_folder` did: the pruning result, the metadata written and the files."""
+
+    result: Any
+    meta: dict[str, Any]
+    wall_time_s: float
+    files: list[Path] = field(default_factory=list)
+
+
+def prune_to_folder(model: str | os.PathLike, out_dir: str | os.PathLike, options=None, *, data: str | None = None,
+                    data_dir: str | os.PathLike | None = None, limit: int | None = None,
+                    cache_dir: str | os.PathLike | None = None, device: str = "cpu", trust_code: bool = False,
+                    download: bool = False, fmt: str = "png", on_start: Callable[[str], None] | None = None,
+                    on_head: Callable[..., None] | None = None) -> PruneRun:
+    """``laya-eval prune`` as one call: load ``model`` (a checkpoint, ``hf:`` or ``py:`` spec), run
+    :func:`~laya_eval.pruning.run.prune` on its dataset (or ``data``; ``limit`` cuts the test split) and write
+    the folder (:func:`write_prune`).
+
+    ``out_dir`` and ``fmt`` are checked before any work; ``on_start`` receives one line saying what is about
+    to run, ``on_head(kept, seed)`` is called after every retrained head.
+    """
+    from laya_eval.data import load_splits
+    from laya_eval.figures import check_format
+    from laya_eval.loading.specs import load_model
+    from laya_eval.models.devices import resolve_device
+    from laya_eval.output.files import check_output_folder
+    from laya_eval.pruning.options import PruneOptions
+    from laya_eval.pruning.run import prune
+
+    options = options or PruneOptions()
+    check_output_folder(out_dir)
+    check_format(fmt)
+    loaded = load_model(model, trust_code=trust_code, download=download, map_location=resolve_device(device))
+    net = loaded.model
+    name, splits = load_splits(data or net.info.dataset, data_dir=data_dir, download=download, test_limit=limit)
+    start = time.perf_counter()
+    if on_start is not None:
+        on_start(f"{model}: {net.head.name} head, {name}, L = {net.n_layers}; encoding "
+                 f"{sum(len(s) for s in splits)} samples once, then head-only work")
+    result = prune(net, *splits, options, on_head=on_head, cache_dir=cache_dir)
+    wall = time.perf_counter() - start
+    meta = {"label": str(model), "checkpoint": loaded.provenance, "dataset": name, "split": "test",
+            "ablations": list(options.ablations), "seeds": options.seeds, "train": dataclasses.asdict(options.train),
+            "n_random": options.n_random, "n_random_refit": options.n_random_refit, "seed": options.seed,
+            "bootstrap": options.bootstrap}
+    return PruneRun(result=result, meta=meta, wall_time_s=wall, files=write_prune(result, out_dir, meta=meta, fmt=fmt))

@@ -33,7 +33,11 @@ May import: errors, checks, catalog, output, stats, data, models, loading, engin
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -63,7 +67,7 @@ __all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "ROAR_AGREEMENT_COLUMN
            "Features", "Resamples",
            "SanityOptions", "SanityResult", "attribute_features", "attribution_similarity", "backbone_is_trainable",
            "cascading_randomisation", "data_randomisation", "encode_features", "head_parameter_groups",
-           "layer_roar", "roar_agreement", "sanity", "write_sanity"]
+           "layer_roar", "roar_agreement", "sanity", "sanity_to_folder", "SanityRun", "write_sanity"]
 
 
 @dataclass
@@ -118,3 +122,49 @@ def sanity(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
         layer_roar=roar,
         roar_agreement=roar_agreement(original[0], roar, n_resamples=options.bootstrap, seed=options.seed),
     )
+
+
+@dataclass
+class SanityRun:
+    """What :func:`sanity_to_folder` did: the checks' tables, the metadata written and the files."""
+
+    result: Any
+    meta: dict[str, Any]
+    files: list[Path] = field(default_factory=list)
+
+
+def sanity_to_folder(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, options=None, *,
+                     data: str | None = None, data_dir: str | os.PathLike | None = None, limit: int | None = None,
+                     cache_dir: str | os.PathLike | None = None, device: str = "cpu", fmt: str = "png",
+                     on_start: Callable[[str], None] | None = None) -> SanityRun:
+    """``laya-eval sanity`` as one call: load ``checkpoint``, run :func:`~laya_eval.sanity_checks.sanity` on
+    its dataset (or ``data``; ``limit`` cuts the test split) and write the folder (:func:`write_sanity`).
+
+    ``out_dir`` and ``fmt`` are checked before any work; ``on_start`` receives one line saying what is about
+    to run (the CLI prints it).
+    """
+    import time
+
+    from laya_eval.data import load_splits
+    from laya_eval.figures import check_format
+    from laya_eval.loading.checkpoints import load_checkpoint
+    from laya_eval.models.devices import resolve_device
+    from laya_eval.output.files import check_output_folder, file_sha256
+
+    options = options or SanityOptions()
+    check_output_folder(out_dir)
+    check_format(fmt)
+    model = load_checkpoint(checkpoint, map_location=resolve_device(device))
+    name, splits = load_splits(data or model.info.dataset, data_dir=data_dir, test_limit=limit)
+    start = time.perf_counter()
+    if on_start is not None:
+        on_start(f"{checkpoint}: {model.head.name} head, {name}; encoding {sum(len(s) for s in splits)} samples "
+                 f"once, then {options.roar_seeds * (model.n_layers + 1) + 1} head trainings")
+    result = sanity(model, *splits, options, cache_dir=cache_dir)
+    wall = time.perf_counter() - start
+    meta = {"label": str(checkpoint), "checkpoint_sha256": file_sha256(checkpoint), "head": model.head.name,
+            "dataset": name, "split": "test", "n": len(splits[2]), "ablation": options.ablation, "scope": "head",
+            "similarity": options.similarity, "backbone_steps": backbone_is_trainable(model),
+            "roar_seeds": options.roar_seeds, "train": dataclasses.asdict(options.train),
+            "seed": options.seed, "bootstrap": options.bootstrap, "wall_time_s": round(wall, 1)}
+    return SanityRun(result=result, meta=meta, files=write_sanity(result, out_dir, meta=meta, fmt=fmt))

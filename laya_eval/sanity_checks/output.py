@@ -50,3 +50,4 @@ def write_sanity(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any],
     manifest = {"kind": "sanity", "files": {name: sha256_bytes(data) for name, data in files.items()}}
     files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
     return write_result_folder(out_dir, files)
+

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import click
 
@@ -22,7 +21,6 @@ from laya_eval_cli.options import (
     quiet_option,
     recorded_data_option,
     retrain_options,
-    retraining_splits,
     seed_option,
     trust_code_option,
 )
@@ -88,13 +86,8 @@ def prune(checkpoint, trust_code, download, data, methods, ablations, seeds, ran
 
     Example: laya-eval prune ckpt.pt --seeds 3 --out prune/
     """
-    import dataclasses
-
-    from laya_eval.output.files import check_output_folder
-    from laya_eval.pruning import PruneOptions, write_prune
-    from laya_eval.pruning import prune as run_prune
-    from laya_eval.loading.specs import load_model
-    from laya_eval.training.trainer import TrainOptions, resolve_device
+    from laya_eval.pruning import PruneOptions, prune_to_folder
+    from laya_eval.training.trainer import TrainOptions
 
     names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
     removal = choice_list(ablations, list(ABLATIONS), "--ablation")
@@ -103,20 +96,10 @@ def prune(checkpoint, trust_code, download, data, methods, ablations, seeds, ran
     options = PruneOptions(methods=names, ablations=removal, seeds=seeds, n_random=random_rankings,
                            n_random_refit=random_refits, seed=seed, batch_size=batch_size, bootstrap=bootstrap,
                            timing=timing, early_exit=early_exit, train=train_options)
-    check_output_folder(out_dir)
-    loaded = load_model(checkpoint, trust_code=trust_code, download=download, map_location=resolve_device(device))
-    model = loaded.model
-    name, splits = retraining_splits(model, data, data_dir, limit, download=download)
-    start = time.perf_counter()
-    if not quiet:
-        click.echo(f"{checkpoint}: {model.head.name} head, {name}, L = {model.n_layers}; encoding "
-                   f"{sum(len(s) for s in splits)} samples once, then head-only work", err=True)
     with progress_bar(quiet, desc="refit heads", unit="head") as bar:
-        result = run_prune(model, *splits, options, on_head=lambda kept, s: bar.update(1), cache_dir=cache_dir)
-    wall = time.perf_counter() - start
-    meta = {"label": checkpoint, "checkpoint": loaded.provenance, "dataset": name, "split": "test",
-            "ablations": list(removal), "seeds": seeds, "train": dataclasses.asdict(train_options),
-            "n_random": random_rankings, "n_random_refit": random_refits, "seed": seed, "bootstrap": bootstrap}
-    click.echo(_table(result))
-    paths = write_prune(result, out_dir, meta=meta, fmt=fmt)
-    click.echo(f"wrote {', '.join(p.name for p in paths)} to {out_dir} ({wall:.1f} s)")
+        run = prune_to_folder(checkpoint, out_dir, options, data=data, data_dir=data_dir, limit=limit,
+                              cache_dir=cache_dir, device=device, trust_code=trust_code, download=download, fmt=fmt,
+                              on_start=None if quiet else (lambda line: click.echo(line, err=True)),
+                              on_head=lambda kept, s: bar.update(1))
+    click.echo(_table(run.result))
+    click.echo(f"wrote {', '.join(p.name for p in run.files)} to {out_dir} ({run.wall_time_s:.1f} s)")

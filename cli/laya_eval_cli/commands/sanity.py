@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import click
 
 from laya_eval.catalog import RETRAIN_PATIENCE
@@ -21,7 +19,6 @@ from laya_eval_cli.options import (
     quiet_option,
     recorded_data_option,
     retrain_options,
-    retraining_splits,
     seed_option,
 )
 
@@ -77,33 +74,15 @@ def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, 
 
     Example: laya-eval sanity ckpt.pt --roar-seeds 3 --out sanity/
     """
-    import dataclasses
-
-    from laya_eval.loading.checkpoints import load_checkpoint
-    from laya_eval.output.files import file_sha256
-    from laya_eval.output.files import check_output_folder
-    from laya_eval.sanity_checks import SanityOptions, backbone_is_trainable, write_sanity
-    from laya_eval.sanity_checks import sanity as run_sanity
-    from laya_eval.training.trainer import TrainOptions, resolve_device
+    from laya_eval.sanity_checks import SanityOptions, sanity_to_folder
+    from laya_eval.training.trainer import TrainOptions
 
     names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
     train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128)
     options = SanityOptions(methods=names, ablation=ablation, similarity=similarity, roar_seeds=roar_seeds,
                             bootstrap=bootstrap, seed=seed, batch_size=batch_size, train=train_options)
-    check_output_folder(out_dir)
-    model = load_checkpoint(checkpoint, map_location=resolve_device(device))
-    name, splits = retraining_splits(model, data, data_dir, limit)
-    start = time.perf_counter()
-    if not quiet:
-        click.echo(f"{checkpoint}: {model.head.name} head, {name}; encoding {sum(len(s) for s in splits)} samples "
-                   f"once, then {roar_seeds * (model.n_layers + 1) + 1} head trainings", err=True)
-    result = run_sanity(model, *splits, options, cache_dir=cache_dir)
-    wall = time.perf_counter() - start
-    meta = {"label": checkpoint, "checkpoint_sha256": file_sha256(checkpoint), "head": model.head.name,
-            "dataset": name, "split": "test", "n": len(splits[2]), "ablation": ablation, "scope": "head",
-            "similarity": similarity, "backbone_steps": backbone_is_trainable(model), "roar_seeds": roar_seeds,
-            "train": dataclasses.asdict(train_options),
-            "seed": seed, "bootstrap": bootstrap, "wall_time_s": round(wall, 1)}
-    click.echo(_table(result))
-    paths = write_sanity(result, out_dir, meta=meta, fmt=fmt)
-    click.echo(f"wrote {', '.join(p.name for p in paths)} to {out_dir} ({wall:.1f} s)")
+    run = sanity_to_folder(checkpoint, out_dir, options, data=data, data_dir=data_dir, limit=limit,
+                           cache_dir=cache_dir, device=device, fmt=fmt,
+                           on_start=None if quiet else (lambda line: click.echo(line, err=True)))
+    click.echo(_table(run.result))
+    click.echo(f"wrote {', '.join(p.name for p in run.files)} to {out_dir} ({run.meta['wall_time_s']:.1f} s)")
