@@ -223,9 +223,10 @@ PLANTED_FAMILY_SPECS: dict[str, PlantedFamilySpec] = {
     f.name: f
     for f in (
         PlantedFamilySpec("subset", "The head reads a planted half of the layers (uniform weights) and gives the "
-                          "others weight 0, though they carry the same kind of information. Relevant: the read layers."),
-        PlantedFamilySpec("graded", "The head reads all but two layers with planted weights 1 : 2 : 4 : ... in a random "
-                          "order. Relevance: the weight (0 for the two unread layers)."),
+                          "others weight 0, though they carry the same kind of information. Relevant: the read "
+                          "layers."),
+        PlantedFamilySpec("graded", "The head reads all but two layers with planted weights 1 : 2 : 4 : ... in a "
+                          "random order. Relevance: the weight (0 for the two unread layers)."),
         PlantedFamilySpec("noise", "Half of the layers are pure noise (a high-frequency pseudo-random function of the "
                           "input) that the head reads with the same weight as the informative layers, but through a "
                           "shift shared by every class: large logit terms, no effect on any probability. Relevant: "

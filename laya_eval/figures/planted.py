@@ -9,7 +9,8 @@ from laya_eval.figures.style import _finish, _new_figure, _theme, method_label
 
 __all__ = ["planted_figure"]
 
-_VERDICT_VALUE = {"separates": 1.0, "undefined": np.nan}
+# Colour positions: red (fails), grey (undefined, or no interval from one seed), green (separates).
+_VERDICT_VALUE = {"separates": 1.0, "undefined": 0.5, "no interval (one seed)": 0.5}
 
 
 def _recovery_grid(summary: pd.DataFrame) -> pd.DataFrame:
@@ -29,7 +30,8 @@ def _recovery_grid(summary: pd.DataFrame) -> pd.DataFrame:
 def planted_figure(summary: pd.DataFrame, metrics: pd.DataFrame):
     """Two heatmaps: (a) mean AUROC of each method (and of each ablation's own effects) per planted family;
     (b) per metric, family and ablation, whether the metric scores the planted ranking above the inverted and the
-    layer-index ones (green) or not (red; grey: undefined), annotated with the smaller mean margin.
+    layer-index ones (green) or not (red; grey: undefined, or a single seed left), annotated with the smaller mean
+    margin.
 
     Parameters
     ----------
@@ -61,9 +63,9 @@ def planted_figure(summary: pd.DataFrame, metrics: pd.DataFrame):
         ax.set_ylabel("")
         ax.tick_params(axis="y", rotation=0)
         ax = bottom.subplots()
-        sns.heatmap(ok, ax=ax, annot=annot, fmt="", cmap=sns.color_palette(["#d6604d", "#8fd19e"], as_cmap=True),
+        sns.heatmap(ok, ax=ax, annot=annot, fmt="", cmap=sns.color_palette(["#d6604d", "#bdbdbd", "#8fd19e"],
+                                                                           as_cmap=True),
                     vmin=0, vmax=1, linewidths=0.5, cbar=False, annot_kws={"fontsize": 6.5}, mask=ok.isna())
-        ax.set_facecolor("#bdbdbd")
         ax.set_title("(b) does the metric rank the planted attribution above the unfaithful ones?", fontsize=9,
                      loc="left")
         ax.set_xlabel("family / ablation (cells: the smaller mean margin)")
@@ -72,4 +74,5 @@ def planted_figure(summary: pd.DataFrame, metrics: pd.DataFrame):
         ax.tick_params(axis="y", rotation=0)
         return _finish(fig, f"Planted ground truth on digits: {n_seeds} seed(s) per family, head scope",
                        "(b) green: above the inverted and the layer-index rankings beyond seed variation; red: not; "
-                       "grey: undefined.\nCells: the smaller mean margin metric(planted) - metric(other) over seeds")
+                       "grey: undefined or one seed only.\nCells: the smaller mean margin metric(planted) - "
+                       "metric(other) over seeds")

@@ -213,7 +213,8 @@ def _manifest(options: MetaOptions) -> dict[str, Any]:
     from laya_eval.output.files import provenance
     from laya_eval.planted import families
 
-    return {**provenance(), "kind": "meta", "options": asdict(options), "data": "digits (train: adapters, test: evaluation)",
+    return {**provenance(), "kind": "meta", "options": asdict(options),
+            "data": "digits (train: adapters, test: evaluation)",
             "scope": "head", "families": {n: s.description for n, s in PLANTED_FAMILY_SPECS.items()
                                           if n in options.families},
             "references": dict(PLANTED_REFERENCES),

@@ -61,7 +61,8 @@ def _mean_defined(values: np.ndarray) -> tuple[float, int]:
 def _recovery(scores: np.ndarray, relevance: np.ndarray) -> dict[str, float]:
     auroc, n_auroc = _mean_defined(planted_auroc(scores, relevance))
     rho, n_rho = _mean_defined(planted_rank_correlation(scores, relevance))
-    return {"auroc": auroc, "auroc_n_undefined": n_auroc, "rank_correlation": rho, "rank_correlation_n_undefined": n_rho}
+    return {"auroc": auroc, "auroc_n_undefined": n_auroc, "rank_correlation": rho,
+            "rank_correlation_n_undefined": n_rho}
 
 
 def seed_rows(family: str, seed: int, relevance: np.ndarray, results: Mapping) -> list[dict]:
@@ -145,9 +146,10 @@ def metric_verdicts(runs: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 
     ``margin_vs_X`` is, per seed, metric(planted) - metric(X) (all four metrics: higher is better), averaged over
     seeds with its 95% interval. The layer-index margin leaves out the seeds whose planted layers the layer-index
     ranking itself puts first (its AUROC is 1: it is faithful on that model); ``n_seeds_vs_layer_index`` counts the
-    others. Verdict: ``separates`` when both intervals lie above 0; ``fails vs X`` when the
-    interval against X reaches 0 or below (or is undefined on every seed); ``no interval (one seed)``; ``undefined`` when the
-    metric is undefined for the planted ranking on every seed (faithfulness with all effects tied).
+    others. Verdict: ``separates`` when both intervals lie above 0; ``fails vs X`` when the interval against X
+    reaches 0 or below (or is undefined on every seed); ``no interval (one seed)`` when a single seed is left for a
+    margin; ``undefined`` when the metric is undefined for the planted ranking on every seed (faithfulness with all
+    effects tied).
     ``share_seeds_separated``: seeds on which the planted ranking scores strictly above both (above the inverted
     one only, where the layer-index ranking is faithful).
     """
