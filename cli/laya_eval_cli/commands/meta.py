@@ -76,7 +76,7 @@ def meta(out_dir, families, ablations, methods, seeds, first_seed, n_layers, lim
          data_dir, quiet):
     """Score every method, ablation and metric on models whose layer relevance is planted.
 
-    Each planted family (see below) builds, for every seed, a model on the digits training split (scikit-learn's,
+    Each planted family builds, for every seed, a model on the digits training split (scikit-learn's,
     offline) whose relevant layers are known by construction, and evaluates it on the test split at head scope.
     Every method is scored by how well its attributions recover the planted relevance (AUROC, rank
     correlation, intervals over seeds), and every metric (faithfulness, Deletion@1, Deletion@k, AOPC) by
