@@ -260,3 +260,19 @@ def test_cli_runs_and_prints_the_tables(tmp_path):
     # leave-one-out effects of the copies vanish under gate-renorm: Deletion@1 cannot tell the rankings apart
     assert renorm.loc["deletion_at_1", "verdict"] != "separates"
     assert abs(renorm.loc["deletion_at_1", "planted"]) < 1e-9
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    ({"families": ("subset", "bogus")}, r"families must be one of \{subset, .*\}; got 'bogus'"),
+    ({"families": "subset"}, r"families must be a non-empty sequence of names"),
+    ({"ablations": ("gate", "zero", "network")}, r"ablations must be one of \{gate, gate-renorm, zero, mean\}"),
+    ({"n_layers": 3}, r"n_layers must be an integer from 4 to 10; got 3"),
+    ({"seeds": 3, "first_seed": 2**32 - 2}, r"first_seed must be an integer from 0 to 4294967293"),
+    ({"methods": ("gi",)}, r"methods must be among .*got 'gi'"),
+])
+def test_meta_options_name_what_is_wrong(kwargs, pattern):
+    from laya_eval.errors import ConfigError
+    from laya_eval.planted.run import MetaOptions
+
+    with pytest.raises(ConfigError, match=pattern):
+        MetaOptions(**kwargs)

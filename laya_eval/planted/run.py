@@ -33,8 +33,8 @@ import torch
 
 from laya_eval.catalog import (ABLATION_SPECS, BOOTSTRAP_RESAMPLES, EVAL_BATCH_SIZE, PLANTED_FAMILY_SPECS,
                                PLANTED_REFERENCES, MethodSpec)
-from laya_eval.checks import check_choice, check_fields, check_int, check_non_negative_int, check_optional, \
-    check_positive_int, check_seed, fail
+from laya_eval.checks import (check_choice, check_fields, check_int, check_non_negative_int, check_optional,
+                              check_positive_int, fail, is_int)
 from laya_eval.data import load_dataset
 from laya_eval.engine.evaluation import evaluate_ablations
 from laya_eval.engine.methods import AttributionMethod, resolve_methods
@@ -45,6 +45,8 @@ from laya_eval.planted.scoring import metric_verdicts, over_seeds, seed_rows
 
 __all__ = ["MetaOptions", "MetaResult", "meta", "reference_methods"]
 
+#: The largest seed a run may use (the CLI's seed range).
+FIRST_SEED_MAX = 2**32 - 1
 #: Most layers a planted model may have (the exact null of faithfulness is enumerated up to this size).
 MAX_LAYERS = 10
 
@@ -103,7 +105,10 @@ class MetaOptions:
         if self.methods is not None:
             object.__setattr__(self, "methods", tuple(m.name for m in resolve_methods(list(self.methods))))
         check_fields(self, {
-            "seeds": check_positive_int, "first_seed": check_seed, "batch_size": check_positive_int,
+            "seeds": check_positive_int, "batch_size": check_positive_int,
+            # every seed of the run stays within the CLI's (and numpy's legacy) seed range
+            "first_seed": lambda n, v: check_int(n, v, low=0, high=FIRST_SEED_MAX - self.seeds + 1)
+            if is_int(self.seeds) else v,
             "n_steps": check_positive_int, "bootstrap": check_non_negative_int,
             "limit": check_optional(check_positive_int),
             "n_layers": lambda n, v: check_int(n, v, low=MIN_LAYERS, high=MAX_LAYERS),
