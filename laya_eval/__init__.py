@@ -12,7 +12,7 @@ The verbs are functions at the top level; the code lives in rooms named by role 
     loading                              model specs, checkpoints and their schema, probe, feature cache
     engine                               plan -> collect -> merge -> summarize; methods, removals
     training                             the reference protocol, fit-head
-    figures, profiling, sanity_checks, pruning, reporting, sweeps
+    figures, planted, profiling, sanity_checks, pruning, reporting, sweeps
 
 A room imports only rooms listed before it (``tests/test_layout.py`` checks every import).
 The names below are imported lazily (PEP 562), so ``import laya_eval`` and the CLI's ``--help``
@@ -46,6 +46,7 @@ VERBS = {
     "prune_to_folder": "laya_eval.pruning.output:prune_to_folder",
     "report": "laya_eval.reporting.write:report",
     "sweep": "laya_eval.sweeps.run:sweep",
+    "meta": "laya_eval.planted.run:meta",
     "load_model": "laya_eval.loading.specs:load_model",
     "save_checkpoint": "laya_eval.loading.checkpoints:save_checkpoint",
     "import_keras": "laya_eval.loading.keras_import:import_keras",
@@ -94,6 +95,9 @@ _NAMES = {
     "PruneOptions": "laya_eval.pruning.options",
     "load_runs": "laya_eval.reporting.runs",
     "write_report": "laya_eval.reporting.write",
+    "MetaOptions": "laya_eval.planted.run",
+    "MetaResult": "laya_eval.planted.run",
+    "build_planted": "laya_eval.planted.families",
 }
 
 #: Old top-level names kept for a while: each warns and names its replacement.

@@ -40,6 +40,9 @@ __all__ = [
     "BACKBONE_NAMES",
     "DISTANCE_SPECS",
     "DistanceSpec",
+    "PLANTED_FAMILY_SPECS",
+    "PLANTED_REFERENCES",
+    "PlantedFamilySpec",
     "HEAD_NAMES",
     "METHOD_SPECS",
     "ABLATION_SPECS",
@@ -50,6 +53,7 @@ __all__ = [
     "distance_names",
     "in_registry_order",
     "method_names",
+    "planted_family_names",
 ]
 
 SCOPES = ("head", "network")
@@ -200,6 +204,49 @@ DISTANCE_SPECS: dict[str, DistanceSpec] = {
     )
 }
 
+@dataclass(frozen=True)
+class PlantedFamilySpec:
+    """A family of models whose layer relevance is known by construction (``laya-eval meta``).
+
+    Attributes
+    ----------
+    name : str
+    description : str
+        What is planted and which layers count as relevant.
+    """
+
+    name: str
+    description: str
+
+
+PLANTED_FAMILY_SPECS: dict[str, PlantedFamilySpec] = {
+    f.name: f
+    for f in (
+        PlantedFamilySpec("subset", "The head reads a planted half of the layers (uniform weights) and gives the "
+                          "others weight 0, though they carry the same kind of information. Relevant: the read "
+                          "layers."),
+        PlantedFamilySpec("graded", "The head reads all but two layers with planted weights 1 : 2 : 4 : ... in a "
+                          "random order. Relevance: the weight (0 for the two unread layers)."),
+        PlantedFamilySpec("noise", "Half of the layers are pure noise (a high-frequency pseudo-random function of the "
+                          "input) that the head reads with the same weight as the informative layers, but through a "
+                          "shift shared by every class: large logit terms, no effect on any probability. Relevant: "
+                          "the informative layers."),
+        PlantedFamilySpec("redundant", "Identity blocks copy one layer into the next ones: half of the layers are "
+                          "exact copies of one state, and only they are read (equal weights, one adapter). "
+                          "Relevant: the copies."),
+        PlantedFamilySpec("cancel", "A layer and its identity-block copy are read with opposite adapters, so their "
+                          "terms cancel exactly on every input; some other layers are read. Relevant: the other "
+                          "read layers; the cancelling pair's net contribution is 0."),
+    )
+}
+
+#: The reference attributions ``laya-eval meta`` scores besides the methods, built from the planted relevance r.
+PLANTED_REFERENCES: dict[str, str] = {
+    "planted": "Ranks the layers by the planted relevance r (the faithful attribution by construction).",
+    "inverted": "Ranks the layers by -r (unfaithful by construction).",
+    "layer_index": "Ranks deeper layers first (score = layer index), whatever the model reads.",
+}
+
 # Heads and trainable backbones by registry name (laya_eval.models.heads.HEADS and laya_eval.models.backbones.BACKBONES check
 # at import that they implement these; 'modules' wraps a Python object and is not a CLI choice).
 HEAD_NAMES = ("lastlayer", "concat", "scalarmix", "laya")
@@ -220,6 +267,11 @@ def in_registry_order(methods) -> list[str]:
 def ablation_names() -> list[str]:
     """Registered ablation names, in registry order."""
     return list(ABLATION_SPECS)
+
+
+def planted_family_names() -> list[str]:
+    """The planted families of ``laya-eval meta``, in registry order."""
+    return list(PLANTED_FAMILY_SPECS)
 
 
 def distance_names() -> list[str]:

@@ -162,7 +162,8 @@ def test_no_module_shares_a_verbs_name():
 
 
 @pytest.mark.parametrize("verb", ["evaluate", "evaluate_to_folder", "fit_head", "train", "profile", "sanity",
-                                  "prune", "report", "sweep", "load_model", "save_checkpoint", "import_keras"])
+                                  "prune", "report", "sweep", "meta", "load_model", "save_checkpoint",
+                                  "import_keras"])
 def test_every_verb_is_a_function_at_the_top(verb):
     import inspect
 

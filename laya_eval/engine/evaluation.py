@@ -27,7 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from laya_eval.engine.methods import MethodContext, layer_gradients
+from laya_eval.engine.methods import AttributionMethod, MethodContext, layer_gradients
+from laya_eval.errors import ConfigError
 from laya_eval.catalog import ABLATIONS
 from laya_eval.data import Dataset
 from laya_eval.engine.dataset_stats import DatasetStatistics, batch_statistics
@@ -194,6 +195,7 @@ def evaluate_ablations(
     world: World = SINGLE_PROCESS,
     partial_dir: str | os.PathLike | None = None,
     resume: bool = False,
+    extra_methods: Sequence[AttributionMethod] = (),
 ) -> dict[str, EvaluationResult] | None:
     """Score several ablations from one pass: attributions (IG above all) are computed once.
 
@@ -209,6 +211,9 @@ def evaluate_ablations(
         Keep per-chunk records under ``partial_dir/.partial`` so that an interrupted run can resume.
     resume : bool
         Reuse the partial records of an earlier attempt with the same options.
+    extra_methods : sequence of AttributionMethod
+        Attributions computed in code, scored after the registered methods exactly like them. Their code is
+        not part of a run key, so they cannot be combined with ``partial_dir``.
 
     Returns
     -------
@@ -221,7 +226,10 @@ def evaluate_ablations(
     >>> results["mean"].summary[["method", "faithfulness"]]  # doctest: +SKIP
     """
     options = options or EvalOptions()
-    plan = make_plan(model, data, ablations, options=options, data_dir=data_dir, world=world)
+    if extra_methods and partial_dir is not None:
+        raise ConfigError("extra methods cannot be kept as partial results: their code is not part of the run key.")
+    plan = make_plan(model, data, ablations, options=options, data_dir=data_dir, world=world,
+                     extra_methods=extra_methods)
     start, stop = world.shard(len(plan.data))
     partial = None if partial_dir is None else PartialStore(partial_dir, plan.key(), resume=resume)
     tick = None

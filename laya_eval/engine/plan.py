@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from laya_eval.engine.methods import AttributionMethod, applicable, resolve_methods
+from laya_eval.engine.methods import METHODS, AttributionMethod, applicable, resolve_methods
 from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, BOOTSTRAP_RESAMPLES, CHUNK_SIZE, EVAL_BATCH_SIZE
 from laya_eval.checks import (check_fields, check_int, check_non_negative_int, check_number, check_optional,
                               check_positive_int)
@@ -28,7 +28,7 @@ from laya_eval.engine.partial import run_key
 from laya_eval.engine.removals import check_ablations
 from laya_eval.stats import DEFAULT_RTOL
 
-__all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "make_plan"]
+__all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "check_extra_methods", "make_plan"]
 
 #: Evaluation seeds stay below 2**63 (they are stored and passed on as signed 64-bit integers).
 EVAL_SEED_MAX = 2**63 - 1
@@ -125,9 +125,29 @@ def _resolve_data(model: LayeredModel, data: Dataset | str | None, options: Eval
                         allow_nonfinite=options.allow_nonfinite)
 
 
+def check_extra_methods(extra: Sequence[AttributionMethod]) -> tuple[AttributionMethod, ...]:
+    """Methods given in code besides the registry's: each an :class:`AttributionMethod` with a name of its own."""
+    extra = tuple(extra)
+    for m in extra:
+        if not isinstance(m, AttributionMethod):
+            raise ConfigError(f"extra methods must be AttributionMethod objects; got {type(m).__name__}.")
+    names = [m.name for m in extra]
+    for k, name in enumerate(names):
+        if name in METHODS:
+            raise ConfigError(f"an extra method may not take a registered method's name; got {name!r}.")
+        if name in names[:k]:
+            raise ConfigError(f"extra method names must be unique; got {name!r} twice.")
+    return extra
+
+
 def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | None, ablations: Sequence[str], *,
-              options: EvalOptions, data_dir: Any = None, world: World = SINGLE_PROCESS) -> Plan:
-    """Resolve model, data, methods and needs; every user error is raised here, before any work."""
+              options: EvalOptions, data_dir: Any = None, world: World = SINGLE_PROCESS,
+              extra_methods: Sequence[AttributionMethod] = ()) -> Plan:
+    """Resolve model, data, methods and needs; every user error is raised here, before any work.
+
+    ``extra_methods`` are scored after the registered ones, exactly like them (an attribution computed in code,
+    e.g. a known ranking of the layers)."""
+    extra = check_extra_methods(extra_methods)
     ablations = check_ablations(ablations, options.scope)
     device = resolve_device(world.device(options.device))
     model, ckpt = _resolve_model(model, device, options)
@@ -140,7 +160,7 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
         data = data.subset(slice(0, options.limit))
     model.check_fits(data)
     methods, notes = [], []
-    for m in resolve_methods(None if options.methods is None else list(options.methods)):
+    for m in [*resolve_methods(None if options.methods is None else list(options.methods)), *extra]:
         reason = applicable(m, model)
         (notes.append(f"skipped {reason}") if reason else methods.append(m))
     needs = [n for m in methods for n in m.needs] + [n for a in ablations for n in ABLATION_SPECS[a].needs]

@@ -1,0 +1,249 @@
+"""``laya_eval.meta``: every planted family and seed through the evaluation engine, scored against the truth.
+
+For each family (``catalog.PLANTED_FAMILY_SPECS``) and seed, :func:`~laya_eval.planted.families.build_planted`
+builds a model on the digits training split; :func:`laya_eval.engine.evaluation.evaluate_ablations` evaluates it
+on the test split under every ablation (head scope), with the three reference attributions of
+``catalog.PLANTED_REFERENCES`` scored as extra methods beside the registered ones. The tables:
+
+``meta.csv``
+    One row per (family, ablation, method): recovery of the planted relevance (AUROC, rank correlation) and the
+    metrics (faithfulness, Deletion@1, Deletion@k, AOPC), each a mean over seeds with its 95% interval. Method
+    ``lolo_effect`` is the ablation's own leave-one-layer-out effect used as the scores: whether the removal
+    itself sees the planted relevance.
+``metrics.csv``
+    One row per (family, ablation, metric): does the metric put the planted ranking above the inverted one and
+    the layer-index one (:func:`~laya_eval.planted.scoring.metric_verdicts`)?
+``seeds.csv``, ``models.csv``
+    The per-seed values behind both, and each planted model (relevance, weights, roles, accuracy).
+
+plus ``meta.<format>`` (the figure) and ``manifest.json``, written as one folder replaced whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from laya_eval.catalog import (ABLATION_SPECS, BOOTSTRAP_RESAMPLES, EVAL_BATCH_SIZE, PLANTED_FAMILY_SPECS,
+                               PLANTED_REFERENCES, MethodSpec)
+from laya_eval.checks import (check_choice, check_fields, check_int, check_non_negative_int, check_optional,
+                              check_positive_int, fail, is_int)
+from laya_eval.data import load_dataset
+from laya_eval.engine.evaluation import evaluate_ablations
+from laya_eval.engine.methods import AttributionMethod, resolve_methods
+from laya_eval.engine.plan import EvalOptions
+from laya_eval.errors import ConfigError
+from laya_eval.planted.families import MIN_LAYERS, PlantedModel, build_planted
+from laya_eval.planted.scoring import metric_verdicts, over_seeds, seed_rows
+
+__all__ = ["MetaOptions", "MetaResult", "meta", "reference_methods"]
+
+#: The largest seed a run may use (the CLI's seed range).
+FIRST_SEED_MAX = 2**32 - 1
+#: Most layers a planted model may have (the exact null of faithfulness is enumerated up to this size).
+MAX_LAYERS = 10
+
+
+def _names(name: str, values: Any, choices) -> tuple[str, ...]:
+    if isinstance(values, str) or not values:
+        raise fail(name, f"a non-empty sequence of names among {{{', '.join(choices)}}}", values)
+    for v in values:
+        check_choice(name, v, choices)
+    return tuple(dict.fromkeys(values))
+
+
+@dataclass(frozen=True)
+class MetaOptions:
+    """Options of ``laya-eval meta``.
+
+    Attributes
+    ----------
+    families : tuple of str
+        Planted families (default: all).
+    ablations : tuple of str
+        Head-scope ablations (default: all of them).
+    methods : tuple of str or None
+        Registered methods to score (default: all).
+    seeds : int
+        Planted models per family: seeds ``first_seed .. first_seed + seeds - 1``.
+    first_seed : int
+    n_layers : int
+        L of every planted model.
+    limit : int or None
+        Evaluate only the first N test samples.
+    batch_size, n_steps : int
+        As for :class:`~laya_eval.engine.plan.EvalOptions`.
+    bootstrap : int
+        Resamples of the intervals over seeds.
+    fmt : {"png", "svg", "pdf"}
+        The figure's format.
+    """
+
+    families: tuple[str, ...] = tuple(PLANTED_FAMILY_SPECS)
+    ablations: tuple[str, ...] = tuple(a for a, s in ABLATION_SPECS.items() if "head" in s.scopes)
+    methods: tuple[str, ...] | None = None
+    seeds: int = 5
+    first_seed: int = 0
+    n_layers: int = 6
+    limit: int | None = None
+    batch_size: int = EVAL_BATCH_SIZE
+    n_steps: int = 50
+    bootstrap: int = BOOTSTRAP_RESAMPLES
+    fmt: str = "png"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "families", _names("families", self.families, list(PLANTED_FAMILY_SPECS)))
+        heads = [a for a, s in ABLATION_SPECS.items() if "head" in s.scopes]
+        object.__setattr__(self, "ablations", _names("ablations", self.ablations, heads))
+        if self.methods is not None:
+            object.__setattr__(self, "methods", tuple(m.name for m in resolve_methods(list(self.methods))))
+        check_fields(self, {
+            "seeds": check_positive_int, "batch_size": check_positive_int,
+            # every seed of the run stays within the CLI's (and numpy's legacy) seed range
+            "first_seed": lambda n, v: check_int(n, v, low=0, high=FIRST_SEED_MAX - self.seeds + 1)
+            if is_int(self.seeds) else v,
+            "n_steps": check_positive_int, "bootstrap": check_non_negative_int,
+            "limit": check_optional(check_positive_int),
+            "n_layers": lambda n, v: check_int(n, v, low=MIN_LAYERS, high=MAX_LAYERS),
+            "fmt": lambda n, v: check_choice(n, v, ("png", "svg", "pdf")),
+        })
+
+
+@dataclass
+class MetaResult:
+    """The tables of :func:`meta` (see the module docstring) and the manifest."""
+
+    summary: pd.DataFrame
+    metrics: pd.DataFrame
+    seeds: pd.DataFrame
+    models: pd.DataFrame
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def _fixed(values: torch.Tensor):
+    def scores(tr, model, *, target, context):
+        return values.to(tr.terms).expand(tr.n_samples, -1)
+
+    return scores
+
+
+def reference_methods(relevance: np.ndarray) -> tuple[AttributionMethod, ...]:
+    """The reference attributions of ``catalog.PLANTED_REFERENCES`` for a planted relevance (L,), as engine methods."""
+    r = torch.as_tensor(np.asarray(relevance, dtype=np.float64))
+    values = {"planted": r, "inverted": -r, "layer_index": torch.arange(1, r.numel() + 1, dtype=torch.float64)}
+    return tuple(AttributionMethod(MethodSpec(name, PLANTED_REFERENCES[name], baseline=True), _fixed(values[name]))
+                 for name in PLANTED_REFERENCES)
+
+
+def _model_row(pm: PlantedModel, result) -> dict[str, Any]:
+    samples = result.samples.drop_duplicates("sample")
+    return {"family": pm.family, "seed": pm.seed, "relevance": " ".join(f"{v:g}" for v in pm.plan.relevance),
+            "weights": " ".join(f"{v:.4g}" for v in pm.plan.weights), "roles": " ".join(pm.plan.roles),
+            "kinds": " ".join(pm.plan.kinds), "n": len(samples),
+            "accuracy": float((samples["label"] == samples["pred"]).mean()),
+            "mean_confidence": float(samples["confidence"].mean())}
+
+
+def _evaluate(pm: PlantedModel, test, options: MetaOptions) -> dict:
+    eval_options = EvalOptions(methods=options.methods, batch_size=options.batch_size, seed=pm.seed, bootstrap=0,
+                               n_steps=options.n_steps, limit=options.limit)
+    return evaluate_ablations(pm.model, test, options.ablations, options=eval_options,
+                              extra_methods=reference_methods(pm.relevance))
+
+
+def meta(out_dir: str | os.PathLike | None = None, options: MetaOptions | None = None, *,
+         data_dir: str | os.PathLike | None = None, progress: Any = None) -> MetaResult:
+    """Score every method, ablation and metric on models whose layer relevance is planted.
+
+    Parameters
+    ----------
+    out_dir : path, optional
+        Where to write the result folder (replaced whole; checked before any work).
+    options : MetaOptions
+    data_dir : path, optional
+        Where to look for the dataset files (digits ships with scikit-learn: nothing is downloaded).
+    progress : tqdm-like, optional
+        Its ``total`` is set to the number of planted models and ``update(1)`` called after each.
+
+    Returns
+    -------
+    MetaResult
+
+    Examples
+    --------
+    >>> result = meta("meta-out", MetaOptions(seeds=3))  # doctest: +SKIP
+    >>> result.metrics[["family", "ablation", "metric", "verdict"]]  # doctest: +SKIP
+    """
+    from laya_eval.output.files import check_output_folder
+
+    options = options or MetaOptions()
+    if not isinstance(options, MetaOptions):
+        raise ConfigError(f"options must be a MetaOptions; got {type(options).__name__}.")
+    if out_dir is not None:
+        check_output_folder(out_dir)
+    train = load_dataset("digits", "train", data_dir=data_dir)
+    test = load_dataset("digits", "test", data_dir=data_dir)
+    if options.limit is not None and options.limit > len(test):
+        raise ConfigError(f"limit {options.limit} is larger than the {len(test)} samples of 'digits' (test).")
+    seeds = range(options.first_seed, options.first_seed + options.seeds)
+    if progress is not None:
+        progress.total = len(options.families) * len(seeds)
+        progress.refresh()
+    rows, models = [], []
+    for family in options.families:
+        for seed in seeds:
+            pm = build_planted(family, seed, train, n_layers=options.n_layers)
+            results = _evaluate(pm, test, options)
+            rows.extend(seed_rows(family, seed, pm.relevance, results))
+            models.append(_model_row(pm, next(iter(results.values()))))
+            if progress is not None:
+                progress.update(1)
+    runs = pd.DataFrame(rows)
+    result = MetaResult(summary=over_seeds(runs, n_resamples=options.bootstrap, seed=options.first_seed),
+                        metrics=metric_verdicts(runs, n_resamples=options.bootstrap, seed=options.first_seed),
+                        seeds=runs, models=pd.DataFrame(models), manifest=_manifest(options))
+    if out_dir is not None:
+        write_meta(result, out_dir, fmt=options.fmt)
+    return result
+
+
+def _manifest(options: MetaOptions) -> dict[str, Any]:
+    from laya_eval.output.files import provenance
+    from laya_eval.planted import families
+
+    return {**provenance(), "kind": "meta", "options": asdict(options),
+            "data": "digits (train: adapters, test: evaluation)",
+            "scope": "head", "families": {n: s.description for n, s in PLANTED_FAMILY_SPECS.items()
+                                          if n in options.families},
+            "references": dict(PLANTED_REFERENCES),
+            "construction": {"layer_width": families.LAYER_WIDTH, "logit_scale": families.LOGIT_SCALE,
+                             "noise_frequency": families.NOISE_FREQUENCY, "unread_score": families.UNREAD_SCORE,
+                             "shift_gain": families.SHIFT_GAIN, "ridge": families.RIDGE},
+            "intervals": "95% percentile bootstrap over seeds of the per-seed values; none with fewer than two "
+                         "defined seeds (empty in the CSV, n/a in words)",
+            "auroc": "share of (relevant, irrelevant) layer pairs ordered correctly, ties 1/2, per sample, averaged",
+            "deletion_at_k": "Deletion@k with k = the number of planted-relevant layers (column k)"}
+
+
+def write_meta(result: MetaResult, out_dir: str | os.PathLike, *, fmt: str = "png") -> list[Path]:
+    """Write ``meta.csv``, ``metrics.csv``, ``seeds.csv``, ``models.csv``, ``meta.<fmt>`` and ``manifest.json`` as
+    the whole content of ``out_dir``."""
+    from laya_eval.figures import figure_bytes
+    from laya_eval.figures.planted import planted_figure
+    from laya_eval.output.files import sha256_bytes, write_result_folder
+
+    csv = {"index": False, "float_format": "%.6g", "lineterminator": "\n"}
+    files = {name: table.to_csv(**csv).encode() for name, table in (
+        ("meta.csv", result.summary), ("metrics.csv", result.metrics), ("seeds.csv", result.seeds),
+        ("models.csv", result.models))}
+    files[f"meta.{fmt}"] = figure_bytes(planted_figure(result.summary, result.metrics), fmt)
+    manifest = {**result.manifest, "files": {name: sha256_bytes(data) for name, data in files.items()}}
+    files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
+    return write_result_folder(out_dir, files)
