@@ -158,3 +158,19 @@ def test_make_demo_prints_the_readme_table(tmp_path, monkeypatch):
     block = next(b for b in read_blocks(ROOT / "README.md") if b.lang == "console" and commands(b.body) == ["make demo"])
     assert block.output is not None and "+0." in block.output
     assert output_matches(block.output, printed), printed
+
+
+def test_output_comparison_can_fail(tmp_path):
+    """Shown output against printed output: durations masked, ``...`` for left-out lines, anything else exact."""
+    printed = "trained (epochs 11, 1.5 s)\nmethod  faithfulness\nlaya    +0.8926\nrandom  +0.0056\ndone in 7.6 s\n"
+    assert output_matches("trained (epochs 11, 3.1 s)\nmethod  faithfulness\nlaya    +0.8926\nrandom  +0.0056\n"
+                          "done in 2 s\n", printed)
+    assert output_matches("...\nlaya    +0.8926\n...\n", printed)
+    assert output_matches("trained (epochs 11, 1.5 s)\n...\ndone in 7.6 s", printed)
+    assert not output_matches("...\nlaya    +0.8927\n...\n", printed)  # one digit off
+    assert not output_matches("trained (epochs 12, 1.5 s)\n...\n", printed)
+    assert not output_matches("method  faithfulness\nlaya    +0.8926\n", printed)  # lines left out without ...
+    page = tmp_path / "page.md"
+    page.write_text("```console\n$ laya-eval info x.pt\n```\n```text\nshown\n```\n\nprose\n\n```text\nalone\n```\n")
+    blocks = read_blocks(page)
+    assert [(b.lang, b.output) for b in blocks] == [("console", "shown\n"), ("text", None)]
