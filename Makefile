@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := demo-out
 
-.PHONY: demo test test-fast test-fresh setup clean
+.PHONY: demo test test-fast test-fresh docs setup clean
 
 # One CPU thread: training with 1 and with 2 threads gives different weights (multi-threaded
 # kernels split their sums differently), and torch's default thread count depends on the machine; pinned,
@@ -44,5 +44,10 @@ demo: $(STAMP)
 	$(BIN)/laya-eval faithfulness $(DEMO)/digits-laya.pt --out $(DEMO)/faithfulness-laya
 	$(BIN)/laya-eval faithfulness $(DEMO)/digits-scalarmix.pt --out $(DEMO)/faithfulness-scalarmix
 
+# The documentation site: docs/*.md and the API reference from the docstrings, built offline into site/;
+# --strict turns every warning (a broken link, a docstring mkdocstrings cannot read) into a failure.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) $(DEMO) .pytest_cache
+	rm -rf $(VENV) $(DEMO) site .pytest_cache

@@ -1,4 +1,4 @@
-"""User code for the bring-your-own-model tests and README recipes (imported through ``py:`` specs).
+"""User code for the bring-your-own-model tests (imported through ``py:`` specs).
 
 Nothing here belongs to laya-eval: it stands for a researcher's own module.
 """

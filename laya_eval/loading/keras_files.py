@@ -11,7 +11,7 @@ file, and only hard links are followed (an external link could name any other fi
 The training state Keras saves with a compiled model (``optimizer/``, metric variables) is skipped.
 A Keras 2 (TF-Keras) ``.h5`` file has another layout and is refused with a line saying so.
 
-See ``docs/keras.md``.
+See ``docs/commands/import-keras.md``.
 """
 
 from __future__ import annotations

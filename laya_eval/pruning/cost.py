@@ -4,7 +4,7 @@ depth d take?
 A backbone is a *chain* when one forward pass runs its layer modules (``layer_modules()``) once each, in layer
 order: then the layers after the deepest kept one need not run at all. The latency of depth d is measured by
 running the backbone with a forward hook on layer d's module that stops the pass there. Measurements are
-timings of this machine, never asserted in tests (benchmarks hold them).
+timings of the machine they run on, never asserted in tests (benchmarks hold them).
 """
 
 from __future__ import annotations

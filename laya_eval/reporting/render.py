@@ -94,7 +94,9 @@ _STYLE = ("body{font-family:system-ui,sans-serif;max-width:1150px;margin:2em aut
           "figcaption{font-size:.85em;color:#555;max-width:60em}nav{background:#f7f7f7;padding:.4em 1.2em;"
           "border:1px solid #ddd;display:inline-block}nav ul{margin:.3em 0;padding-left:1.2em}"
           "details{margin:.4em 0 .8em;border-left:3px solid #ddd;padding-left:.8em}"
-          "summary{cursor:pointer;font-weight:600;margin:.3em 0}h2{margin-top:1.6em;border-bottom:1px solid #eee}")
+          "summary{cursor:pointer;font-weight:600;margin:.3em 0}h2{margin-top:1.6em;border-bottom:1px solid #eee}"
+          # A narrow window (a phone) scrolls a wide table inside its own box instead of widening the page.
+          ".wide{overflow-x:auto;max-width:100%}p,li,figcaption{overflow-wrap:anywhere}")
 
 
 def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -102,13 +104,14 @@ def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     cls = ['' if not _numeric(rows, k) else ' class="num"' for k in range(len(header))]
     head = "".join(f"<th{c}>{esc(h)}</th>" for c, h in zip(cls, header))
     body = "".join("<tr>" + "".join(f"<td{c}>{esc(v)}</td>" for c, v in zip(cls, row)) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _html(blocks: Sequence[tuple], embeds: dict[str, tuple[str, bytes]]) -> str:
     esc = lambda text: html.escape(str(text), quote=True)  # noqa: E731
     title = next((b[1] for b in blocks if b[0] == "h1"), "report")
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{esc(title)}</title>",
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<title>{esc(title)}</title>",
              f"<style>{_STYLE}</style></head><body>"]
     for block in blocks:
         kind = block[0]

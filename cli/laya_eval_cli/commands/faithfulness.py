@@ -50,7 +50,7 @@ def _table(summary) -> str:
 @split_option
 @methods_option
 @click.option("--ablation", default="gate", show_default=True,
-              help="How a layer is removed: gate, gate-renorm, zero or mean (see README). Several, comma-separated, "
+              help="How a layer is removed: gate, gate-renorm, zero or mean (docs/concepts/ablations.md). Several, comma-separated, "
                    "share one pass (attributions are computed once) and write one subfolder of --out each.")
 @click.option("--scope", default="head", show_default=True, type=click.Choice(["head", "network"]),
               help="head: direct effect on cached hidden states; network: replace inside the backbone.")

@@ -32,7 +32,7 @@ def import_keras(keras_file, out, tau, input_shape):
 
     The reference architecture: Dense -> LayerNormalization -> GELU blocks, one Dense adapter per block, a
     scorer Dense(gelu) -> Dense(L), softmax(scores / tau) and a Dense classifier. No Keras or TensorFlow is
-    imported and nothing in the file runs. See docs/keras.md.
+    imported and nothing in the file runs. See docs/commands/import-keras.md.
 
     Example: laya-eval import-keras laya.keras --input-shape 1,28,28 --out laya.pt
     """

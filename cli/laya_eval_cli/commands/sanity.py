@@ -46,7 +46,7 @@ def _table(result) -> str:
 @click.option("--similarity", default="across_samples", show_default=True,
               type=click.Choice(["across_samples", "per_sample"]),
               help="across_samples: per layer, rho over samples, averaged over layers; per_sample: rho over layers "
-                   "within each sample, averaged over samples (see README).")
+                   "within each sample, averaged over samples (docs/concepts/sanity.md).")
 @click.option("--roar-seeds", default=3, show_default=True, type=click.IntRange(min=1),
               help="Training seeds for layer-ROAR.")
 @retrain_options("retrained head", patience=RETRAIN_PATIENCE)

@@ -19,7 +19,7 @@ from laya_eval.errors import ConfigError
 Replacement = Callable[[Tensor], Tensor]
 
 
-# --------------------------------------------------------------------------- helpers
+# --------------------------------------------------------------------------- argument checks
 def _positive_ints(name: str, values: Any) -> list[int]:
     if (isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values
             or not all(is_int(v) and v > 0 for v in values)):
