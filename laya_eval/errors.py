@@ -31,3 +31,8 @@ class ResultsError(DataError):
 
 class TrainingError(LayaEvalError):
     """Training diverged (a non-finite loss or weights); nothing is saved."""
+
+
+class RecomputedWarning(UserWarning):
+    """A cache entry or a partial result could not be trusted (damaged, truncated, not a regular file)
+    and is recomputed instead of being used."""

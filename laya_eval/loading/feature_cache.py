@@ -2,21 +2,29 @@
 
 A frozen backbone is encoded once: its hidden states (pooled to (N, d_i), as the heads pool
 them) are streamed batch by batch into ``.npy`` files under a folder named by a key over
-(model spec, weights hash, layers, pooling, data name, split, size, preprocessing and a sha256
-of the inputs and labels). A second request with the
+everything that decides them: the backbone's reference (``backbone.config()``: the model spec,
+the layers and pooling, the sha256 of the weights and, for ``hf:`` models, of every config,
+tokenizer and processor file of the model folder, for ``py:`` factories of the module's source,
+the callable's source and any extra source files named with ``sources``), the data's name,
+split, size and preprocessing, and a sha256 of the inputs and labels. A second request with the
 same key reads the files and does not run the backbone; training a head, sanity checks and
 pruning reuse them (:func:`laya_eval.training.trainer.train_head`).
 
 The cache folder is ``cache_dir``, else ``$LAYA_EVAL_CACHE/features``, else
 ``~/.cache/laya-eval/features``. A folder is complete once its ``meta.json`` exists
-(written last, atomically); a half-written one is rebuilt.
+(written last, atomically); a half-written one is rebuilt. ``meta.json`` records the shape,
+dtype and sha256 of every array file; a read checks all three (and that each file is a regular
+file no larger than its shape allows) before an array is used. An entry that fails any check is
+never trusted: it is removed and recomputed with one :class:`~laya_eval.errors.RecomputedWarning`.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -25,12 +33,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from laya_eval.errors import DataError
-from laya_eval.output.files import data_content_sha256, json_sha256
+from laya_eval.errors import DataError, RecomputedWarning
+from laya_eval.output.files import data_content_sha256, file_sha256, json_sha256, sha256_bytes
+from laya_eval.output.reading import UnsafeFile, read_regular_file
 
 __all__ = ["Features", "cache_root", "extract_features", "feature_key", "known_layer_dims", "remember_layer_dims"]
 
 ENV_VAR = "LAYA_EVAL_CACHE"
+#: The largest ``meta.json`` read (the key and one record per array).
+MAX_META_BYTES = 4 << 20
+#: Bytes an ``.npy`` header may add to its array's data (numpy pads headers to 64 or 4096 bytes).
+NPY_HEADER_BYTES = 1 << 16
+_FORMAT = 2
 
 
 @dataclass
@@ -78,7 +92,7 @@ def feature_key(backbone_config: dict[str, Any], data: Any) -> dict[str, Any]:
     data : Dataset
     """
     return {"backbone": backbone_config, "data": data.name, "split": data.split, "n": len(data),
-            "preprocessing": data.preprocessing, "content_sha256": _content_sha256(data), "format": 1}
+            "preprocessing": data.preprocessing, "content_sha256": _content_sha256(data), "format": _FORMAT}
 
 
 def _content_sha256(data: Any) -> str:
@@ -90,21 +104,65 @@ def _digest(key: dict[str, Any]) -> str:
     return json_sha256(key)[:32]
 
 
-def _read(folder: Path, key: dict[str, Any]) -> Features | None:
-    meta_path = folder / "meta.json"
-    if not meta_path.is_file():
-        return None
+class _BadEntry(Exception):
+    """A cache entry that exists but fails a check (the message says which)."""
+
+
+def _read_array(folder: Path, name: str, record: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """One array file, checked against its ``meta.json`` record and the shape the key implies."""
+    if not isinstance(record, dict) or record.get("dtype") != dtype.str or record.get("shape") != list(shape):
+        raise _BadEntry(f"{name}: meta.json records {record!r:.120}, expected {dtype.str} {list(shape)}")
+    limit = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize + NPY_HEADER_BYTES
     try:
-        meta = json.loads(meta_path.read_text())
-        if meta.get("key") != json.loads(json.dumps(key, sort_keys=True, default=str)):
-            return None
-        hidden = [torch.from_numpy(np.load(folder / f"layer{i}.npy", mmap_mode="r", allow_pickle=False).copy())
-                  for i in range(int(meta["n_layers"]))]
-        y = torch.from_numpy(np.load(folder / "y.npy", allow_pickle=False).copy())
-    except (OSError, ValueError, KeyError) as err:
-        raise DataError(f"the feature cache '{folder}' is unreadable ({err}); "
-                        "delete the folder to rebuild it.") from None
-    return Features(hidden=hidden, y=y, path=folder, reused=True, key=key)
+        raw = read_regular_file(folder / name, limit)
+    except UnsafeFile as err:
+        raise _BadEntry(str(err)) from None
+    if sha256_bytes(raw) != record.get("sha256"):
+        raise _BadEntry(f"{name}: its sha256 differs from the one recorded (damaged bytes)")
+    try:
+        array = np.load(io.BytesIO(raw), allow_pickle=False)
+    except Exception as err:  # noqa: BLE001 - any failure to parse the bytes means a damaged file
+        raise _BadEntry(f"{name}: not a readable .npy file ({type(err).__name__})") from None
+    if not isinstance(array, np.ndarray) or array.dtype != dtype or array.shape != shape:
+        raise _BadEntry(f"{name}: holds {getattr(array, 'dtype', '?')} {getattr(array, 'shape', '?')}, "
+                        f"expected {dtype} {shape}")
+    return array
+
+
+def _read(folder: Path, key: dict[str, Any], data: Any) -> Features | None:
+    """The entry in ``folder``; None when there is none, :class:`_BadEntry` when it fails a check."""
+    if not os.path.lexists(folder):
+        return None
+    if folder.is_symlink() or not folder.is_dir():
+        raise _BadEntry("the entry is not a folder")
+    if not os.path.lexists(folder / "meta.json"):
+        return None  # half-written: rebuilt without a word
+    try:
+        meta = json.loads(read_regular_file(folder / "meta.json", MAX_META_BYTES))
+    except UnsafeFile as err:
+        raise _BadEntry(str(err)) from None
+    except (ValueError, RecursionError):
+        raise _BadEntry("meta.json is not JSON") from None
+    if not isinstance(meta, dict) or meta.get("key") != json.loads(json.dumps(key, sort_keys=True, default=str)):
+        raise _BadEntry("meta.json records another key")
+    dims, arrays, n = meta.get("layer_dims"), meta.get("arrays"), len(data)
+    if not (isinstance(dims, list) and dims and all(isinstance(d, int) and 0 < d < 1 << 24 for d in dims)
+            and isinstance(arrays, dict)):
+        raise _BadEntry("meta.json lacks valid layer sizes and array records")
+    hidden = [torch.from_numpy(_read_array(folder, f"layer{i}.npy", arrays.get(f"layer{i}.npy"),
+                                           np.dtype(np.float32), (n, d))) for i, d in enumerate(dims)]
+    y = _read_array(folder, "y.npy", arrays.get("y.npy"), np.dtype(np.int64), (n,))
+    if not np.array_equal(y, data.y.numpy()):
+        raise _BadEntry("y.npy holds other labels than the data")
+    return Features(hidden=hidden, y=torch.from_numpy(y), path=folder, reused=True, key=key)
+
+
+def _remove(path: Path) -> None:
+    """Remove a cache entry whatever it is (a folder, a symlink to one, a FIFO, a file)."""
+    if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
 
 
 def extract_features(
@@ -135,24 +193,41 @@ def extract_features(
     Features
     """
     folder = cache_root(cache_dir) / _digest(key)
-    cached = _read(folder, key)
+    try:
+        cached = _read(folder, key, data)
+    except _BadEntry as err:
+        warnings.warn(f"the feature cache entry '{folder}' is not trusted ({err}); recomputing it.",
+                      RecomputedWarning, stacklevel=2)
+        cached = None
     if cached is not None:
         return cached
-    if folder.exists():
-        shutil.rmtree(folder)  # a half-written or stale folder
+    _remove(folder)  # a half-written, damaged or stale entry
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         arrays = _stream(encode_batch, data, tmp, batch_size, progress)
-        np.save(tmp / "y.npy", data.y.numpy(), allow_pickle=False)
-        meta = {"key": key, "n_layers": len(arrays), "layer_dims": [int(a.shape[1]) for a in arrays]}
+        np.save(tmp / "y.npy", data.y.numpy().astype(np.int64), allow_pickle=False)
+        records = {f"layer{i}.npy": {"dtype": a.dtype.str, "shape": list(a.shape)} for i, a in enumerate(arrays)}
+        records["y.npy"] = {"dtype": np.dtype(np.int64).str, "shape": [len(data)]}
+        for name, record in records.items():
+            record["sha256"] = file_sha256(tmp / name)
+        meta = {"key": key, "n_layers": len(arrays), "layer_dims": [int(a.shape[1]) for a in arrays],
+                "arrays": records, "format": _FORMAT}
         (tmp / "meta.json").write_text(json.dumps(meta, sort_keys=True, default=str))
         del arrays
         os.replace(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    result = _read(folder, key)
+    try:
+        result = _read(folder, key, data)
+    except _BadEntry as err:  # changed between the write and the read: report, do not trust
+        result, why = None, str(err)
+    else:
+        why = "it vanished"
+    if result is None:
+        raise DataError(f"the feature cache entry '{folder}' changed while it was written ({why}); "
+                        "is another process writing the same cache?")
     result.reused = False
     return result
 
@@ -189,8 +264,8 @@ def known_layer_dims(reference: dict[str, Any], cache_dir: str | os.PathLike | N
     """
     path = _dims_file(reference, cache_dir)
     try:
-        dims = json.loads(path.read_text())
-    except (OSError, ValueError):
+        dims = json.loads(read_regular_file(path, 1 << 16))
+    except (UnsafeFile, ValueError, RecursionError):
         return None
     ok = isinstance(dims, list) and dims and all(isinstance(d, int) and d > 0 for d in dims)
     return list(dims) if ok else None

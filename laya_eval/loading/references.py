@@ -3,22 +3,32 @@
 A ``py:`` spec the user types runs the user's code (:func:`import_factory`); a ``py:`` reference read
 from a checkpoint is imported only with ``trust_code=True`` (:func:`build_backbone`). ``hf`` references
 are rebuilt by :func:`laya_eval.models.backbones.make_backbone` with downloads only when allowed.
+
+A ``py:`` factory's features depend on its code as much as on its weights, so a reference records
+:func:`source_hashes`: the sha256 of the module's source file (``module``), of the file that defines
+the callable (``callable``) and of every extra source the user names (``sources``: files, or folders
+whose ``*.py`` files are hashed; ``fit_head(sources=...)``, CLI ``fit-head --source PATH``), for a
+factory that builds its network from other files of its package. A rebuild recomputes them and
+refuses changed code.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
+import inspect
+import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from torch import nn
 
 from laya_eval.errors import CheckpointError, ConfigError
 from laya_eval.models.layered import LayeredModel
 
-__all__ = ["build_backbone", "call_factory", "import_factory"]
+__all__ = ["build_backbone", "call_factory", "check_sources", "import_factory", "source_hashes"]
 
 
 def import_factory(value: str) -> Callable[[], Any]:
@@ -47,6 +57,75 @@ def import_factory(value: str) -> Callable[[], Any]:
     if not callable(factory):
         raise ConfigError(f"py: spec names {attr!r}, which module {module_name!r} does not define as a callable.")
     return factory
+
+
+#: Files hashed under one extra source folder at most (a folder is a package, not a disk).
+MAX_SOURCE_FILES = 4096
+_EXTRA = "extra:"
+
+
+def _module_file(factory: Any) -> str | None:
+    module = sys.modules.get(getattr(factory, "__module__", None) or "")
+    path = getattr(module, "__file__", None)
+    return path if isinstance(path, str) and os.path.isfile(path) else None
+
+
+def _callable_file(factory: Any) -> str | None:
+    try:
+        path = inspect.getsourcefile(factory)
+    except TypeError:  # a builtin or a C extension object: no source file
+        return None
+    return path if path and os.path.isfile(path) else None
+
+
+def _extra_sha256(path: Path) -> str:
+    from laya_eval.output.files import file_sha256
+
+    if path.is_file():
+        return file_sha256(path)
+    if not path.is_dir():
+        raise ConfigError(f"source '{path}' (named to key a py: factory's code) is neither a file nor a folder.")
+    files = sorted(f for f in path.rglob("*.py") if f.is_file())
+    if len(files) > MAX_SOURCE_FILES:
+        raise ConfigError(f"source folder '{path}' holds {len(files)} .py files; at most {MAX_SOURCE_FILES} are "
+                          "hashed. Name the package's folder, not a parent of it.")
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f"{f.relative_to(path).as_posix()}\0{file_sha256(f)}\0".encode())
+    return digest.hexdigest()
+
+
+def source_hashes(value: str, sources: Sequence[str | os.PathLike] = ()) -> dict[str, str]:
+    """``{label: sha256}`` of a ``py:MODULE:CALLABLE`` factory's code (see the module docstring).
+
+    Labels: ``module`` (the module's file), ``callable`` (the file defining the callable, which may be
+    another module) and ``extra:ABSOLUTE_PATH`` per named source. The module is imported (this runs it).
+    """
+    from laya_eval.output.files import file_sha256
+
+    factory = import_factory(value)
+    out = {}
+    for label, path in (("module", _module_file(factory)), ("callable", _callable_file(factory))):
+        if path is not None:
+            out[label] = file_sha256(path)
+    for source in sources:
+        path = Path(source).expanduser().resolve()
+        out[_EXTRA + str(path)] = _extra_sha256(path)
+    return out
+
+
+def check_sources(value: str, recorded: dict[str, str], what: str) -> None:
+    """Raise CheckpointError when the code of ``py:value`` no longer hashes to ``recorded``."""
+    extra = [label[len(_EXTRA):] for label in recorded if label.startswith(_EXTRA)]
+    try:
+        now = source_hashes(value, extra)
+    except ConfigError as err:
+        raise CheckpointError(f"the referenced code of py:{value} cannot be checked: {err}") from None
+    changed = sorted(k for k in set(recorded) | set(now) if recorded.get(k) != now.get(k))
+    if changed:
+        raise CheckpointError(
+            f"the referenced code of py:{value} changed since {what} was made ({', '.join(changed)[:300]} differ): "
+            "its features would differ. Restore that code, or fit a new head.")
 
 
 def call_factory(value: str) -> Any:
@@ -90,6 +169,10 @@ def build_backbone(config: dict[str, Any], *, trust_code: bool = False, download
             f"the referenced model {spec} changed: its weights hash to {state_sha256(made)[:12]}…, the head was "
             f"trained on {str(expected)[:12]}…. Restore those weights, or make the factory return the same network "
             "on every call (load or seed its weights), then fit a new head.")
+    recorded = kwargs.get("source_sha256")
+    if recorded:
+        check_sources(spec[3:], recorded, "the head")
     backbone = ModuleBackbone(made.eval(), kwargs["layer_names"], layer_dims=kwargs["layer_dims"],
                               pool=kwargs.get("pool"), spec=spec)
+    backbone.source_sha256 = dict(recorded or {})
     return backbone.requires_grad_(False)

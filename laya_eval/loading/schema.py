@@ -209,6 +209,7 @@ BACKBONE_KWARGS: dict[str, dict[str, Key]] = {
         "local_files_only": Key(lambda v: v is True,
                                 "true (a checkpoint cannot allow downloads; download the model yourself)"),
         "weights_sha256": Key(_file_hashes, "a dict {weight file name: 64 hex digits}"),
+        "files_sha256": Key(_file_hashes, "a dict {config or tokenizer file name: 64 hex digits}"),
         "layers": Key(lambda v: v is None or _names(v), "null or a list of hidden-state names"),
     },
     # A user's network by reference: imported only with --trust-code (laya_eval.loading.specs.build_backbone).
@@ -218,6 +219,7 @@ BACKBONE_KWARGS: dict[str, dict[str, Key]] = {
         "layer_dims": Key(_sizes, _SIZES, required=True),
         "pool": Key(lambda v: v is None or v in ("avg", "cls", "flatten"), "null or one of {'avg', 'cls', 'flatten'}"),
         "state_sha256": Key(lambda v: v is None or _sha256(v), "null or 64 hex digits"),
+        "source_sha256": Key(_file_hashes, "a dict {source label or file: 64 hex digits}"),
     },
 }
 STORED_BY_REFERENCE = {"hf", "modules"}

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from laya_eval.errors import ConfigError
-from laya_eval.loading.references import call_factory
+from laya_eval.loading.references import call_factory, source_hashes
 from laya_eval.models.layered import LayeredModel
 
 __all__ = ["LoadedModel", "load_backbone", "load_model", "parse_spec"]
@@ -82,7 +82,7 @@ def _module_candidates(module: nn.Module) -> list[str]:
 
 def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str | None = None,
                   example_input: Any = None, download: bool = False, trust_code: bool = False,
-                  cache_dir: str | os.PathLike | None = None) -> nn.Module:
+                  cache_dir: str | os.PathLike | None = None, sources: Sequence[str | os.PathLike] = ()) -> nn.Module:
     """The frozen backbone a head is fitted on (``fit-head --model``).
 
     Parameters
@@ -103,6 +103,9 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
     cache_dir : path, optional
         The feature cache, where a ``py:`` module's layer sizes are remembered (so a cache
         hit needs no dry run).
+    sources : list of path, optional
+        Extra files or folders of a ``py:`` factory's package whose code decides the network; their
+        sha256 joins the module's and the callable's in the reference (and so in every cache key).
 
     Returns
     -------
@@ -116,11 +119,13 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
     if kind == "path":
         from laya_eval.loading.checkpoints import load_checkpoint
 
-        if layers is not None or pool is not None:
-            raise ConfigError("--layers and --pool apply to hf: and py: models; "
+        if layers is not None or pool is not None or sources:
+            raise ConfigError("--layers, --pool and --source apply to hf: and py: models; "
                               "a checkpoint's backbone is taken whole.")
         backbone = load_checkpoint(value, trust_code=trust_code).backbone
     elif kind == "hf":
+        if sources:
+            raise ConfigError("--source applies to py: models; an hf: model's files are all hashed.")
         if pool not in (None, "mean", "avg", "cls"):
             raise ConfigError(f"pool for an hf: model must be one of {{cls, mean}}; got {pool!r}.")
         backbone = HFBackbone(value, pooling="cls" if pool == "cls" else "mean", local_files_only=not download,
@@ -137,28 +142,34 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
                               f"(names or patterns, e.g. {','.join(children[:4]) or 'layer1,layer2'}).")
         if pool not in (None, "avg", "mean", "cls", "flatten"):
             raise ConfigError(f"pool must be one of {{avg, cls, flatten, mean}}; got {pool!r}.")
-        backbone = _module_backbone(made, f"py:{value}", select_names(layers, _module_candidates(made), "layer"),
-                                    "avg" if pool in (None, "mean") else pool, example_input, cache_dir)
+        names = select_names(layers, _module_candidates(made), "layer")
+        code = source_hashes(value, sources)
+        backbone = _module_backbone(made, f"py:{value}", names, "avg" if pool in (None, "mean") else pool,
+                                    example_input, cache_dir, code)
     backbone.requires_grad_(False)
     return backbone
 
 
 def _module_backbone(made: nn.Module, spec: str, names: list[str], pool: str, example_input: Any,
-                     cache_dir: str | os.PathLike | None) -> nn.Module:
-    """A by-reference ModuleBackbone; layer sizes from the cache when known, else from a dry run."""
+                     cache_dir: str | os.PathLike | None, code: dict[str, str]) -> nn.Module:
+    """A by-reference ModuleBackbone recording its code's hashes; layer sizes from the cache when known,
+    else from a dry run."""
     from laya_eval.models.backbones import ModuleBackbone
     from laya_eval.models.backbones.modules import state_sha256
     from laya_eval.loading.feature_cache import known_layer_dims, remember_layer_dims
 
     made.eval()
-    reference = {"spec": spec, "layer_names": names, "pool": pool, "state_sha256": state_sha256(made)}
+    reference = {"spec": spec, "layer_names": names, "pool": pool, "state_sha256": state_sha256(made),
+                 "source_sha256": code}
     dims = known_layer_dims(reference, cache_dir)
     if dims is not None and len(dims) == len(names):
-        return ModuleBackbone(made, names, layer_dims=dims, pool=pool, spec=spec)
-    if example_input is None:
+        backbone = ModuleBackbone(made, names, layer_dims=dims, pool=pool, spec=spec)
+    elif example_input is None:
         raise ConfigError(f"{spec}: layer sizes are inferred from one batch; pass example_input.")
-    backbone = ModuleBackbone(made, names, example_input=example_input, pool=pool, spec=spec)
-    remember_layer_dims(reference, backbone.layer_dims, cache_dir)
+    else:
+        backbone = ModuleBackbone(made, names, example_input=example_input, pool=pool, spec=spec)
+        remember_layer_dims(reference, backbone.layer_dims, cache_dir)
+    backbone.source_sha256 = dict(code)
     return backbone
 
 
@@ -196,8 +207,11 @@ def load_model(spec: str | os.PathLike, *, trust_code: bool = False, download: b
     elif kind == "hf":
         from laya_eval.models.weighted_layer_sum import load_weighted_layer_sum
 
+        from laya_eval.models.backbones.hf import locate_hf_model, model_file_hashes
+
         model, files = load_weighted_layer_sum(value, local_files_only=not download)
-        provenance.update(path=value, weights_sha256=files)
+        provenance.update(path=value, weights_sha256=files,
+                          files_sha256=model_file_hashes(locate_hf_model(value, not download)))
     else:
         model = call_factory(value)
         if not isinstance(model, LayeredModel):
@@ -205,6 +219,10 @@ def load_model(spec: str | os.PathLike, *, trust_code: bool = False, download: b
                 f"py:{value} returned {type(model).__name__}; to evaluate it, a factory must return a "
                 "laya_eval.LayeredModel (wrap your network with ModuleBackbone and your head with "
                 "laya_eval.as_layer_head), or train a head on it with `laya-eval fit-head --model py:...`.")
+        from laya_eval.output.files import module_state_sha256
+
+        # what decides its numbers: the code and the weights (a run key built from this refuses stale chunks)
+        provenance.update(source_sha256=source_hashes(value), state_sha256=module_state_sha256(model))
     return LoadedModel(model=model.to(map_location).eval(), provenance=provenance)
 
 

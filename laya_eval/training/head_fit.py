@@ -96,6 +96,7 @@ def fit_head(
     on_epoch: Callable[[dict[str, float]], None] | None = None,
     progress: Any = None,
     limit: int | None = None,
+    sources: tuple[str | os.PathLike, ...] = (),
 ) -> FitResult:
     """Train a head on the frozen layers of ``model``.
 
@@ -123,6 +124,9 @@ def fit_head(
         ``progress(split, total)`` returns a tqdm-like bar for encoding that split.
     limit : int, optional
         Use only the first ``limit`` rows of each split (quick trials).
+    sources : tuple of path, optional
+        Extra files or folders of a ``py:`` factory's package that decide its network (hashed into the
+        reference and the feature cache key; see :mod:`laya_eval.loading.references`).
 
     Returns
     -------
@@ -134,7 +138,7 @@ def fit_head(
     if isinstance(model, str):
         example = splits["train"].subset(slice(0, 2)).x
         backbone = load_backbone(model, layers=layers, pool=pool, example_input=example, download=download,
-                                 trust_code=trust_code, cache_dir=cache_dir)
+                                 trust_code=trust_code, cache_dir=cache_dir, sources=sources)
     elif isinstance(model, nn.Module) and hasattr(model, "layer_dims"):
         backbone = model.requires_grad_(False)
     else:

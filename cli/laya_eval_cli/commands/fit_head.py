@@ -33,6 +33,9 @@ from laya_eval_cli.options import (
               help="How a layer's output becomes one vector: hf: mean (default) or cls; py: avg (default), cls or "
                    "flatten.")
 @click.option("--head", default="laya", show_default=True, type=click.Choice(HEAD_NAMES))
+@click.option("--source", "sources", multiple=True, type=click.Path(exists=True),
+              help="A file or folder of a py: model's package whose code decides the network (repeatable); its "
+                   "sha256 joins the module's in the checkpoint's reference and the feature cache key.")
 @head_options
 @click.option("--data", required=True, help="digits, fashion-mnist, cifar10, rotten-tomatoes or npz:PATH.")
 @training_options
@@ -45,7 +48,7 @@ from laya_eval_cli.options import (
 @trust_code_option
 @device_option
 @quiet_option
-def fit_head(spec, layers, pool, head, d_star, tau, scorer_hidden, psi, data, epochs, batch_size, lr, patience, seed,
+def fit_head(spec, layers, pool, sources, head, d_star, tau, scorer_hidden, psi, data, epochs, batch_size, lr, patience, seed,
              out, limit, cache_dir, data_dir, download, trust_code, device, quiet):
     """Train a HEAD on the frozen layers of a model and write a checkpoint that refers to the model.
 
@@ -68,7 +71,7 @@ def fit_head(spec, layers, pool, head, d_star, tau, scorer_hidden, psi, data, ep
     with bar:
         result = fit(spec, data, head=head, head_kwargs=head_kwargs(head, d_star, tau, scorer_hidden, psi),
                      layers=names, pool=pool, options=options, trust_code=trust_code, download=download,
-                     data_dir=data_dir, cache_dir=cache_dir, on_epoch=on_epoch, limit=limit,
+                     data_dir=data_dir, cache_dir=cache_dir, on_epoch=on_epoch, limit=limit, sources=sources,
                      progress=lambda split, n: progress_bar(quiet, total=n, desc=f"encode {split}", unit="sample"))
     save_checkpoint(result.model, out)
     m, tr = result.metrics, result.training

@@ -28,7 +28,8 @@ from laya_eval.models.backbones.base import Backbone, Replacement, _check_replac
 from laya_eval.checks import check_positive_int
 from laya_eval.errors import CheckpointError, ConfigError, DataError
 
-__all__ = ["HFBackbone", "locate_hf_model", "no_progress_bars", "refuse_remote_code", "weight_file_hashes"]
+__all__ = ["HFBackbone", "locate_hf_model", "model_file_hashes", "no_progress_bars", "refuse_remote_code",
+           "weight_file_hashes"]
 
 
 # --------------------------------------------------------------------------- locating a model
@@ -90,6 +91,36 @@ def weight_file_hashes(path: str) -> dict[str, str]:
     if not os.path.isdir(path):
         return {}
     return {p.name: file_sha256(p) for p in sorted(Path(path).glob("*.safetensors"))}
+
+
+#: Files of a model folder that decide nothing transformers computes: weights in formats laya-eval never
+#: loads (safetensors files are hashed by :func:`weight_file_hashes`) and documentation.
+_NOT_READ = ("*.safetensors", "*.bin", "*.h5", "*.msgpack", "*.ckpt", "*.onnx", "*.pt", "*.pth", "*.ot",
+             "*.md", "LICENSE*", "README*", ".*")
+
+
+def model_file_hashes(path: str) -> dict[str, str]:
+    """``{file name: sha256}`` of every other file of a model folder: the config, the tokenizer (vocab.txt,
+    merges.txt, tokenizer*.json, special_tokens_map.json, *.model, …), the processor (preprocessor_config.json,
+    …) and anything else transformers may read from it; {} for a Hub id. Only regular files (or links to
+    them) are opened, so a FIFO in the folder cannot block the reader."""
+    import stat
+
+    from laya_eval.output.files import file_sha256
+
+    if not os.path.isdir(path):
+        return {}
+    out = {}
+    for p in sorted(Path(path).iterdir()):
+        if any(fnmatch.fnmatch(p.name, pattern) for pattern in _NOT_READ):
+            continue
+        try:
+            regular = stat.S_ISREG(p.stat().st_mode)
+        except OSError:
+            continue
+        if regular:
+            out[p.name] = file_sha256(p)
+    return out
 
 
 def refuse_remote_code(path: str) -> None:
@@ -196,13 +227,17 @@ class HFBackbone(Backbone):
         Hidden states to keep, by name (``embeddings``, ``layer1`` …) or glob pattern.
     weights_sha256 : dict, optional
         Expected ``{file: sha256}`` of the weight files; a difference raises CheckpointError.
+    files_sha256 : dict, optional
+        Expected ``{file: sha256}`` of the other files of the model folder (config, tokenizer,
+        processor; :func:`model_file_hashes`); a difference raises CheckpointError.
     """
 
     name = "hf"
     stored_by_reference = True
 
     def __init__(self, model: str, max_length: int = 128, pooling: str = "mean", local_files_only: bool = True,
-                 layers: Sequence[str] | None = None, weights_sha256: Mapping[str, str] | None = None) -> None:
+                 layers: Sequence[str] | None = None, weights_sha256: Mapping[str, str] | None = None,
+                 files_sha256: Mapping[str, str] | None = None) -> None:
         super().__init__()
         try:
             import transformers  # noqa: F401
@@ -221,6 +256,13 @@ class HFBackbone(Backbone):
             raise CheckpointError(
                 f"the referenced model {model!r} changed: weight files "
                 f"{_describe_diff(weights_sha256, self.weights_sha256)} "
+                "differ from the ones the head was trained on; restore that model or fit a new head."
+            )
+        self.files_sha256 = model_file_hashes(path)
+        if files_sha256 is not None and dict(files_sha256) != self.files_sha256:
+            raise CheckpointError(
+                f"the referenced model {model!r} changed: its config or tokenizer files "
+                f"{_describe_diff(files_sha256, self.files_sha256)} "
                 "differ from the ones the head was trained on; restore that model or fit a new head."
             )
         encoder, self.tokenizer = _load_pretrained(path, self.local_files_only)
@@ -357,6 +399,8 @@ class HFBackbone(Backbone):
             kwargs["layers"] = list(self.layer_names)
         if self.weights_sha256:
             kwargs["weights_sha256"] = dict(self.weights_sha256)
+        if self.files_sha256:
+            kwargs["files_sha256"] = dict(self.files_sha256)
         return {"name": self.name, "kwargs": kwargs}
 
 

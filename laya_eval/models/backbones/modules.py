@@ -77,6 +77,8 @@ class ModuleBackbone(Backbone):
                               f"{{{', '.join(sorted(_POOLS))}}} or None; got a function.")
         self.module = module
         self.spec = spec
+        #: ``{label: sha256}`` of the factory's source files (set by laya_eval.loading), recorded by config().
+        self.source_sha256: dict[str, str] = {}
         self.pool_name = pool if isinstance(pool, str) else None
         self.stored_by_reference = spec is not None
         if spec is not None:
@@ -179,7 +181,7 @@ class ModuleBackbone(Backbone):
         return self
 
     def config(self) -> dict[str, Any]:
-        """``{"name": "modules", "kwargs": {spec, layer_names, layer_dims, pool, state_sha256}}``.
+        """``{"name": "modules", "kwargs": {spec, layer_names, layer_dims, pool, state_sha256[, source_sha256]}}``.
 
         Raises
         ------
@@ -191,9 +193,11 @@ class ModuleBackbone(Backbone):
                 "a 'modules' backbone wraps an arbitrary nn.Module and cannot be rebuilt from a config; "
                 "name its factory with spec='py:MODULE:CALLABLE' (or `laya-eval fit-head --model py:...`)."
             )
-        return {"name": self.name, "kwargs": {"spec": self.spec, "layer_names": list(self.layer_names),
-                                              "layer_dims": list(self.layer_dims), "pool": self.pool_name,
-                                              "state_sha256": state_sha256(self.module)}}
+        kwargs = {"spec": self.spec, "layer_names": list(self.layer_names), "layer_dims": list(self.layer_dims),
+                  "pool": self.pool_name, "state_sha256": state_sha256(self.module)}
+        if self.source_sha256:
+            kwargs["source_sha256"] = dict(self.source_sha256)
+        return {"name": self.name, "kwargs": kwargs}
 
 
 def state_sha256(module: nn.Module) -> str:
