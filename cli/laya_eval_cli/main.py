@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import click
 
@@ -37,6 +38,20 @@ class LayaGroup(click.Group):
             click.echo("Interrupted; nothing half-written was left behind.", err=True)
             sys.exit(130)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _one_line_warnings(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
+    """laya-eval's own warnings (a damaged cache entry recomputed, ...) as one ``Warning: ...`` line."""
+    from laya_eval.errors import RecomputedWarning
+
+    if issubclass(category, RecomputedWarning):
+        click.echo(f"Warning: {message}", err=True)
+    else:
+        _show_warning(message, category, filename, lineno, file, line)
+
+
+_show_warning = warnings.showwarning
+warnings.showwarning = _one_line_warnings
 
 
 # More threads than cores only slows torch down; 100000 of them exhausted the process ids (SIGSEGV).

@@ -231,7 +231,8 @@ def evaluate_ablations(
     plan = make_plan(model, data, ablations, options=options, data_dir=data_dir, world=world,
                      extra_methods=extra_methods)
     start, stop = world.shard(len(plan.data))
-    partial = None if partial_dir is None else PartialStore(partial_dir, plan.key(), resume=resume)
+    partial = None if partial_dir is None else PartialStore(partial_dir, plan.key(), resume=resume,
+                                                            result_key=plan.result_key(), n_layers=plan.model.n_layers)
     tick = None
     if progress is not None:
         progress.total = (stop - start) * (2 if plan.statistics else 1)

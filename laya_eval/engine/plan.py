@@ -94,12 +94,24 @@ class Plan:
         return any("gradients" in m.needs for m in self.methods)
 
     def key(self) -> str:
-        """What changes the numbers (everything but batch size, bootstrap and process count)."""
+        """What changes a record (everything but batch size, chunk size, bootstrap, tie tolerance and process
+        count): the model's identity, the data's name, split, size and content sha256, and the options."""
+        from laya_eval.output.files import data_content_sha256, module_state_sha256
+
         o = self.options
-        return run_key({"checkpoint": self.checkpoint, "data": self.data.name, "split": o.split,
-                        "n": len(self.data), "methods": [m.name for m in self.methods], "ablations": self.ablations,
+        model = self.checkpoint if self.checkpoint.get("sha256") or self.checkpoint.get("kind") else {
+            "in_memory_state_sha256": module_state_sha256(self.model)}
+        return run_key({"checkpoint": self.checkpoint, "model": model, "data": self.data.name, "split": o.split,
+                        "n": len(self.data), "content_sha256": data_content_sha256(self.data.x, self.data.y),
+                        "methods": [m.name for m in self.methods], "ablations": self.ablations,
                         "scope": o.scope, "seed": o.seed, "n_steps": o.n_steps, "dtype": o.dtype,
-                        "device": self.device.type})
+                        "internal_batch_size": o.internal_batch_size, "device": self.device.type})
+
+    def result_key(self) -> str:
+        """:meth:`key` plus every option that changes the finished tables (bootstrap, tie tolerance); a
+        result's manifest records it, and ``--resume`` onto a result with another one is refused."""
+        o = self.options
+        return run_key({"run": self.key(), "bootstrap": o.bootstrap, "tie_rtol": o.tie_rtol})
 
 
 def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device, options: EvalOptions

@@ -258,6 +258,7 @@ def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: in
         "class_names": list(plan.data.class_names or model.info.class_names or ()),
         "seed": options.seed,
         "options": asdict(options),
+        "result_key": plan.result_key(),
         "world_size": world_size,
         "methods": {m.name: m.description for m in plan.methods},
         "skipped": list(plan.notes),
