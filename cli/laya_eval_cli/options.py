@@ -34,6 +34,11 @@ trust_code_option = click.option(
     help="Allow a checkpoint whose backbone is a py:MODULE:CALLABLE reference to import that module "
          "(a checkpoint is data: without this flag it never makes laya-eval run code).",
 )
+allow_unverified_option = click.option(
+    "--allow-unverified", is_flag=True,
+    help="Load a checkpoint that lacks the probe logits, checksum or model hashes laya-eval writes (an edited "
+         "or old file): nothing then checks that the rebuilt model is the one that was saved.",
+)
 HEAD_NAMES = list(catalog.HEAD_NAMES)
 
 

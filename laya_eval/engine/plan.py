@@ -55,6 +55,7 @@ class EvalOptions:
     trust_code: bool = False
     download: bool = False
     allow_nonfinite: bool = False
+    allow_unverified: bool = False
 
     def __post_init__(self) -> None:
         check_ablations(self.ablation, self.scope)
@@ -121,7 +122,8 @@ def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device
         return model.to(device).eval(), {"path": None, "sha256": None}
     from laya_eval.loading.specs import load_model
 
-    loaded = load_model(model, trust_code=options.trust_code, download=options.download, map_location=device)
+    loaded = load_model(model, trust_code=options.trust_code, download=options.download, map_location=device,
+                        allow_unverified=options.allow_unverified)
     return loaded.model, loaded.provenance
 
 

@@ -19,9 +19,15 @@ The ``.pt`` payload is a dict::
 ``probe`` records the logits of a small fixed probe batch (:func:`probe_inputs`); loading
 recomputes them and refuses a model whose logits differ by more than ``PROBE_TOLERANCE``
 (a head rebuilt with other code, a changed referenced backbone). A by-reference backbone's
-config carries what identifies it: ``hf`` records ``weights_sha256`` of its weight files,
-``modules`` a ``py:`` ``spec`` plus ``layer_names``, ``layer_dims``, ``pool`` and
-``state_sha256``; rebuilding a ``modules`` backbone needs ``trust_code=True``.
+config carries what identifies it: ``hf`` records ``weights_sha256`` of its weight files and
+``files_sha256`` of its config, tokenizer and processor files, ``modules`` a ``py:`` ``spec``
+plus ``layer_names``, ``layer_dims``, ``pool``, ``state_sha256`` and ``source_sha256`` of its
+code; rebuilding a ``modules`` backbone needs ``trust_code=True``.
+
+Every checkpoint laya-eval writes has the probe, the checksum and these hashes, so a file
+without them (edited, or written by an older version) is refused: nothing would check that the
+model rebuilt from it is the model that was saved. ``allow_unverified=True`` (CLI
+``--allow-unverified``) loads it anyway, with that risk named.
 
 ``checksum`` covers the tensors' names, dtypes, shapes and bytes (torch checks no
 CRC and safetensors has no checksum), so a flipped bit is an error; files written
@@ -54,12 +60,18 @@ from laya_eval.loading.weights_fit import check_state_shapes
 from laya_eval.models.layered import LayeredModel, ModelInfo
 from laya_eval.output.files import state_dict_sha256
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "PROBE_TOLERANCE", "check_checkpoint_path", "check_probe",
-           "load_checkpoint", "probe_inputs", "probe_record", "read_checkpoint", "save_checkpoint"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "MAX_CHECKPOINT_TENSORS", "MAX_SAFETENSORS_HEADER", "PROBE_TOLERANCE",
+           "check_checkpoint_path", "check_probe", "load_checkpoint", "probe_inputs", "probe_record",
+           "read_checkpoint", "save_checkpoint", "unverified_parts"]
 
 FORMAT = "laya-eval-checkpoint"
 FORMAT_VERSION = 1
 _SAFETENSORS_KEY = "laya_eval"
+#: Tensors a laya-eval checkpoint holds at most (a head, or a backbone of MAX_LAYERS blocks stored in full,
+#: has far fewer); a file listing more is refused before its header or archive directory is parsed.
+MAX_CHECKPOINT_TENSORS = 1 << 15
+#: Bytes of a safetensors header at most: the tensor table and the JSON config (class names included).
+MAX_SAFETENSORS_HEADER = 32 << 20
 
 def _payload(model: LayeredModel) -> dict[str, Any]:
     from laya_eval.version import __version__
@@ -203,6 +215,11 @@ def _check_torch_zip(path: Path, data: bytes) -> None:
     if not data.startswith(b"PK\x03\x04"):
         what = "an empty file" if not data else f"it starts with {data[:8]!r}, not a PyTorch zip archive"
         raise _not_a_checkpoint(path, what)
+    # every member has one central-directory signature: an upper bound on the entries, counted without parsing
+    entries = data.count(b"PK\x01\x02")
+    if entries > MAX_CHECKPOINT_TENSORS + 16:
+        raise CheckpointError(f"'{path}' is not a readable checkpoint: its archive lists up to {entries} members; "
+                              f"a laya-eval checkpoint holds at most {MAX_CHECKPOINT_TENSORS} tensors.")
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             infos = archive.infolist()
@@ -245,6 +262,13 @@ def _read_safetensors(path: Path, data: bytes) -> Any:
     if not 2 <= size <= len(data) - 8:
         raise CheckpointError(f"'{path}' is not a readable safetensors file (header length {size} does not fit "
                               f"its {len(data)} bytes).")
+    if size > MAX_SAFETENSORS_HEADER:
+        raise CheckpointError(f"'{path}' is not a laya-eval checkpoint: its safetensors header has {size} bytes; "
+                              f"at most {MAX_SAFETENSORS_HEADER} are expected.")
+    entries = data.count(b'"data_offsets"', 8, 8 + size)  # one per tensor, counted before the JSON is parsed
+    if entries > MAX_CHECKPOINT_TENSORS:
+        raise CheckpointError(f"'{path}' is not a laya-eval checkpoint: its safetensors header lists {entries} "
+                              f"tensors; a laya-eval checkpoint holds at most {MAX_CHECKPOINT_TENSORS}.")
     try:
         header = json.loads(data[8:8 + size].decode("utf-8"))
         state = load(data)
@@ -300,8 +324,22 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return payload
 
 
+def unverified_parts(payload: dict[str, Any], model: LayeredModel) -> list[str]:
+    """What a checkpoint lacks of the identity laya-eval records (probe, checksum, reference hashes)."""
+    missing = []
+    if payload.get("probe") is None and probe_inputs(model) is not None:
+        missing.append("probe")
+    if payload.get("checksum") is None:
+        missing.append("checksum")
+    backbone = payload["config"]["backbone"]
+    kwargs = backbone.get("kwargs") or {}
+    needed = {"hf": ("weights_sha256", "files_sha256"), "modules": ("state_sha256", "source_sha256")}
+    missing += [f"config.backbone.kwargs.{k}" for k in needed.get(backbone["name"], ()) if not kwargs.get(k)]
+    return missing
+
+
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
-                    trust_code: bool = False, download: bool = False) -> LayeredModel:
+                    trust_code: bool = False, download: bool = False, allow_unverified: bool = False) -> LayeredModel:
     """Load a checkpoint into a :class:`LayeredModel` in eval mode.
 
     Parameters
@@ -313,6 +351,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         Allow importing a backbone stored as a ``py:`` reference (CLI ``--trust-code``).
     download : bool
         Allow a Hugging Face backbone reference to be downloaded.
+    allow_unverified : bool
+        Load a checkpoint without the probe, checksum or reference hashes laya-eval writes (CLI
+        ``--allow-unverified``): nothing then checks that the rebuilt model is the saved one.
 
     Examples
     --------
@@ -349,5 +390,11 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise CheckpointError(f"{source}: weights do not fit the config (missing {missing[:3]}, "
                               f"unexpected {result.unexpected_keys[:3]}).")
     model.eval()
+    missing = unverified_parts(payload, model)
+    if missing and not allow_unverified:
+        raise CheckpointError(
+            f"{source} lacks {', '.join(missing)}: nothing can check that the model rebuilt from it is the one that "
+            "was saved (an edited file, or one written by an older laya-eval). Re-save it with this version, or pass "
+            "--allow-unverified (allow_unverified=True) to use it unverified.")
     check_probe(model, payload.get("probe"), path)
     return model.to(map_location)

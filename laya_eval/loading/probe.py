@@ -2,8 +2,16 @@
 
 Loading recomputes them and refuses a model whose logits differ by more than
 :data:`PROBE_TOLERANCE` (a head rebuilt with other code, a changed referenced backbone)
-instead of silently giving other numbers. Checkpoints written before the guard have no
-record and load without the check.
+instead of silently giving other numbers.
+
+Image-like models are probed with seeded N(0, 1) inputs. Text models are probed with four fixed
+sentences and with texts built from the tokenizer's own vocabulary when the checkpoint is
+written: up to :data:`PROBE_VOCAB_IDS` token ids spread evenly over the vocabulary (all of a
+vocabulary that small), decoded in runs of :data:`PROBE_IDS_PER_TEXT`, so a tokenizer whose
+vocabulary changed (two words swapped, an entry edited) gives other token ids on the stored
+texts and so other logits. The texts are stored in the record: the check re-tokenizes them
+with the tokenizer it finds. A checkpoint without a record is refused by
+:func:`laya_eval.loading.checkpoints.load_checkpoint` unless ``allow_unverified`` is given.
 """
 
 from __future__ import annotations
@@ -20,6 +28,11 @@ __all__ = ["PROBE_TOLERANCE", "check_probe", "probe_inputs", "probe_record"]
 
 PROBE_TOLERANCE = 1e-4
 _PROBE_N = 4
+#: At most this many probe inputs (the schema's bound on the stored logits).
+PROBE_MAX = 64
+#: Token ids of the vocabulary a text probe covers at most, and per text.
+PROBE_IDS_PER_TEXT = 48
+PROBE_VOCAB_IDS = (PROBE_MAX - _PROBE_N) * PROBE_IDS_PER_TEXT
 _PROBE_TEXTS = ("a quiet, moving film", "dull and far too long", "the cast is great but the plot is thin",
                 "I would not watch it again")
 
@@ -28,14 +41,34 @@ def probe_inputs(model: LayeredModel, record: dict[str, Any] | None = None) -> A
     """The fixed probe batch: ``_PROBE_N`` seeded N(0, 1) inputs of the model's input shape, or fixed
     sentences for text models; ``None`` when the model declares no input shape and reads no text."""
     if record is not None and "texts" in record:
-        return [str(t) for t in list(record["texts"])[:_PROBE_N]]
+        return [str(t) for t in list(record["texts"])[:PROBE_MAX]]
     shape = model.info.input_shape
     if shape is None:
-        return list(_PROBE_TEXTS) if getattr(model.backbone, "tokenizer", None) is not None else None
+        tokenizer = getattr(model.backbone, "tokenizer", None)
+        return None if tokenizer is None else [*_PROBE_TEXTS, *vocabulary_texts(tokenizer)]
     if any(int(s) < 1 for s in shape):
         return None
     gen = torch.Generator().manual_seed(0)
     return torch.randn((_PROBE_N, *shape), generator=gen)
+
+
+def vocabulary_texts(tokenizer: Any) -> list[str]:
+    """Deterministic texts over the tokenizer's vocabulary (see the module docstring); [] when the tokenizer
+    exposes no vocabulary."""
+    try:
+        vocab = tokenizer.get_vocab()
+        special = set(getattr(tokenizer, "all_special_ids", ()) or ())
+        ids = sorted({int(i) for i in vocab.values()} - special)
+    except (AttributeError, TypeError, ValueError, NotImplementedError):
+        return []
+    if len(ids) > PROBE_VOCAB_IDS:  # evenly spread, first and last id included
+        ids = [ids[(k * (len(ids) - 1)) // (PROBE_VOCAB_IDS - 1)] for k in range(PROBE_VOCAB_IDS)]
+    texts = []
+    for start in range(0, len(ids), PROBE_IDS_PER_TEXT):
+        text = tokenizer.decode(ids[start:start + PROBE_IDS_PER_TEXT], skip_special_tokens=True)
+        if text.strip():
+            texts.append(text)
+    return texts
 
 
 @torch.no_grad()
@@ -63,7 +96,7 @@ def probe_record(model: LayeredModel) -> dict[str, Any] | None:
 def check_probe(model: LayeredModel, record: Any, path: str | os.PathLike) -> None:
     """Recompute the probe logits and raise CheckpointError if they differ from ``record``.
 
-    A checkpoint without a probe record (written before the guard existed) is not checked.
+    ``record`` None checks nothing (whether that is allowed is the caller's decision).
     """
     if record is None:
         return

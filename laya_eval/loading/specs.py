@@ -174,7 +174,7 @@ def _module_backbone(made: nn.Module, spec: str, names: list[str], pool: str, ex
 
 
 def load_model(spec: str | os.PathLike, *, trust_code: bool = False, download: bool = False,
-               map_location: str | torch.device = "cpu") -> LoadedModel:
+               map_location: str | torch.device = "cpu", allow_unverified: bool = False) -> LoadedModel:
     """Resolve a spec into a complete model for evaluation (faithfulness, profile, …).
 
     Parameters
@@ -187,6 +187,9 @@ def load_model(spec: str | os.PathLike, *, trust_code: bool = False, download: b
     download : bool
         Allow Hugging Face Hub downloads.
     map_location : str or torch.device
+    allow_unverified : bool
+        Accept a checkpoint without probe, checksum or reference hashes (see
+        :func:`laya_eval.loading.checkpoints.load_checkpoint`).
 
     Returns
     -------
@@ -202,7 +205,8 @@ def load_model(spec: str | os.PathLike, *, trust_code: bool = False, download: b
         from laya_eval.loading.checkpoints import load_checkpoint
         from laya_eval.output.files import file_sha256
 
-        model = load_checkpoint(value, map_location=map_location, trust_code=trust_code, download=download)
+        model = load_checkpoint(value, map_location=map_location, trust_code=trust_code, download=download,
+                                allow_unverified=allow_unverified)
         provenance.update(path=str(value), sha256=file_sha256(value), backbone=_reference(model))
     elif kind == "hf":
         from laya_eval.models.weighted_layer_sum import load_weighted_layer_sum

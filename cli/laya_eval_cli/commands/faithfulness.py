@@ -22,6 +22,7 @@ from laya_eval_cli.options import (
     seed_option,
     split_option,
     trust_code_option,
+    allow_unverified_option,
 )
 
 METHOD_NAMES = method_names()
@@ -45,6 +46,7 @@ def _table(summary) -> str:
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
 @trust_code_option
+@allow_unverified_option
 @download_option
 @recorded_data_option
 @split_option
@@ -75,7 +77,7 @@ def _table(summary) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def faithfulness(checkpoint, trust_code, download, data, split, methods, ablation, scope, limit, batch_size, seed, bootstrap, out_dir,
+def faithfulness(checkpoint, trust_code, allow_unverified, download, data, split, methods, ablation, scope, limit, batch_size, seed, bootstrap, out_dir,
                  resume, chunk_size, tie_rtol, table_format, allow_nonfinite, dtype, data_dir, device, quiet):
     """Score layer attributions of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE) against leave-one-layer-out effects.
 
@@ -93,7 +95,8 @@ def faithfulness(checkpoint, trust_code, download, data, split, methods, ablatio
     names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
     options = EvalOptions(methods=names, ablation=ablations[0], scope=scope, split=split, limit=limit,
                           batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device, dtype=dtype, chunk_size=chunk_size, tie_rtol=tie_rtol,
-                          trust_code=trust_code, download=download, allow_nonfinite=allow_nonfinite)
+                          trust_code=trust_code, download=download, allow_nonfinite=allow_nonfinite,
+                          allow_unverified=allow_unverified)
     world = world_from_environment(device)
     start = time.perf_counter()
     with progress_bar(quiet or not world.is_main, desc="evaluate", unit="sample") as bar:
