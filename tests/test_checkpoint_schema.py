@@ -173,9 +173,11 @@ def test_checksum_is_sha256_of_names_dtypes_shapes_and_bytes():
     assert state_dict_sha256(state) == digest.hexdigest()
 
 
-def test_a_checkpoint_without_checksum_still_loads(tiny_payload, tmp_path):
+def test_a_checkpoint_without_checksum_loads_only_when_allowed_unverified(tiny_payload, tmp_path):
     path = _write(_edited(tiny_payload, _set("checksum", _DELETE)), tmp_path / "old.pt")
-    assert load_checkpoint(path).n_layers == 2
+    with pytest.raises(CheckpointError, match="lacks checksum.*--allow-unverified"):
+        load_checkpoint(path)
+    assert load_checkpoint(path, allow_unverified=True).n_layers == 2
 
 
 def test_safetensors_metadata_that_is_not_an_object(tiny_payload, tmp_path):

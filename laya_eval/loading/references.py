@@ -42,7 +42,10 @@ def import_factory(value: str) -> Callable[[], Any]:
             path = Path(module_name).expanduser().resolve()
             if not path.is_file():
                 raise ConfigError(f"py: spec names the file '{module_name}', which does not exist.")
-            key = f"laya_eval_user_{abs(hash(str(path)))}"
+            from laya_eval.output.files import file_sha256
+
+            # named by path and content: an edited file is imported afresh, never served from an older import
+            key = f"laya_eval_user_{abs(hash(str(path)))}_{file_sha256(path)[:16]}"
             if key not in sys.modules:
                 spec = importlib.util.spec_from_file_location(key, path)
                 module = importlib.util.module_from_spec(spec)

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from laya_eval.models.backbones.base import Backbone, Replacement, _check_replace, _replace_in_output
+from laya_eval.models.backbones.hf_files import model_file_hashes
 from laya_eval.checks import check_positive_int
 from laya_eval.errors import CheckpointError, ConfigError, DataError
 
@@ -91,36 +92,6 @@ def weight_file_hashes(path: str) -> dict[str, str]:
     if not os.path.isdir(path):
         return {}
     return {p.name: file_sha256(p) for p in sorted(Path(path).glob("*.safetensors"))}
-
-
-#: Files of a model folder that decide nothing transformers computes: weights in formats laya-eval never
-#: loads (safetensors files are hashed by :func:`weight_file_hashes`) and documentation.
-_NOT_READ = ("*.safetensors", "*.bin", "*.h5", "*.msgpack", "*.ckpt", "*.onnx", "*.pt", "*.pth", "*.ot",
-             "*.md", "LICENSE*", "README*", ".*")
-
-
-def model_file_hashes(path: str) -> dict[str, str]:
-    """``{file name: sha256}`` of every other file of a model folder: the config, the tokenizer (vocab.txt,
-    merges.txt, tokenizer*.json, special_tokens_map.json, *.model, …), the processor (preprocessor_config.json,
-    …) and anything else transformers may read from it; {} for a Hub id. Only regular files (or links to
-    them) are opened, so a FIFO in the folder cannot block the reader."""
-    import stat
-
-    from laya_eval.output.files import file_sha256
-
-    if not os.path.isdir(path):
-        return {}
-    out = {}
-    for p in sorted(Path(path).iterdir()):
-        if any(fnmatch.fnmatch(p.name, pattern) for pattern in _NOT_READ):
-            continue
-        try:
-            regular = stat.S_ISREG(p.stat().st_mode)
-        except OSError:
-            continue
-        if regular:
-            out[p.name] = file_sha256(p)
-    return out
 
 
 def refuse_remote_code(path: str) -> None:
