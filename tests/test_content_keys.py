@@ -441,3 +441,22 @@ def test_resume_onto_another_result_is_one_line_and_exit_2(tmp_path):
     result = CliRunner().invoke(cli, base + ["--methods", "contribution", "--resume"])
     assert result.exit_code == 2
     assert result.output.strip().count("\n") == 0 and "finished result made with other options" in result.output
+
+
+def test_a_hand_built_module_backbone_records_its_code_when_saved(tmp_path):
+    from laya_eval.loading.checkpoints import load_checkpoint, read_checkpoint, save_checkpoint
+    from laya_eval.loading.references import call_factory
+    from laya_eval.models.backbones import ModuleBackbone
+    from laya_eval.models.heads import make_head
+    from laya_eval.models.layered import LayeredModel, ModelInfo
+    from laya_eval.output.files import file_sha256
+
+    path = tmp_path / "net.py"
+    path.write_text(NET.format(act="ReLU"))
+    backbone = ModuleBackbone(call_factory(f"{path}:make"), ["1", "3"], layer_dims=[5, 4], pool="avg",
+                              spec=f"py:{path}:make")
+    info = ModelInfo(num_classes=3, class_names=("a", "b", "c"), input_shape=(6,), dataset=None)
+    save_checkpoint(LayeredModel(backbone, make_head("concat", [5, 4], 3), info), tmp_path / "c.pt")
+    recorded = read_checkpoint(tmp_path / "c.pt")["config"]["backbone"]["kwargs"]["source_sha256"]
+    assert recorded == {"module": file_sha256(path), "callable": file_sha256(path)}
+    assert load_checkpoint(tmp_path / "c.pt", trust_code=True).n_layers == 2

@@ -53,8 +53,8 @@ from typing import Any
 import torch
 
 from laya_eval.errors import CheckpointError, LayaEvalError
-from laya_eval.loading.probe import PROBE_TOLERANCE, check_probe, probe_inputs, probe_record
-from laya_eval.loading.references import build_backbone
+from laya_eval.loading.probe import PROBE_TOLERANCE, check_probe, probe_inputs, probe_record, unverified_parts
+from laya_eval.loading.references import build_backbone, source_hashes
 from laya_eval.loading.schema import STORED_BY_REFERENCE, check_checksum, describe, validate_payload
 from laya_eval.loading.weights_fit import check_state_shapes
 from laya_eval.models.layered import LayeredModel, ModelInfo
@@ -82,12 +82,18 @@ def _payload(model: LayeredModel) -> dict[str, Any]:
         state = {k: v for k, v in state.items() if not k.startswith("backbone.")}
     # clone: a contiguous tensor would otherwise share (and save) the storage of a larger parameter
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
+    backbone = model.backbone.config()
+    if backbone["name"] == "modules" and not backbone["kwargs"].get("source_sha256"):  # built by hand with a spec
+        try:
+            backbone["kwargs"]["source_sha256"] = source_hashes(backbone["kwargs"]["spec"][3:])
+        except LayaEvalError:
+            pass  # not importable from here: the checkpoint loads only with allow_unverified
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "laya_eval_version": __version__,
         "config": {
-            "backbone": model.backbone.config(),
+            "backbone": backbone,
             "head": model.head.config(),
             "num_classes": info.num_classes,
             "class_names": list(info.class_names),
@@ -322,20 +328,6 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         check_state_shapes(payload["config"], payload["state_dict"], f"'{path}'")
     check_checksum(payload, f"'{path}'")
     return payload
-
-
-def unverified_parts(payload: dict[str, Any], model: LayeredModel) -> list[str]:
-    """What a checkpoint lacks of the identity laya-eval records (probe, checksum, reference hashes)."""
-    missing = []
-    if payload.get("probe") is None and probe_inputs(model) is not None:
-        missing.append("probe")
-    if payload.get("checksum") is None:
-        missing.append("checksum")
-    backbone = payload["config"]["backbone"]
-    kwargs = backbone.get("kwargs") or {}
-    needed = {"hf": ("weights_sha256", "files_sha256"), "modules": ("state_sha256", "source_sha256")}
-    missing += [f"config.backbone.kwargs.{k}" for k in needed.get(backbone["name"], ()) if not kwargs.get(k)]
-    return missing
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,

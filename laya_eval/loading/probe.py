@@ -24,7 +24,7 @@ import torch
 from laya_eval.errors import CheckpointError
 from laya_eval.models.layered import LayeredModel
 
-__all__ = ["PROBE_TOLERANCE", "check_probe", "probe_inputs", "probe_record"]
+__all__ = ["PROBE_TOLERANCE", "check_probe", "probe_inputs", "probe_record", "unverified_parts"]
 
 PROBE_TOLERANCE = 1e-4
 _PROBE_N = 4
@@ -118,3 +118,17 @@ def check_probe(model: LayeredModel, record: Any, path: str | os.PathLike) -> No
             f"{PROBE_TOLERANCE:g}): the head's code or the referenced backbone changed since it was saved, or a "
             "py: factory does not return the same network on every call (it must load its weights)."
         )
+
+
+def unverified_parts(payload: dict[str, Any], model: LayeredModel) -> list[str]:
+    """What a checkpoint lacks of the identity laya-eval records (probe, checksum, reference hashes)."""
+    missing = []
+    if payload.get("probe") is None and probe_inputs(model) is not None:
+        missing.append("probe")
+    if payload.get("checksum") is None:
+        missing.append("checksum")
+    backbone = payload["config"]["backbone"]
+    kwargs = backbone.get("kwargs") or {}
+    needed = {"hf": ("weights_sha256", "files_sha256"), "modules": ("state_sha256", "source_sha256")}
+    missing += [f"config.backbone.kwargs.{k}" for k in needed.get(backbone["name"], ()) if not kwargs.get(k)]
+    return missing
