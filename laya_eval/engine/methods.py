@@ -25,6 +25,7 @@ from laya_eval.catalog import METHOD_SPECS, MethodSpec
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import LayaHead, LayerHead, pool_hidden
 from laya_eval.models.layered import LayeredModel
+from laya_eval.engine.integrated_gradients import head_ig
 from laya_eval.engine.seeding import per_sample_uniform
 from laya_eval.models.trace import Trace
 
@@ -207,13 +208,6 @@ def _gradcam(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodC
     return torch.stack(scores, 1)
 
 
-def _head_touching_all(model: LayeredModel, hidden: tuple[Tensor, ...]) -> Tensor:
-    """Head logits with every input on the graph: Captum cannot take gradients of inputs a head ignores
-    (LastLayer's lower layers); adding ``0 * h`` gives them their true gradient, zero."""
-    zero = sum((h * 0).sum() for h in hidden)
-    return model.head(list(hidden)) + zero
-
-
 def _replaced_logits(model: LayeredModel, x: Tensor, i: int, value: Tensor) -> Tensor:
     """Logits with block ``i``'s full output replaced by ``value`` (its shape) and every later block recomputed."""
     return model.head(model.hidden_states(x, {i: lambda t: value}))
@@ -229,13 +223,11 @@ def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContex
 
     options = dict(target=target, n_steps=context.n_steps, method=context.ig_method,
                    internal_batch_size=context.internal_batch_size)
+    if context.scope == "head":
+        # Through the affine adapters where the head has them (laya_eval.engine.integrated_gradients).
+        return head_ig(model.head, tr.hidden, target, n_steps=context.n_steps, method=context.ig_method,
+                       internal_batch_size=context.internal_batch_size, terms=tr.terms, adapted=tr.adapted)
     with torch.enable_grad():
-        if context.scope == "head":
-            ig = IntegratedGradients(lambda *hidden: _head_touching_all(model, hidden))
-            # The heads pool maps first and pooling is linear, so IG over the pooled states gives the
-            # same per-layer sums as IG over the full maps, at a fraction of the memory (50 steps x maps).
-            attr = ig.attribute(tuple(pool_hidden(h).detach() for h in tr.hidden), **options)
-            return torch.stack([a.flatten(1).sum(1) for a in attr], 1).detach()
         if not isinstance(tr.inputs, Tensor):
             raise ConfigError("network-scope IG needs tensor inputs; use --scope head for text models.")
         with torch.no_grad():

@@ -118,6 +118,8 @@ def head_removal_logits(
 ) -> Tensor:
     """Head-scope logits after each removal in ``masks`` (K, L) or (B, K, L), from the cached trace: (B, K, C).
 
+    ``tr`` is a trace of ``head`` (its terms and adapter outputs are reused, not recomputed).
+
     ``fill``: the pooled mean of every hidden state, for ``mean``. Any set of layers may be removed at once
     (pruning removes several).
     """
@@ -135,7 +137,7 @@ def head_removal_logits(
     values = [p.new_zeros(p.shape[-1]) for p in pooled] if ablation == "zero" else list(fill or [])
     if len(values) != masks.shape[-1]:
         raise ConfigError("mean ablation needs the mean of every hidden state over the evaluated data.")
-    return head.removal_logits(pooled, masks, values)
+    return head.removal_logits(pooled, masks, values, terms=tr.terms, adapted=tr.adapted)
 
 
 def _network_scope_logits(
