@@ -26,6 +26,7 @@ from laya_eval.errors import ConfigError
 from laya_eval.models.heads import LayaHead, LayerHead, pool_hidden
 from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.integrated_gradients import head_ig
+from laya_eval.engine.memory_budget import ig_rows, row_chunks
 from laya_eval.engine.seeding import per_sample_uniform
 from laya_eval.models.trace import Trace
 
@@ -63,6 +64,8 @@ class MethodContext:
         ``(activations, d logit_c / d activation)`` for the batch at ``scope``, computed once
         by the engine for every method that needs ``"gradients"``; computed on demand when
         absent.
+    max_memory_mb : int
+        At network scope, the budget of IG's and the gradients' row chunks (:mod:`laya_eval.engine.memory_budget`).
     layer_baseline : list of Tensor, optional
         At network scope, the removed state of each block (the first ablation's fill: a dataset mean of the
         block output); ``None`` means zeros. Integrated Gradients starts its path there.
@@ -76,6 +79,7 @@ class MethodContext:
     statistics: dict[str, list[Tensor]] = field(default_factory=dict)
     gradients: tuple[list[Tensor], list[Tensor]] | None = None
     layer_baseline: list[Tensor] | None = None
+    max_memory_mb: int = 2048
 
 
 AttributionFn = Callable[..., Tensor]
@@ -158,29 +162,36 @@ def _head_grads(tr: Trace, model: LayeredModel, target: Tensor) -> tuple[list[Te
     return [a.detach() for a in acts], list(grads)
 
 
-def _network_grads(tr: Trace, model: LayeredModel, target: Tensor) -> tuple[list[Tensor], list[Tensor]]:
-    """Each block's full output inside the backbone and d logit_c / d output (total effect)."""
+def _network_grads(tr: Trace, model: LayeredModel, target: Tensor, max_memory_mb: int
+                   ) -> tuple[list[Tensor], list[Tensor]]:
+    """Each block's full output inside the backbone and d logit_c / d output (total effect), in row chunks."""
     if not isinstance(tr.inputs, Tensor):
         raise ConfigError("network-scope gradient methods need tensor inputs; use --scope head for text models.")
-    with torch.enable_grad():
-        # The input requires grad so every block output is on the graph, frozen backbones included.
-        x = tr.inputs.detach().clone().requires_grad_(True)
-        hidden, acts = model.block_outputs(x)
-        out = _target_logit_sum(model.head(hidden), target)
-        grads = torch.autograd.grad(out, acts, allow_unused=True, materialize_grads=True)
-    return [a.detach() for a in acts], list(grads)
+    acts_parts, grad_parts = [], []
+    for sl in row_chunks(tr.n_samples, ig_rows(tr.hidden, max_memory_mb)):
+        with torch.enable_grad():
+            # The input requires grad so every block output is on the graph, frozen backbones included.
+            x = tr.inputs[sl].detach().clone().requires_grad_(True)
+            hidden, acts = model.block_outputs(x)
+            out = _target_logit_sum(model.head(hidden), target[sl])
+            grads = torch.autograd.grad(out, acts, allow_unused=True, materialize_grads=True)
+        acts_parts.append([a.detach() for a in acts])
+        grad_parts.append(list(grads))
+    return [torch.cat(a) for a in zip(*acts_parts)], [torch.cat(g) for g in zip(*grad_parts)]
 
 
-def layer_gradients(tr: Trace, model: LayeredModel, target: Tensor, scope: str) -> tuple[list[Tensor], list[Tensor]]:
-    """``(activations, d logit_target / d activation)`` per layer at ``scope`` ("head" or "network")."""
-    return _head_grads(tr, model, target) if scope == "head" else _network_grads(tr, model, target)
+def layer_gradients(tr: Trace, model: LayeredModel, target: Tensor, scope: str, *, max_memory_mb: int = 2048
+                    ) -> tuple[list[Tensor], list[Tensor]]:
+    """``(activations, d logit_target / d activation)`` per layer at ``scope`` ("head" or "network"); at network
+    scope in row chunks within ``max_memory_mb`` (:mod:`laya_eval.engine.memory_budget`)."""
+    return _head_grads(tr, model, target) if scope == "head" else _network_grads(tr, model, target, max_memory_mb)
 
 
 def _grads(tr: Trace, model: LayeredModel, target: Tensor, context: MethodContext):
     """The batch's gradients from the engine, or computed now when the caller gave none."""
     if context.gradients is not None:
         return context.gradients
-    return layer_gradients(tr, model, target, context.scope)
+    return layer_gradients(tr, model, target, context.scope, max_memory_mb=context.max_memory_mb)
 
 
 def _channel_first(t: Tensor) -> Tensor:
@@ -232,15 +243,22 @@ def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContex
             raise ConfigError("network-scope IG needs tensor inputs; use --scope head for text models.")
         with torch.no_grad():
             _, outputs = model.block_outputs(tr.inputs)
+        # Row chunks within the memory budget: at most `rows` (input, step) pairs per backbone call.
+        rows = context.internal_batch_size or ig_rows(outputs, context.max_memory_mb)
+        options["internal_batch_size"] = rows
         scores = []
         for i, out in enumerate(outputs):
             # The path runs from the removed layer (the ablation's counterfactual, injected through the backbone's
             # replace mechanism) to its actual output, with every later block recomputed: the same total effect
             # the network-scope effect measures.
             ig = IntegratedGradients(lambda value, x, i=i: _replaced_logits(model, x, i, value))
-            attr = ig.attribute(out.detach(), baselines=_layer_baseline(out.detach(), context.layer_baseline, i),
-                                additional_forward_args=(tr.inputs,), **options)
-            scores.append(attr.flatten(1).sum(1).detach())
+            base = _layer_baseline(out.detach(), context.layer_baseline, i)
+            parts = []
+            for sl in row_chunks(tr.n_samples, rows):
+                attr = ig.attribute(out[sl].detach(), baselines=base[sl], additional_forward_args=(tr.inputs[sl],),
+                                    **{**options, "target": target[sl]})
+                parts.append(attr.flatten(1).sum(1).detach())
+            scores.append(torch.cat(parts))
     return torch.stack(scores, 1)
 
 
