@@ -181,8 +181,9 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
     needs = [n for m in methods for n in m.needs] + [n for a in ablations for n in ABLATION_SPECS[a].needs]
     stats = tuple(dict.fromkeys(n.split(":", 1)[1] for n in needs if n.startswith("stat:")))
     if options.scope == "network":
-        _check_network_budget(model, data, device, options, gradients=any("gradients" in m.needs or m.name == "ig"
-                                                                          for m in methods))
+        # methods that need gradients or tensor inputs take gradients through the backbone at network scope
+        backward = any({"gradients", "tensor_inputs"} & set(m.needs) for m in methods)
+        _check_network_budget(model, data, device, options, gradients=backward)
     return Plan(model, data, tuple(methods), ablations, options, device, stats, ckpt, tuple(notes),
                 effect_model=float64_view(model))
 
