@@ -12,62 +12,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
 import laya_eval.engine.evaluation as engine
 from laya_eval.engine.evaluation import EvalOptions, evaluate_ablations, evaluate_to_folder
 from laya_eval.engine.partial import PartialStore
 from laya_eval.engine.records import Records, merge_records
+from tests.device_guard import guard_hot_loop
 
 FAST = dict(bootstrap=20, n_steps=4)
 TABLES = ("layers.csv", "samples.csv", "summary.csv", "comparisons.csv")
 ROOT = Path(__file__).resolve().parents[1]
 
 # ------------------------------------------------------------------ device discipline
-_FACTORIES = {torch.arange, torch.zeros, torch.ones, torch.empty, torch.eye, torch.full, torch.tensor,
-              torch.as_tensor, torch.rand, torch.randn, torch.randint, torch.linspace, torch.randperm}
-
-
-def _caller_is_laya_eval() -> bool:
-    frame = sys._getframe(2)
-    while frame is not None and frame.f_globals.get("__name__", "").startswith(("torch", __name__)):
-        frame = frame.f_back
-    return frame is not None and frame.f_globals.get("__name__", "").startswith("laya_eval")
-
-
-class _NoImplicitCpuTensors(TorchFunctionMode):
-    """Inside the batch loop laya_eval code may create a tensor only with an explicit device (or *_like/new_*):
-    on a GPU a tensor made without one lands on the CPU and the next op raises a device mismatch."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in _FACTORIES and "device" not in kwargs and _caller_is_laya_eval():
-            raise AssertionError(f"torch.{func.__name__} without device= inside the batch loop")
-        return func(*args, **kwargs)
-
-
 @pytest.fixture
 def device_guard(monkeypatch):
-    """Run every per-batch computation of the engine under the guard; torch.from_numpy is forbidden there too."""
-    real_from_numpy = torch.from_numpy
-
-    def from_numpy(array):
-        if _caller_is_laya_eval():
-            raise AssertionError("torch.from_numpy inside the batch loop makes a CPU tensor")
-        return real_from_numpy(array)
-
-    for name in ("_batch_records",):
-        real = getattr(engine, name)
-
-        def guarded(*args, _real=real, **kwargs):
-            monkeypatch.setattr(torch, "from_numpy", from_numpy)
-            try:
-                with _NoImplicitCpuTensors():
-                    return _real(*args, **kwargs)
-            finally:
-                monkeypatch.setattr(torch, "from_numpy", real_from_numpy)
-
-        monkeypatch.setattr(engine, name, guarded)
+    """Run every per-batch computation of the engine under the guard (tests/device_guard.py); torch.from_numpy is
+    forbidden there too. The other commands' hot loops: tests/test_device_guard.py."""
+    guard_hot_loop(monkeypatch, engine, "_batch_records")
 
 
 @pytest.mark.parametrize("head", ["laya", "scalarmix", "lastlayer"])

@@ -35,6 +35,7 @@ from laya_eval.engine.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.models.devices import backbone_precision
 from laya_eval.engine.distributed import SINGLE_PROCESS, World
 from laya_eval.engine.effect_precision import float64_trace
+from laya_eval.engine.memory_budget import replacement_rows
 from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.partial import PartialStore
 from laya_eval.engine.removals import (
@@ -140,19 +141,24 @@ def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, means: dict[str, 
     tr64 = float64_trace(tr, model64)
     fills = {a: _float64(ablation_fill(a, means)) for a in plan.ablations}
     lolo = leave_one_out_masks(model.n_layers, device=plan.device)
-    effects = {a: _to_numpy(removal_effects(tr64, model64, lolo, ablation=a, scope=o.scope, fill=fills[a]), rows)
+    # Network scope: replacement passes in row chunks within --max-memory (laya_eval.engine.memory_budget).
+    max_rows = replacement_rows(tr64.hidden, o.max_memory_mb) if o.scope == "network" else None
+    effects = {a: _to_numpy(removal_effects(tr64, model64, lolo, ablation=a, scope=o.scope, fill=fills[a],
+                                            max_rows=max_rows), rows)
                for a in plan.ablations}
     ctx = MethodContext(scope=o.scope, n_steps=o.n_steps, internal_batch_size=o.internal_batch_size, seed=o.seed,
-                        statistics=means, layer_baseline=ablation_fill(plan.ablations[0], means))
+                        statistics=means, layer_baseline=ablation_fill(plan.ablations[0], means),
+                        max_memory_mb=o.max_memory_mb)
     if plan.needs_gradients:
-        ctx = dataclasses.replace(ctx, gradients=layer_gradients(tr, model, tr.pred, o.scope))
+        ctx = dataclasses.replace(ctx, gradients=layer_gradients(tr, model, tr.pred, o.scope,
+                                                                 max_memory_mb=o.max_memory_mb))
     scores, deletion, diagnostics = {}, {a: {} for a in plan.ablations}, {}
     for m in plan.methods:
         s = m.fn(tr, model, target=tr.pred, context=ctx).detach().to(tr.terms.dtype)
         scores[m.name] = _to_numpy(s, rows)
         masks = deletion_masks(layer_ranking(s))
         for a in plan.ablations:
-            curve = removal_effects(tr64, model64, masks, ablation=a, scope=o.scope, fill=fills[a])
+            curve = removal_effects(tr64, model64, masks, ablation=a, scope=o.scope, fill=fills[a], max_rows=max_rows)
             deletion[a][m.name] = _to_numpy(curve, rows)
         if m.diagnostic is not None:
             value = m.diagnostic(tr, model, s, ctx)

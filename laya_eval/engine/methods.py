@@ -25,6 +25,8 @@ from laya_eval.catalog import METHOD_SPECS, MethodSpec
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import LayaHead, LayerHead, pool_hidden
 from laya_eval.models.layered import LayeredModel
+from laya_eval.engine.integrated_gradients import head_ig
+from laya_eval.engine.memory_budget import ig_rows, row_chunks
 from laya_eval.engine.seeding import per_sample_uniform
 from laya_eval.models.trace import Trace
 
@@ -62,6 +64,8 @@ class MethodContext:
         ``(activations, d logit_c / d activation)`` for the batch at ``scope``, computed once
         by the engine for every method that needs ``"gradients"``; computed on demand when
         absent.
+    max_memory_mb : int
+        At network scope, the budget of IG's and the gradients' row chunks (:mod:`laya_eval.engine.memory_budget`).
     layer_baseline : list of Tensor, optional
         At network scope, the removed state of each block (the first ablation's fill: a dataset mean of the
         block output); ``None`` means zeros. Integrated Gradients starts its path there.
@@ -75,6 +79,7 @@ class MethodContext:
     statistics: dict[str, list[Tensor]] = field(default_factory=dict)
     gradients: tuple[list[Tensor], list[Tensor]] | None = None
     layer_baseline: list[Tensor] | None = None
+    max_memory_mb: int = 2048
 
 
 AttributionFn = Callable[..., Tensor]
@@ -157,29 +162,36 @@ def _head_grads(tr: Trace, model: LayeredModel, target: Tensor) -> tuple[list[Te
     return [a.detach() for a in acts], list(grads)
 
 
-def _network_grads(tr: Trace, model: LayeredModel, target: Tensor) -> tuple[list[Tensor], list[Tensor]]:
-    """Each block's full output inside the backbone and d logit_c / d output (total effect)."""
+def _network_grads(tr: Trace, model: LayeredModel, target: Tensor, max_memory_mb: int
+                   ) -> tuple[list[Tensor], list[Tensor]]:
+    """Each block's full output inside the backbone and d logit_c / d output (total effect), in row chunks."""
     if not isinstance(tr.inputs, Tensor):
         raise ConfigError("network-scope gradient methods need tensor inputs; use --scope head for text models.")
-    with torch.enable_grad():
-        # The input requires grad so every block output is on the graph, frozen backbones included.
-        x = tr.inputs.detach().clone().requires_grad_(True)
-        hidden, acts = model.block_outputs(x)
-        out = _target_logit_sum(model.head(hidden), target)
-        grads = torch.autograd.grad(out, acts, allow_unused=True, materialize_grads=True)
-    return [a.detach() for a in acts], list(grads)
+    acts_parts, grad_parts = [], []
+    for sl in row_chunks(tr.n_samples, ig_rows(tr.hidden, max_memory_mb)):
+        with torch.enable_grad():
+            # The input requires grad so every block output is on the graph, frozen backbones included.
+            x = tr.inputs[sl].detach().clone().requires_grad_(True)
+            hidden, acts = model.block_outputs(x)
+            out = _target_logit_sum(model.head(hidden), target[sl])
+            grads = torch.autograd.grad(out, acts, allow_unused=True, materialize_grads=True)
+        acts_parts.append([a.detach() for a in acts])
+        grad_parts.append(list(grads))
+    return [torch.cat(a) for a in zip(*acts_parts)], [torch.cat(g) for g in zip(*grad_parts)]
 
 
-def layer_gradients(tr: Trace, model: LayeredModel, target: Tensor, scope: str) -> tuple[list[Tensor], list[Tensor]]:
-    """``(activations, d logit_target / d activation)`` per layer at ``scope`` ("head" or "network")."""
-    return _head_grads(tr, model, target) if scope == "head" else _network_grads(tr, model, target)
+def layer_gradients(tr: Trace, model: LayeredModel, target: Tensor, scope: str, *, max_memory_mb: int = 2048
+                    ) -> tuple[list[Tensor], list[Tensor]]:
+    """``(activations, d logit_target / d activation)`` per layer at ``scope`` ("head" or "network"); at network
+    scope in row chunks within ``max_memory_mb`` (:mod:`laya_eval.engine.memory_budget`)."""
+    return _head_grads(tr, model, target) if scope == "head" else _network_grads(tr, model, target, max_memory_mb)
 
 
 def _grads(tr: Trace, model: LayeredModel, target: Tensor, context: MethodContext):
     """The batch's gradients from the engine, or computed now when the caller gave none."""
     if context.gradients is not None:
         return context.gradients
-    return layer_gradients(tr, model, target, context.scope)
+    return layer_gradients(tr, model, target, context.scope, max_memory_mb=context.max_memory_mb)
 
 
 def _channel_first(t: Tensor) -> Tensor:
@@ -207,13 +219,6 @@ def _gradcam(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodC
     return torch.stack(scores, 1)
 
 
-def _head_touching_all(model: LayeredModel, hidden: tuple[Tensor, ...]) -> Tensor:
-    """Head logits with every input on the graph: Captum cannot take gradients of inputs a head ignores
-    (LastLayer's lower layers); adding ``0 * h`` gives them their true gradient, zero."""
-    zero = sum((h * 0).sum() for h in hidden)
-    return model.head(list(hidden)) + zero
-
-
 def _replaced_logits(model: LayeredModel, x: Tensor, i: int, value: Tensor) -> Tensor:
     """Logits with block ``i``'s full output replaced by ``value`` (its shape) and every later block recomputed."""
     return model.head(model.hidden_states(x, {i: lambda t: value}))
@@ -229,26 +234,31 @@ def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContex
 
     options = dict(target=target, n_steps=context.n_steps, method=context.ig_method,
                    internal_batch_size=context.internal_batch_size)
+    if context.scope == "head":
+        # Through the affine adapters where the head has them (laya_eval.engine.integrated_gradients).
+        return head_ig(model.head, tr.hidden, target, n_steps=context.n_steps, method=context.ig_method,
+                       internal_batch_size=context.internal_batch_size, terms=tr.terms, adapted=tr.adapted)
     with torch.enable_grad():
-        if context.scope == "head":
-            ig = IntegratedGradients(lambda *hidden: _head_touching_all(model, hidden))
-            # The heads pool maps first and pooling is linear, so IG over the pooled states gives the
-            # same per-layer sums as IG over the full maps, at a fraction of the memory (50 steps x maps).
-            attr = ig.attribute(tuple(pool_hidden(h).detach() for h in tr.hidden), **options)
-            return torch.stack([a.flatten(1).sum(1) for a in attr], 1).detach()
         if not isinstance(tr.inputs, Tensor):
             raise ConfigError("network-scope IG needs tensor inputs; use --scope head for text models.")
         with torch.no_grad():
             _, outputs = model.block_outputs(tr.inputs)
+        # Row chunks within the memory budget: at most `rows` (input, step) pairs per backbone call.
+        rows = context.internal_batch_size or ig_rows(outputs, context.max_memory_mb)
+        options["internal_batch_size"] = rows
         scores = []
         for i, out in enumerate(outputs):
             # The path runs from the removed layer (the ablation's counterfactual, injected through the backbone's
             # replace mechanism) to its actual output, with every later block recomputed: the same total effect
             # the network-scope effect measures.
             ig = IntegratedGradients(lambda value, x, i=i: _replaced_logits(model, x, i, value))
-            attr = ig.attribute(out.detach(), baselines=_layer_baseline(out.detach(), context.layer_baseline, i),
-                                additional_forward_args=(tr.inputs,), **options)
-            scores.append(attr.flatten(1).sum(1).detach())
+            base = _layer_baseline(out.detach(), context.layer_baseline, i)
+            parts = []
+            for sl in row_chunks(tr.n_samples, rows):
+                attr = ig.attribute(out[sl].detach(), baselines=base[sl], additional_forward_args=(tr.inputs[sl],),
+                                    **{**options, "target": target[sl]})
+                parts.append(attr.flatten(1).sum(1).detach())
+            scores.append(torch.cat(parts))
     return torch.stack(scores, 1)
 
 

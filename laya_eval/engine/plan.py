@@ -22,6 +22,7 @@ from laya_eval.data import Dataset, check_finite, load_dataset
 from laya_eval.models.devices import resolve_device
 from laya_eval.engine.distributed import SINGLE_PROCESS, World
 from laya_eval.engine.effect_precision import float64_view
+from laya_eval.engine.memory_budget import check_network_budget
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.partial import run_key
@@ -56,6 +57,7 @@ class EvalOptions:
     download: bool = False
     allow_nonfinite: bool = False
     allow_unverified: bool = False
+    max_memory_mb: int = 2048
 
     def __post_init__(self) -> None:
         check_ablations(self.ablation, self.scope)
@@ -69,6 +71,7 @@ _EVAL_RULES = {
     "chunk_size": check_positive_int,
     "limit": check_optional(check_positive_int),
     "internal_batch_size": check_optional(check_positive_int),
+    "max_memory_mb": check_positive_int,
     "bootstrap": check_non_negative_int,
     "seed": lambda name, value: check_int(name, value, low=0, high=EVAL_SEED_MAX),
     "tie_rtol": lambda name, value: check_number(name, value, low=0, high=1, high_open=True),
@@ -106,7 +109,9 @@ class Plan:
                         "n": len(self.data), "content_sha256": data_content_sha256(self.data.x, self.data.y),
                         "methods": [m.name for m in self.methods], "ablations": self.ablations,
                         "scope": o.scope, "seed": o.seed, "n_steps": o.n_steps, "dtype": o.dtype,
-                        "internal_batch_size": o.internal_batch_size, "device": self.device.type})
+                        "internal_batch_size": o.internal_batch_size, "device": self.device.type,
+                        # network scope runs in row chunks within the budget, which rounding can tell apart
+                        **({"max_memory_mb": o.max_memory_mb} if o.scope == "network" else {})})
 
     def result_key(self) -> str:
         """:meth:`key` plus every option that changes the finished tables (bootstrap, tie tolerance); a
@@ -154,6 +159,15 @@ def check_extra_methods(extra: Sequence[AttributionMethod]) -> tuple[Attribution
     return extra
 
 
+def _check_network_budget(model: LayeredModel, data: Dataset, device: torch.device, options: EvalOptions, *,
+                          gradients: bool) -> None:
+    """One input's block outputs sized against ``--max-memory`` (one backbone pass on one row), before any work."""
+    first = data.subset(slice(0, 1)).x
+    with torch.no_grad():
+        hidden = model.hidden_states(first.to(device) if isinstance(first, torch.Tensor) else first)
+    check_network_budget(hidden, options.max_memory_mb, gradients=gradients)
+
+
 def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | None, ablations: Sequence[str], *,
               options: EvalOptions, data_dir: Any = None, world: World = SINGLE_PROCESS,
               extra_methods: Sequence[AttributionMethod] = ()) -> Plan:
@@ -179,6 +193,10 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
         (notes.append(f"skipped {reason}") if reason else methods.append(m))
     needs = [n for m in methods for n in m.needs] + [n for a in ablations for n in ABLATION_SPECS[a].needs]
     stats = tuple(dict.fromkeys(n.split(":", 1)[1] for n in needs if n.startswith("stat:")))
+    if options.scope == "network":
+        # methods that need gradients or tensor inputs take gradients through the backbone at network scope
+        backward = any({"gradients", "tensor_inputs"} & set(m.needs) for m in methods)
+        _check_network_budget(model, data, device, options, gradients=backward)
     return Plan(model, data, tuple(methods), ablations, options, device, stats, ckpt, tuple(notes),
                 effect_model=float64_view(model))
 

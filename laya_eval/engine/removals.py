@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, SCOPES
+from laya_eval.engine.memory_budget import row_chunks
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import LayerHead, pool_hidden
 from laya_eval.models.layered import LayeredModel
@@ -118,6 +119,8 @@ def head_removal_logits(
 ) -> Tensor:
     """Head-scope logits after each removal in ``masks`` (K, L) or (B, K, L), from the cached trace: (B, K, C).
 
+    ``tr`` is a trace of ``head`` (its terms and adapter outputs are reused, not recomputed).
+
     ``fill``: the pooled mean of every hidden state, for ``mean``. Any set of layers may be removed at once
     (pruning removes several).
     """
@@ -135,21 +138,24 @@ def head_removal_logits(
     values = [p.new_zeros(p.shape[-1]) for p in pooled] if ablation == "zero" else list(fill or [])
     if len(values) != masks.shape[-1]:
         raise ConfigError("mean ablation needs the mean of every hidden state over the evaluated data.")
-    return head.removal_logits(pooled, masks, values)
+    return head.removal_logits(pooled, masks, values, terms=tr.terms, adapted=tr.adapted)
 
 
 def _network_scope_logits(
-    tr: Trace, model: LayeredModel, masks: Tensor, fill: Sequence[Tensor] | None
+    tr: Trace, model: LayeredModel, masks: Tensor, fill: Sequence[Tensor] | None, max_rows: int | None = None
 ) -> Tensor:
     masks = _expand_masks(masks, tr.n_samples)
     out = []
     for k in range(masks.shape[1]):
-        replace = {}
-        for i in range(masks.shape[2]):
-            drop = masks[:, k, i] == 0
-            if bool(drop.any()):
-                replace[i] = _replacer(drop, None if fill is None else fill[i])
-        out.append(model.head(model.hidden_states(tr.inputs, replace)))
+        parts = []
+        for sl in row_chunks(tr.n_samples, max_rows):  # row chunks within the memory budget
+            replace = {}
+            for i in range(masks.shape[2]):
+                drop = masks[sl, k, i] == 0
+                if bool(drop.any()):
+                    replace[i] = _replacer(drop, None if fill is None else fill[i])
+            parts.append(model.head(model.hidden_states(tr.inputs[sl], replace)))
+        out.append(torch.cat(parts))
     return torch.stack(out, 1)
 
 
@@ -171,6 +177,7 @@ def removal_probs(
     ablation: str = "gate",
     scope: str = "head",
     fill: Sequence[Tensor] | None = None,
+    max_rows: int | None = None,
 ) -> Tensor:
     """``p_c`` after each removal in ``masks``.
 
@@ -185,6 +192,9 @@ def removal_probs(
     fill : list of Tensor, optional
         For ``mean``: the mean of each hidden state over the evaluated data
         (pooled, (d_i,), for scope head; the full block output for scope network).
+    max_rows : int, optional
+        At network scope, the most inputs one backbone pass carries (:mod:`laya_eval.engine.memory_budget`);
+        all at once when ``None``.
 
     Returns
     -------
@@ -194,7 +204,7 @@ def removal_probs(
     if scope == "head":
         logits = head_removal_logits(tr, model.head, masks, ablation, fill)
     else:
-        logits = _network_scope_logits(tr, model, masks, fill if ablation == "mean" else None)
+        logits = _network_scope_logits(tr, model, masks, fill if ablation == "mean" else None, max_rows)
     probs = torch.softmax(logits, -1)
     index = tr.pred[:, None, None].expand(-1, probs.shape[1], 1)
     return probs.gather(2, index).squeeze(2)

@@ -5,10 +5,8 @@ logit-space term of layer ``i`` and ``b`` the classifier bias,
 
     logits(x) = sum_i keep_i * t_i(x) + b
 
-The keep gate ``keep`` (shape ``(B, L)``, 1 keeps a layer's term, 0 drops it)
-is how leave-one-layer-out removal is expressed. ``forward`` is computed from
-``terms`` so that ``logits == terms.sum(1) + bias`` holds exactly, not only up
-to rounding.
+The keep gate ``keep`` ((B, L), 1 keeps a layer's term, 0 drops it) expresses leave-one-layer-out
+removal. ``forward`` is computed from ``terms`` so that ``logits == terms.sum(1) + bias`` holds exactly.
 
 Heads accept vector states ``(B, d_i)`` and spatial maps ``(B, C_i, *spatial)``;
 maps are reduced by global average pooling before the adapters, so gradient
@@ -111,16 +109,7 @@ class LayerHead(nn.Module):
         return pooled
 
     def terms(self, hidden: Sequence[Tensor]) -> Tensor:
-        """Per-layer logit terms ``t_i(x)``.
-
-        Parameters
-        ----------
-        hidden : list of Tensor, each (B, d_i) or (B, C_i, *spatial)
-
-        Returns
-        -------
-        Tensor, (B, L, C)
-        """
+        """Per-layer logit terms ``t_i(x)``, (B, L, C), of ``hidden``: list of (B, d_i) or (B, C_i, *spatial)."""
         raise NotImplementedError
 
     @property
@@ -137,10 +126,16 @@ class LayerHead(nn.Module):
         intermediate of their terms (LAYA) compute both from one adapter pass."""
         return self.terms(hidden), self.layer_weights(hidden)
 
+    def trace_parts(self, hidden: Sequence[Tensor]) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """``(terms, layer_weights, adapted)`` for a trace: :meth:`terms_and_weights` and, for heads with
+        adapters, their outputs ``z`` (B, L, d*), which the removal fast paths reuse; ``None`` otherwise."""
+        return (*self.terms_and_weights(hidden), None)
+
     #: The removal fast path of this class (laya_eval.models.removal); None: the generic recomputation.
     removal_fast_path: FastPath | None = None
 
-    def removal_logits(self, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor]) -> Tensor:
+    def removal_logits(self, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor], *,
+                       terms: Tensor | None = None, adapted: Tensor | None = None) -> Tensor:
         """Logits after replacing the removed layers' pooled states by fill vectors (``zero``/``mean`` removals).
 
         For every input ``b`` and removal ``k`` the head sees ``m p_i + (1 - m) fill_i`` with
@@ -149,39 +144,22 @@ class LayerHead(nn.Module):
         (:mod:`laya_eval.models.removal`) and agree with the generic route to rounding. A subclass
         that overrides a method its parent's fast path relies on gets the generic route.
 
-        Parameters
-        ----------
-        pooled : list of Tensor, each (B, d_i) or (B, C_i, *spatial)
-            The head's inputs; maps are global-average-pooled first (as in :meth:`forward`).
-        keep : Tensor, (K, L) or (B, K, L)
-            Keep masks: 1 keeps layer ``i``, 0 replaces it (several layers may be removed at once).
-        fill : list of Tensor, each (d_i,)
-            Replacement of each layer's pooled state: zeros for ``zero``, dataset means for ``mean``.
-
-        Returns
-        -------
-        Tensor, (B, K, C)
+        ``pooled``: the head's inputs, list of (B, d_i) or (B, C_i, *spatial), maps pooled first as in
+        :meth:`forward`; ``keep`` (K, L) or (B, K, L): 1 keeps layer ``i``, 0 replaces it (several at once
+        allowed); ``fill``: list of (d_i,), zeros for ``zero``, dataset means for ``mean``; ``terms``,
+        ``adapted``: this head's :meth:`trace_parts` of ``pooled`` (a trace's), which the fast paths reuse
+        instead of recomputing the adapters. Returns (B, K, C).
         """
         pooled = self._check(pooled)
         keep, fill = check_removal_inputs(pooled, keep, fill)
-        return fast_route(self, keep)(self, pooled, keep, fill)
+        return fast_route(self, keep)(self, pooled, keep, fill, terms=terms, adapted=adapted)
 
     def forward(self, hidden: Sequence[Tensor], keep: Tensor | None = None, renormalize: bool = False) -> Tensor:
-        """Logits with an optional keep gate.
+        """Logits (B, C) of ``hidden`` (list of (B, d_i) or (B, C_i, *spatial)) with an optional keep gate.
 
-        Parameters
-        ----------
-        hidden : list of Tensor, each (B, d_i) or (B, C_i, *spatial)
-        keep : Tensor, (B, L) or (L,), optional
-            1 keeps a layer's term, 0 drops it; values in between scale it.
-        renormalize : bool
-            For heads with layer weights, divide the kept terms by the kept
-            weight mass ``sum_i keep_i w_i`` (the ``gate-renorm`` ablation).
-            Heads without weights ignore it.
-
-        Returns
-        -------
-        Tensor, (B, C)
+        ``keep`` (B, L) or (L,): 1 keeps a layer's term, 0 drops it, values in between scale it.
+        ``renormalize``: for heads with layer weights, divide the kept terms by the kept weight mass
+        ``sum_i keep_i w_i`` (the ``gate-renorm`` ablation); heads without weights ignore it.
         """
         t = self.terms(hidden)
         if keep is None:
@@ -259,6 +237,13 @@ class _AdaptedHead(LayerHead):
         # t_i = w_i * W z_i: the classifier is linear, so W(sum_i w_i z_i) = sum_i t_i.
         return weights.unsqueeze(-1) * (z @ self.classifier.weight.T)
 
+    def adapted_logits(self, z: Tensor) -> Tensor:
+        """Logits from the adapter outputs ``z`` (B, L, d*): the head after its adapters, (B, C)."""
+        return self._weighted_terms(z, self._layer_mix(z)).sum(1) + self.bias
+
+    def _layer_mix(self, z: Tensor) -> Tensor:  # the per-layer weights w_i of the terms, (B, L)
+        raise NotImplementedError
+
     @property
     def bias(self) -> Tensor:
         return self.classifier.bias
@@ -293,6 +278,13 @@ class ScalarMixHead(_AdaptedHead):
         z = self.adapted(hidden)
         w = self.gamma * self.mix_weights().unsqueeze(0).expand(z.shape[0], -1)
         return self._weighted_terms(z, w)
+
+    def _layer_mix(self, z: Tensor) -> Tensor:
+        return self.gamma * self.mix_weights().unsqueeze(0).expand(z.shape[0], -1)
+
+    def trace_parts(self, hidden: Sequence[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        z = self.adapted(hidden)
+        return self._weighted_terms(z, self._layer_mix(z)), self.layer_weights(hidden), z
 
     removal_fast_path = SCALARMIX_FAST_PATH
 
@@ -343,6 +335,8 @@ class LayaHead(_AdaptedHead):
         scores = self.scorer(self.psi(z).flatten(1))
         return torch.softmax(scores / self.tau, dim=-1)
 
+    _layer_mix = _alpha
+
     def layer_weights(self, hidden: Sequence[Tensor]) -> Tensor:
         return self._alpha(self.adapted(hidden))
 
@@ -353,6 +347,11 @@ class LayaHead(_AdaptedHead):
         z = self.adapted(hidden)
         alpha = self._alpha(z)
         return self._weighted_terms(z, alpha), alpha
+
+    def trace_parts(self, hidden: Sequence[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        z = self.adapted(hidden)
+        alpha = self._alpha(z)
+        return self._weighted_terms(z, alpha), alpha, z
 
     def forward(self, hidden: Sequence[Tensor], keep: Tensor | None = None, renormalize: bool = False) -> Tensor:
         if not renormalize or keep is None:

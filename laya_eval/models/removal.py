@@ -47,6 +47,7 @@ __all__ = [
     "FastPath",
     "affine_removal_logits",
     "check_removal_inputs",
+    "fast_path_unchanged",
     "fast_route",
     "is_binary",
     "laya_removal_logits",
@@ -95,7 +96,8 @@ def check_removal_inputs(
 
 
 def recompute_removal_logits(
-    head: nn.Module, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor]
+    head: nn.Module, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor], *,
+    terms: Tensor | None = None, adapted: Tensor | None = None,
 ) -> Tensor:
     """Logits of every removal by calling the whole head on the ``B x K`` replaced inputs (the generic route).
 
@@ -107,6 +109,10 @@ def recompute_removal_logits(
     keep : Tensor, (K, L) or (B, K, L)
         1 keeps a layer, 0 replaces it by its fill; values in between mix the two inputs.
     fill : list of Tensor, each (d_i,)
+    terms, adapted : Tensor, optional
+        The head's own ``terms(pooled)`` (B, L, C) and adapter outputs ``z`` (B, L, d*), when the caller
+        already has them (a :class:`~laya_eval.models.trace.Trace`); the fast paths reuse them, this route
+        ignores them.
 
     Returns
     -------
@@ -123,7 +129,8 @@ def recompute_removal_logits(
 
 
 def affine_removal_logits(
-    head: nn.Module, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor]
+    head: nn.Module, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor], *,
+    terms: Tensor | None = None, adapted: Tensor | None = None,
 ) -> Tensor:
     """Fast path for heads whose terms are affine in their own layer and weighted independently of the input.
 
@@ -133,13 +140,15 @@ def affine_removal_logits(
 
     Parameters and return value as :func:`recompute_removal_logits`.
     """
-    terms = head.terms(pooled)  # (B, L, C)
+    if terms is None:
+        terms = head.terms(pooled)  # (B, L, C)
     fill_terms = head.terms([v[None] for v in fill])[0]  # (L, C): t_i(v_i), once per call
     return _mix_layers(keep, terms, fill_terms) + head.bias
 
 
 def laya_removal_logits(
-    head: nn.Module, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor]
+    head: nn.Module, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor], *,
+    terms: Tensor | None = None, adapted: Tensor | None = None,
 ) -> Tensor:
     """Fast path for LAYA: adapters and the scorer's per-layer blocks once, the rest of the scorer per removal.
 
@@ -155,7 +164,7 @@ def laya_removal_logits(
     """
     first, act, second = head.scorer[0], head.scorer[1], head.scorer[2]
     n_layers, d_star = len(pooled), head.d_star
-    z = torch.stack([g(p) for g, p in zip(head.adapters, pooled)], dim=1)  # (B, L, d*)
+    z = adapted if adapted is not None else torch.stack([g(p) for g, p in zip(head.adapters, pooled)], dim=1)
     z_fill = torch.stack([g(v) for g, v in zip(head.adapters, fill)], dim=0)  # (L, d*)
     # first.weight is (hidden, L*d*) over the concatenation [psi(z_1) || ... ]: block i is [:, i*d*:(i+1)*d*].
     w1 = first.weight.view(-1, n_layers, d_star)  # (hidden, L, d*)
@@ -194,7 +203,7 @@ def is_binary(keep: Tensor) -> bool:
     return bool(((keep == 0) | (keep == 1)).all())
 
 
-Route = Callable[[nn.Module, Sequence[Tensor], Tensor, Sequence[Tensor]], Tensor]
+Route = Callable[..., Tensor]
 
 
 @dataclass(frozen=True)
@@ -203,7 +212,7 @@ class FastPath:
 
     Attributes
     ----------
-    route : callable ``(head, pooled, keep, fill) -> Tensor (B, K, C)``
+    route : callable ``(head, pooled, keep, fill, *, terms=None, adapted=None) -> Tensor (B, K, C)``
     relies_on : tuple of str
         Methods of the class that declares the fast path which the route assumes unchanged.
     applies : callable ``(head, keep) -> bool``
@@ -222,12 +231,21 @@ def fast_route(head: nn.Module, keep: Tensor) -> Route:
     out). A subclass that overrides any method that fast path relies on (say a custom ``terms``)
     falls back to :func:`recompute_removal_logits`, which only calls the head.
     """
-    owner = next((c for c in type(head).__mro__ if "removal_fast_path" in vars(c)), None)
-    fast: FastPath | None = None if owner is None else vars(owner)["removal_fast_path"]
-    if fast is None:
+    if not fast_path_unchanged(head):
         return recompute_removal_logits
-    unchanged = all(getattr(type(head), name) is getattr(owner, name) for name in fast.relies_on)
-    return fast.route if unchanged and fast.applies(head, keep) else recompute_removal_logits
+    fast = _fast_path(head)[1]
+    return fast.route if fast.applies(head, keep) else recompute_removal_logits
+
+
+def _fast_path(head: nn.Module) -> tuple[type | None, FastPath | None]:
+    owner = next((c for c in type(head).__mro__ if "removal_fast_path" in vars(c)), None)
+    return owner, (None if owner is None else vars(owner)["removal_fast_path"])
+
+
+def fast_path_unchanged(head: nn.Module) -> bool:
+    """Whether ``head``'s class keeps every method its removal fast path relies on (False without a fast path)."""
+    owner, fast = _fast_path(head)
+    return fast is not None and all(getattr(type(head), name) is getattr(owner, name) for name in fast.relies_on)
 
 
 def _linear_adapters(head: nn.Module, keep: Tensor) -> bool:
@@ -246,11 +264,13 @@ def _laya_applies(head: nn.Module, keep: Tensor) -> bool:
 AFFINE_FAST_PATH = FastPath(affine_removal_logits, ("terms", "forward", "bias"))
 SCALARMIX_FAST_PATH = FastPath(
     affine_removal_logits,
-    ("terms", "forward", "bias", "adapted", "mix_weights", "_weighted_terms"),
+    ("terms", "forward", "bias", "adapted", "mix_weights", "_weighted_terms", "trace_parts",
+     "adapted_logits", "_layer_mix"),
     _linear_adapters,
 )
 LAYA_FAST_PATH = FastPath(
     laya_removal_logits,
-    ("terms", "terms_and_weights", "forward", "bias", "adapted", "_alpha", "_weighted_terms"),
+    ("terms", "terms_and_weights", "forward", "bias", "adapted", "_alpha", "_weighted_terms", "trace_parts",
+     "adapted_logits", "_layer_mix"),
     _laya_applies,
 )

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from laya_eval.models.heads import LayerHead
 from laya_eval.models.layered import LayeredModel
+from laya_eval.models.removal import fast_path_unchanged
 
 __all__ = ["Trace", "trace", "trace_from_hidden"]
 
@@ -42,6 +43,10 @@ class Trace:
     sample_ids : Tensor, (B,) int64, or None
         Global index of each sample in the evaluated set; per-sample randomness is drawn
         from (seed, sample id), so it does not depend on batching or sharding.
+    adapted : Tensor, (B, L, d*), or None
+        The head's adapter outputs ``z_i = g_i(h_i)`` (LAYA, ScalarMix), which the ``zero``/``mean``
+        removal fast paths reuse; ``None`` for heads without adapters or whose class changes a method
+        the fast path relies on.
     """
 
     hidden: tuple[Tensor, ...]
@@ -53,6 +58,7 @@ class Trace:
     labels: Tensor | None = None
     inputs: Any = None
     sample_ids: Tensor | None = None
+    adapted: Tensor | None = None
 
     @property
     def n_samples(self) -> int:
@@ -75,7 +81,10 @@ def trace_from_hidden(head: LayerHead, hidden: list[Tensor], labels: Tensor | No
                       sample_ids: Tensor | None = None) -> Trace:
     """Build a :class:`Trace` from hidden states that are already computed."""
     hidden = tuple(h.detach() for h in hidden)
-    terms, weights = head.terms_and_weights(hidden)
+    if fast_path_unchanged(head):
+        terms, weights, adapted = head.trace_parts(hidden)
+    else:  # a subclass's own terms decide; nothing is kept for a fast path it does not take
+        (terms, weights), adapted = head.terms_and_weights(hidden), None
     logits = terms.sum(1) + head.bias
     return Trace(
         hidden=hidden,
@@ -87,6 +96,7 @@ def trace_from_hidden(head: LayerHead, hidden: list[Tensor], labels: Tensor | No
         labels=labels,
         inputs=inputs,
         sample_ids=sample_ids,
+        adapted=adapted,
     )
 
 

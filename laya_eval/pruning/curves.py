@@ -86,13 +86,15 @@ def evaluate_masks(head: LayerHead, hidden: Sequence[Tensor], masks: np.ndarray,
     """
     head.eval()
     n = int(hidden[0].shape[0])
-    masks_t = torch.as_tensor(masks, dtype=torch.float32)
+    device = next((p.device for p in head.parameters()), torch.device("cpu"))
+    masks_t = torch.as_tensor(masks, dtype=torch.float32, device=device)
+    fill = None if fill is None else [v.to(device) for v in fill]
     preds, confidence = [], []
     for start in range(0, n, batch_size):
-        batch = [h[start:start + batch_size] for h in hidden]
+        batch = [h[start:start + batch_size].to(device) for h in hidden]  # the cached features live on the CPU
         m = masks_t if masks_t.dim() == 2 else masks_t[start:start + batch_size]
         tr = trace_from_hidden(head, batch)
-        logits = head_removal_logits(tr, head, m.to(tr.terms.device), ablation, fill)  # (B, K, C)
+        logits = head_removal_logits(tr, head, m, ablation, fill)  # (B, K, C)
         whole = (m >= 1).all(-1)  # (K,) or (B, K)
         whole = whole.expand(logits.shape[0], -1) if whole.dim() == 1 else whole
         if bool(whole.any()):

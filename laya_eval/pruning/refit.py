@@ -50,7 +50,7 @@ class RefitCache:
         dims = [self.like.layer_dims[i] for i in kept]
         head = fresh_head(self.like, dims, seed)
         train_head(head, _subset(self.train, kept), _subset(self.val, kept), replace(self.options, seed=seed))
-        return head.cpu().eval()
+        return head.eval()  # on the device it was trained on
 
     def predict(self, kept: Sequence[int], seed: int) -> tuple[np.ndarray, np.ndarray]:
         """The refit head's test predictions and their probabilities, each (N,); the whole test split in one
@@ -58,11 +58,12 @@ class RefitCache:
         key = (tuple(sorted(int(i) for i in kept)), int(seed))
         if key not in self._done:
             head = self.head(key[0], key[1])
+            device = next(head.parameters()).device
             with torch.no_grad():
-                logits = head([self.test.hidden[i] for i in key[0]])
+                logits = head([self.test.hidden[i].to(device) for i in key[0]])
             pred = logits.argmax(-1)
             conf = torch.softmax(logits.double(), -1).gather(1, pred[:, None]).squeeze(1)
-            self._done[key] = (pred.numpy(), conf.numpy())
+            self._done[key] = (pred.cpu().numpy(), conf.cpu().numpy())
             if self.on_train is not None:
                 self.on_train(*key)
         return self._done[key]

@@ -145,7 +145,8 @@ def _weights_vary(model: LayeredModel, test: Features, batch_size: int) -> bool:
     still needs every layer's state."""
     from laya_eval.models.trace import trace_from_hidden
 
-    tr = trace_from_hidden(model.head, [h[:batch_size] for h in test.hidden])
+    device = next(model.head.parameters()).device
+    tr = trace_from_hidden(model.head, [h[:batch_size].to(device) for h in test.hidden])
     w = tr.layer_weights
     return w is not None and bool((w.max(0).values - w.min(0).values).max() > 0)
 

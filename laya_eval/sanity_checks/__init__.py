@@ -32,6 +32,7 @@ May import: errors, checks, catalog, output, stats, data, models, loading, engin
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import dataclasses
 from collections.abc import Callable
@@ -43,7 +44,7 @@ import pandas as pd
 
 from laya_eval.data import Dataset
 from laya_eval.models.layered import LayeredModel
-from laya_eval.sanity_checks.cached import Features, attribute_features
+from laya_eval.sanity_checks.cached import Features, attribute_features, head_device
 from laya_eval.training.features import encode_features
 from laya_eval.sanity_checks.options import (
     LAYER_ROAR_COLUMNS,
@@ -67,7 +68,8 @@ __all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "ROAR_AGREEMENT_COLUMN
            "Features", "Resamples",
            "SanityOptions", "SanityResult", "attribute_features", "attribution_similarity", "backbone_is_trainable",
            "cascading_randomisation", "data_randomisation", "encode_features", "head_parameter_groups",
-           "layer_roar", "roar_agreement", "sanity", "sanity_to_folder", "SanityRun", "write_sanity"]
+           "layer_roar", "retraining_on_model_device", "roar_agreement", "sanity", "sanity_to_folder", "SanityRun",
+           "write_sanity"]
 
 
 @dataclass
@@ -90,6 +92,13 @@ class SanityResult:
     roar_agreement: pd.DataFrame
 
 
+def retraining_on_model_device(options: SanityOptions, model: LayeredModel) -> SanityOptions:
+    """``options`` with the retrained heads' device set to where ``model``'s head is (the CLI loads the model onto
+    ``--device``): data randomisation and layer-ROAR train where the evaluation runs."""
+    train = dataclasses.replace(options.train, device=str(head_device(model.head)))
+    return dataclasses.replace(options, train=train)
+
+
 def sanity(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
            options: SanityOptions | None = None, *, cache_dir: str | os.PathLike | None = None) -> SanityResult:
     """All three checks; the backbone runs once per split and once per backbone step of the cascading
@@ -107,7 +116,7 @@ def sanity(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
         Feature cache of a frozen pretrained backbone stored by reference, shared with ``fit-head`` and
         ``prune`` (:func:`encode_features`).
     """
-    options = options or SanityOptions()
+    options = retraining_on_model_device(options or SanityOptions(), model)
     for d in (train, val, test):
         model.check_fits(d)
     model.eval()

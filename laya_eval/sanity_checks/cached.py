@@ -18,7 +18,7 @@ from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.removals import check_ablation, leave_one_out_masks, removal_effects
 from laya_eval.models.trace import trace_from_hidden
 
-__all__ = ["Features", "attribute_features", "head_model"]
+__all__ = ["Features", "attribute_features", "feature_batch", "head_device", "head_model"]
 
 def head_model(model: LayeredModel, head: LayerHead) -> LayeredModel:
     """``head`` on ``model``'s backbone; the sanity checks never call the backbone."""
@@ -51,23 +51,34 @@ def attribute_features(
     check_ablation(ablation, "head")
     chosen = [m for m in resolve_methods(list(methods)) if applicable(m, model) is None]
     head64 = head_model(model, copy.deepcopy(model.head).double())
-    fill = [h.double().mean(0) for h in features.hidden] if ablation == "mean" else None
+    fill = [h.double().mean(0).to(head_device(model.head)) for h in features.hidden] if ablation == "mean" else None
     context = MethodContext(scope="head", seed=seed, statistics=_statistics(model, features, chosen, batch_size))
     scores: dict[str, list[Tensor]] = {m.name: [] for m in chosen}
     effects = []
+    device = head_device(model.head)
     for start in range(0, len(features), batch_size):
-        hidden = [h[start:start + batch_size] for h in features.hidden]
-        ids = torch.arange(start, start + len(hidden[0]))
+        hidden = feature_batch(features, start, batch_size, device)
+        ids = torch.arange(start, start + len(hidden[0]), device=device)
         tr = trace_from_hidden(model.head, hidden, sample_ids=ids)
         for m in chosen:
-            scores[m.name].append(m.fn(tr, model, target=tr.pred, context=context).detach().float())
+            scores[m.name].append(m.fn(tr, model, target=tr.pred, context=context).detach().float().cpu())
         # The effects are those of the class the attributions explain, even where float64 would break a
         # near-tie of the logits the other way.
         tr64 = dataclasses.replace(trace_from_hidden(head64.head, [h.double() for h in hidden]), pred=tr.pred)
-        effects.append(removal_effects(tr64, head64, leave_one_out_masks(tr.n_layers).double(),
-                                       ablation=ablation, fill=fill))
+        effects.append(removal_effects(tr64, head64, leave_one_out_masks(tr.n_layers, device=device).double(),
+                                       ablation=ablation, fill=fill).cpu())
     out = {m.name: torch.cat(scores[m.name]).numpy().astype(np.float64) for m in chosen}
     return out, torch.cat(effects).numpy()
+
+
+def head_device(head: LayerHead) -> torch.device:
+    """Where ``head``'s parameters are (the CPU for a head without any)."""
+    return next((p.device for p in head.parameters()), torch.device("cpu"))
+
+
+def feature_batch(features: Features, start: int, size: int, device: torch.device) -> list[Tensor]:
+    """Rows ``[start, start + size)`` of every cached layer, on ``device`` (the cache lives on the CPU)."""
+    return [h[start:start + size].to(device) for h in features.hidden]
 
 
 @torch.no_grad()
@@ -77,7 +88,8 @@ def _statistics(model: LayeredModel, features: Features, methods: Sequence, batc
     if not names:
         return {}
     total = DatasetStatistics()
+    device = head_device(model.head)
     for start in range(0, len(features), batch_size):
-        hidden = [h[start:start + batch_size] for h in features.hidden]
+        hidden = feature_batch(features, start, batch_size, device)
         total = total.merged(batch_statistics(names, trace_from_hidden(model.head, hidden), model, "head"))
     return total.means()

@@ -13,7 +13,7 @@ from laya_eval.errors import ConfigError
 from laya_eval.models.heads import LayerHead
 from laya_eval.stats.metrics import bootstrap_mean, spearman_per_sample
 from laya_eval.models.layered import LayeredModel
-from laya_eval.sanity_checks.cached import Features
+from laya_eval.sanity_checks.cached import Features, feature_batch, head_device
 from laya_eval.sanity_checks.options import (
     LAYER_ROAR_COLUMNS,
     ROAR_AGREEMENT_COLUMNS,
@@ -30,13 +30,15 @@ def retrained_head(head: LayerHead, layer_dims: Sequence[int], train: Features, 
     :func:`laya_eval.training.trainer.train_head` (the head ``fit-head --seed options.seed`` trains)."""
     fresh = fresh_head(head, layer_dims, options.seed)
     train_head(fresh, train, val, options)
-    return fresh.cpu().eval()
+    return fresh.eval()  # on the device it was trained on (options.device)
 
 
 @torch.no_grad()
 def accuracy(head: LayerHead, features: Features, batch_size: int = 4096) -> float:
+    """Share of ``features`` whose label ``head`` predicts; the batches go to the head's device."""
     head.eval()
-    correct = sum(int((head([h[s:s + batch_size] for h in features.hidden]).argmax(-1)
+    device = head_device(head)
+    correct = sum(int((head(feature_batch(features, s, batch_size, device)).argmax(-1).cpu()
                        == features.y[s:s + batch_size]).sum()) for s in range(0, len(features), batch_size))
     return correct / max(1, len(features))
 

@@ -140,7 +140,8 @@ def _fit(
         module.train()
         if frozen is not None:
             frozen.eval()
-        order = torch.randperm(len(y_train), generator=gen)
+        # A CPU generator draws the same permutation on every device; train_batches moves its rows.
+        order = torch.randperm(len(y_train), generator=gen, device="cpu")
         total, count = 0.0, 0
         for logits, y in train_batches(order):
             loss = torch.nn.functional.cross_entropy(logits, y)

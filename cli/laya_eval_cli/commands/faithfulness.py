@@ -74,11 +74,14 @@ def _table(summary) -> str:
               help="Evaluate inputs holding NaN/inf instead of refusing them (their metrics are then undefined).")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]),
               help="Precision of the backbone pass (autocast; effects and metrics stay float32 or better).")
+@click.option("--max-memory", "max_memory", default=2048, show_default=True, type=click.IntRange(min=1),
+              help="MB for the working set of network-scope work (block replacements and IG run in row chunks within "
+                   "it); a model whose single rows cannot fit is refused before any work.")
 @data_dir_option
 @device_option
 @quiet_option
 def faithfulness(checkpoint, trust_code, allow_unverified, download, data, split, methods, ablation, scope, limit, batch_size, seed, bootstrap, out_dir,
-                 resume, chunk_size, tie_rtol, table_format, allow_nonfinite, dtype, data_dir, device, quiet):
+                 resume, chunk_size, tie_rtol, table_format, allow_nonfinite, dtype, max_memory, data_dir, device, quiet):
     """Score layer attributions of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE) against leave-one-layer-out effects.
 
     For every input, each method's layer scores are compared with the drop of the
@@ -96,7 +99,7 @@ def faithfulness(checkpoint, trust_code, allow_unverified, download, data, split
     options = EvalOptions(methods=names, ablation=ablations[0], scope=scope, split=split, limit=limit,
                           batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device, dtype=dtype, chunk_size=chunk_size, tie_rtol=tie_rtol,
                           trust_code=trust_code, download=download, allow_nonfinite=allow_nonfinite,
-                          allow_unverified=allow_unverified)
+                          allow_unverified=allow_unverified, max_memory_mb=max_memory)
     world = world_from_environment(device)
     start = time.perf_counter()
     with progress_bar(quiet or not world.is_main, desc="evaluate", unit="sample") as bar:

@@ -78,7 +78,8 @@ def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, 
     from laya_eval.training.trainer import TrainOptions
 
     names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
-    train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128)
+    train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128,
+                                 device=device)
     options = SanityOptions(methods=names, ablation=ablation, similarity=similarity, roar_seeds=roar_seeds,
                             bootstrap=bootstrap, seed=seed, batch_size=batch_size, train=train_options)
     run = sanity_to_folder(checkpoint, out_dir, options, data=data, data_dir=data_dir, limit=limit,

@@ -1,0 +1,70 @@
+"""The memory budget of network-scope work: how many rows one backbone call may carry.
+
+At network scope every removal re-runs the backbone with a block's output replaced, and Integrated
+Gradients runs ``n_steps`` scaled copies of each block's output through every later block, with the graph
+kept for the backward pass. Both are cut into row chunks so that their working set stays within
+``EvalOptions.max_memory_mb`` (``--max-memory``), whatever the depth, the steps or the batch size:
+
+- a replacement pass without gradients holds about :data:`FORWARD_FACTOR` x the block outputs of a row;
+- an IG row (one input at one step) holds about :data:`GRAD_FACTOR` x the block outputs of a row (the
+  saved activations of every layer inside the blocks plus their gradients).
+
+The block outputs of a row are measured on the batch's own hidden states. The factors are estimates for
+convolutional and transformer blocks (convolution, normalisation, activation: a few saved tensors the size
+of the block output each); the budget covers this working set, not the model's weights, the batch's own
+trace or the Python runtime. A run whose single row cannot fit is refused before any work
+(:func:`check_network_budget`). Every call still sees at least :data:`MIN_ROWS` rows (or the whole batch);
+other row counts per call round differently in float32, so a smaller budget can move network-scope results
+by rounding (checked to 1e-6 in the tests), while the budget itself is not part of the resume key.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from torch import Tensor
+
+from laya_eval.errors import ConfigError
+
+__all__ = ["FORWARD_FACTOR", "GRAD_FACTOR", "MIN_ROWS", "check_network_budget", "ig_rows", "replacement_rows",
+           "row_bytes", "row_chunks"]
+
+FORWARD_FACTOR = 3
+GRAD_FACTOR = 8
+#: The fewest rows a chunk holds (or the whole batch, if smaller): CPU kernels round differently below it.
+MIN_ROWS = 16
+
+
+def row_bytes(hidden: Sequence[Tensor]) -> int:
+    """Bytes of one row's block outputs (the hidden states of one input)."""
+    return sum(int(h[:1].numel()) * h.element_size() for h in hidden)
+
+
+def replacement_rows(hidden: Sequence[Tensor], max_memory_mb: int) -> int:
+    """Rows of one replacement pass (no gradients) within the budget, at least :data:`MIN_ROWS`."""
+    return max(MIN_ROWS, (max_memory_mb << 20) // max(1, FORWARD_FACTOR * row_bytes(hidden)))
+
+
+def ig_rows(hidden: Sequence[Tensor], max_memory_mb: int) -> int:
+    """Rows (inputs x steps) of one network-scope IG call within the budget, at least :data:`MIN_ROWS`."""
+    return max(MIN_ROWS, (max_memory_mb << 20) // max(1, GRAD_FACTOR * row_bytes(hidden)))
+
+
+def row_chunks(n: int, rows: int | None) -> list[slice]:
+    """Consecutive slices of ``range(n)`` of ``rows`` rows each; a tail shorter than :data:`MIN_ROWS` joins the
+    chunk before it, so no call sees fewer rows than the batch guarantees."""
+    rows = n if rows is None else max(int(rows), MIN_ROWS)
+    starts = list(range(0, n, rows)) or [0]
+    if len(starts) > 1 and n - starts[-1] < MIN_ROWS:
+        starts.pop()
+    return [slice(lo, hi) for lo, hi in zip(starts, [*starts[1:], n])]
+
+
+def check_network_budget(hidden: Sequence[Tensor], max_memory_mb: int, *, gradients: bool) -> None:
+    """Refuse, in one line, a budget that cannot hold :data:`MIN_ROWS` rows of network-scope work."""
+    factor = GRAD_FACTOR if gradients else FORWARD_FACTOR
+    need = -(-MIN_ROWS * factor * row_bytes(hidden) // (1 << 20))
+    if need > max_memory_mb:
+        work = "gradients through the backbone" if gradients else "block replacements"
+        raise ConfigError(f"--max-memory {max_memory_mb} MB cannot hold network-scope {work} for this model: "
+                          f"{MIN_ROWS} rows need about {need} MB; raise --max-memory or use --scope head.")
