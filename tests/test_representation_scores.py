@@ -90,3 +90,29 @@ def test_zero_state_has_cosine_zero_and_applicability():
     assert "widths [4, 3]" in applicable(METHODS["block_influence"], model)
     assert "LAYA or ScalarMix" in applicable(METHODS["alpha_norm"], model)
     assert applicable(METHODS["block_influence"], LayeredModel(torch.nn.Identity(), ConcatHead([3, 3], 2))) is None
+
+
+def test_prune_ranks_layers_by_the_baselines(digits_models, digits):
+    """prune's dataset ranking of each baseline removes first the layer of lowest mean score, computed by hand."""
+    from laya_eval.pruning import PruneOptions, prune
+
+    model = digits_models["laya"]
+    result = prune(model, digits["train"], digits["val"], digits["test"],
+                   PruneOptions(methods=("block_influence", "alpha_norm"), ablations=("gate",), seeds=0, n_random=2,
+                                n_random_refit=0, bootstrap=0, timing=False, early_exit=False))
+    head = model.head
+    with torch.no_grad():
+        hidden = [h.double() for h in model.hidden_states(digits["test"].x)]
+        z = [(h @ g.weight.double().T + g.bias.double()).numpy() for h, g in zip(hidden, head.adapters)]
+        alpha = head.double().layer_weights(hidden).numpy()
+        w = head.classifier.weight.numpy()
+        head.float()
+    cos = lambda a, b: (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))  # noqa: E731
+    bi = np.stack([np.ones(len(z[0])), 1 - cos(z[0], z[1]), 1 - cos(z[1], z[2])], 1).mean(0)
+    an = np.stack([alpha[:, i] * np.linalg.norm(z[i] @ w.T, axis=1) for i in range(3)], 1).mean(0)
+    rows = result.pruning[(result.pruning.ranking == "dataset") & (result.pruning.k_removed == 1)]
+    for method, mean_score in (("block_influence", bi), ("alpha_norm", an)):
+        kept = rows[rows.method == method].layers_kept.iloc[0]
+        first = int(np.argmin(mean_score)) + 1
+        assert kept == ",".join(str(i) for i in (1, 2, 3) if i != first), (method, mean_score)
+    assert {"oracle", "random", "block_influence", "alpha_norm"} <= set(result.pruning.method)

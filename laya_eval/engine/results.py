@@ -304,6 +304,14 @@ def result_files(results: Mapping[str, EvaluationResult], *, run_id: str | None 
         folder_files[name] = names
         for f, df in zip(names, frames):
             tables[prefix + f] = table_bytes(df, table_format if f.endswith(big) else "csv")
+    run_level = {}
+    if len(results) > 1:
+        from laya_eval.engine.operators import operator_sensitivity
+
+        seed = next(iter(results.values())).manifest.get("seed", 0)
+        sensitivity = operator_sensitivity({a: r.summary for a, r in results.items()}, seed=seed)
+        run_level["operators.csv"] = table_bytes(sensitivity.table, "csv")
+        tables.update(run_level)
     # The run id is a digest of everything the run wrote: the same run gives the same id (same bytes out).
     run_id = run_id or sha256_bytes("".join(f"{k}:{sha256_bytes(v)}" for k, v in tables.items()).encode())[:16]
     files: dict[str, bytes] = {}
@@ -311,14 +319,11 @@ def result_files(results: Mapping[str, EvaluationResult], *, run_id: str | None 
         prefix = f"{name}/" if len(results) > 1 else ""
         part = {f: tables[prefix + f] for f in folder_files[name]}
         manifest = {**result.manifest, "run_id": run_id, "files": {f: sha256_bytes(b) for f, b in part.items()}}
+        if run_level:  # beside the subfolders: "../operators.csv"
+            manifest["run_files"] = {f"../{f}": sha256_bytes(b) for f, b in run_level.items()}
         part["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
         files.update({prefix + f: b for f, b in part.items()})
-    if len(results) > 1:
-        from laya_eval.engine.operators import operator_sensitivity
-
-        seed = next(iter(results.values())).manifest.get("seed", 0)
-        sensitivity = operator_sensitivity({a: r.summary for a, r in results.items()}, seed=seed)
-        files["operators.csv"] = table_bytes(sensitivity.table, "csv")
+    files.update(run_level)
     return files
 
 
