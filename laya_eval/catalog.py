@@ -13,7 +13,12 @@ provide without naming any method or ablation:
     d logit_c / d h_i for the batch (computed once per batch, shared by every method
     that needs it).
 ``"tensor_inputs"``
-    At network scope the raw inputs must be a tensor (not text).
+    At network scope the raw inputs must be a tensor (not text); for an ablation this is checked while planning.
+``"donors"``
+    The states of other samples of the evaluated split (an ablation's replacement values), drawn per
+    sample from (seed, sample index, draw) and run through the model by the engine.
+``"draws"``
+    A random replacement: the effect is averaged over ``draws`` seeded draws per sample.
 ``"stat:<name>"``
     A dataset statistic from :data:`laya_eval.engine.dataset_stats.STATISTICS`, computed in a
     pass over the whole evaluated set (all processes together) before the main pass.
@@ -50,6 +55,7 @@ __all__ = [
     "AblationSpec",
     "MethodSpec",
     "ablation_names",
+    "fixed_ablation_names",
     "distance_names",
     "in_registry_order",
     "method_names",
@@ -81,8 +87,10 @@ class MethodSpec:
     ----------
     name : str
     description : str
-    requires : {"any", "weights", "laya"}
-        ``weights``: the head has layer weights (LAYA, ScalarMix); ``laya``: a LAYA head.
+    requires : {"any", "weights", "laya", "adapted", "states"}
+        ``weights``: the head has layer weights (LAYA, ScalarMix); ``laya``: a LAYA head; ``adapted``: a head
+        with per-layer adapters and a linear classifier (LAYA, ScalarMix); ``states``: layer states of one
+        width as the head sees them (adapted states, or pooled hidden states of equal widths).
     needs : tuple of str
         What the engine must provide (see the module docstring).
     baseline : bool
@@ -149,6 +157,26 @@ METHOD_SPECS: dict[str, MethodSpec] = {
                    label="gradient × activation", short_label="grad×act"),
         MethodSpec("random", "Seeded uniform scores drawn per sample from (seed, sample index): the chance baseline.",
                    baseline=True, label="random", short_label="random"),
+        MethodSpec(
+            "block_influence",
+            "Block Influence (ShortGPT): 1 - cos(s_{i-1}, s_i) between consecutive layer states as the head sees "
+            "them (pooled; through the adapters for LAYA and ScalarMix); layer 1 has no earlier state in the head's "
+            "input and scores 1 (cos taken as 0).",
+            requires="states", label="block influence", short_label="BI",
+        ),
+        MethodSpec(
+            "angular_distance",
+            "Angular distance (Gromov et al.): arccos(cos(s_{i-1}, s_{i+n-1})) / pi over the block of n layers "
+            "starting at layer i (n = --angular-span, default 1; a block past the last layer ends there); layer 1 "
+            "has no earlier state and scores 1/2 (cos taken as 0).",
+            requires="states", label="angular distance", short_label="angular",
+        ),
+        MethodSpec(
+            "alpha_norm",
+            "Norm-weighted layer weight (Kobayashi et al. 2020): alpha_i(x) * ||W z_i|| for LAYA, gamma * s_i * "
+            "||W z_i|| for ScalarMix (W the classifier weight, z_i the adapted state).",
+            requires="adapted", label="α·‖W z‖", short_label="α‖Wz‖",
+        ),
     )
 }
 
@@ -161,6 +189,14 @@ ABLATION_SPECS: dict[str, AblationSpec] = {
         AblationSpec("zero", "Replace the layer's state with zeros and recompute everything after it."),
         AblationSpec("mean", "Replace the layer's state with its mean over the evaluated data and recompute "
                              "everything after it.", needs=("stat:hidden_mean",)),
+        AblationSpec("resample", "Replace the layer's state (pooled at head scope, the block output at network scope) "
+                                 "with that of another sample of the evaluated split, drawn per sample from (seed, "
+                                 "sample index, draw); the effect is the mean over --draws donors.",
+                     needs=("donors", "draws", "tensor_inputs")),
+        AblationSpec("noise", "Replace the layer's state with Gaussian noise of the layer's own per-feature mean and "
+                              "standard deviation over the evaluated data, drawn per sample from (seed, sample index, "
+                              "draw); the effect is the mean over --draws draws.",
+                     needs=("stat:hidden_mean", "stat:hidden_square_mean", "draws", "tensor_inputs")),
     )
 }
 
@@ -272,6 +308,12 @@ def ablation_names() -> list[str]:
 def planted_family_names() -> list[str]:
     """The planted families of ``laya-eval meta``, in registry order."""
     return list(PLANTED_FAMILY_SPECS)
+
+
+def fixed_ablation_names() -> list[str]:
+    """Ablations whose replacement is the same for every sample (no donors, no random draws), in registry order:
+    the ones that commands working on cached head inputs alone (``prune``, ``sanity``) can apply."""
+    return [a for a, spec in ABLATION_SPECS.items() if not {"donors", "draws"} & set(spec.needs)]
 
 
 def distance_names() -> list[str]:

@@ -48,7 +48,8 @@ def test_faithfulness_end_to_end(digits_checkpoints, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["comparisons.csv", "layers.csv", "manifest.json", "samples.csv",
                                                      "summary.csv"]
     summary = pd.read_csv(out / "summary.csv")
-    assert list(summary.method) == ["static", "contribution", "ig", "gradcam", "grad_x_act", "random"]
+    assert list(summary.method) == ["static", "contribution", "ig", "gradcam", "grad_x_act", "random",
+                                    "block_influence", "angular_distance", "alpha_norm"]
     for row in summary.itertuples():  # every method's row of the printed table carries its numbers
         assert re.search(rf"^{row.method}\s+{re.escape(f'{row.faithfulness:+.4f}')} ", result.output, re.M)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -59,7 +60,7 @@ def test_faithfulness_with_several_ablations(digits_checkpoints, tmp_path):
     args = ("--limit", 30, "--bootstrap", 20, "--methods", "laya,contribution,random", "-q")
     both = run("faithfulness", digits_checkpoints["laya"], "--ablation", "gate,mean", "--out", tmp_path / "both", *args)
     assert both.exit_code == 0, both.output
-    assert sorted(p.name for p in (tmp_path / "both").iterdir()) == ["gate", "mean"]
+    assert sorted(p.name for p in (tmp_path / "both").iterdir()) == ["gate", "mean", "operators.csv"]
     for ablation in ("gate", "mean"):
         alone = run("faithfulness", digits_checkpoints["laya"], "--ablation", ablation, "--out", tmp_path / ablation, *args)
         assert alone.exit_code == 0, alone.output
@@ -69,7 +70,7 @@ def test_faithfulness_with_several_ablations(digits_checkpoints, tmp_path):
         assert (a.ablation == ablation).all()
         assert f"ablation {ablation}, scope head" in both.output
     assert_one_line_error(run("faithfulness", digits_checkpoints["laya"], "--ablation", "gate,bogus", "--out",
-                              tmp_path / "bad"), r"--ablation.*must be among \{gate, gate-renorm, zero, mean\}.*got 'bogus'")
+                              tmp_path / "bad"), r"--ablation.*must be among \{gate, gate-renorm, zero, mean, resample, noise\}.*got 'bogus'")
     assert_one_line_error(run("faithfulness", digits_checkpoints["laya"], "--ablation", "zero,gate", "--scope", "network",
                               "--out", tmp_path / "bad"), r"network")
     assert not (tmp_path / "bad").exists()
@@ -124,7 +125,7 @@ def test_freeze_backbone_with_init(digits_checkpoints, tmp_path):
 def test_bad_input_gives_one_line_and_exit_2(digits_checkpoints, tmp_path):
     ckpt = digits_checkpoints["laya"]
     assert_one_line_error(run("faithfulness", ckpt, "--methods", "ig,gi"),
-                          r"--methods.*must be among \{laya, static, contribution, ig, gradcam, grad_x_act, random\}; got 'gi'")
+                          r"--methods.*must be among \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'")
     assert_one_line_error(run("faithfulness", tmp_path / "nope.pt"), r"checkpoint '.*nope.pt' does not exist")
     assert_one_line_error(run("faithfulness", ckpt, "--limit", 99999), r"limit 99999 is larger than the 360 samples")
     assert_one_line_error(run("faithfulness", ckpt, "--ablation", "drop"), r"--ablation")

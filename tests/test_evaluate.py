@@ -31,8 +31,9 @@ def test_tables_have_the_documented_columns(laya_result):
     assert list(r.samples.columns) == ["sample", "label", "pred", "confidence", "method", "spearman",
                                        "deletion_at_1", "top1_hit", "n_tied_effects"]
     assert list(r.summary.columns) == SUMMARY_COLUMNS + ["deletion_at_2", "deletion_at_3"]
-    assert list(r.summary.method) == ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random"]
-    assert len(r.layers) == 120 * 7 * 3 and len(r.samples) == 120 * 7
+    assert list(r.summary.method) == ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random",
+                                      "block_influence", "angular_distance", "alpha_norm"]
+    assert len(r.layers) == 120 * 10 * 3 and len(r.samples) == 120 * 10
     assert sorted(r.layers.layer.unique()) == [1, 2, 3]
     assert (r.summary.n == 120).all()
 
@@ -265,7 +266,7 @@ def test_evaluate_ablations_computes_each_attribution_once(digits_checkpoints, m
 
 
 def test_evaluate_ablations_rejects_bad_lists(digits_checkpoints):
-    with pytest.raises(ConfigError, match=r"ablation must be one of \{gate, gate-renorm, zero, mean\}; got 'bogus'"):
+    with pytest.raises(ConfigError, match=r"ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; got 'bogus'"):
         evaluate_ablations(digits_checkpoints["laya"], ablations=("gate", "bogus"))
     with pytest.raises(ConfigError, match="at least one ablation"):
         evaluate_ablations(digits_checkpoints["laya"], ablations=())

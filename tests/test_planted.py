@@ -265,7 +265,7 @@ def test_cli_runs_and_prints_the_tables(tmp_path):
 @pytest.mark.parametrize("kwargs, pattern", [
     ({"families": ("subset", "bogus")}, r"families must be one of \{subset, .*\}; got 'bogus'"),
     ({"families": "subset"}, r"families must be a non-empty sequence of names"),
-    ({"ablations": ("gate", "zero", "network")}, r"ablations must be one of \{gate, gate-renorm, zero, mean\}"),
+    ({"ablations": ("gate", "zero", "network")}, r"ablations must be one of \{gate, gate-renorm, zero, mean, resample, noise\}"),
     ({"n_layers": 3}, r"n_layers must be an integer from 4 to 10; got 3"),
     ({"seeds": 3, "first_seed": 2**32 - 2}, r"first_seed must be an integer from 0 to 4294967293"),
     ({"methods": ("gi",)}, r"methods must be among .*got 'gi'"),

@@ -13,6 +13,9 @@ far below float32's resolution).
     mean of each block's full output, per position for images and fixed-length token
     sequences, over the non-padding tokens for padded text (a (D,) vector shared by
     every position, so batches padded to different lengths combine correctly).
+``hidden_square_mean``
+    The mean of the square of each hidden state, shaped and reduced as ``hidden_mean``; with it the
+    per-feature variance is ``E[h^2] - E[h]^2``.
 ``mean_layer_weights``
     The mean of the head's layer weights (LAYA alpha(x), ScalarMix softmax(w)), (L,).
 """
@@ -55,10 +58,10 @@ def _row_sum(values: Tensor, rows: Tensor) -> Tensor:
     return (values.double() * rows.view(-1, *([1] * (values.dim() - 1)))).sum(0)
 
 
-def _hidden_sums(tr: Trace, model: LayeredModel, scope: str, outputs: list[Tensor] | None) -> Pairs:
+def _hidden_sums(tr: Trace, model: LayeredModel, scope: str, outputs: list[Tensor] | None, power: int = 1) -> Pairs:
     rows = _rows(tr)
     if scope == "head":
-        return [(_row_sum(pool_hidden(h), rows), rows.sum()) for h in tr.hidden]
+        return [(_row_sum(pool_hidden(h).double() ** power, rows), rows.sum()) for h in tr.hidden]
     if outputs is None:  # callers that traced without recording the block outputs
         _, outputs = model.block_outputs(tr.inputs)
     token_mask = getattr(model.backbone, "token_mask", None)
@@ -67,10 +70,14 @@ def _hidden_sums(tr: Trace, model: LayeredModel, scope: str, outputs: list[Tenso
     for out in outputs:
         if mask is not None and out.dim() == 3 and out.shape[:2] == mask.shape:
             m = mask.to(torch.float64) * rows[:, None]
-            pairs.append(((out.double() * m[..., None]).sum((0, 1)), m.sum()))
+            pairs.append(((out.double() ** power * m[..., None]).sum((0, 1)), m.sum()))
         else:
-            pairs.append((_row_sum(out, rows), rows.sum()))
+            pairs.append((_row_sum(out.double() ** power, rows), rows.sum()))
     return pairs
+
+
+def _hidden_square_sums(tr: Trace, model: LayeredModel, scope: str, outputs: list[Tensor] | None) -> Pairs:
+    return _hidden_sums(tr, model, scope, outputs, power=2)
 
 
 def _weight_sums(tr: Trace, model: LayeredModel, scope: str, outputs: list[Tensor] | None) -> Pairs:
@@ -85,6 +92,8 @@ STATISTICS: dict[str, StatisticSpec] = {
     s.name: s
     for s in (
         StatisticSpec("hidden_mean", "Mean of each hidden state (the `mean` ablation's fill).", _hidden_sums),
+        StatisticSpec("hidden_square_mean", "Mean of the square of each hidden state, feature by feature (with "
+                      "hidden_mean, the `noise` ablation's per-feature scale).", _hidden_square_sums),
         StatisticSpec("mean_layer_weights", "Mean layer weights over the evaluated set (`static`).", _weight_sums),
     )
 }

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from laya_eval.engine.methods import AttributionMethod, MethodContext, layer_gradients
 from laya_eval.errors import ConfigError
-from laya_eval.catalog import ABLATIONS
+from laya_eval.catalog import ABLATION_SPECS, ABLATIONS
 from laya_eval.data import Dataset
 from laya_eval.engine.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.models.devices import backbone_precision
@@ -38,8 +38,10 @@ from laya_eval.engine.effect_precision import float64_trace
 from laya_eval.engine.memory_budget import replacement_rows
 from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.partial import PartialStore
+from laya_eval.engine.interventions import SampleFills, donor_ids
 from laya_eval.engine.removals import (
     ablation_fill,
+    batch_fill,
     deletion_masks,
     layer_ranking,
     leave_one_out_masks,
@@ -56,6 +58,7 @@ from laya_eval.engine.results import (
     write_results,
 )
 from laya_eval.output.tables import check_table_format
+from laya_eval.models.heads import pool_hidden
 from laya_eval.models.trace import Trace, trace_from_hidden
 
 __all__ = ["CHUNK_SIZE", "MIN_BATCH_ROWS", "SUMMARY_COLUMNS", "EvalOptions", "EvaluationResult", "MethodScore",
@@ -123,8 +126,37 @@ def collect_statistics(plan: Plan, start: int, stop: int, *, world: World = SING
     return {name: [m.to(plan.device) for m in means] for name, means in stats.means().items()}
 
 
-def _float64(values: list[Tensor] | None) -> list[Tensor] | None:
+def _float64(values: list[Tensor] | SampleFills | None) -> list[Tensor] | SampleFills | None:
+    if isinstance(values, SampleFills):
+        return values.double()
     return None if values is None else [v.double() for v in values]
+
+
+def _donor_states(plan: Plan, donors: Tensor) -> list[Tensor]:
+    """The donors' states, draw-major ((K * B, ...) per layer): pooled at head scope, block outputs at network
+    scope, from one backbone pass over the donors' inputs."""
+    part = plan.data.subset(donors.T.reshape(-1).cpu())
+    x = part.x.to(plan.device) if isinstance(part.x, Tensor) else part.x
+    with torch.no_grad(), backbone_precision(plan.device, plan.options.dtype):
+        if plan.options.scope == "network":
+            _, states = plan.model.block_outputs(x)
+        else:
+            states = [pool_hidden(h) for h in plan.model.hidden_states(x)]
+    return [s.float() if s.is_floating_point() else s for s in states]
+
+
+def _batch_fills(plan: Plan, ids: Tensor, means: dict[str, list[Tensor]]) -> tuple[dict, dict[str, np.ndarray]]:
+    """Every ablation's replacement values for one batch (float64), and the donor ids of those that draw donors."""
+    o = plan.options
+    fills, donors_out = {}, {}
+    for a in plan.ablations:
+        donors, states = None, None
+        if "donors" in ABLATION_SPECS[a].needs:
+            donors = donor_ids(o.seed, ids, len(plan.data), o.draws)
+            states = _donor_states(plan, donors)
+            donors_out[a] = donors[ids >= 0].cpu().numpy()
+        fills[a] = _float64(batch_fill(a, means, ids, seed=o.seed, draws=o.draws, donor_states=states, donors=donors))
+    return fills, donors_out
 
 
 def _to_numpy(t: Tensor, rows: Tensor) -> np.ndarray:
@@ -139,7 +171,7 @@ def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, means: dict[str, 
     # Effects in float64 at the head (laya_eval.engine.effect_precision); scores from the model as it is.
     model64 = plan.effect_model
     tr64 = float64_trace(tr, model64)
-    fills = {a: _float64(ablation_fill(a, means)) for a in plan.ablations}
+    fills, donors = _batch_fills(plan, ids, means)
     lolo = leave_one_out_masks(model.n_layers, device=plan.device)
     # Network scope: replacement passes in row chunks within --max-memory (laya_eval.engine.memory_budget).
     max_rows = replacement_rows(tr64.hidden, o.max_memory_mb) if o.scope == "network" else None
@@ -148,7 +180,7 @@ def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, means: dict[str, 
                for a in plan.ablations}
     ctx = MethodContext(scope=o.scope, n_steps=o.n_steps, internal_batch_size=o.internal_batch_size, seed=o.seed,
                         statistics=means, layer_baseline=ablation_fill(plan.ablations[0], means),
-                        max_memory_mb=o.max_memory_mb)
+                        max_memory_mb=o.max_memory_mb, angular_span=o.angular_span)
     if plan.needs_gradients:
         ctx = dataclasses.replace(ctx, gradients=layer_gradients(tr, model, tr.pred, o.scope,
                                                                  max_memory_mb=o.max_memory_mb))
@@ -166,7 +198,7 @@ def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, means: dict[str, 
                 diagnostics[m.name] = _to_numpy(value, rows)
     return Records(sample=ids[rows].cpu().numpy(), label=y[rows].cpu().numpy().astype(np.int64),
                    pred=tr.pred[rows].cpu().numpy().astype(np.int64), confidence=_to_numpy(tr.confidence, rows),
-                   scores=scores, effects=effects, deletion=deletion, diagnostics=diagnostics)
+                   scores=scores, effects=effects, deletion=deletion, diagnostics=diagnostics, donors=donors)
 
 
 def collect(plan: Plan, means: dict[str, list[Tensor]], start: int, stop: int, *,

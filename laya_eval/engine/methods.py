@@ -23,10 +23,11 @@ from torch import Tensor
 
 from laya_eval.catalog import METHOD_SPECS, MethodSpec
 from laya_eval.errors import ConfigError
-from laya_eval.models.heads import LayaHead, LayerHead, pool_hidden
+from laya_eval.models.heads import LayaHead, LayerHead, ScalarMixHead, pool_hidden
 from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.integrated_gradients import head_ig
 from laya_eval.engine.memory_budget import ig_rows, row_chunks
+from laya_eval.engine.representation_scores import alpha_norm, angular_distance, block_influence, has_common_states
 from laya_eval.engine.seeding import per_sample_uniform
 from laya_eval.models.trace import Trace
 
@@ -69,6 +70,8 @@ class MethodContext:
     layer_baseline : list of Tensor, optional
         At network scope, the removed state of each block (the first ablation's fill: a dataset mean of the
         block output); ``None`` means zeros. Integrated Gradients starts its path there.
+    angular_span : int
+        ``n`` of ``angular_distance``: the number of layers in each block whose angular distance is taken.
     """
 
     scope: str = "head"
@@ -80,6 +83,7 @@ class MethodContext:
     gradients: tuple[list[Tensor], list[Tensor]] | None = None
     layer_baseline: list[Tensor] | None = None
     max_memory_mb: int = 2048
+    angular_span: int = 1
 
 
 AttributionFn = Callable[..., Tensor]
@@ -290,9 +294,22 @@ def _ig_diagnostic(tr: Trace, model: LayeredModel, scores: Tensor, context: Meth
     return network_ig_completeness_delta(tr, model, scores, context.layer_baseline)
 
 
+def _block_influence(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
+    return block_influence(model.head, tr.hidden)
+
+
+def _angular_distance(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
+    return angular_distance(model.head, tr.hidden, span=context.angular_span)
+
+
+def _alpha_norm(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
+    return alpha_norm(model.head, tr.hidden)
+
+
 _FUNCTIONS: dict[str, AttributionFn] = {
     "laya": _laya, "static": _static, "contribution": _contribution, "ig": _ig, "gradcam": _gradcam,
-    "grad_x_act": _grad_x_act, "random": _random,
+    "grad_x_act": _grad_x_act, "random": _random, "block_influence": _block_influence,
+    "angular_distance": _angular_distance, "alpha_norm": _alpha_norm,
 }
 if set(_FUNCTIONS) != set(METHOD_SPECS):  # the catalog owns the names; this module implements them
     raise ImportError(f"attribution functions {sorted(_FUNCTIONS)} do not match the catalog {sorted(METHOD_SPECS)}")
@@ -321,6 +338,11 @@ def applicable(method: AttributionMethod, model: LayeredModel) -> str | None:
         return f"'{method.name}' needs a LAYA head; this model has a {head.name} head."
     if method.requires == "weights" and type(head).layer_weights is LayerHead.layer_weights:
         return f"'{method.name}' needs a head with layer weights (LAYA or ScalarMix); this model has a {head.name} head."
+    if method.requires == "adapted" and not isinstance(head, (LayaHead, ScalarMixHead)):
+        return f"'{method.name}' needs a head with adapters and layer weights (LAYA or ScalarMix); this model has a {head.name} head."
+    if method.requires == "states" and not has_common_states(head):
+        return (f"'{method.name}' compares layer states of one width; this {head.name} head has no adapters and "
+                f"layers of widths {list(head.layer_dims)}.")
     return None
 
 

@@ -58,6 +58,8 @@ class EvalOptions:
     allow_nonfinite: bool = False
     allow_unverified: bool = False
     max_memory_mb: int = 2048
+    draws: int = 8
+    angular_span: int = 1
 
     def __post_init__(self) -> None:
         check_ablations(self.ablation, self.scope)
@@ -72,6 +74,8 @@ _EVAL_RULES = {
     "limit": check_optional(check_positive_int),
     "internal_batch_size": check_optional(check_positive_int),
     "max_memory_mb": check_positive_int,
+    "draws": check_positive_int,
+    "angular_span": check_positive_int,
     "bootstrap": check_non_negative_int,
     "seed": lambda name, value: check_int(name, value, low=0, high=EVAL_SEED_MAX),
     "tie_rtol": lambda name, value: check_number(name, value, low=0, high=1, high_open=True),
@@ -109,7 +113,8 @@ class Plan:
                         "n": len(self.data), "content_sha256": data_content_sha256(self.data.x, self.data.y),
                         "methods": [m.name for m in self.methods], "ablations": self.ablations,
                         "scope": o.scope, "seed": o.seed, "n_steps": o.n_steps, "dtype": o.dtype,
-                        "internal_batch_size": o.internal_batch_size, "device": self.device.type,
+                        "internal_batch_size": o.internal_batch_size, "device": self.device.type, "draws": o.draws,
+                        "angular_span": o.angular_span,
                         # network scope runs in row chunks within the budget, which rounding can tell apart
                         **({"max_memory_mb": o.max_memory_mb} if o.scope == "network" else {})})
 
@@ -168,6 +173,18 @@ def _check_network_budget(model: LayeredModel, data: Dataset, device: torch.devi
     check_network_budget(hidden, options.max_memory_mb, gradients=gradients)
 
 
+def _check_ablation_needs(ablations: Sequence[str], data: Dataset, options: EvalOptions) -> None:
+    """What the ablations' needs ask of the data, checked before any work."""
+    for a in ablations:
+        needs = ABLATION_SPECS[a].needs
+        if "donors" in needs and len(data) < 2:
+            raise ConfigError(f"ablation {a!r} draws donors from the other samples of the split; '{data.name}' "
+                              f"has {len(data)} sample (raise --limit).")
+        if "tensor_inputs" in needs and options.scope == "network" and not isinstance(data.x, torch.Tensor):
+            raise ConfigError(f"ablation {a!r} at network scope needs tensor inputs (replacement states of one "
+                              f"shape per sample); '{data.name}' holds text: use --scope head.")
+
+
 def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | None, ablations: Sequence[str], *,
               options: EvalOptions, data_dir: Any = None, world: World = SINGLE_PROCESS,
               extra_methods: Sequence[AttributionMethod] = ()) -> Plan:
@@ -187,6 +204,7 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
             raise ConfigError(f"limit {options.limit} is larger than the {len(data)} samples of '{data.name}' ({options.split}).")
         data = data.subset(slice(0, options.limit))
     model.check_fits(data)
+    _check_ablation_needs(ablations, data, options)
     methods, notes = [], []
     for m in [*resolve_methods(None if options.methods is None else list(options.methods)), *extra]:
         reason = applicable(m, model)

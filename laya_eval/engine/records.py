@@ -39,6 +39,8 @@ class Records:
         ``deletion[ablation][method][:, k-1]``: the effect of removing the k top-ranked layers.
     diagnostics : dict of str to ndarray, each (N,)
         Per-sample checks keyed ``"<method>:<name>"``.
+    donors : dict of str to ndarray of int64, each (N, K)
+        Per ablation that draws donors (``resample``): the global index of each draw's donor.
     """
 
     sample: np.ndarray
@@ -49,6 +51,7 @@ class Records:
     effects: dict[str, np.ndarray] = field(default_factory=dict)
     deletion: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     diagnostics: dict[str, np.ndarray] = field(default_factory=dict)
+    donors: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.sample.shape[0])
@@ -59,6 +62,7 @@ class Records:
         out.update({f"effects/{k}": v for k, v in self.effects.items()})
         out.update({f"deletion/{a}/{m}": v for a, per in self.deletion.items() for m, v in per.items()})
         out.update({f"diagnostics/{k}": v for k, v in self.diagnostics.items()})
+        out.update({f"donors/{k}": v for k, v in self.donors.items()})
         return out
 
     def to_arrays(self) -> dict[str, np.ndarray]:
@@ -81,6 +85,8 @@ class Records:
                 rec.deletion.setdefault(ablation, {})[method] = value
             elif kind == "diagnostics":
                 rec.diagnostics[rest] = value
+            elif kind == "donors":
+                rec.donors[rest] = value
         return rec
 
     def take(self, rows: np.ndarray | slice) -> Records:

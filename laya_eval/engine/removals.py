@@ -8,6 +8,8 @@ The effect of removing a set of layers is ``p_c(x) - p_c(x with them removed)``,
                 (LAYA, ScalarMix; for heads without weights it equals ``gate``).
 ``zero``/``mean`` replace ``h_i`` at the head input with zeros / the mean of
                 ``h_i`` over the evaluated data, then recompute the whole head.
+``resample``/``noise`` replace it with another sample's state / Gaussian noise of the layer's
+                own scale, per sample, averaged over seeded draws (:mod:`laya_eval.engine.interventions`).
 
 With scope ``head`` every removal is computed from the cached trace: ``gate``
 and ``gate-renorm`` from the per-layer terms (no head call at all), ``zero``
@@ -23,7 +25,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, SCOPES
+from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, SCOPES, fixed_ablation_names
+from laya_eval.engine.interventions import SampleFills, noise_fills, resample_fills, sample_fill_probs
 from laya_eval.engine.memory_budget import row_chunks
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import LayerHead, pool_hidden
@@ -34,7 +37,9 @@ __all__ = [
     "ABLATIONS",
     "SCOPES",
     "ablation_fill",
+    "batch_fill",
     "check_ablation",
+    "check_fixed_ablation",
     "check_ablations",
     "deletion_masks",
     "head_removal_logits",
@@ -59,6 +64,14 @@ def check_ablation(ablation: str, scope: str) -> None:
         )
 
 
+def check_fixed_ablation(ablation: str, where: str) -> None:
+    """Refuse an ablation drawn per sample (``resample``, ``noise``) where only cached head inputs are used."""
+    fixed = fixed_ablation_names()
+    if ablation not in fixed:
+        raise ConfigError(f"{where} applies only ablations with one fill for every sample ({', '.join(fixed)}); "
+                          f"got {ablation!r} (random per-sample replacements are scored by faithfulness).")
+
+
 def check_ablations(ablations: Sequence[str] | str, scope: str) -> tuple[str, ...]:
     """Validate a list of ablations (duplicates dropped, order kept); at least one."""
     if isinstance(ablations, str):
@@ -75,6 +88,30 @@ def ablation_fill(ablation: str, statistics: dict[str, list[Tensor]]) -> list[Te
     """The replacement values an ablation needs: the dataset statistic its catalog entry declares, else None."""
     stats = [n.split(":", 1)[1] for n in ABLATION_SPECS[ablation].needs if n.startswith("stat:")]
     return statistics[stats[0]] if stats else None
+
+
+def _resample_fill(statistics, sample_ids, *, seed, draws, donor_states, donors) -> SampleFills:
+    return resample_fills(donor_states, donors)
+
+
+def _noise_fill(statistics, sample_ids, *, seed, draws, donor_states, donors) -> SampleFills:
+    return noise_fills(statistics["hidden_mean"], statistics["hidden_square_mean"], sample_ids, seed=seed, draws=draws)
+
+
+#: The ablations whose replacement is drawn per sample (catalog ``needs`` "draws"), by name.
+_SAMPLE_FILLS = {"resample": _resample_fill, "noise": _noise_fill}
+
+
+def batch_fill(ablation: str, statistics: dict[str, list[Tensor]], sample_ids: Tensor, *, seed: int, draws: int,
+               donor_states: Sequence[Tensor] | None = None, donors: Tensor | None = None
+               ) -> list[Tensor] | SampleFills | None:
+    """One batch's replacement values for ``ablation``: :func:`ablation_fill` for a fixed fill, the per-sample
+    draws (:class:`~laya_eval.engine.interventions.SampleFills`) for ``resample`` (from the donors' states the
+    engine computed, each (K * B, ...) draw-major, and their ids (B, K)) and ``noise``."""
+    if "draws" not in ABLATION_SPECS[ablation].needs:
+        return ablation_fill(ablation, statistics)
+    return _SAMPLE_FILLS[ablation](statistics, sample_ids, seed=seed, draws=draws, donor_states=donor_states,
+                                   donors=donors)
 
 
 def leave_one_out_masks(n_layers: int, device: torch.device | str | None = None) -> Tensor:
@@ -187,11 +224,13 @@ def removal_probs(
     model : LayeredModel
     masks : Tensor, (K, L) or (B, K, L)
         Keep masks; 0 removes a layer.
-    ablation : {"gate", "gate-renorm", "zero", "mean"}
+    ablation : str
+        An ablation of :data:`laya_eval.catalog.ABLATION_SPECS`.
     scope : {"head", "network"}
-    fill : list of Tensor, optional
+    fill : list of Tensor, or SampleFills, optional
         For ``mean``: the mean of each hidden state over the evaluated data
         (pooled, (d_i,), for scope head; the full block output for scope network).
+        For ``resample`` and ``noise``: the batch's per-sample draws; the result is their mean.
     max_rows : int, optional
         At network scope, the most inputs one backbone pass carries (:mod:`laya_eval.engine.memory_budget`);
         all at once when ``None``.
@@ -201,6 +240,8 @@ def removal_probs(
     Tensor, (B, K)
     """
     check_ablation(ablation, scope)
+    if isinstance(fill, SampleFills):
+        return sample_fill_probs(tr, model, masks, fill, scope)
     if scope == "head":
         logits = head_removal_logits(tr, model.head, masks, ablation, fill)
     else:

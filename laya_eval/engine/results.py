@@ -69,6 +69,9 @@ class EvaluationResult:
         Paired tests between every pair of methods (``comparisons.csv``, see :func:`laya_eval.stats.compare_methods`).
     warnings : list of str
         Effects too tied or negligible to rank, or a collapsed head.
+    donors : DataFrame, optional
+        For an ablation that draws donors (``resample``): one row per (sample, draw) with the donor's global
+        index (``donors.csv``).
     """
 
     layers: pd.DataFrame
@@ -78,6 +81,7 @@ class EvaluationResult:
     notes: list[str] = field(default_factory=list)
     comparisons: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
+    donors: pd.DataFrame | None = None
 
 
 @dataclass
@@ -194,7 +198,17 @@ def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int
         notes=list(plan.notes),
         comparisons=comparisons,
         warnings=warnings,
+        donors=_donor_table(records, ablation),
     )
+
+
+def _donor_table(records: Records, ablation: str) -> pd.DataFrame | None:
+    donors = records.donors.get(ablation)
+    if donors is None:
+        return None
+    n, k = donors.shape
+    return pd.DataFrame({"sample": np.repeat(records.sample, k), "draw": np.tile(np.arange(k), n),
+                         "donor": donors.reshape(-1).astype(np.int64)})
 
 
 TIE_RULE = ("two effects of a sample closer than rtol x the sample's largest |effect| are tied (single linkage on "
@@ -272,26 +286,44 @@ def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: in
 def result_files(results: Mapping[str, EvaluationResult], *, run_id: str | None = None,
                  table_format: str = "csv") -> dict[str, bytes]:
     """Every file of a run as ``{relative path: bytes}``: one ablation in the folder itself, several in
-    one subfolder each (``gate/layers.csv``, ...). Each manifest records the run id and the sha256 of its
-    folder's files, so a folder mixing two runs is recognised. ``table_format="parquet"`` writes the two
-    large tables, layers and samples, as Parquet (same columns and dtypes)."""
+    one subfolder each (``gate/layers.csv``, ...) and ``operators.csv`` beside them
+    (:func:`laya_eval.engine.operators.operator_sensitivity`). Each manifest records the run id and the sha256 of
+    its folder's files, so a folder mixing two runs is recognised. ``table_format="parquet"`` writes the two
+    large tables, layers and samples, as Parquet (same columns and dtypes). An ablation that draws donors adds
+    ``donors.csv``."""
     big = "." + table_format
-    names = (f"layers{big}", f"samples{big}", "summary.csv", "comparisons.csv")
-    tables = {}
+    base = (f"layers{big}", f"samples{big}", "summary.csv", "comparisons.csv")
+    tables, folder_files = {}, {}
     for name, result in results.items():
         prefix = f"{name}/" if len(results) > 1 else ""
-        frames = (result.layers, result.samples, result.summary, result.comparisons)
-        for f, df, fmt in zip(names, frames, (table_format, table_format, "csv", "csv")):
-            tables[prefix + f] = table_bytes(df, fmt)
+        frames = [result.layers, result.samples, result.summary, result.comparisons]
+        names = list(base)
+        if result.donors is not None:
+            names.append("donors.csv")
+            frames.append(result.donors)
+        folder_files[name] = names
+        for f, df in zip(names, frames):
+            tables[prefix + f] = table_bytes(df, table_format if f.endswith(big) else "csv")
+    run_level = {}
+    if len(results) > 1:
+        from laya_eval.engine.operators import operator_sensitivity
+
+        seed = next(iter(results.values())).manifest.get("seed", 0)
+        sensitivity = operator_sensitivity({a: r.summary for a, r in results.items()}, seed=seed)
+        run_level["operators.csv"] = table_bytes(sensitivity.table, "csv")
+        tables.update(run_level)
     # The run id is a digest of everything the run wrote: the same run gives the same id (same bytes out).
     run_id = run_id or sha256_bytes("".join(f"{k}:{sha256_bytes(v)}" for k, v in tables.items()).encode())[:16]
     files: dict[str, bytes] = {}
     for name, result in results.items():
         prefix = f"{name}/" if len(results) > 1 else ""
-        part = {f: tables[prefix + f] for f in names}
+        part = {f: tables[prefix + f] for f in folder_files[name]}
         manifest = {**result.manifest, "run_id": run_id, "files": {f: sha256_bytes(b) for f, b in part.items()}}
+        if run_level:  # beside the subfolders: "../operators.csv"
+            manifest["run_files"] = {f"../{f}": sha256_bytes(b) for f, b in run_level.items()}
         part["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
         files.update({prefix + f: b for f, b in part.items()})
+    files.update(run_level)
     return files
 
 

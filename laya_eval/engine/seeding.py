@@ -14,7 +14,7 @@ from torch import Tensor
 
 from laya_eval.checks import check_seed
 
-__all__ = ["per_sample_uniform"]
+__all__ = ["derived_seed", "per_sample_normal", "per_sample_uniform"]
 
 _M32 = 0xFFFFFFFF
 
@@ -63,3 +63,32 @@ def per_sample_uniform(seed: int, sample_ids: Tensor, n: int) -> Tensor:
     high = _mix32(h ^ 0x85EBCA6B)
     low = _mix32(high ^ 0xC2B2AE35)
     return ((high >> 11).double() * 2.0**32 + low.double()) / 2.0**53
+
+
+def derived_seed(seed: int, *parts: int) -> int:
+    """A seed for one purpose (an ablation's draw ``j`` of layer ``i``, say) from ``seed`` and small integers.
+
+    The parts are mixed in order by the same hash, so ``derived_seed(s, 1, 0)`` and ``derived_seed(s, 0, 1)``
+    differ and the result is a fixed function of its arguments (below 2**63).
+    """
+    check_seed("seed", seed)
+    hi, lo = (seed >> 32) & _M32, seed & _M32
+    for k, part in enumerate(parts):
+        h = _mix32(torch.tensor([(lo ^ ((int(part) * 0x9E3779B9 + k) & _M32)) & _M32], dtype=torch.int64))
+        lo, hi = int(_mix32(h ^ hi)), int(h)
+    return ((hi & 0x7FFFFFFF) << 32) | lo
+
+
+def per_sample_normal(seed: int, sample_ids: Tensor, n: int) -> Tensor:
+    """Standard normal numbers, one row of ``n`` per sample, from (seed, sample index) (Box-Muller).
+
+    Returns
+    -------
+    Tensor of float64, (B, n)
+        Row ``b`` depends only on ``(seed, sample_ids[b])``.
+    """
+    half = (n + 1) // 2
+    u = per_sample_uniform(seed, sample_ids, 2 * half)
+    radius = torch.sqrt(-2.0 * torch.log1p(-u[:, :half]))  # 1 - u lies in (0, 1]: the log is finite
+    angle = 2.0 * torch.pi * u[:, half:]
+    return torch.cat([radius * torch.cos(angle), radius * torch.sin(angle)], 1)[:, :n]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from laya_eval.figures.diagnosis import diagnosis_figure
 from laya_eval.figures.profiles import WEIGHT_METHODS, profile_distribution, profile_heatmap
+from laya_eval.figures.operators import operators_figure
 from laya_eval.figures.results import agreement_figure, scatter_figure, spearman_distribution_figure
 from laya_eval.figures.significance import significance_figure
 from laya_eval.figures.scores import (SIGNIFICANCE_LEVELS, axis_range, deletion_curves_figure, faithfulness_figure,
@@ -34,6 +35,6 @@ __all__ = [
     "SIGNIFICANCE_LEVELS", "STYLES", "WEIGHT_METHODS", "agreement_figure", "axis_range", "caption_path",
     "check_format", "check_style", "default_format", "deletion_curves_figure", "describe", "diagnosis_figure", "faithfulness_figure",
     "figure_bytes", "figure_caption", "figure_style", "layer_names", "method_color", "method_dashes", "method_label",
-    "method_marker", "profile_distribution", "profile_heatmap", "save_figure", "scatter_figure",
+    "method_marker", "operators_figure", "profile_distribution", "profile_heatmap", "save_figure", "scatter_figure",
     "significance_figure", "significance_marker", "spearman_distribution_figure",
 ]

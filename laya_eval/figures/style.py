@@ -33,6 +33,9 @@ PALETTE: dict[str, str] = {
     "gradcam": "#cc78bc",
     "grad_x_act": "#ca9161",
     "random": "#949494",
+    "block_influence": "#fbafe4",
+    "angular_distance": "#ece133",
+    "alpha_norm": "#004d80",
 }
 # Names come from the method catalog (the one owner); a method without a label shows its name.
 METHOD_LABELS: dict[str, str] = {n: spec.label or n for n, spec in METHOD_SPECS.items()}
@@ -40,9 +43,10 @@ METHOD_LABELS: dict[str, str] = {n: spec.label or n for n, spec in METHOD_SPECS.
 METHOD_SHORT_LABELS: dict[str, str] = {n: spec.short_label or spec.label or n for n, spec in METHOD_SPECS.items()}
 # A second channel besides colour (grey-scale print, colour-blind readers): marker and dash pattern.
 _MARKERS = {"laya": "o", "static": "s", "contribution": "D", "ig": "^", "gradcam": "v", "grad_x_act": "P",
-            "random": "X"}
+            "random": "X", "block_influence": "<", "angular_distance": ">", "alpha_norm": "h"}
 _DASHES = {"laya": (None, None), "static": (0, (5, 2)), "contribution": (0, (1, 1.5)), "ig": (0, (4, 1.5, 1, 1.5)),
-           "gradcam": (0, (2, 2)), "grad_x_act": (0, (6, 1.5, 1, 1.5, 1, 1.5)), "random": (0, (1, 3))}
+           "gradcam": (0, (2, 2)), "grad_x_act": (0, (6, 1.5, 1, 1.5, 1, 1.5)), "random": (0, (1, 3)),
+           "block_influence": (0, (8, 2)), "angular_distance": (0, (3, 1, 3, 3)), "alpha_norm": (0, (1, 1, 4, 1))}
 FORMATS = ("png", "svg", "pdf")
 STYLES = ("default", "paper")
 DPI = 110

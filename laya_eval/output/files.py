@@ -175,13 +175,18 @@ def check_output_folder(out: str | os.PathLike) -> Path:
     return out
 
 
+#: Files a run over several subfolders writes beside them (the operator-sensitivity table of several ablations).
+RUN_LEVEL_FILES = ("operators.csv",)
+
+
 def _replaceable(folder: Path) -> bool:
     """An existing folder may be replaced when it is empty or an earlier result (a manifest at the top or in
-    each subfolder), hidden partial files aside."""
+    each subfolder, with the run-level files beside them), hidden partial files aside."""
     entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
     if not entries or (folder / MANIFEST).is_file():
         return True
-    return all(p.is_dir() and (p / MANIFEST).is_file() for p in entries)
+    subfolders = [p for p in entries if p.name not in RUN_LEVEL_FILES or not p.is_file()]
+    return bool(subfolders) and all(p.is_dir() and (p / MANIFEST).is_file() for p in subfolders)
 
 
 def _exchange(a: Path, b: Path) -> bool:

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from laya_eval.catalog import (ABLATION_SPECS, BOOTSTRAP_RESAMPLES, EVAL_BATCH_SIZE, PLANTED_FAMILY_SPECS,
+from laya_eval.catalog import (ABLATION_SPECS, fixed_ablation_names, BOOTSTRAP_RESAMPLES, EVAL_BATCH_SIZE, PLANTED_FAMILY_SPECS,
                                PLANTED_REFERENCES, MethodSpec)
 from laya_eval.checks import (check_choice, check_fields, check_int, check_non_negative_int, check_optional,
                               check_positive_int, fail, is_int)
@@ -68,7 +68,7 @@ class MetaOptions:
     families : tuple of str
         Planted families (default: all).
     ablations : tuple of str
-        Head-scope ablations (default: all of them).
+        Head-scope ablations (default: those with one fill for every sample).
     methods : tuple of str or None
         Registered methods to score (default: all).
     seeds : int
@@ -87,7 +87,7 @@ class MetaOptions:
     """
 
     families: tuple[str, ...] = tuple(PLANTED_FAMILY_SPECS)
-    ablations: tuple[str, ...] = tuple(a for a, s in ABLATION_SPECS.items() if "head" in s.scopes)
+    ablations: tuple[str, ...] = tuple(a for a in fixed_ablation_names() if "head" in ABLATION_SPECS[a].scopes)
     methods: tuple[str, ...] | None = None
     seeds: int = 5
     first_seed: int = 0

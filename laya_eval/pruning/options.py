@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 from laya_eval.catalog import BOOTSTRAP_RESAMPLES
 from laya_eval.engine.methods import resolve_methods
-from laya_eval.catalog import ABLATIONS
+from laya_eval.catalog import fixed_ablation_names
 from laya_eval.checks import check_fields, check_non_negative_int, check_positive_int, check_seed
-from laya_eval.engine.removals import check_ablations
+from laya_eval.engine.removals import check_ablations, check_fixed_ablation
 from laya_eval.training.trainer import TrainOptions
 
 __all__ = ["EARLY_EXIT_COLUMNS", "LATENCY_COLUMNS", "PRUNING_COLUMNS", "PRUNING_COMPARISON_COLUMNS",
@@ -57,7 +57,7 @@ class PruneOptions:
     """
 
     methods: tuple[str, ...] | None = None
-    ablations: tuple[str, ...] = ABLATIONS
+    ablations: tuple[str, ...] = tuple(fixed_ablation_names())
     seeds: int = 3
     n_random: int = 20
     n_random_refit: int = 3
@@ -72,6 +72,8 @@ class PruneOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ablations", check_ablations(self.ablations, "head"))
+        for a in self.ablations:
+            check_fixed_ablation(a, "prune")
         check_fields(self, _PRUNE_RULES)
         resolve_methods(None if self.methods is None else list(self.methods))
 

@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from laya_eval.figures import RHO_BANDS, method_label
+from laya_eval.reporting.operator_sections import OPERATORS_TITLE, find_operator_tables, operator_blocks
 from laya_eval.reporting.render import _ci, _num, _slug
 from laya_eval.catalog import in_registry_order
 from laya_eval.reporting.runs import Run
@@ -32,6 +33,7 @@ SECTIONS = {
     "spearman": "Per-sample Spearman rho",
     "scatter": "Attribution vs effect",
     "agreement": "Method agreement",
+    "operators": OPERATORS_TITLE,
 }
 
 _INTRO = (
@@ -224,4 +226,5 @@ def _faithfulness_blocks(runs: Sequence[Run], t: ReportTables, figure) -> list[t
     body += [("h2", SECTIONS["agreement"]),
              ("p", "Mean over samples of the Spearman ρ between two methods' layer scores (undefined samples "
                    "excluded)."), *_agreement(runs, t, figure)]
+    body += operator_blocks(find_operator_tables(runs), figure)
     return body

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from laya_eval.reporting.operator_sections import find_operator_tables
 from laya_eval.reporting.render import _html, _markdown, _slug
 from laya_eval.reporting.sections import _blocks
 from laya_eval.output.files import atomic_write_bytes
@@ -57,6 +58,8 @@ def _make_figures(runs: Sequence[Run], tables: ReportTables, *, max_points: int,
     panels = _significance_panels(runs, tables.significance)
     if panels:
         out["significance"] = F.significance_figure(panels, style=style)
+    for t in find_operator_tables(runs):
+        out[f"operators_{_slug(t.label)}"] = F.operators_figure(t.table, t.operators, style=style)
     return out
 
 

@@ -15,7 +15,7 @@ from laya_eval.engine.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.loading.feature_cache import Features
 from laya_eval.models.heads import LayerHead
 from laya_eval.models.layered import LayeredModel
-from laya_eval.engine.removals import check_ablation, leave_one_out_masks, removal_effects
+from laya_eval.engine.removals import check_ablation, check_fixed_ablation, leave_one_out_masks, removal_effects
 from laya_eval.models.trace import trace_from_hidden
 
 __all__ = ["Features", "attribute_features", "feature_batch", "head_device", "head_model"]
@@ -49,6 +49,7 @@ def attribute_features(
         Computed in float64.
     """
     check_ablation(ablation, "head")
+    check_fixed_ablation(ablation, "a head-only check on cached features")
     chosen = [m for m in resolve_methods(list(methods)) if applicable(m, model) is None]
     head64 = head_model(model, copy.deepcopy(model.head).double())
     fill = [h.double().mean(0).to(head_device(model.head)) for h in features.hidden] if ablation == "mean" else None

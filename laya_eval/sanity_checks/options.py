@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from laya_eval.catalog import BOOTSTRAP_RESAMPLES, RETRAIN_PATIENCE
 from laya_eval.engine.methods import METHODS, resolve_methods
 from laya_eval.checks import check_choice, check_fields, check_non_negative_int, check_positive_int, check_seed
-from laya_eval.engine.removals import check_ablation
+from laya_eval.engine.removals import check_ablation, check_fixed_ablation
 from laya_eval.training.trainer import TrainOptions
 
 __all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "RETRAIN_PATIENCE", "ROAR_AGREEMENT_COLUMNS", "SIMILARITIES",
@@ -47,6 +47,7 @@ class SanityOptions:
 
     def __post_init__(self) -> None:
         check_ablation(self.ablation, "head")
+        check_fixed_ablation(self.ablation, "sanity")
         check_fields(self, _SANITY_RULES)
         resolve_methods(None if self.methods is None else list(self.methods))
 

@@ -52,8 +52,14 @@ def _table(summary) -> str:
 @split_option
 @methods_option
 @click.option("--ablation", default="gate", show_default=True,
-              help="How a layer is removed: gate, gate-renorm, zero or mean (docs/concepts/ablations.md). Several, comma-separated, "
-                   "share one pass (attributions are computed once) and write one subfolder of --out each.")
+              help=f"How a layer is removed: {', '.join(ABLATIONS)} (docs/concepts/ablations.md). Several, comma-separated, "
+                   "share one pass (attributions are computed once), write one subfolder of --out each and "
+                   "operators.csv, how much each method's verdict depends on the operator.")
+@click.option("--draws", default=8, show_default=True, type=click.IntRange(min=1),
+              help="Seeded draws per sample of the random ablations (resample: donors; noise: noise draws); "
+                   "their effects are averaged.")
+@click.option("--angular-span", default=1, show_default=True, type=click.IntRange(min=1),
+              help="n of angular_distance: the number of layers in each block whose angular distance is taken.")
 @click.option("--scope", default="head", show_default=True, type=click.Choice(["head", "network"]),
               help="head: direct effect on cached hidden states; network: replace inside the backbone.")
 @limit_option
@@ -80,7 +86,7 @@ def _table(summary) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def faithfulness(checkpoint, trust_code, allow_unverified, download, data, split, methods, ablation, scope, limit, batch_size, seed, bootstrap, out_dir,
+def faithfulness(checkpoint, trust_code, allow_unverified, download, data, split, methods, ablation, draws, angular_span, scope, limit, batch_size, seed, bootstrap, out_dir,
                  resume, chunk_size, tie_rtol, table_format, allow_nonfinite, dtype, max_memory, data_dir, device, quiet):
     """Score layer attributions of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE) against leave-one-layer-out effects.
 
@@ -99,7 +105,8 @@ def faithfulness(checkpoint, trust_code, allow_unverified, download, data, split
     options = EvalOptions(methods=names, ablation=ablations[0], scope=scope, split=split, limit=limit,
                           batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device, dtype=dtype, chunk_size=chunk_size, tie_rtol=tie_rtol,
                           trust_code=trust_code, download=download, allow_nonfinite=allow_nonfinite,
-                          allow_unverified=allow_unverified, max_memory_mb=max_memory)
+                          allow_unverified=allow_unverified, max_memory_mb=max_memory, draws=draws,
+                          angular_span=angular_span)
     world = world_from_environment(device)
     start = time.perf_counter()
     with progress_bar(quiet or not world.is_main, desc="evaluate", unit="sample") as bar:
@@ -117,6 +124,17 @@ def faithfulness(checkpoint, trust_code, allow_unverified, download, data, split
         click.echo(_table(result.summary))
         for warning in result.warnings:
             click.echo(f"warning: {warning}")
+    if len(results) > 1:
+        from laya_eval.engine.operators import operator_sensitivity
+
+        sens = operator_sensitivity({a: r.summary for a, r in results.items()}, seed=seed)
+        p = "n/a" if sens.p_value != sens.p_value else f"{sens.p_value:.2g}"
+        w = "undefined" if sens.kendall_w != sens.kendall_w else f"{sens.kendall_w:.3f}"
+        click.echo(f"operators: Kendall's W of the method ranking across {', '.join(results)} = {w} "
+                   f"(permutation p = {p}); best method: "
+                   + ", ".join(f"{a} {b or 'undefined'}" for a, b in sens.best.items()))
+        if sens.warning:
+            click.echo(f"warning: {sens.warning}")
     click.echo(f"wrote {out_dir}" + (f" ({', '.join(ablations)} subfolders)" if len(ablations) > 1 else "")
                + (f" from {world.size} processes" if world.size > 1 else ""))
     click.echo(f"done in {elapsed:.1f} s")

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import click
 
-from laya_eval_cli.commands.faithfulness import ABLATIONS, METHOD_NAMES
+from laya_eval.catalog import fixed_ablation_names
+from laya_eval_cli.commands.faithfulness import METHOD_NAMES
+
+ABLATIONS = tuple(fixed_ablation_names())
 from laya_eval_cli.options import (
     batch_size_option,
     bootstrap_option,
