@@ -124,6 +124,9 @@ def test_profile_figures_in_svg_and_title_names_the_run(digits_checkpoints, tmp_
     assert result.exit_code == 0, result.output
     svg = (tmp_path / "profile_heatmap_all.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    # The printed table names the layers as the figures do: the MLP's fc1, fc2, fc3, not "layer 1".
+    header = next(line for line in result.output.splitlines() if line.startswith("class"))
+    assert header.split() == ["class", "fc1", "fc2", "fc3"], header
     # The title names checkpoint, dataset, ablation and scope (matplotlib writes SVG text as glyph paths,
     # so check the figure object instead).
     from laya_eval import figures
