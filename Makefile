@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := demo-out
 
-.PHONY: demo test test-fast test-fresh docs setup clean
+.PHONY: demo test test-fast test-fresh docs setup notebooks notebooks-execute clean
 
 # One CPU thread: training with 1 and with 2 threads gives different weights (multi-threaded
 # kernels split their sums differently), and torch's default thread count depends on the machine; pinned,
@@ -48,6 +48,19 @@ demo: $(STAMP)
 # --strict turns every warning (a broken link, a docstring mkdocstrings cannot read) into a failure.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
+# The notebooks in JupyterLab, from the `notebook` extra (installed into the venv once).
+NB_STAMP := $(VENV)/.notebook-installed
+$(NB_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,notebook]" torch==2.13.0
+	touch $@
+
+notebooks: $(NB_STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+# Re-run both notebooks in place (their outputs are committed; tests/test_notebooks.py compares the numbers).
+notebooks-execute: $(STAMP)
+	$(BIN)/python notebooks/execute.py
 
 clean:
 	rm -rf $(VENV) $(DEMO) site .pytest_cache

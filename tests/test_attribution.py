@@ -171,7 +171,7 @@ def test_random_scores_are_uniform_and_independent_across_layers():
 
 def test_applicability(digits_models):
     assert applicable(METHODS["laya"], digits_models["laya"]) is None
-    assert "needs a LAYA head; this model has a scalarmix head" in applicable(METHODS["laya"], digits_models["scalarmix"])
+    assert "it needs a LAYA head; this model has a scalarmix head" in applicable(METHODS["laya"], digits_models["scalarmix"])
     assert applicable(METHODS["static"], digits_models["scalarmix"]) is None
     assert "needs a head with layer weights" in applicable(METHODS["static"], digits_models["concat"])
 

@@ -386,3 +386,57 @@ def test_a_checkpoint_cannot_turn_on_downloads():
     config = {"name": "hf", "kwargs": {"model": "someone/no-such-model", "local_files_only": False}}
     with pytest.raises(ConfigError, match=r"got 'someone/no-such-model'\. To download a Hub id, pass --download"):
         build_backbone(config)
+
+
+# --------------------------------------------------------------------------- a py: model saves as it loaded
+def test_a_model_loaded_from_a_py_spec_saves_and_reloads_as_it_loaded(tmp_path, monkeypatch, digits_splits):
+    from laya_eval.loading.specs import load_model
+
+    torch.manual_seed(0)
+    own = byom_models.MyLayerAttention([8, 12, 16], 10, d=16, hidden=24)
+    torch.save(own.state_dict(), tmp_path / "own.pt")
+    monkeypatch.setenv("MY_LAYA_WEIGHTS", str(tmp_path / "own.pt"))
+    spec = "py:tests.byom_models:my_laya_model"
+    model = load_model(spec).model
+    assert model.backbone.spec == spec and model.backbone.stored_by_reference
+    path = save_checkpoint(model, tmp_path / "mine.pt")  # the backbone as its py: reference, the head as weights
+    config = read_checkpoint(path)["config"]["backbone"]
+    assert config["name"] == "modules" and config["kwargs"]["spec"] == spec
+    with pytest.raises(CheckpointError, match=r"pass --trust-code"):
+        load_checkpoint(path)  # a checkpoint is data: the reference is not imported without trust
+    again = load_checkpoint(path, trust_code=True)
+    x = digits_splits["test"].x[:9]
+    with torch.no_grad():
+        # Oracle: the user's own head on the same backbone's pooled states.
+        hidden = model.backbone(x)
+        torch.testing.assert_close(again(x), own.eval()(list(hidden)), rtol=0, atol=1e-5)
+        torch.testing.assert_close(again(x), model(x), rtol=0, atol=0)
+
+
+def test_import_head_state_dict_compares_with_the_users_module_and_names_the_largest_difference():
+    from laya_eval.models.head_import import import_head_state_dict
+
+    torch.manual_seed(3)
+    theirs = byom_models.MyLayerAttention([8, 12, 16], 10, tau=1.5).eval()
+    state = theirs.state_dict()
+    kw = {"d_star": 16, "scorer_hidden": 24}
+    import_head_state_dict("laya", state, [8, 12, 16], 10, tau=1.5, reference=theirs, **kw)  # same code: accepted
+    # tau 1.0 instead of 1.5 fits every weight shape; only the logits show it.
+    with pytest.raises(ConfigError, match=r"logits differ from the reference's by up to [0-9.e-]+ \(sample \d+, "
+                                          r"class \d+; tolerance 0.0001\)"):
+        import_head_state_dict("laya", state, [8, 12, 16], 10, tau=1.0, reference=theirs, **kw)
+    # The reported largest difference is the true maximum over the batch (oracle: the two models' logits).
+    hidden = [torch.randn(5, d) for d in (8, 12, 16)]
+    wrong = import_head_state_dict("laya", state, [8, 12, 16], 10, tau=1.0, **kw)
+    with torch.no_grad():
+        expected = (wrong(hidden) - theirs(hidden)).abs().max().item()
+        logits = theirs(hidden)
+    with pytest.raises(ConfigError) as info:
+        import_head_state_dict("laya", state, [8, 12, 16], 10, tau=1.0, reference=logits, hidden=hidden, **kw)
+    assert f"by up to {expected:.4g} " in str(info.value)
+    # Logits alone cannot be checked without the batch they came from.
+    with pytest.raises(ConfigError, match=r"pass hidden="):
+        import_head_state_dict("laya", state, [8, 12, 16], 10, tau=1.5, reference=logits, **kw)
+    # A looser tolerance that covers the difference accepts the import.
+    import_head_state_dict("laya", state, [8, 12, 16], 10, tau=1.0, reference=logits, hidden=hidden,
+                           atol=expected * 1.01, **kw)

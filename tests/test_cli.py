@@ -44,7 +44,7 @@ def test_faithfulness_end_to_end(digits_checkpoints, tmp_path):
     out = tmp_path / "res"
     result = run("faithfulness", digits_checkpoints["scalarmix"], "--limit", 40, "--bootstrap", 50, "--out", out, "-q")
     assert result.exit_code == 0, result.output
-    assert "note: skipped 'laya' needs a LAYA head" in result.output
+    assert "Skipped laya: it needs a LAYA head; this model has a scalarmix head." in result.output
     assert sorted(p.name for p in out.iterdir()) == ["comparisons.csv", "layers.csv", "manifest.json", "samples.csv",
                                                      "summary.csv"]
     summary = pd.read_csv(out / "summary.csv")

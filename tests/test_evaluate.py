@@ -155,13 +155,13 @@ def test_lastlayer_control(digits_checkpoints):
     r = evaluate(digits_checkpoints["lastlayer"], options=EvalOptions(limit=60, methods=("contribution",), **FAST))
     eff = r.layers.pivot(index="sample", columns="layer", values="effect")
     assert (eff[[1, 2]] == 0).all().all() and (eff[3] != 0).all()
-    assert "skipped 'laya' needs a LAYA head" not in " ".join(r.notes)  # not requested, so no note
+    assert "skipped laya: it needs a LAYA head" not in " ".join(r.notes)  # not requested, so no note
 
 
 def test_inapplicable_methods_are_skipped_with_a_note(digits_checkpoints):
     r = evaluate(digits_checkpoints["concat"], options=EvalOptions(limit=20, methods=("laya", "contribution"), **FAST))
     assert list(r.summary.method) == ["contribution"]
-    assert r.notes == ["skipped 'laya' needs a LAYA head; this model has a concat head."]
+    assert r.notes == ["skipped laya: it needs a LAYA head; this model has a concat head."]
 
 
 def test_same_seed_same_bytes(digits_checkpoints, tmp_path):

@@ -124,6 +124,9 @@ def test_profile_figures_in_svg_and_title_names_the_run(digits_checkpoints, tmp_
     assert result.exit_code == 0, result.output
     svg = (tmp_path / "profile_heatmap_all.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    # The printed table names the layers as the figures do: the MLP's fc1, fc2, fc3, not "layer 1".
+    header = next(line for line in result.output.splitlines() if line.startswith("class"))
+    assert header.split() == ["class", "fc1", "fc2", "fc3"], header
     # The title names checkpoint, dataset, ablation and scope (matplotlib writes SVG text as glyph paths,
     # so check the figure object instead).
     from laya_eval import figures
@@ -150,7 +153,7 @@ def test_profile_errors_are_one_line(digits_checkpoints, tmp_path):
     assert_one_line_error(run("profile", digits_checkpoints["laya"], "--method", "gi", "--out", tmp_path),
                           r"method must be among \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'")
     assert_one_line_error(run("profile", digits_checkpoints["concat"], "--out", tmp_path),
-                          r"cannot profile 'laya' needs a LAYA head; this model has a concat head")
+                          r"cannot profile laya: it needs a LAYA head; this model has a concat head")
     assert_one_line_error(run("profile", tmp_path / "nope.pt", "--out", tmp_path), r"nope.pt' does not exist")
     assert_one_line_error(run("profile", digits_checkpoints["laya"], "--format", "gif"), r"--format")
     assert not list(tmp_path.glob("*.csv"))

@@ -67,6 +67,9 @@ def test_curve_area_is_the_normalised_trapezoid():
     np.testing.assert_allclose(curve_area(correct), [0.5, 2 / 3])
     x = np.linspace(0, 1, 4)
     np.testing.assert_allclose(curve_area(correct), [np.trapezoid(c, x) for c in correct])
+    # In accuracy units: 49 of 50 inputs right at every k (a flat curve at 0.98) has area 0.98, not 1.
+    flat = np.repeat((np.arange(50) > 0).astype(float)[:, None], 3, axis=1)
+    assert curve_area(flat).mean() == pytest.approx(0.98)
 
 
 def test_paired_comparison_is_the_difference_of_areas():

@@ -27,7 +27,8 @@ def test_prune_writes_its_folder_and_is_byte_stable_without_timing(checkpoint, t
     for out in outs:
         result = run("prune", checkpoint, *QUICK, "--no-timing", "--limit", 120, "--out", out, "--quiet")
         assert result.exit_code == 0, result.output
-    assert "area under accuracy vs layers removed" in result.output
+    assert "area under test accuracy vs fraction of layers removed, in accuracy units" in result.output
+    assert "1 = nothing lost" not in result.output
     names = {"pruning.csv", "pruning_summary.csv", "pruning_comparisons.csv", "early_exit.csv", "pruning.png",
              "early_exit.png", "manifest.json"}
     assert {p.name for p in outs[0].iterdir()} == names  # no latency.csv without timing

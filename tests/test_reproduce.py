@@ -185,7 +185,7 @@ def test_comparison_table(quick_run):
         assert f"| {verdict} |" in text
     assert (out / "run_info.json").is_file() and (out / "timings.csv").is_file()
     notes = json.loads((out / "run_info.json").read_text())["notes"]
-    assert "text concat: skipped 'laya' needs a LAYA head; this model has a concat head." in notes
+    assert "text concat: skipped laya: it needs a LAYA head; this model has a concat head." in notes
 
 
 def test_checkpoints_reproduce_recorded_accuracy(quick_run):

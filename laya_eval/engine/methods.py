@@ -332,16 +332,17 @@ def method_names() -> list[str]:
 
 
 def applicable(method: AttributionMethod, model: LayeredModel) -> str | None:
-    """``None`` if ``method`` applies to ``model``'s head, else the reason it is skipped."""
+    """``None`` if ``method`` applies to ``model``'s head, else the reason it is skipped, as a sentence
+    about the method ("it needs a LAYA head; this model has a concat head.")."""
     head = model.head
     if method.requires == "laya" and not isinstance(head, LayaHead):
-        return f"'{method.name}' needs a LAYA head; this model has a {head.name} head."
+        return f"it needs a LAYA head; this model has a {head.name} head."
     if method.requires == "weights" and type(head).layer_weights is LayerHead.layer_weights:
-        return f"'{method.name}' needs a head with layer weights (LAYA or ScalarMix); this model has a {head.name} head."
+        return f"it needs a head with layer weights (LAYA or ScalarMix); this model has a {head.name} head."
     if method.requires == "adapted" and not isinstance(head, (LayaHead, ScalarMixHead)):
-        return f"'{method.name}' needs a head with adapters and layer weights (LAYA or ScalarMix); this model has a {head.name} head."
+        return f"it needs a head with adapters and layer weights (LAYA or ScalarMix); this model has a {head.name} head."
     if method.requires == "states" and not has_common_states(head):
-        return (f"'{method.name}' compares layer states of one width; this {head.name} head has no adapters and "
+        return (f"it compares layer states of one width; this {head.name} head has no adapters and "
                 f"layers of widths {list(head.layer_dims)}.")
     return None
 

@@ -208,7 +208,7 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
     methods, notes = [], []
     for m in [*resolve_methods(None if options.methods is None else list(options.methods)), *extra]:
         reason = applicable(m, model)
-        (notes.append(f"skipped {reason}") if reason else methods.append(m))
+        (notes.append(f"skipped {m.name}: {reason}") if reason else methods.append(m))
     needs = [n for m in methods for n in m.needs] + [n for a in ablations for n in ABLATION_SPECS[a].needs]
     stats = tuple(dict.fromkeys(n.split(":", 1)[1] for n in needs if n.startswith("stat:")))
     if options.scope == "network":

@@ -62,6 +62,7 @@ def diagnosis_figure(diagnosis, *, meta: Mapping[str, Any], style: str = "defaul
                    ylabel="true positive rate (errors flagged)", title=_auc_text(row))
         ax_roc.set_aspect("equal")
         who = "predicted" if diagnosis.meta["reference_by"] == "pred" else "true"
-        title = (f"Error signal from {method_label(meta['method'])}: {dist_label} to the {who} class's "
-                 "correct-prediction profile (leave-one-out)")
-        return _finish(fig, title, describe(meta))
+        note = (f"{dist_label} to the {who} class's correct-prediction profile (the mean "
+                f"{method_label(meta['method'])} of its correct predictions, leaving the input out); ROC: the distance "
+                "as a score of errors")
+        return _finish(fig, f"Error signal from {method_label(meta['method'])}", describe(meta), note)

@@ -67,8 +67,8 @@ def profile_heatmap(table: pd.DataFrame, *, subset: str, meta: Mapping[str, Any]
         ax.set_ylabel("true class" if meta.get("by", "label") == "label" else "predicted class")
         ax.tick_params(axis="y", rotation=0)
         what = {"all": "all predictions", "correct": "correct predictions", "incorrect": "incorrect predictions"}[subset]
-        return _finish(fig, f"{method_label(meta['method'])} per class and layer: {what} (n = {n}); "
-                            "cells: mean ± std", describe(meta))
+        return _finish(fig, f"{method_label(meta['method'])} per class and layer: {what} (n = {n})", describe(meta),
+                       "cells: mean ± standard deviation over the class's samples")
 
 
 def _long_scores(scores: pd.DataFrame, names: list[str]) -> pd.DataFrame:
@@ -119,5 +119,5 @@ def profile_distribution(scores: pd.DataFrame, *, meta: Mapping[str, Any], style
         ax.set_ylabel(method_label(meta["method"]))
         ax.legend(title="predictions", fontsize=6.5 if style == "paper" else 8, loc="best")
         n = int(scores["sample"].nunique())
-        return _finish(fig, f"{method_label(meta['method'])} per layer, all classes pooled (n = {n}): "
-                            "distribution per sample; dashed lines: quartiles", describe(meta))
+        return _finish(fig, f"{method_label(meta['method'])} per layer, all classes pooled (n = {n})", describe(meta),
+                       "distribution of the per-sample scores; dashed lines: quartiles")

@@ -10,8 +10,10 @@ import pandas as pd
 
 from laya_eval.figures.style import (
     _finish,
+    _legend_below,
     _new_figure,
     _theme,
+    check_style,
     method_color,
     method_dashes,
     method_label,
@@ -21,6 +23,9 @@ from laya_eval.figures.style import (
 __all__ = ["early_exit_figure", "pruning_figure"]
 
 _BOUND_STYLE = {"oracle": ("#000000", (0, (1, 1))), "random": ("#949494", (0, (1, 3)))}
+# Horizontal step between the markers of the lines of one panel (in layers removed): lines that coincide
+# (every method often keeps the oracle's accuracy) stay visible side by side.
+_DODGE = 0.035
 
 
 def _color(name: str) -> str:
@@ -32,26 +37,38 @@ def _subtitle(meta: Mapping[str, Any]) -> str:
             f"(test, n = {meta.get('n_test', '?')}) · head scope")
 
 
-def _panel(ax, part: pd.DataFrame, value: str, title: str) -> None:
-    for (method, ranking), rows in part.groupby(["method", "ranking"], sort=False):
-        rows = rows.sort_values("k_removed")
-        if rows[value].isna().all():
-            continue
-        style = "solid" if method != "oracle" else _BOUND_STYLE["oracle"][1]
-        ax.plot(rows["k_removed"], rows[value], color=_color(method), marker=method_marker(method), markersize=4,
-                linewidth=1.3 if ranking == "dataset" else 0.9, alpha=1.0 if ranking == "dataset" else 0.6,
-                linestyle=style if ranking == "dataset" else (0, (4, 2)),
-                label=f"{method_label(method)}{'' if ranking == 'dataset' else ' (per input)'}")
+def _panel(ax, part: pd.DataFrame, value: str, title: str, style: str) -> None:
+    lines = [(key, rows.sort_values("k_removed")) for key, rows in part.groupby(["method", "ranking"], sort=False)
+             if not rows[value].isna().all()]
+    oracle = [rows for (method, _), rows in lines if method == "oracle"]
+    if oracle:  # a wide pale band under the methods: a method on the oracle's line shows inside it
+        ax.plot(oracle[0]["k_removed"], oracle[0][value], color="#000000", alpha=0.15, linewidth=7,
+                solid_capstyle="round", zorder=1)
+    others = [line for line in lines if line[0][0] != "oracle"]
+    size = 3 if style == "paper" else 4
+    # Offsets symmetric around each k and never 0: the oracle's own markers keep the exact positions.
+    shift = (len(others) % 2) / 2
+    for j, ((method, ranking), rows) in enumerate(others):
+        dataset = ranking == "dataset"
+        ax.plot(rows["k_removed"] + (j - (len(others) - 1) / 2 + shift) * _DODGE, rows[value], color=_color(method),
+                marker=method_marker(method), markersize=size, linewidth=1.3 if dataset else 0.9,
+                alpha=1.0 if dataset else 0.6, linestyle="solid" if dataset else (0, (4, 2)), zorder=3,
+                label=f"{method_label(method)}{'' if dataset else ' (per input)'}")
+    for rows in oracle:
+        ax.plot(rows["k_removed"], rows[value], color="#000000", linestyle=_BOUND_STYLE["oracle"][1],
+                marker="*", markersize=size + 1, linewidth=1.0, zorder=4, label="oracle (grey band)")
     ax.set_title(title)
-    ax.set_xlabel("layers removed (least important first)")
     ax.set_xticks(sorted(part["k_removed"].unique()))
 
 
-def pruning_figure(table: pd.DataFrame, *, meta: Mapping[str, Any]):
+def pruning_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style: str = "default",
+                   width: str | float | None = None):
     """Test accuracy against the number of layers removed, one line per method and ranking.
 
     One panel per ablation (no retraining), then one for the heads retrained on the kept layers (dataset-level
     rankings; the refit does not depend on the ablation except for the oracle, shown for the first ablation).
+    The oracle is also drawn as a wide grey band and the methods' markers are set side by side, so a method
+    that keeps the oracle's accuracy stays visible on its line.
 
     Parameters
     ----------
@@ -59,35 +76,57 @@ def pruning_figure(table: pd.DataFrame, *, meta: Mapping[str, Any]):
         ``pruning.csv``.
     meta : mapping
         ``label``, ``head``, ``dataset``, ``n_test``.
+    style : {"default", "paper"}
+    width : {"single", "double"} or float, optional
+        Paper style: the figure's width (default: double).
     """
+    check_style(style)
     ablations = list(dict.fromkeys(table["ablation"]))
     refit = table[(table["ablation"] == ablations[0]) & (table["ranking"] == "dataset")]
     has_refit = bool(refit["accuracy_refit"].notna().any())
     n_panels = len(ablations) + int(has_refit)
-    with _theme():
-        fig = _new_figure(3.2 * n_panels + 1.5, 3.6)
-        axes = fig.subplots(1, n_panels, squeeze=False, sharey=True)[0]
+    ncols = n_panels if style == "default" else min(n_panels, 3)
+    nrows = -(-n_panels // ncols)
+    with _theme(figure_style=style):
+        fig = _new_figure(3.2 * ncols + 1.5, 3.6 * nrows, style=style, paper_width=width,
+                          paper_height=1.5 * nrows + 0.9)
+        axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True).ravel()
+        for ax in axes[n_panels:]:
+            ax.set_visible(False)
         for ax, ablation in zip(axes, ablations):
-            _panel(ax, table[table["ablation"] == ablation], "accuracy", f"no retraining · {ablation}")
+            _panel(ax, table[table["ablation"] == ablation], "accuracy",
+                   f"no retraining · {ablation}" if style == "default" else ablation, style)
         if has_refit:
-            _panel(axes[-1], refit, "accuracy_refit", "head retrained on the kept layers")
-        axes[0].set_ylabel("test accuracy")
+            _panel(axes[n_panels - 1], refit, "accuracy_refit",
+                   "head retrained on the kept layers" if style == "default" else "head retrained", style)
+        for ax in axes[::ncols]:
+            ax.set_ylabel("test accuracy")
         handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside right center", fontsize=7, frameon=False)
-        return _finish(fig, "Pruning layers by attribution: accuracy against layers removed", _subtitle(meta))
+        if style == "default":
+            fig.supxlabel("layers removed (least important first)")
+            fig.legend(handles, labels, loc="outside right center", fontsize=7, frameon=False)
+        else:  # the legend goes below, where a figure-wide axis label would meet it
+            for ax in axes[:n_panels]:
+                ax.set_xlabel("layers removed")
+            _legend_below(fig, handles, labels, ncols=4, fontsize=6, frameon=False)
+        note = ("markers of the lines of one panel are set side by side so that lines which coincide stay "
+                "visible; the oracle (greedy order on the validation split) is also the wide grey band")
+        return _finish(fig, "Pruning layers by attribution: accuracy against layers removed", _subtitle(meta), note)
 
 
-def early_exit_figure(table: pd.DataFrame, *, meta: Mapping[str, Any]):
+def early_exit_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style: str = "default",
+                      width: str | float | None = None):
     """The accuracy-compute frontier of the early-exit policies.
 
     x: the latency ratio when measured, else the mean depth; y: test accuracy. One panel per partial-prediction
     kind; hollow markers: the saving is hypothetical (the signal or the partial head needs every layer).
     """
+    check_style(style)
     kinds = list(dict.fromkeys(table["partial"]))
     timed = bool(table["latency_ratio"].notna().any())
     x = "latency_ratio" if timed else "mean_depth"
-    with _theme():
-        fig = _new_figure(4.2 * len(kinds) + 1.6, 3.8)
+    with _theme(figure_style=style):
+        fig = _new_figure(4.2 * len(kinds) + 1.6, 3.8, style=style, paper_width=width, paper_height=2.4)
         axes = fig.subplots(1, len(kinds), squeeze=False, sharey=True)[0]
         for ax, kind in zip(axes, kinds):
             part = table[table["partial"] == kind]
@@ -105,12 +144,16 @@ def early_exit_figure(table: pd.DataFrame, *, meta: Mapping[str, Any]):
                         markerfacecolor="none" if hollow else None, label=f"mass ε · {method_label(method)}")
             oracle = part[part["policy"] == "oracle"]
             ax.scatter(oracle[x], oracle["accuracy"], color="#000000", marker="*", s=80, zorder=5, label="oracle exit")
-            ax.set_title(f"partial prediction: {kind}")
+            ax.set_title(f"partial prediction: {kind}", fontsize=None if style == "default" else 7)
             ax.set_xlabel("backbone latency ÷ full backbone" if timed else "mean depth used")
             if not timed:
                 ax.set_xticks(np.arange(1, int(part["mean_depth"].max()) + 1))
         axes[0].set_ylabel("test accuracy")
         handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside right center", fontsize=7, frameon=False)
-        return _finish(fig, "Early exit: accuracy against compute (hollow: saving needs all layers' states)",
-                       _subtitle(meta))
+        if style == "default":
+            fig.legend(handles, labels, loc="outside right center", fontsize=7, frameon=False)
+        else:
+            _legend_below(fig, handles, labels, ncols=3, fontsize=6, frameon=False)
+        return _finish(fig, "Early exit: accuracy against compute", _subtitle(meta),
+                       "hollow markers: the saving is hypothetical (the signal or the partial head needs every "
+                       "layer's state)")

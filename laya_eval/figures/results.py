@@ -7,7 +7,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from laya_eval.figures.style import (METHOD_SHORT_LABELS, RHO_BANDS, _facet_title, _facets, _finish, _new_figure, _theme, check_style,
+from laya_eval.figures.style import (METHOD_SHORT_LABELS, RHO_BANDS, _facet_title, _facets, _finish, _legend_below,
+                                     _new_figure, _theme, check_style,
                                      describe, layer_names, method_color, method_label)
 
 __all__ = ["agreement_figure", "scatter_figure", "spearman_distribution_figure"]
@@ -65,11 +66,13 @@ def spearman_distribution_figure(dist: pd.DataFrame, runs: Sequence[Mapping[str,
             ax.set_xlim(0, 1)
             ax.set_xlabel("share of samples")
             ax.set_title(_facet_title(meta, style, j), fontsize=7 if style == "paper" else 8)
-        fig.legend(loc="outside lower center", ncols=len(RHO_BANDS), fontsize=6.5 if style == "paper" else 8,
-                   title="per-sample Spearman ρ")
-        subtitle = "ρ undefined: attribution or effect constant across layers (excluded from means)"
-        return _finish(fig, "How often does a method rank the layers exactly like their removal effects?",
-                       subtitle + (". " + _facets(runs) if style == "paper" else ""))
+        handles, labels = axes[0].get_legend_handles_labels()
+        _legend_below(fig, handles, labels, ncols=len(RHO_BANDS), fontsize=6.5 if style == "paper" else 8,
+                      title="per-sample Spearman ρ")
+        note = ("how often a method ranks the layers exactly like their removal effects; ρ undefined: attribution "
+                "or effect constant across layers (excluded from means)")
+        return _finish(fig, "Per-sample Spearman ρ per method", None,
+                       note + (". " + _facets(runs) if style == "paper" else ""))
 
 
 def _jittered(part: pd.DataFrame, rng: np.random.Generator, x_span: float, y_span: float) -> tuple[np.ndarray, ...]:
@@ -123,14 +126,17 @@ def scatter_figure(points: pd.DataFrame, *, meta: Mapping[str, Any], style: str 
             ax.set_title(method_label(name), color=method_color(name), fontweight="bold",
                          fontsize=7 if style == "paper" else None)
             ax.set_xlabel("attribution")
-            ax.set_ylabel("effect: drop of p(pred.)" if ax.get_subplotspec().is_first_col() else "")
+            ax.locator_params(axis="x", nbins=3 if style == "paper" else 5)
+        # One label for the shared y axis: a panel's own label can be taller than the panel.
+        fig.supylabel("effect: drop of p(pred.)", fontsize=7 if style == "paper" else 10)
         handles, labels = axes[0].get_legend_handles_labels()
-        legend = fig.legend(handles[::-1], labels[::-1], loc="outside lower center", ncols=min(n_layers, 8),
-                            title="layer", fontsize=6.5 if style == "paper" else 8, markerscale=1.5)
+        legend = _legend_below(fig, handles[::-1], labels[::-1], ncols=min(n_layers, 8), title="layer",
+                               fontsize=6.5 if style == "paper" else 8, markerscale=1.5)
         for handle in legend.legend_handles:
             handle.set_alpha(0.9)
-        return _finish(fig, f"Attribution vs leave-one-layer-out effect ({meta.get('n_points', '?')} samples drawn, "
-                            "one dot per sample and layer, jitter ±1% of each axis)", describe(meta))
+        return _finish(fig, "Attribution vs leave-one-layer-out effect", describe(meta),
+                       f"{meta.get('n_points', '?')} samples drawn, one dot per sample and layer, "
+                       "jitter ±1% of each axis")
 
 
 def agreement_figure(matrix: pd.DataFrame, *, meta: Mapping[str, Any], style: str = "default",
@@ -160,13 +166,11 @@ def agreement_figure(matrix: pd.DataFrame, *, meta: Mapping[str, Any], style: st
                     cmap="vlag", vmin=-1, vmax=1, center=0, square=True, linewidths=0.5,
                     annot_kws={"fontsize": 4.5 if paper else 7},
                     cbar_kws={"label": "mean Spearman ρ across layers", "shrink": 0.8 if paper else 1.0})
-        ax.tick_params(axis="x", rotation=40 if not paper else 45)
+        ax.tick_params(axis="x", rotation=90)  # upright names would run into each other
         if paper:
-            for text in ax.get_xticklabels():
-                text.set_horizontalalignment("right")
-                text.set_rotation_mode("anchor")
             ax.collections[0].colorbar.ax.tick_params(length=2, width=0.5)
         _color_method_ticks(ax, list(matrix.index), "y")
         _color_method_ticks(ax, list(matrix.columns), "x")
-        return _finish(fig, "Method agreement: do two methods rank the layers alike? (per sample, averaged)",
-                       describe(meta))
+        return _finish(fig, "Method agreement", describe(meta),
+                       "do two methods rank the layers alike? Mean over samples of the Spearman ρ between "
+                       "their layer scores")

@@ -9,8 +9,10 @@ import pandas as pd
 
 from laya_eval.figures.style import (
     _finish,
+    _legend_below,
     _new_figure,
     _theme,
+    check_style,
     describe,
     method_color,
     method_label,
@@ -32,7 +34,8 @@ def _step_labels(params: list[str]) -> list[str]:
     return labels
 
 
-def randomisation_figure(table: pd.DataFrame, *, meta: Mapping[str, Any]):
+def randomisation_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style: str = "default",
+                         width: str | float | None = None):
     """Similarity to the original attributions (95% interval) after each randomisation step, per method.
 
     Parameters
@@ -42,12 +45,18 @@ def randomisation_figure(table: pd.DataFrame, *, meta: Mapping[str, Any]):
         similarity, similarity_ci_low, similarity_ci_high``); one panel per check.
     meta : mapping
         As for :func:`laya_eval.figures.describe`.
+    style : {"default", "paper"}
+    width : {"single", "double"} or float, optional
+        Paper style: the figure's width (default: double).
     """
+    check_style(style)
+    paper = style == "paper"
     checks = [c for c in ("cascading", "data") if c in set(table["check"])]
     methods = list(dict.fromkeys(table["method"]))
     n_steps = max(int(table.loc[table["check"] == c, "step"].max()) + 1 for c in checks)
-    with _theme():
-        fig = _new_figure(min(16.0, max(7.0, 1.5 * n_steps + 2.5 * len(checks))), 4.0)
+    with _theme(figure_style=style):
+        fig = _new_figure(min(16.0, max(7.0, 1.5 * n_steps + 2.5 * len(checks))), 4.0, style=style,
+                          paper_width=width, paper_height=2.4)
         axes = fig.subplots(1, len(checks), squeeze=False, sharey=True,
                             width_ratios=[int(table.loc[table["check"] == c, "step"].max()) + 1 for c in checks])[0]
         for ax, check in zip(axes, checks):
@@ -60,13 +69,17 @@ def randomisation_figure(table: pd.DataFrame, *, meta: Mapping[str, Any]):
                 below = (rows["similarity"] - rows["similarity_ci_low"]).clip(lower=0)
                 above = (rows["similarity_ci_high"] - rows["similarity"]).clip(lower=0)
                 ax.errorbar(x, rows["similarity"], yerr=[below, above],
-                            color=method_color(method), marker="o", markersize=4, capsize=2, linewidth=1.2,
+                            color=method_color(method), marker="o", markersize=2.5 if paper else 4, capsize=2,
+                            linewidth=0.9 if paper else 1.2,
                             label=method_label(method))
-            ax.set_xticks(steps["step"], _step_labels(steps["params"].tolist()), fontsize=7)
+            ax.set_xticks(steps["step"], _step_labels(steps["params"].tolist()), fontsize=5 if paper else 7)
             ax.axhline(0, color="black", linewidth=0.6)
             ax.set_ylim(-1.05, 1.05)
-            ax.set_title(_CHECK_TITLES.get(check, check))
+            ax.set_title(_CHECK_TITLES.get(check, check), fontsize=7 if paper else None)
             ax.set_xlabel("parameters re-initialised (cumulative)" if check == "cascading" else "")
         axes[0].set_ylabel("similarity to the original attributions")
-        axes[-1].legend(fontsize=7, loc="lower left")
-        return _finish(fig, "Sanity checks: do the attributions depend on the model?", describe(meta))
+        handles, labels = axes[0].get_legend_handles_labels()
+        _legend_below(fig, handles, labels, ncols=len(labels), fontsize=6 if paper else 8, frameon=False)
+        return _finish(fig, "Sanity checks: do the attributions depend on the model?", describe(meta),
+                       "similarity of each method's attributions to the original ones after each step (bars: 95% "
+                       "bootstrap interval over samples); attributions that depend on the model fall towards 0")

@@ -156,15 +156,13 @@ def faithfulness_figure(table: pd.DataFrame, runs: Sequence[Mapping[str, Any]], 
             ax.set_ylim(-1.1, len(methods) - 0.4)  # the bottom half row holds the baseline's label
         note = ("markers: paired Wilcoxon signed-rank test against the panel's best method (ref.), "
                 "Holm-adjusted: *** p < 0.001, ** p < 0.01, * p < 0.05, n.s. otherwise; " if marked else "")
-        sep = "; " if style == "paper" else "\n"
-        subtitle = ("higher is better for both; each panel's axis spans its methods' intervals; dotted line or arrow: "
-                    "the random baseline" + sep + (note.rstrip("; ") + sep if note else "")
-                    + "faithfulness = Spearman ρ(attribution, leave-one-layer-out effect); "
-                    "a method missing from a column does not apply to that head")
+        note = ("higher is better for both; each panel's axis spans its methods' intervals; dotted line or arrow: "
+                "the random baseline; " + note + "faithfulness = Spearman ρ(attribution, leave-one-layer-out "
+                "effect); a method missing from a column does not apply to that head")
         if style == "paper":
-            subtitle += ". " + _facets(runs)
-        return _finish(fig, "Faithfulness and Deletion@1 per method (dots: mean; bars: 95% bootstrap interval)",
-                       subtitle)
+            note += ". " + _facets(runs)
+        return _finish(fig, "Faithfulness and Deletion@1 per method",
+                       "dots: mean · bars: 95% bootstrap interval · higher is better", note)
 
 
 def _merge_identical(curves: dict[str, np.ndarray], atol: float) -> list[list[str]]:
@@ -222,7 +220,7 @@ def _curves_panel(ax, part: pd.DataFrame, methods: Sequence[str], style: str) ->
     line = (0.085 if style == "paper" else 0.07) * (hi - lo)  # one text line, in data units
     heights = [line * (_group_label(g).count("\n") + 1) for g in groups]
     for group, y in zip(groups, _spread(y0, heights, (lo, hi))):
-        ax.annotate(_group_label(group), (ks[0], y), xytext=(-5, 0), textcoords="offset points", ha="right",
+        ax.annotate(_group_label(group), (ks[0], y), xytext=(-9, 0), textcoords="offset points", ha="right",
                     va="center", color=method_color(group[0]), fontsize=6 if style == "paper" else 7.5,
                     linespacing=0.95)
 
@@ -257,8 +255,8 @@ def deletion_curves_figure(curves: pd.DataFrame, runs: Sequence[Mapping[str, Any
             ax.set_xlabel("k: top-ranked layers removed")
             ax.set_ylabel("mean drop of p(pred.)")
             ax.set_title(_facet_title(meta, style, j), fontsize=7 if style == "paper" else 8)
-        subtitle = ("a steeper early rise means the method ranks the layers that matter first; methods named "
-                    "together (a = b) have the same curve within 0.001")
+        note = ("a steeper early rise means the method ranks the layers that matter first; methods named "
+                "together (a = b) have the same curve within 0.001 and share one line")
         if style == "paper":
-            subtitle += ". " + _facets(runs)
-        return _finish(fig, "Deletion@k: removing the k layers a method ranks highest", subtitle)
+            note += ". " + _facets(runs)
+        return _finish(fig, "Deletion@k: removing the k layers a method ranks highest", None, note)

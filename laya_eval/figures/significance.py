@@ -50,7 +50,7 @@ def significance_figure(panels: Sequence[Mapping[str, Any]], *, cap: float = 4.0
             sns.heatmap(pd.DataFrame(values.to_numpy(dtype=float), index=labels, columns=labels), ax=ax,
                         annot=cells.to_numpy(dtype=object), fmt="", cmap="vlag_r", vmin=-cap, vmax=cap, center=0,
                         square=True, linewidths=0.5, cbar=False, annot_kws={"fontsize": 3.0 if paper else 7})
-            ax.tick_params(axis="x", rotation=45 if paper else 40)
+            ax.tick_params(axis="x", rotation=90)  # upright names would run into each other
             for axis, names in (("y", values.index), ("x", values.columns)):
                 for text, method in zip(ax.get_yticklabels() if axis == "y" else ax.get_xticklabels(), names):
                     text.set_color(method_color(method))
@@ -63,15 +63,10 @@ def significance_figure(panels: Sequence[Mapping[str, Any]], *, cap: float = 4.0
         bar.set_label("sign(row − column) × −log10 p (Holm)", fontsize=5.5 if paper else None)
         if paper:
             bar.ax.tick_params(labelsize=5, length=2, width=0.5)
-            for ax in axes[:len(panels)]:
-                for text in ax.get_xticklabels():
-                    text.set_horizontalalignment("right")
-                    text.set_rotation_mode("anchor")
         metas = [p["meta"] for p in panels]
-        subtitle = ("▲ row method significantly higher (better), ▼ lower, · not significant at 0.05; "
-                    "number: Holm-adjusted p")
+        note = ("▲ row method significantly higher (better), ▼ lower, · not significant at 0.05; "
+                "number: Holm-adjusted p")
         if paper:
-            subtitle += ". " + _facets(metas)
-        elif len(panels) == 1:
-            subtitle += "\n" + describe(metas[0])
-        return _finish(fig, "Significance matrix of faithfulness: paired tests between methods", subtitle)
+            note += ". " + _facets(metas)
+        return _finish(fig, "Significance matrix of faithfulness: paired tests between methods",
+                       describe(metas[0]) if len(panels) == 1 and not paper else None, note)

@@ -201,15 +201,67 @@ def _new_figure(width: float, height: float, *, style: str = "default", paper_wi
     return fig
 
 
-def _finish(fig, title: str, subtitle: str | None = None):
-    """Default style: title and subtitle on the figure. Paper style: the same text only as its caption."""
+def _finish(fig, title: str, subtitle: str | None = None, note: str | None = None):
+    """Default style: a short title and subtitle on the figure. Paper style: no title.
+
+    ``note`` (what the marks mean, how to read the figure) never goes on the figure: with the title and
+    subtitle it makes the caption (:func:`figure_caption`), which the paper style writes beside the file and the
+    report prints under the figure. A title line wider than the canvas is wrapped at word boundaries.
+    """
     sub = subtitle.replace("\n", "; ") if subtitle else ""
-    caption = title.rstrip(".") + "." + (f" {sub[0].upper()}{sub[1:]}" if sub else "")
+    caption = title.rstrip(".") + "." + (f" {sub[0].upper()}{sub[1:]}." if sub else "")
+    if note:
+        caption += f" {note[0].upper()}{note[1:].rstrip('.')}."
     fig._laya_caption = caption
     if figure_style(fig) != "paper":
         fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10)
     fig.canvas.draw()  # materialise ticks and layout while the theme is active
+    if _wrap_to_width(fig, fig._suptitle, fig.bbox.width) | _wrap_axes_titles(fig):
+        fig.canvas.draw()
     return fig
+
+
+def _wrap_to_width(fig, text, width_px: float) -> bool:
+    """Wrap the lines of ``text`` (a Text artist) that are wider than ``width_px``; True if any was."""
+    import textwrap
+
+    if text is None or not text.get_text() or not text.get_visible():
+        return False
+    renderer = fig.canvas.get_renderer()
+    whole = text.get_text()
+    room = 0.97 * width_px
+    lines = []
+    for line in whole.split("\n"):
+        text.set_text(line)
+        wide = text.get_window_extent(renderer).width
+        if wide <= room or " " not in line:
+            lines.append(line)
+        else:
+            lines += textwrap.wrap(line, max(12, int(len(line) * room / wide)))
+    text.set_text("\n".join(lines))
+    return text.get_text() != whole
+
+
+def _wrap_axes_titles(fig) -> bool:
+    """Wrap every visible panel title to its panel's width (constrained layout then makes room)."""
+    changed = False
+    for ax in fig.axes:
+        if ax.get_visible():
+            for t in (ax.title, ax._left_title, ax._right_title):
+                changed |= _wrap_to_width(fig, t, ax.bbox.width)
+    return changed
+
+
+def _legend_below(fig, handles, labels, *, ncols: int, **kw):
+    """A figure legend under the panels, with as many columns as fit the canvas (at most ``ncols``)."""
+    ncols = max(1, min(ncols, len(labels)))
+    renderer = fig.canvas.get_renderer()
+    while True:
+        legend = fig.legend(handles, labels, loc="outside lower center", ncols=ncols, **kw)
+        if ncols == 1 or legend.get_window_extent(renderer).width <= 0.97 * fig.bbox.width:
+            return legend
+        legend.remove()
+        ncols -= 1
 
 
 def figure_style(fig) -> str:

@@ -162,8 +162,9 @@ def build_backbone(config: dict[str, Any], *, trust_code: bool = False, download
         raise CheckpointError(f"the backbone is the Python code py:{spec[3:]}: loading it imports module "
                               f"{module_name!r}; pass --trust-code (trust_code=True) if you trust that code.")
     made = call_factory(spec[3:])
-    if isinstance(made, LayeredModel):
+    if isinstance(made, LayeredModel):  # a model's factory: its backbone's network (what the spec saved)
         made = made.backbone
+        made = getattr(made, "module", made) if isinstance(made, ModuleBackbone) else made
     if not isinstance(made, nn.Module):
         raise CheckpointError(f"{spec} must return an nn.Module; got {type(made).__name__}.")
     expected = kwargs.get("state_sha256")

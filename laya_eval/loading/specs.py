@@ -227,7 +227,19 @@ def load_model(spec: str | os.PathLike, *, trust_code: bool = False, download: b
 
         # what decides its numbers: the code and the weights (a run key built from this refuses stale chunks)
         provenance.update(source_sha256=source_hashes(value), state_sha256=module_state_sha256(model))
+        _remember_spec(model, f"py:{value}")
     return LoadedModel(model=model.to(map_location).eval(), provenance=provenance)
+
+
+def _remember_spec(model: LayeredModel, spec: str) -> None:
+    """A ``modules`` backbone built without a spec came from ``spec``: record it, so that the model saves as it
+    loaded (the backbone by that reference, the head's weights in the file)."""
+    from laya_eval.models.backbones import ModuleBackbone
+
+    backbone = model.backbone
+    if isinstance(backbone, ModuleBackbone) and backbone.spec is None and (
+            backbone.pool_name is not None or backbone._pool is None):
+        backbone.remember_spec(spec)
 
 
 def _reference(model: LayeredModel) -> dict[str, Any] | None:

@@ -109,7 +109,9 @@ def _mapping_by_shape(ours: Mapping[str, Tensor], theirs: Mapping[str, Tensor], 
 
 
 def import_head_state_dict(name: str, state_dict: Mapping[str, Any], layer_dims: Sequence[int], num_classes: int, *,
-                           key_map: Mapping[str, str] | None = None, **head_kwargs: Any) -> LayerHead:
+                           key_map: Mapping[str, str] | None = None, reference: nn.Module | Tensor | None = None,
+                           hidden: Sequence[Tensor] | None = None, atol: float = 1e-4,
+                           **head_kwargs: Any) -> LayerHead:
     """Build the standard head ``name`` and load another implementation's weights into it.
 
     Parameters
@@ -122,9 +124,17 @@ def import_head_state_dict(name: str, state_dict: Mapping[str, Any], layer_dims:
     key_map : mapping, optional
         ``{laya-eval key: state-dict key}`` for keys to pair explicitly; the rest are paired
         by name or shape.
+    reference : nn.Module or Tensor, optional
+        The other implementation itself (called as ``reference(hidden)``, a list of (B, d_i) tensors, returning
+        (B, C) logits) or its logits on ``hidden``. The imported head must give the same logits within ``atol``:
+        a hyper-parameter the weights cannot show (``tau``, the scorer's activation) is caught here.
+    hidden : list of Tensor, each (B, d_i), optional
+        The batch of the comparison; default a seeded standard-normal batch of 16 (required with logits).
+    atol : float
+        Largest absolute logit difference accepted.
     **head_kwargs
         ``d_star``, ``tau``, ``scorer_hidden``, ``psi``: the other code's hyper-parameters (a
-        wrong ``tau`` cannot be seen in the weights: check the logits once).
+        wrong ``tau`` cannot be seen in the weights: pass ``reference``).
 
     Returns
     -------
@@ -134,7 +144,8 @@ def import_head_state_dict(name: str, state_dict: Mapping[str, Any], layer_dims:
     Raises
     ------
     ConfigError
-        Shapes or key counts that do not match, named on both sides.
+        Shapes or key counts that do not match, named on both sides; logits that differ from ``reference``'s
+        by more than ``atol`` (the largest difference, its sample and class named).
     """
     head = make_head(name, layer_dims, num_classes, **head_kwargs)
     ours = head.state_dict()
@@ -155,4 +166,35 @@ def import_head_state_dict(name: str, state_dict: Mapping[str, Any], layer_dims:
         k, ks, v, vs = wrong[0]
         raise ConfigError(f"key_map pairs head key {k!r} {list(ks)} with state-dict key {v!r} {list(vs)}.")
     head.load_state_dict({k: theirs[v].detach().to(ours[k].dtype) for k, v in pairs.items()})
-    return head.eval()
+    head.eval()
+    if reference is not None:
+        _check_logits(head, name, reference, hidden, layer_dims, atol)
+    return head
+
+
+def _check_logits(head: LayerHead, name: str, reference: nn.Module | Tensor, hidden: Sequence[Tensor] | None,
+                  layer_dims: Sequence[int], atol: float) -> None:
+    """Refuse an import whose logits differ from the other implementation's by more than ``atol``."""
+    if isinstance(reference, Tensor) and hidden is None:
+        raise ConfigError("reference logits need the hidden states they were computed on: pass hidden=[...].")
+    if not isinstance(reference, (Tensor, nn.Module)) and not callable(reference):
+        raise ConfigError(f"reference must be the other head (an nn.Module) or its logits (a Tensor); "
+                          f"got {type(reference).__name__}.")
+    if hidden is None:
+        gen = torch.Generator().manual_seed(0)
+        hidden = [torch.randn(16, d, generator=gen) for d in layer_dims]
+    hidden = [torch.as_tensor(h, dtype=torch.float32) for h in hidden]
+    with torch.no_grad():
+        want = reference if isinstance(reference, Tensor) else reference(list(hidden))
+        got = head(hidden)
+    if not isinstance(want, Tensor) or want.shape != got.shape:
+        shape = list(want.shape) if isinstance(want, Tensor) else type(want).__name__
+        raise ConfigError(f"reference logits must have the imported head's shape {list(got.shape)}; got {shape}.")
+    diff = (got - want.to(got.dtype)).abs()
+    worst = float(diff.max())
+    if not worst <= atol:  # NaN fails too
+        sample, cls = divmod(int(diff.argmax()), diff.shape[1])
+        raise ConfigError(
+            f"the imported {name} head's logits differ from the reference's by up to {worst:.4g} (sample {sample}, "
+            f"class {cls}; tolerance {atol:g}): the weights fit, so a setting does not — check tau, psi, the "
+            "scorer's activation and the layer order.")

@@ -40,6 +40,7 @@ __all__ = [
     "LayerProfile",
     "layer_profile",
     "layer_table",
+    "profile_figures",
     "profile_from_result",
     "profile_table",
     "scores_from_tables",
@@ -287,8 +288,8 @@ def layer_profile(model, data=None, *, method: str = "laya", by: str = "label", 
         return None
     result = results[options.ablation]
     if result.summary.empty:
-        reason = result.notes[0].removeprefix("skipped ")
-        raise ConfigError(f"cannot profile {reason} Pick another method, e.g. 'contribution' or 'ig'.")
+        reason = result.notes[0].split(": ", 1)[-1]
+        raise ConfigError(f"cannot profile {method}: {reason} Pick another method, e.g. 'contribution' or 'ig'.")
     return profile_from_result(result, method=method, class_names=tuple(result.manifest["class_names"]), by=by,
                                diagnosis=diagnosis)
 
@@ -335,6 +336,22 @@ def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str
     if profile.diagnosis is not None:
         written += [_write_text(out / "diagnosis.csv", profile.diagnosis.samples.to_csv(**csv)),
                     _write_text(out / "diagnosis_summary.csv", profile.diagnosis.summary.to_csv(**csv))]
+    figs = profile_figures(profile, style=style)
+    for name, fig in figs.items():
+        written.append(figures.save_figure(fig, out / f"{name}.{fmt}", fmt=fmt))
+        if style == "paper":
+            written.append(figures.caption_path(written[-1]))
+    return written
+
+
+def profile_figures(profile: LayerProfile, *, style: str = "default") -> dict[str, Any]:
+    """The figures :func:`write_profile` writes, by file name without extension.
+
+    ``profile_heatmap_{all,correct,incorrect}`` (one per subset with samples, one colour range for all),
+    ``profile_layers`` and, with a diagnosis, ``diagnosis``.
+    """
+    from laya_eval import figures
+
     means = profile.table["mean"]
     vmin, vmax = float(means.min()), float(means.max())
     if (means < 0).any():
@@ -346,8 +363,4 @@ def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str
     figs["profile_layers"] = figures.profile_distribution(profile.scores, meta=profile.meta, style=style)
     if profile.diagnosis is not None:
         figs["diagnosis"] = figures.diagnosis_figure(profile.diagnosis, meta=profile.meta, style=style)
-    for name, fig in figs.items():
-        written.append(figures.save_figure(fig, out / f"{name}.{fmt}", fmt=fmt))
-        if style == "paper":
-            written.append(figures.caption_path(written[-1]))
-    return written
+    return figs

@@ -1,7 +1,9 @@
 """Area under a pruning curve and paired bootstrap intervals between methods.
 
 The curve of a ranking is its accuracy against the number of layers removed, k = 0 … L-1. Its area is the
-trapezoid rule on x = k / (L - 1), so it lies in [0, 1] and equals the accuracy of a model that loses nothing.
+trapezoid rule on x = k / (L - 1), the fraction of the removable layers removed; it is in accuracy units (the
+mean accuracy along the curve): a ranking that loses nothing has the unpruned accuracy as its area (0.98 for a
+flat curve at 0.98), not 1.
 Because the area is linear in the per-sample correctness, it is the mean of per-sample areas: the bootstrap
 resamples test inputs, and two methods are compared on the *same* resampled inputs (paired), as the
 difference of their per-sample areas.

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["PRUNE_FILES", "PruneRun", "prune_to_folder", "write_prune"]
+__all__ = ["PRUNE_FILES", "PruneRun", "prune_figures", "prune_to_folder", "write_prune"]
 
 PRUNE_FILES = ("pruning.csv", "pruning_summary.csv", "pruning_comparisons.csv", "early_exit.csv", "latency.csv")
 
@@ -34,7 +34,6 @@ def write_prune(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any], 
     list of Path
     """
     from laya_eval.figures import check_format, figure_bytes
-    from laya_eval.figures.pruning import early_exit_figure, pruning_figure
     from laya_eval.output.files import sha256_bytes, write_result_folder
 
     check_format(fmt)
@@ -42,9 +41,8 @@ def write_prune(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any], 
                                     result.latency)))
     files = {name: _csv(t) for name, t in tables.items() if t is not None}
     all_meta = {**dict(meta), **result.meta}
-    files[f"pruning.{fmt}"] = figure_bytes(pruning_figure(result.pruning, meta=all_meta), fmt)
-    if result.early_exit is not None:
-        files[f"early_exit.{fmt}"] = figure_bytes(early_exit_figure(result.early_exit, meta=all_meta), fmt)
+    for name, fig in prune_figures(result, meta=all_meta).items():
+        files[f"{name}.{fmt}"] = figure_bytes(fig, fmt)
     manifest = {"kind": "prune", **all_meta, "files": {n: sha256_bytes(b) for n, b in files.items()}}
     files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
     return write_result_folder(out_dir, files)
@@ -97,3 +95,13 @@ def prune_to_folder(model: str | os.PathLike, out_dir: str | os.PathLike, option
             "n_random": options.n_random, "n_random_refit": options.n_random_refit, "seed": options.seed,
             "bootstrap": options.bootstrap}
     return PruneRun(result=result, meta=meta, wall_time_s=wall, files=write_prune(result, out_dir, meta=meta, fmt=fmt))
+
+
+def prune_figures(result, *, meta: Mapping[str, Any], style: str = "default") -> dict[str, Any]:
+    """``pruning`` (accuracy against layers removed) and, with an early-exit table, ``early_exit``."""
+    from laya_eval.figures.pruning import early_exit_figure, pruning_figure
+
+    figs = {"pruning": pruning_figure(result.pruning, meta=meta, style=style)}
+    if result.early_exit is not None:
+        figs["early_exit"] = early_exit_figure(result.early_exit, meta=meta, style=style)
+    return figs

@@ -27,8 +27,13 @@ __all__ = ["DECIMALS", "anchor"]
 DECIMALS = 4
 
 
+# A run's label is its checkpoint's file name: figure files use its stem (``scatter_digits-laya.png``).
+_CHECKPOINT_SUFFIX = re.compile(r"\.(pt|pth|ckpt|bin|safetensors)(?=$|[\s\[#])")
+
+
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "run"
+    """A run label as part of a file name: the checkpoint's extension dropped, other characters made safe."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", _CHECKPOINT_SUFFIX.sub("", text)).strip("-.") or "run"
 
 
 def anchor(heading: str) -> str:

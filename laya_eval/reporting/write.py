@@ -19,7 +19,7 @@ from laya_eval.reporting.runs import Run, _unique_labels, load_inputs
 from laya_eval.reporting.sanity_verdicts import SanityRun, sanity_runs_table, sanity_table, unique_sanity_labels
 from laya_eval.reporting.tables import ReportTables, report_tables
 
-__all__ = ["report", "write_report"]
+__all__ = ["report", "report_figures", "write_report"]
 
 
 def _write_bytes(path: Path, data: bytes) -> Path:
@@ -87,12 +87,24 @@ def _significance_panels(runs: Sequence[Run], significance: pd.DataFrame) -> lis
     return panels
 
 
-def _sanity_figures(sanity: Sequence[SanityRun]) -> dict[str, Any]:
+def _sanity_figures(sanity: Sequence[SanityRun], style: str = "default") -> dict[str, Any]:
     from laya_eval.figures.sanity_checks import randomisation_figure
 
     return {f"sanity_{_slug(s.label)}": randomisation_figure(pd.concat([s.randomisation, s.data_randomisation]),
-                                                              meta={**s.meta, "label": s.label})
+                                                              meta={**s.meta, "label": s.label}, style=style)
             for s in sanity}
+
+
+def report_figures(runs: Sequence[Run], *, sanity: Sequence[SanityRun] = (), max_points: int = 300, seed: int = 0,
+                   style: str = "default") -> dict[str, Any]:
+    """Every figure of a report, by file name without extension (``faithfulness``, ``scatter_<run>``, ...).
+
+    The arguments are those of :func:`write_report`; the figures are :class:`matplotlib.figure.Figure` objects.
+    """
+    runs, sanity = _unique_labels(list(runs)), unique_sanity_labels(list(sanity))
+    figs = _make_figures(runs, report_tables(runs), max_points=max_points, seed=seed, style=style) if runs else {}
+    figs.update(_sanity_figures(sanity, style))
+    return figs
 
 
 _TABLES = ("runs", "faithfulness", "across_runs", "deletion_curves", "spearman_distribution", "agreement",
@@ -146,7 +158,7 @@ def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | 
                        for name, table in (("sanity.csv", sanity_table(sanity)),
                                            ("sanity_runs.csv", sanity_runs_table(sanity))))
     figs = _make_figures(runs, tables, max_points=max_points, seed=seed, style=style) if runs else {}
-    figs.update(_sanity_figures(sanity))
+    figs.update(_sanity_figures(sanity, style))
     files, embeds, captions = _write_figures(out, figs, written, fmt=fmt, style=style, html_report=html_report)
     blocks = _blocks(runs, as_written, files, title=title, captions=captions, sanity=checks)
     written.append(_write_bytes(out / "report.md", _markdown(blocks).encode()))
@@ -171,7 +183,7 @@ def report(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, **o
 
 def _write_figures(out: Path, figs: dict[str, Any], written: list[Path], *, fmt: str, style: str,
                    html_report: bool) -> tuple[dict[str, str], dict[str, tuple[str, bytes]], dict[str, str]]:
-    """Each figure as ``figures/NAME.FMT`` (and its caption in paper style); the HTML's embeddings."""
+    """Each figure as ``figures/NAME.FMT`` (and its caption file in paper style); the HTML's embeddings."""
     from laya_eval import figures as F
 
     files, embeds, captions = {}, {}, {}
@@ -179,8 +191,8 @@ def _write_figures(out: Path, figs: dict[str, Any], written: list[Path], *, fmt:
         data = F.figure_bytes(fig, fmt)
         files[name] = f"figures/{name}.{fmt}"
         written.append(_write_bytes(out / files[name], data))
+        captions[name] = F.figure_caption(fig)  # the report prints it under the figure in either style
         if style == "paper":
-            captions[name] = F.figure_caption(fig)
             written.append(_write_bytes(F.caption_path(out / files[name]), (captions[name] + "\n").encode()))
         if html_report:
             kind = fmt if fmt in ("png", "svg") else "png"

@@ -117,7 +117,7 @@ def faithfulness(checkpoint, trust_code, allow_unverified, download, data, split
     elapsed = time.perf_counter() - start
     first = results[ablations[0]]
     for note in first.notes:
-        click.echo(f"note: {note}")
+        click.echo(f"{note[0].upper()}{note[1:]}")
     for name, result in results.items():
         click.echo(f"{checkpoint}: {result.manifest['head']} head, {result.manifest['dataset']} ({split}), "
                    f"ablation {name}, scope {scope}, n = {result.manifest['n_samples']}")

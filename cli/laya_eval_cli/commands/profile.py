@@ -26,14 +26,19 @@ from laya_eval_cli.options import (
 
 
 def _table(profile) -> str:
-    """The 'all' subset as a class x layer grid of means."""
+    """The 'all' subset as a class x layer grid of means; columns named as on the figures (the model's layers)."""
+    from laya_eval.figures import layer_names
+
     part = profile.table[profile.table["subset"] == "all"]
     grid = part.pivot(index="class_name", columns="layer", values="mean")
     grid = grid.reindex([c for c in dict.fromkeys(part["class_name"])])
+    n_layers = int(profile.meta.get("n_layers") or profile.table["layer"].max())
+    names = layer_names(profile.meta, n_layers)
     width = max(len("class"), *(len(str(c)) for c in grid.index))
-    lines = [f"{'class':<{width}} " + " ".join(f"{'layer ' + str(k):>10}" for k in grid.columns)]
+    cell = max(10, *(len(n) + 1 for n in names))
+    lines = [f"{'class':<{width}} " + " ".join(f"{names[int(k) - 1]:>{cell}}" for k in grid.columns)]
     for name, row in grid.iterrows():
-        lines.append(f"{name:<{width}} " + " ".join(f"{v:>10.4f}" for v in row))
+        lines.append(f"{name:<{width}} " + " ".join(f"{v:>{cell}.4f}" for v in row))
     return "\n".join(lines)
 
 

@@ -30,11 +30,13 @@ from laya_eval_cli.options import (
 
 
 def _table(result) -> str:
-    """Area under the accuracy-vs-layers-removed curve per method: no retraining (first ablation) and refit."""
+    """Area under the accuracy-vs-fraction-removed curve per method (accuracy units): no retraining (first
+    ablation) and refit."""
     s = result.summary
     first = s["ablation"].iloc[0]
     part = s[(s["ablation"] == first)]
-    lines = [f"area under accuracy vs layers removed (1 = nothing lost); no retraining: {first}",
+    lines = [f"area under test accuracy vs fraction of layers removed, in accuracy units (a model that loses "
+             f"nothing keeps its unpruned accuracy); no retraining: {first}",
              f"{'method':<13} {'ranking':<8} {'no retraining [95% CI]':>26} {'head refit [95% CI]':>26}"]
     for (method, ranking), rows in part.groupby(["method", "ranking"], sort=False):
         cells = []

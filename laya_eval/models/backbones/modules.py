@@ -180,6 +180,18 @@ class ModuleBackbone(Backbone):
             self.module.eval()
         return self
 
+    def remember_spec(self, spec: str) -> "ModuleBackbone":
+        """Record the ``py:MODULE:CALLABLE`` factory this backbone came from: it is then frozen and stored by
+        that reference (its ``state_sha256`` checked when it is rebuilt)."""
+        if not isinstance(spec, str) or not spec.startswith("py:"):
+            raise ConfigError(f"spec must be a 'py:MODULE:CALLABLE' string; got {spec!r}.")
+        if self._pool is not None and self.pool_name is None:
+            raise ConfigError("a backbone stored by reference (spec) needs pool to be a name "
+                              f"{{{', '.join(sorted(_POOLS))}}} or None; got a function.")
+        self.spec, self.stored_by_reference = spec, True
+        self.module.eval().requires_grad_(False)
+        return self
+
     def config(self) -> dict[str, Any]:
         """``{"name": "modules", "kwargs": {spec, layer_names, layer_dims, pool, state_sha256[, source_sha256]}}``.
 
