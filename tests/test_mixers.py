@@ -252,3 +252,30 @@ def test_checkpoint_round_trip_and_hostile_files(tmp_path, data):
         load_mixer_model(tmp_path / "foreign.pt")
     with pytest.raises(CheckpointError, match="does not exist"):
         load_mixer_model(tmp_path / "missing.pt")
+
+
+def test_cli_audits_a_mixer_file_and_refuses_bad_options_before_work(tmp_path, data):
+    from tests.cli_helpers import assert_one_line_error, run
+
+    path = save_mixer_model(_model("attnres"), tmp_path / "m.pt")
+    arrays = tmp_path / "d.npz"
+    # 60 samples: above 50 the paired Wilcoxon tests take their normal approximation (exact ones are slow).
+    np.savez(arrays, x=torch.randn(60, 1, 8, 8).numpy(), y=np.arange(60) % 3)
+    out = tmp_path / "audit"
+    result = run("mixers", path, "--data", f"npz:{arrays}", "--limit", 55, "--bootstrap", 10, "--ig-steps", 4,
+                 "--methods", "mass,norm_mass,random", "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["comparisons.csv", "manifest.json", "map.csv", "map.png",
+                                                     "samples.csv", "sources.csv", "summary.csv"]
+    summary = __import__("pandas").read_csv(out / "summary.csv")
+    assert list(summary.mixer.unique()) == ["mixers.0", "mixers.1", "mixers.2"] and (summary.n == 55).all()
+    assert "mixers.2" in result.output and "faithfulness" in result.output
+    before = sorted(p.name for p in out.iterdir())
+    assert_one_line_error(run("mixers", path, "--methods", "mass,gi", "--out", out), r"--methods.*got 'gi'")
+    assert_one_line_error(run("mixers", path, "--data", f"npz:{arrays}", "--out", out, "--removal", "zero"),
+                          r"--removal")
+    assert_one_line_error(run("mixers", tmp_path / "nothing.pt", "--data", f"npz:{arrays}", "--out", out),
+                          r"does not exist")
+    assert_one_line_error(run("mixers", "py:os:getcwd", "--data", f"npz:{arrays}", "--out", out),
+                          r"--trust-code")
+    assert sorted(p.name for p in out.iterdir()) == before  # nothing already written is lost

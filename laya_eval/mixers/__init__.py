@@ -5,5 +5,5 @@ source is removed from one mixer; :mod:`~laya_eval.mixers.reference` holds two s
 classifiers built on it, their checkpoint files and their training; :mod:`~laya_eval.mixers.audit` scores
 attributions over each mixer's sources against the effect of removing them, measured at the model output.
 
-May import: errors, checks, catalog, output, stats, data, models, loading, engine.
+May import: errors, checks, catalog, output, stats, data, models, loading, engine, figures.
 """

@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
+from laya_eval.catalog import MIXER_METHODS as MIXER_METHOD_SPECS
 from laya_eval.engine.removals import deletion_masks, layer_ranking
 from laya_eval.engine.seeding import per_sample_uniform
 from laya_eval.mixers.protocol import MixerCall, removed_sources, set_weights
@@ -72,14 +73,13 @@ def _random(model, mixer, call: MixerCall, x, *, target, context) -> Tensor:
     return per_sample_uniform(context.seed, ids, call.weights.shape[1]).to(call.weights)
 
 
-#: name -> (description, function)
+_FUNCTIONS = {"mass": _mass, "norm_mass": _norm_mass, "grad_x_weight": _grad_x_weight, "ig": _ig, "random": _random}
+if set(_FUNCTIONS) != set(MIXER_METHOD_SPECS):  # the catalog owns the names and the CLI's choices
+    raise ImportError(f"mixer methods {sorted(_FUNCTIONS)} do not match the catalog's {sorted(MIXER_METHOD_SPECS)}")
+
+#: name -> (description, function), in the catalog's order
 MIXER_METHODS: dict[str, tuple[str, Callable[..., Tensor]]] = {
-    "mass": ("the mixer's weight w_j(x) (after the softmax where there is one)", _mass),
-    "norm_mass": ("the norm of the weighted source, ||w_j(x) s_j||", _norm_mass),
-    "grad_x_weight": ("w_j x d logit_c / d w_j (the other weights held, no renormalisation)", _grad_x_weight),
-    "ig": ("integrated gradients of logit_c over the weights, from all-zero weights (Captum, Gauss-Legendre)", _ig),
-    "random": ("uniform random scores per sample and mixer (a baseline)", _random),
-}
+    name: (description, _FUNCTIONS[name]) for name, description in MIXER_METHOD_SPECS.items()}
 
 
 @torch.no_grad()

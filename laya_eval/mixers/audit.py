@@ -31,6 +31,8 @@ from laya_eval.data import SPLITS, Dataset, load_dataset
 from laya_eval.engine.evaluation import MIN_BATCH_ROWS
 from laya_eval.engine.results import score_method
 from laya_eval.errors import ConfigError
+from laya_eval.figures.mixers import mixer_map_figure
+from laya_eval.figures.style import figure_bytes
 from laya_eval.loading.references import import_factory
 from laya_eval.loading.specs import parse_spec
 from laya_eval.mixers.attributions import MIXER_METHODS, MixerContext, deletion_effects, leave_one_source_out
@@ -255,11 +257,12 @@ def audit_mixers_to_folder(model: nn.Module | str | os.PathLike, data: str | Dat
                            options: MixerOptions | None = None, data_dir: str | os.PathLike | None = None,
                            progress: Any = None) -> MixerAudit:
     """:func:`audit_mixers`, then ``sources.csv, samples.csv, summary.csv, comparisons.csv, map.csv`` and
-    ``manifest.json`` in ``out``, replaced whole (the folder is checked before any work)."""
+    ``manifest.json`` and the figure ``map.png`` (mass and effect per mixer and source) in ``out``, replaced whole (the folder is checked before any work)."""
     (options or MixerOptions()).check()
     check_output_folder(out)
     audit = audit_mixers(model, data, options=options, data_dir=data_dir, progress=progress)
     files = {f"{t}.csv": table_bytes(getattr(audit, t), "csv") for t in TABLES}
+    files["map.png"] = figure_bytes(mixer_map_figure(audit.map), "png")
     files["manifest.json"] = (json.dumps(audit.manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
     write_result_folder(out, files)
     return audit

@@ -29,16 +29,14 @@ from typing import Iterator, Protocol, Sequence, runtime_checkable
 import torch
 from torch import Tensor, nn
 
+from laya_eval.catalog import MIXER_REMOVALS
 from laya_eval.errors import ConfigError
 
 __all__ = ["REMOVALS", "DepthMixer", "MixerCall", "capture_mixers", "find_mixers", "is_depth_mixer", "masked_weights",
            "mix", "mixer_weights", "removed_sources", "set_weights"]
 
-#: How a source is removed from a mixer.
-REMOVALS = {
-    "weight": "the source's weight set to zero (its logit to -inf before a softmax: the other weights renormalise)",
-    "mean": "the source state replaced by its mean over the evaluated data; the mixer recomputes its weights",
-}
+#: How a source is removed from a mixer (the names and descriptions live in the catalog).
+REMOVALS = MIXER_REMOVALS
 
 
 @runtime_checkable
