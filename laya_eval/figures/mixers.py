@@ -26,7 +26,7 @@ def mixer_map_figure(table: pd.DataFrame, *, title: str = "Depth mixers: mass an
              for v in ("mean_mass", "mean_effect")]
     n_src = grids[0].shape[1]
     with _theme("white"):
-        fig = _new_figure(2.0 + 1.3 * n_src, 1.2 + 0.45 * len(mixers))
+        fig = _new_figure(3.0 + 1.3 * n_src, 1.4 + 0.45 * len(mixers))
         axes = fig.subplots(1, 2)
         for ax, grid, name, cmap in zip(axes, grids, ("mean mass w_j", "mean effect (drop of p_c)"),
                                         ("viridis", "vlag")):
@@ -37,4 +37,5 @@ def mixer_map_figure(table: pd.DataFrame, *, title: str = "Depth mixers: mass an
             ax.set_title(name)
             ax.set_xlabel("source")
             ax.set_ylabel("mixer" if ax is axes[0] else "")
+            ax.tick_params(axis="y", rotation=0)
         return _finish(fig, title, "blank: the mixer has no such source")
