@@ -228,7 +228,7 @@ def _prepared(model, data, options: MixerOptions, data_dir):
     mixers = find_mixers(model)
     if not mixers:
         raise ConfigError("the model has no depth mixer (a module with a bool mixer_softmax and mixer_logits); "
-                          "see docs/mixers.md.")
+                          "see docs/concepts/mixers.md.")
     dataset = data if isinstance(data, Dataset) else load_dataset(data, options.split, data_dir=data_dir)
     if not isinstance(dataset.x, Tensor):
         raise ConfigError(f"mixer audits need tensor inputs; dataset {dataset.name!r} holds texts.")

@@ -55,7 +55,7 @@ def mixers(model, data, split, methods, removal, limit, batch_size, seed, bootst
     """Audit the depth mixers of MODEL (a mixer model file or py:MODULE:CALLABLE): does each mixer's weight over
     its sources predict the effect of removing a source, measured at the output?
 
-    A depth mixer is a module whose output is sum_j w_j(x) s_j over earlier states (see docs/mixers.md).
+    A depth mixer is a module whose output is sum_j w_j(x) s_j over earlier states (see docs/concepts/mixers.md).
 
     Example: laya-eval mixers benchmarks/results/mixers/attnres.pt --limit 300 --out audit/
     """
