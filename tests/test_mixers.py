@@ -276,6 +276,8 @@ def test_cli_audits_a_mixer_file_and_refuses_bad_options_before_work(tmp_path, d
                           r"--removal")
     assert_one_line_error(run("mixers", tmp_path / "nothing.pt", "--data", f"npz:{arrays}", "--out", out),
                           r"does not exist")
+    assert_one_line_error(run("mixers", path, "--data", "digits", "--out", out),
+                          r"the model cannot take the inputs of 'digits' \(one sample of shape \(64,\)\)")
     assert_one_line_error(run("mixers", "py:os:getcwd", "--data", f"npz:{arrays}", "--out", out),
                           r"--trust-code")
     assert sorted(p.name for p in out.iterdir()) == before  # nothing already written is lost

@@ -234,6 +234,12 @@ def _prepared(model, data, options: MixerOptions, data_dir):
         raise ConfigError(f"mixer audits need tensor inputs; dataset {dataset.name!r} holds texts.")
     if options.limit is not None:
         dataset = dataset.subset(slice(0, options.limit))
+    try:
+        with torch.no_grad():
+            model.eval()(dataset.x[:1])
+    except (RuntimeError, ValueError, TypeError) as err:
+        raise ConfigError(f"the model cannot take the inputs of {dataset.name!r} (one sample of shape "
+                          f"{tuple(dataset.x.shape[1:])}): {str(err).splitlines()[0]}") from None
     return model.eval(), described, mixers, dataset, options
 
 
