@@ -59,13 +59,20 @@ def _grad_x_weight(model, mixer, call: MixerCall, x, *, target, context) -> Tens
 
 
 def _ig(model, mixer, call: MixerCall, x, *, target, context) -> Tensor:
+    """One Captum call per sample (``n_steps`` rows each): a sample's scores then do not depend on which
+    other samples share its batch, or where it sits in it (the kernels' rounding does)."""
     from captum.attr import IntegratedGradients
 
     ig = IntegratedGradients(lambda w, inputs: _target_logit(model, mixer, w, inputs))
-    with torch.enable_grad():
-        scores = ig.attribute(call.weights.clone(), baselines=torch.zeros_like(call.weights), target=target,
-                              additional_forward_args=(x,), n_steps=context.ig_steps, method="gausslegendre")
-    return scores.detach()
+    out = []
+    for b in range(len(target)):
+        weights = call.weights[b:b + 1].clone()
+        with torch.enable_grad():
+            scores = ig.attribute(weights, baselines=torch.zeros_like(weights), target=target[b:b + 1],
+                                  additional_forward_args=(x[b:b + 1],), n_steps=context.ig_steps,
+                                  method="gausslegendre")
+        out.append(scores.detach())
+    return torch.cat(out)
 
 
 def _random(model, mixer, call: MixerCall, x, *, target, context) -> Tensor:
