@@ -12,7 +12,7 @@ The verbs are functions at the top level; the code lives in rooms named by role 
     loading                              model specs, checkpoints and their schema, probe, feature cache
     engine                               plan -> collect -> merge -> summarize; methods, removals
     training                             the reference protocol, fit-head
-    figures, planted, profiling, sanity_checks, pruning, reporting, sweeps
+    figures, mixers, planted, profiling, sanity_checks, pruning, reporting, sweeps
 
 A room imports only rooms listed before it (``tests/test_layout.py`` checks every import).
 The names below are imported lazily (PEP 562), so ``import laya_eval`` and the CLI's ``--help``
@@ -50,6 +50,8 @@ VERBS = {
     "load_model": "laya_eval.loading.specs:load_model",
     "save_checkpoint": "laya_eval.loading.checkpoints:save_checkpoint",
     "import_keras": "laya_eval.loading.keras_import:import_keras",
+    "audit_mixers": "laya_eval.mixers.audit:audit_mixers",
+    "audit_mixers_to_folder": "laya_eval.mixers.audit:audit_mixers_to_folder",
 }
 
 _NAMES = {
@@ -98,6 +100,10 @@ _NAMES = {
     "MetaOptions": "laya_eval.planted.run",
     "MetaResult": "laya_eval.planted.run",
     "build_planted": "laya_eval.planted.families",
+    "MixerOptions": "laya_eval.mixers.audit",
+    "MixerAudit": "laya_eval.mixers.audit",
+    "DepthMixer": "laya_eval.mixers.protocol",
+    "find_mixers": "laya_eval.mixers.protocol",
 }
 
 #: Old top-level names kept for a while: each warns and names its replacement.

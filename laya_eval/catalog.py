@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
+    "MIXER_METHODS",
+    "MIXER_REMOVALS",
     "CHUNK_SIZE",
     "EVAL_BATCH_SIZE",
     "RETRAIN_PATIENCE",
@@ -319,3 +321,19 @@ def fixed_ablation_names() -> list[str]:
 def distance_names() -> list[str]:
     """Registered diagnosis distances, in registry order."""
     return list(DISTANCE_SPECS)
+
+
+#: Attribution methods over a depth mixer's sources (``laya-eval mixers``): name -> description.
+MIXER_METHODS = {
+    "mass": "the mixer's weight w_j(x) (after the softmax where there is one)",
+    "norm_mass": "the norm of the weighted source, ||w_j(x) s_j||",
+    "grad_x_weight": "w_j x d logit_c / d w_j (the other weights held, no renormalisation)",
+    "ig": "integrated gradients of logit_c over the weights, from all-zero weights (Captum, Gauss-Legendre)",
+    "random": "uniform random scores per sample and mixer (a baseline)",
+}
+
+#: How a source is removed from a depth mixer: name -> description.
+MIXER_REMOVALS = {
+    "weight": "the source's weight set to zero (its logit to -inf before a softmax: the other weights renormalise)",
+    "mean": "the source state replaced by its mean over the evaluated data; the mixer recomputes its weights",
+}
