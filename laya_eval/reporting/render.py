@@ -37,15 +37,22 @@ def anchor(heading: str) -> str:
 
 
 def _num(value) -> str:
-    return "n/a" if pd.isna(value) else f"{float(value):.{DECIMALS}f}"
+    """A number of a table; an undefined value (NaN, missing) reads "undefined"."""
+    try:
+        return "undefined" if pd.isna(value) else f"{float(value):.{DECIMALS}f}"
+    except (TypeError, ValueError):
+        return "undefined"
 
 
-def _ci(low, high) -> str:
+def _ci(low, high, note=None) -> str:
+    """``[low, high]``, or ``n/a (reason)`` where no interval exists (:mod:`laya_eval.stats.intervals`)."""
+    if pd.isna(low) or pd.isna(high):
+        return f"n/a ({note if isinstance(note, str) and note else 'no interval recorded'})"
     return f"[{_num(low)}, {_num(high)}]"
 
 
-_NUMERIC = re.compile(r"^(n/a|—|[-+]?\d+(\.\d+)?(e[-+]?\d+)?|\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]"
-                      r"|[-+]?\d+\.\d+( ± \d+\.\d+)? \[[-+]?\d+\.\d+, [-+]?\d+\.\d+\])$")
+_NUMERIC = re.compile(r"^(n/a( \(.*\))?|—|undefined|[-+]?\d+(\.\d+)?(e[-+]?\d+)?|\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]"
+                      r"|[-+]?\d+\.\d+( ± \d+\.\d+)? (\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]|n/a \(.*\)))$")
 
 
 def _numeric(rows: Sequence[Sequence[str]], column: int) -> bool:

@@ -8,11 +8,13 @@ from laya_eval_cli.options import figure_format_option, figure_style_option
 
 
 def _table(faithfulness) -> str:
+    from laya_eval.stats.intervals import format_estimate
+
     w = max(3, *(len(r) for r in faithfulness["run"]))
     lines = [f"{'run':<{w}} {'method':<13} {'faithfulness':>12} {'deletion@1':>11} {'n':>7} {'undef':>6}"]
     for row in faithfulness.itertuples(index=False):
-        lines.append(f"{row.run:<{w}} {row.method:<13} {row.faithfulness:>+12.4f} {row.deletion_at_1:>+11.4f} "
-                     f"{row.n:>7} {row.n_undefined:>6}")
+        lines.append(f"{row.run:<{w}} {row.method:<13} {format_estimate(row.faithfulness):>12} "
+                     f"{format_estimate(row.deletion_at_1):>11} {row.n:>7} {row.n_undefined:>6}")
     return "\n".join(lines)
 
 
