@@ -64,7 +64,7 @@ def percentile_interval(estimate: float, resampled: np.ndarray, *, n_defined: in
         ``(low, high, "")`` or ``(nan, nan, reason)``.
     """
     nan = float("nan")
-    note = "undefined estimate" if math.isnan(estimate) else interval_note(n_defined, n_resamples)
+    note = interval_note(n_defined, n_resamples) or ("undefined estimate" if math.isnan(estimate) else "")
     if note:
         return nan, nan, note
     values = np.asarray(resampled, dtype=np.float64)
