@@ -36,9 +36,12 @@ def _sanity_lines(table) -> str:
 @click.option("--title", default=None, help="Report title.")
 @click.option("--html/--no-html", "html_report", default=True, show_default=True,
               help="Also write the self-contained report.html.")
+@click.option("--strict", is_flag=True,
+              help="Refuse a result folder whose manifest.json is missing or does not list a file read "
+                   "(without it such a folder is reported with one 'unverified' warning).")
 @click.option("--max-points", default=300, show_default=True, type=click.IntRange(min=1),
               help="Samples drawn (seeded) per attribution-vs-effect scatter.")
-def report(result_dirs, out_dir, fmt, style, title, html_report, max_points):
+def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_points):
     """Report on one or several RESULT_DIRS written by `laya-eval faithfulness` or `laya-eval sanity`.
 
     One combined table across runs (head x method: mean +- std over folders
@@ -62,7 +65,9 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, max_points):
     """
     from laya_eval.reporting import load_inputs, report_tables, sanity_table, write_report
 
-    inputs = load_inputs(result_dirs)
+    inputs = load_inputs(result_dirs, strict=strict)
+    for warning in inputs.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if inputs.runs:
         click.echo(_table(report_tables(inputs.runs).faithfulness))
     if inputs.sanity:
