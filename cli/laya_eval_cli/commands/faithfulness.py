@@ -70,7 +70,8 @@ def _table(summary) -> str:
 @seed_option
 @bootstrap_option
 @click.option("--out", "out_dir", default="faithfulness-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for layers.csv, samples.csv, summary.csv and manifest.json; replaced whole at the end.")
+              help="Folder for layers.csv, samples.csv, summary.csv and manifest.json; replaced whole at the end "
+                   "(through a symbolic link: the link's target folder).")
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted run into the same --out from its completed chunks (same options).")
 @click.option("--chunk-size", default=CHUNK_SIZE, show_default=True, type=click.IntRange(min=1),

@@ -48,8 +48,9 @@ def _diagnosis_line(diag) -> str:
             f"{row['n_undefined']} undefined")
     if row["auc"] != row["auc"]:  # NaN
         return f"error signal: ROC AUC undefined (needs correct and incorrect predictions); {what}"
-    interval = (f"no interval ({interval_note(row['n_correct'] + row['n_incorrect'], meta['n_resamples']) or 'the percentile interval excludes the estimate'})"
-                if row["ci_low"] != row["ci_low"] else
+    why = (interval_note(row["n_correct"] + row["n_incorrect"], meta["n_resamples"])
+           or "the percentile interval excludes the estimate")
+    interval = (f"no interval ({why})" if row["ci_low"] != row["ci_low"] else
                 f"95% CI [{row['ci_low']:.3f}, {row['ci_high']:.3f}], {meta['n_resamples']} bootstrap resamples "
                 "stratified by correctness")
     return f"error signal: ROC AUC {row['auc']:.3f}, {interval}; {what}"

@@ -40,8 +40,12 @@ def _table(result) -> str:
         cells = []
         for curve in ("accuracy", "refit"):
             r = rows[rows["curve"] == curve]
-            cells.append("" if r.empty else f"{format_estimate(r.auc.iloc[0], signed=False)} "
-                         f"{format_interval(r.ci_low.iloc[0], r.ci_high.iloc[0], r.ci_note.iloc[0], digits=4, signed=False, notes=notes)}")
+            if r.empty:
+                cells.append("")
+                continue
+            interval = format_interval(r.ci_low.iloc[0], r.ci_high.iloc[0], r.ci_note.iloc[0], digits=4,
+                                       signed=False, notes=notes)
+            cells.append(f"{format_estimate(r.auc.iloc[0], signed=False)} {interval}")
         lines.append(f"{method:<13} {ranking:<8} {cells[0]:>26} {cells[1]:>26}")
     return "\n".join(lines + notes.lines())
 
