@@ -487,7 +487,7 @@ def test_paper_style_report(result_dirs, tmp_path):
     captions = sorted((tmp_path / "p" / "figures").glob("*.caption.txt"))
     assert len(pdfs) == len(captions) == 6  # vector output by default in paper style, one caption each
     md = (tmp_path / "p" / "report.md").read_text()
-    plain = re.sub(r"\\([*_|\\`])", r"\1", md)  # markdown's backslash escapes undone
+    plain = md_unescape(md)  # markdown's backslash escapes and HTML entities undone
     for cap in captions:
         assert f"\n*{cap.read_text().strip()}*\n" in plain  # the caption is written under the figure
     # caption text never opens emphasis by accident: every * inside it is escaped
