@@ -34,6 +34,7 @@ __all__ = [
     "BOOTSTRAP_RESAMPLES",
     "MIXER_METHODS",
     "MIXER_REMOVALS",
+    "MIN_BOOTSTRAP_RESAMPLES",
     "CHUNK_SIZE",
     "EVAL_BATCH_SIZE",
     "RETRAIN_PATIENCE",
@@ -73,6 +74,9 @@ TRAIN_EPOCHS, TRAIN_BATCH_SIZE, TRAIN_LR, TRAIN_PATIENCE, TRAIN_SEED = 50, 128, 
 RETRAIN_PATIENCE = 2
 #: Bootstrap resamples of every 95% interval.
 BOOTSTRAP_RESAMPLES = 1000
+#: Fewest resamples a 95% percentile interval is reported from: its 2.5% and 97.5% quantiles then rest on at
+#: least 2.5 resamples each; below it the interval columns stay empty and tables say "n/a".
+MIN_BOOTSTRAP_RESAMPLES = 100
 #: Samples per resumable chunk of an evaluation (results do not depend on it).
 CHUNK_SIZE = 1024
 #: Effects of a sample closer than this share of its largest effect are ranked as tied.

@@ -220,7 +220,7 @@ def test_profile_cli_diagnosis_of_signed_scores_and_its_errors(digits_checkpoint
                  "--reference-by", "label", "--bootstrap", 0, "--out", tmp_path / "c")
     assert result.exit_code == 0, result.output
     assert "cosine distance of min-max scores to the true class's" in result.output
-    assert "no interval (--bootstrap 0)" in result.output
+    assert "no interval (0 bootstrap resamples, fewer than the 100 an interval needs)" in result.output
     assert set(pd.read_csv(tmp_path / "c" / "diagnosis_summary.csv")["distance_name"]) == {"cosine_minmax"}
     assert_one_line_error(run("profile", digits_checkpoints["concat"], "--method", "contribution", "--limit", 20,
                               "--distance", "jensen_shannon", "--out", tmp_path / "e"),

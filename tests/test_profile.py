@@ -153,7 +153,8 @@ def test_profile_errors_are_one_line(digits_checkpoints, tmp_path):
     assert_one_line_error(run("profile", digits_checkpoints["laya"], "--method", "gi", "--out", tmp_path),
                           r"method must be among \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'")
     assert_one_line_error(run("profile", digits_checkpoints["concat"], "--out", tmp_path),
-                          r"cannot profile laya: it needs a LAYA head; this model has a concat head")
+                          r"no requested method applies to this model: skipped laya: it needs a LAYA head; this model "
+                          r"has a concat head\.")
     assert_one_line_error(run("profile", tmp_path / "nope.pt", "--out", tmp_path), r"nope.pt' does not exist")
     assert_one_line_error(run("profile", digits_checkpoints["laya"], "--format", "gif"), r"--format")
     assert not list(tmp_path.glob("*.csv"))

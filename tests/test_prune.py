@@ -43,7 +43,7 @@ def recorded(digits):
 @pytest.fixture(scope="module")
 def pruned(recorded, digits):
     return prune(recorded.model, digits["train"], digits["val"], digits["test"],
-                 PruneOptions(seeds=1, n_random=4, n_random_refit=1, bootstrap=50, timing=False, train=QUICK))
+                 PruneOptions(seeds=1, n_random=4, n_random_refit=1, bootstrap=100, timing=False, train=QUICK))
 
 
 # ----------------------------------------------------------------------------------------- hand-worked pieces

@@ -60,16 +60,21 @@ def read_csv(path) -> pd.DataFrame:
     return pd.read_csv(path, keep_default_na=False, na_values=[""])
 
 
+def md_unescape(text: str) -> str:
+    """What a markdown renderer shows for escaped text: backslash escapes and HTML entities undone."""
+    return html.unescape(re.sub(r"\\([\\`*_\[\]~|!#])", r"\1", text))
+
+
 def md_tables(text: str) -> list[tuple[str, str | None, list[str], list[list[str]]]]:
     """Every markdown table as (section, subsection, header, rows); a <details> block's summary is a subsection."""
-    cells = lambda line: [c.strip() for c in line.strip().strip("|").split(" | ")]  # noqa: E731
+    cells = lambda line: [md_unescape(c.strip()) for c in line.strip().strip("|").split(" | ")]  # noqa: E731
     lines, out, h2, h3, i = text.splitlines(), [], None, None, 0
     while i < len(lines):
         line = lines[i]
         if line.startswith("## "):
-            h2, h3 = line[3:], None
+            h2, h3 = md_unescape(line[3:]), None
         elif line.startswith("### "):
-            h3 = line[4:]
+            h3 = md_unescape(line[4:])
         elif line.startswith("<details"):
             h3 = html.unescape(re.search(r"<summary>(.*)</summary>", line).group(1))
         elif line.startswith("</details>"):
@@ -482,7 +487,7 @@ def test_paper_style_report(result_dirs, tmp_path):
     captions = sorted((tmp_path / "p" / "figures").glob("*.caption.txt"))
     assert len(pdfs) == len(captions) == 6  # vector output by default in paper style, one caption each
     md = (tmp_path / "p" / "report.md").read_text()
-    plain = re.sub(r"\\([*_|\\`])", r"\1", md)  # markdown's backslash escapes undone
+    plain = md_unescape(md)  # markdown's backslash escapes and HTML entities undone
     for cap in captions:
         assert f"\n*{cap.read_text().strip()}*\n" in plain  # the caption is written under the figure
     # caption text never opens emphasis by accident: every * inside it is escaped

@@ -35,7 +35,7 @@ METHODS = ("laya", "contribution", "ig", "random")
 
 
 def f4(value) -> str:
-    return "n/a" if pd.isna(value) else f"{value:.4f}"
+    return "undefined" if pd.isna(value) else f"{value:.4f}"
 
 
 def holm(p: np.ndarray) -> np.ndarray:
@@ -89,14 +89,14 @@ def sanity_dir(digits_models, digits, tmp_path_factory):
     """A small `laya-eval sanity` folder written by the library on the digits LAYA model."""
     from laya_eval.sanity_checks import SanityOptions, sanity, write_sanity
 
-    options = SanityOptions(methods=("laya", "static", "contribution", "random"), roar_seeds=2, bootstrap=50,
+    options = SanityOptions(methods=("laya", "static", "contribution", "random"), roar_seeds=2, bootstrap=100,
                             train=TrainOptions(epochs=3, seed=0, batch_size=64, patience=2))
     test = digits["test"].subset(slice(0, 150))
     result = sanity(digits_models["laya"], digits["train"], digits["val"], test, options)
     out = tmp_path_factory.mktemp("sanity") / "sanity-digits"
     meta = {"label": "/somewhere/digits-laya.pt", "checkpoint_sha256": "ab" * 32, "head": "laya", "dataset": "digits",
             "split": "test", "n": len(test), "ablation": "gate", "scope": "head", "similarity": "across_samples",
-            "roar_seeds": 2, "bootstrap": 50, "seed": 0, "wall_time_s": 1.0}
+            "roar_seeds": 2, "bootstrap": 100, "seed": 0, "wall_time_s": 1.0}
     write_sanity(result, out, meta=meta)
     return out
 
@@ -324,7 +324,7 @@ def test_sanity_only_report(sanity_dir, tmp_path):
         e = expected.loc[m]
         assert [row[2], row[4], row[6], row[7]] == [e.cascading_verdict, e.data_verdict, e.roar_verdict, e.verdict]
         c = last.loc[m]
-        assert row[1] == ("n/a" if np.isnan(c.similarity) else
+        assert row[1] == ("undefined" if np.isnan(c.similarity) else
                           f"{f4(c.similarity)} [{f4(c.similarity_ci_low)}, {f4(c.similarity_ci_high)}]")
         assert row[5] == f"{f4(roar.loc[m, 'spearman'])} [{f4(roar.loc[m, 'ci_low'])}, {f4(roar.loc[m, 'ci_high'])}]"
     assert expected.loc["static", "verdict"] == "not testable"  # constant across samples: undefined similarity

@@ -34,6 +34,18 @@ class LayaGroup(click.Group):
         except LayaEvalError as exc:
             click.echo(f"Error: {exc}", err=True)
             sys.exit(2)
+        except OSError as exc:
+            # A write that failed outside the library's writers (a full disk, a quota, a read-only folder): one
+            # line naming the path, as the writers say it (laya_eval.output.files.storage_error).
+            from pathlib import Path
+
+            from laya_eval.output.files import STORAGE_ERRNOS, storage_error
+
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
+            folder = Path(exc.filename).parent if exc.filename else Path.cwd()
+            click.echo(f"Error: {storage_error(exc, folder, 0, intact=False)}", err=True)
+            sys.exit(2)
         except KeyboardInterrupt:
             click.echo("Interrupted; nothing half-written was left behind.", err=True)
             sys.exit(130)

@@ -118,7 +118,8 @@ cache_dir_option = click.option(
          "(default: $LAYA_EVAL_CACHE/features or ~/.cache/laya-eval/features).")
 
 bootstrap_option = click.option("--bootstrap", default=catalog.BOOTSTRAP_RESAMPLES, show_default=True, type=click.IntRange(min=0),
-                                help="Bootstrap resamples for the 95% intervals.")
+                                help=f"Bootstrap resamples for the 95% intervals (below {catalog.MIN_BOOTSTRAP_RESAMPLES}, "
+                                     "no interval is reported: n/a).")
 
 
 def epoch_bar(quiet: bool, epochs: int, desc: str):

@@ -185,6 +185,31 @@ def _check_ablation_needs(ablations: Sequence[str], data: Dataset, options: Eval
                               f"shape per sample); '{data.name}' holds text: use --scope head.")
 
 
+def _applicable_methods(model: LayeredModel, data: Dataset, options: EvalOptions,
+                        extra: Sequence[AttributionMethod] = ()) -> tuple[list, list[str]]:
+    """The requested methods that can run, and a note per method skipped.
+
+    A method that does not apply to the head is skipped with a note. One that needs tensor inputs at network
+    scope on text data is skipped with a note among the defaults and refused by name when asked for (by
+    name in ``options.methods`` or as an ``extra`` method). No
+    method left is an error: there would be nothing to score.
+    """
+    asked = None if options.methods is None else list(options.methods)
+    methods, notes = [], []
+    for m in [*resolve_methods(asked), *extra]:
+        reason = applicable(m, model)
+        if reason is None and options.scope == "network" and "tensor_inputs" in m.needs and data.input_shape is None:
+            reason = (f"it needs tensor inputs at network scope; '{data.name}' is text (use scope 'head' "
+                      "for its direct effect).")
+            if asked is not None or any(m is e for e in extra):
+                raise ConfigError(f"method {m.name!r}: {reason}")
+        (notes.append(f"skipped {m.name}: {reason}") if reason else methods.append(m))
+    if not methods:
+        raise ConfigError("no requested method applies to this model: " + " ".join(notes)
+                          + " Choose others with --methods.")
+    return methods, notes
+
+
 def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | None, ablations: Sequence[str], *,
               options: EvalOptions, data_dir: Any = None, world: World = SINGLE_PROCESS,
               extra_methods: Sequence[AttributionMethod] = ()) -> Plan:
@@ -205,10 +230,7 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
         data = data.subset(slice(0, options.limit))
     model.check_fits(data)
     _check_ablation_needs(ablations, data, options)
-    methods, notes = [], []
-    for m in [*resolve_methods(None if options.methods is None else list(options.methods)), *extra]:
-        reason = applicable(m, model)
-        (notes.append(f"skipped {m.name}: {reason}") if reason else methods.append(m))
+    methods, notes = _applicable_methods(model, data, options, extra)
     needs = [n for m in methods for n in m.needs] + [n for a in ablations for n in ABLATION_SPECS[a].needs]
     stats = tuple(dict.fromkeys(n.split(":", 1)[1] for n in needs if n.startswith("stat:")))
     if options.scope == "network":

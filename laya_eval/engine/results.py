@@ -44,8 +44,9 @@ __all__ = ["SUMMARY_COLUMNS", "EvaluationResult", "MethodScore", "build_result",
 SUMMARY_COLUMNS = [
     "checkpoint", "head", "dataset", "method", "ablation", "scope", "n", "n_undefined",
     "n_effect_ties", "share_negligible_effects",
-    "faithfulness", "faithfulness_ci_low", "faithfulness_ci_high", "faithfulness_p_value",
-    "deletion_at_1", "deletion_at_1_ci_low", "deletion_at_1_ci_high", "top1_hit_rate", "aopc",
+    "faithfulness", "faithfulness_ci_low", "faithfulness_ci_high", "faithfulness_ci_note", "faithfulness_p_value",
+    "deletion_at_1", "deletion_at_1_ci_low", "deletion_at_1_ci_high", "deletion_at_1_ci_note", "top1_hit_rate",
+    "aopc",
 ]
 
 
@@ -94,7 +95,7 @@ class MethodScore:
         NaN where undefined.
     top1_hit : ndarray of bool, (N,)
     summary : dict
-        ``n, n_undefined, faithfulness(+_ci_low/_ci_high), deletion_at_1(+ci), top1_hit_rate, aopc,
+        ``n, n_undefined, faithfulness(+_ci_low/_ci_high/_ci_note), deletion_at_1(+ci), top1_hit_rate, aopc,
         deletion_at_2..L`` in the column order of ``summary.csv``.
     """
 
@@ -134,7 +135,8 @@ def score_method(
     deletion : ndarray, (N, L)
         Effect of removing the k top-ranked layers, k = 1..L.
     bootstrap : int
-        Resamples for the 95% intervals.
+        Resamples for the 95% intervals (below ``MIN_BOOTSTRAP_RESAMPLES``, or with fewer than two defined
+        samples, the interval columns are NaN and ``*_ci_note`` says why).
     seed : sequence of int
         Seeds the bootstrap; faithfulness and Deletion@1 draw from ``[*seed, 0]`` and ``[*seed, 1]``.
     ties : TiedEffects, optional
@@ -150,9 +152,10 @@ def score_method(
     summary = {
         "n": int(effects.shape[0]), "n_undefined": faith.n_undefined, "n_effect_ties": ties.n_effect_ties,
         "share_negligible_effects": ties.share_negligible_effects, "faithfulness": faith.mean,
-        "faithfulness_ci_low": faith.low, "faithfulness_ci_high": faith.high,
+        "faithfulness_ci_low": faith.low, "faithfulness_ci_high": faith.high, "faithfulness_ci_note": faith.note,
         "faithfulness_p_value": faithfulness_p_value(rho, ranked, seed=int(seed[0])), "deletion_at_1": d1.mean,
-        "deletion_at_1_ci_low": d1.low, "deletion_at_1_ci_high": d1.high, "top1_hit_rate": float(hit.mean()),
+        "deletion_at_1_ci_low": d1.low, "deletion_at_1_ci_high": d1.high, "deletion_at_1_ci_note": d1.note,
+        "top1_hit_rate": float(hit.mean()),
         "aopc": float(deletion.mean()),
     }
     summary.update({f"deletion_at_{j}": float(deletion[:, j - 1].mean()) for j in range(2, deletion.shape[1] + 1)})

@@ -10,6 +10,12 @@ The one owner of these chores:
   elsewhere two renames, the old folder kept until the new one is in place). The old
   result is removed only afterwards. Two runs on one folder cannot mix: each writes its
   own temporary folder and the last exchange wins whole.
+- ``--out`` given as a symbolic link: the result is written into the link's target folder, as one set (the
+  link itself is left as it is, still pointing at the new result).
+- Temporary folders of an interrupted write (``.OUT.<hex>.tmp`` / ``.old``) are removed by the next write
+  into the same parent, but only those laya-eval made and no live process is still writing: each has an
+  owner file beside it (``.OUT.<hex>.owner``: host, process id and that process's start time), and a folder
+  is removed only when its owner process on this host is gone (or its id now belongs to another process).
 - :func:`check_output_folder`: output-path problems are found before any computation.
 - :func:`verify_result_folder`: the manifest lists the sha256 of every file of the run,
   so a folder whose files come from different runs is refused.
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import ctypes.util
 import hashlib
 import json
@@ -32,8 +39,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from laya_eval.errors import ConfigError, ResultsError
+from laya_eval.output.temporaries import owner_record, remove_stale_temporaries
 
 __all__ = [
+    "STORAGE_ERRNOS",
     "atomic_write_bytes",
     "atomic_write_text",
     "check_output_folder",
@@ -44,6 +53,7 @@ __all__ = [
     "provenance",
     "sha256_bytes",
     "state_dict_sha256",
+    "storage_error",
     "verify_result_folder",
     "write_result_folder",
 ]
@@ -119,8 +129,45 @@ def _umask_mode() -> int:
     return 0o666 & ~umask
 
 
+_STORAGE_ERRORS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exhausted",
+                   errno.EROFS: "the file system is read-only"}
+
+
+#: The errno values of a write that failed for lack of room or permission to change the file system.
+STORAGE_ERRNOS = frozenset(_STORAGE_ERRORS)
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+def storage_error(exc: OSError, folder: Path, needed: int, *, intact: bool = True) -> ConfigError:
+    """One line for a failed write: the folder, what went wrong, and, for a full disk, the space it needs
+    (``needed`` bytes; 0: unknown). ``intact``: the writer left what was there unchanged, and says so."""
+    kept = " (nothing there was changed)" if intact else ""
+    what = _STORAGE_ERRORS.get(exc.errno)
+    if what is None:
+        return ConfigError(f"cannot write to '{folder}': {exc.strerror or exc}.")
+    if exc.errno == errno.EROFS:
+        return ConfigError(f"cannot write to '{folder}': {what}; write elsewhere{kept}.")
+    try:
+        free = f", {_size(shutil.disk_usage(folder if folder.exists() else folder.parent).free)} free"
+    except OSError:
+        free = ""
+    need = f"{_size(needed)} needed" if needed else "more space needed"
+    return ConfigError(f"cannot write to '{folder}': {what} ({need}{free}); free some space or write "
+                       f"elsewhere{kept}.")
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a unique temporary file and one rename."""
+    """Write ``data`` to ``path`` through a unique temporary file and one rename.
+
+    Raises
+    ------
+    ConfigError
+        The write failed (a full disk, a quota, a read-only file system, ...): one line naming the folder and,
+        for a full disk, the space needed. ``path`` keeps its old content.
+    """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
@@ -130,8 +177,10 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             os.fsync(fh.fileno())
         os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)
+    except OSError as exc:
+        raise storage_error(exc, path.parent, len(data)) from None
     finally:
-        if tmp.exists():
+        with contextlib.suppress(OSError):
             tmp.unlink()
     return path
 
@@ -154,6 +203,9 @@ def check_output_folder(out: str | os.PathLike) -> Path:
     if str(out) == "":
         raise ConfigError("the output folder must be a path; got ''.")
     out = Path(out)
+    if out.is_symlink():
+        # The link's target is the folder written (one set); replacing the link would strand the old result.
+        out = Path(os.path.realpath(out))
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output folder '{out}' exists and is not a folder.")
     if out.is_dir() and not _replaceable(out):
@@ -214,9 +266,12 @@ def write_result_folder(out: str | os.PathLike, files: Mapping[str, bytes]) -> l
         The written files, in the order given.
     """
     out = check_output_folder(out)
+    remove_stale_temporaries(out)
     tag = uuid.uuid4().hex
     tmp = out.parent / f".{out.name}.{tag}.tmp"
+    owner = out.parent / f".{out.name}.{tag}.owner"
     try:
+        owner.write_text(json.dumps(owner_record()))
         tmp.mkdir()
         for rel, data in files.items():
             target = tmp / rel
@@ -235,10 +290,13 @@ def write_result_folder(out: str | os.PathLike, files: Mapping[str, bytes]) -> l
         else:
             os.replace(tmp, out)
     except OSError as exc:
-        raise ConfigError(f"cannot write the results to '{out}': {exc.strerror or exc}.") from None
+        raise storage_error(exc, out, sum(len(b) for b in files.values())) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        if not tmp.exists():
+            with contextlib.suppress(OSError):
+                owner.unlink()
     return [out / rel for rel in files]
 
 

@@ -36,6 +36,7 @@ import pandas as pd
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import rankdata
 
+from laya_eval.stats.intervals import interval_note, percentile_interval
 from laya_eval.catalog import DISTANCE_SPECS
 from laya_eval.checks import check_fields, check_non_negative_int, check_number
 from laya_eval.errors import ConfigError
@@ -266,7 +267,8 @@ def bootstrap_auc(distance: np.ndarray, incorrect: np.ndarray, *, n_resamples: i
     distance : ndarray, (N,)
     incorrect : ndarray of bool, (N,)
     n_resamples : int
-        0: no interval (NaN bounds).
+        Below ``MIN_BOOTSTRAP_RESAMPLES``: no interval (NaN bounds); likewise when the percentile interval
+        excludes the AUC (:mod:`laya_eval.stats.intervals`).
     seed : int or sequence of int
         For :func:`numpy.random.default_rng`.
     level : float
@@ -279,7 +281,7 @@ def bootstrap_auc(distance: np.ndarray, incorrect: np.ndarray, *, n_resamples: i
     distance = np.asarray(distance, dtype=np.float64)
     incorrect = np.asarray(incorrect, dtype=bool)
     auc = roc_auc(distance, incorrect)
-    if np.isnan(auc) or n_resamples <= 0:
+    if np.isnan(auc) or interval_note(distance.size, n_resamples):
         return auc, float("nan"), float("nan")
     pos, neg = distance[incorrect], distance[~incorrect]
     rng = np.random.default_rng(seed)
@@ -290,9 +292,9 @@ def bootstrap_auc(distance: np.ndarray, incorrect: np.ndarray, *, n_resamples: i
                                  neg[rng.integers(0, neg.size, size=(k, neg.size))]], axis=1)
         ranks = rankdata(values, method="average", axis=1)
         aucs.append((ranks[:, :pos.size].sum(1) - pos.size * (pos.size + 1) / 2) / (pos.size * neg.size))
-    alpha = (1 - level) / 2
-    low, high = np.quantile(np.concatenate(aucs), [alpha, 1 - alpha])
-    return auc, float(low), float(high)
+    low, high, _ = percentile_interval(auc, np.concatenate(aucs), n_defined=distance.size, n_resamples=n_resamples,
+                                       level=level)
+    return auc, low, high
 
 
 def _check_names(by: str, distance: str) -> None:

@@ -52,7 +52,7 @@ def pruning_summary(curves: Mapping[tuple[str, str, str, str], np.ndarray], *, n
     for (method, ranking, ablation, curve), correct in curves.items():
         iv = bootstrap_mean(curve_area(correct), n_resamples=n_resamples, seed=seed)
         rows.append({"method": method, "ranking": ranking, "ablation": ablation, "curve": curve,
-                     "n": len(correct), "auc": iv.mean, "ci_low": iv.low, "ci_high": iv.high})
+                     "n": len(correct), "auc": iv.mean, "ci_low": iv.low, "ci_high": iv.high, "ci_note": iv.note})
     return pd.DataFrame(rows, columns=PRUNING_SUMMARY_COLUMNS)
 
 
@@ -69,5 +69,5 @@ def pruning_comparisons(curves: Mapping[tuple[str, str, str, str], np.ndarray], 
             diff = curve_area(curves[(ma, ranking, ablation, curve)]) - curve_area(curves[(mb, rb, ab, cb)])
             iv = bootstrap_mean(diff, n_resamples=n_resamples, seed=seed)
             rows.append({"ranking": ranking, "ablation": ablation, "curve": curve, "method_a": ma, "method_b": mb,
-                         "n": len(diff), "auc_difference": iv.mean, "ci_low": iv.low, "ci_high": iv.high})
+                         "n": len(diff), "auc_difference": iv.mean, "ci_low": iv.low, "ci_high": iv.high, "ci_note": iv.note})
     return pd.DataFrame(rows, columns=PRUNING_COMPARISON_COLUMNS)

@@ -16,9 +16,9 @@ __all__ = ["EARLY_EXIT_COLUMNS", "LATENCY_COLUMNS", "PRUNING_COLUMNS", "PRUNING_
 
 PRUNING_COLUMNS = ["method", "ranking", "ablation", "k_removed", "layers_kept", "accuracy", "confidence",
                    "accuracy_refit", "accuracy_refit_std", "depth", "latency_ratio"]
-PRUNING_SUMMARY_COLUMNS = ["method", "ranking", "ablation", "curve", "n", "auc", "ci_low", "ci_high"]
+PRUNING_SUMMARY_COLUMNS = ["method", "ranking", "ablation", "curve", "n", "auc", "ci_low", "ci_high", "ci_note"]
 PRUNING_COMPARISON_COLUMNS = ["ranking", "ablation", "curve", "method_a", "method_b", "n", "auc_difference",
-                              "ci_low", "ci_high"]
+                              "ci_low", "ci_high", "ci_note"]
 EARLY_EXIT_COLUMNS = ["policy", "method", "partial", "threshold", "accuracy", "agreement", "mean_depth",
                       "latency_ratio", "partial_needs_all_layers", "signal_needs_all_layers", "saving"]
 LATENCY_COLUMNS = ["depth", "seconds", "latency_ratio"]

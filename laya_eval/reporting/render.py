@@ -42,28 +42,40 @@ def anchor(heading: str) -> str:
 
 
 def _num(value) -> str:
-    return "n/a" if pd.isna(value) else f"{float(value):.{DECIMALS}f}"
+    """A number of a table; an undefined value (NaN, missing) reads "undefined"."""
+    try:
+        return "undefined" if pd.isna(value) else f"{float(value):.{DECIMALS}f}"
+    except (TypeError, ValueError):
+        return "undefined"
 
 
-def _ci(low, high) -> str:
+def _ci(low, high, note=None) -> str:
+    """``[low, high]``, or ``n/a (reason)`` where no interval exists (:mod:`laya_eval.stats.intervals`)."""
+    if pd.isna(low) or pd.isna(high):
+        return f"n/a ({note if isinstance(note, str) and note else 'no interval recorded'})"
     return f"[{_num(low)}, {_num(high)}]"
 
 
-_NUMERIC = re.compile(r"^(n/a|—|[-+]?\d+(\.\d+)?(e[-+]?\d+)?|\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]"
-                      r"|[-+]?\d+\.\d+( ± \d+\.\d+)? \[[-+]?\d+\.\d+, [-+]?\d+\.\d+\])$")
+_NUMERIC = re.compile(r"^(n/a( \(.*\))?|—|undefined|[-+]?\d+(\.\d+)?(e[-+]?\d+)?|\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]"
+                      r"|[-+]?\d+\.\d+( ± \d+\.\d+)? (\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]|n/a \(.*\)))$")
 
 
 def _numeric(rows: Sequence[Sequence[str]], column: int) -> bool:
     return bool(rows) and all(_NUMERIC.match(str(row[column])) for row in rows)
 
 
-def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _md_text(text: str) -> str:
-    """Running text for markdown: characters that would start emphasis or a table cell are escaped."""
-    return re.sub(r"([*_|\\`])", r"\\\1", str(text)).replace("\n", " ")
+    """Text for markdown that reads as it does in report.html: HTML (``&``, ``<``, ``>``) as entities, every
+    character that would start emphasis, code, a link, an image, strike-through or a table cell
+    backslash-escaped, one line. Strings from files and options (labels, titles, names) pass through here."""
+    text = html.escape(str(text), quote=False)
+    return re.sub(r"([\\`*_\[\]~|!#])", r"\\\1", text).replace("\r", " ").replace("\n", " ")
+
+
+def _md_cell(text: str) -> str:
+    # Numbers and intervals are written by the report itself: left as they are, so they stay aligned.
+    text = str(text)
+    return text if _NUMERIC.match(text) else _md_text(text)
 
 
 def _markdown(blocks: Sequence[tuple]) -> str:
@@ -71,11 +83,11 @@ def _markdown(blocks: Sequence[tuple]) -> str:
     for block in blocks:
         kind = block[0]
         if kind in ("h1", "h2", "h3"):
-            lines += ["#" * int(kind[1]) + " " + block[1], ""]
+            lines += ["#" * int(kind[1]) + " " + _md_text(block[1]), ""]
         elif kind == "p":
-            lines += [block[1], ""]
+            lines += [_md_text(block[1]), ""]
         elif kind == "toc":
-            lines += ["**Contents**", "", *[f"- [{h}](#{anchor(h)})" for h in block[1]], ""]
+            lines += ["**Contents**", "", *[f"- [{_md_text(h)}](#{anchor(h)})" for h in block[1]], ""]
         elif kind == "table":
             header, rows = block[1], block[2]
             lines.append("| " + " | ".join(map(_md_cell, header)) + " |")

@@ -42,6 +42,7 @@ class Run:
     manifest: dict[str, Any] = field(default_factory=dict)
     folder: Path | None = None
     comparisons: pd.DataFrame | None = None
+    unverified: str | None = None
 
     @property
     def methods(self) -> list[str]:
@@ -73,11 +74,13 @@ def _has_table(folder: Path, name: str) -> bool:
     return (folder / f"{name}.csv").is_file() or (folder / f"{name}.parquet").is_file()
 
 
-def load_run(folder: str | os.PathLike) -> Run:
+def load_run(folder: str | os.PathLike, *, strict: bool = False) -> Run:
     """Read one ``laya-eval faithfulness`` output folder.
 
     ``layers`` and ``samples`` may be CSV or Parquet (``--table-format parquet``);
-    ``comparisons.csv`` (paired tests between methods) is read when present.
+    ``comparisons.csv`` (paired tests between methods) is read when present. Every table is checked
+    (:mod:`laya_eval.reporting.validate`). A folder without a manifest, or whose manifest does not list a file
+    read, is unverified: :attr:`Run.unverified` says why, and ``strict`` refuses it.
 
     Raises
     ------
@@ -98,6 +101,9 @@ def load_run(folder: str | os.PathLike) -> Run:
     if missing:
         raise ResultsError(f"result folder '{folder}' has no {', '.join(missing)}: expected the output of "
                         "`laya-eval faithfulness` (layers.csv, samples.csv, summary.csv, manifest.json).")
+    from laya_eval.output.tables import find_table
+    from laya_eval.reporting.validate import check_run_tables, manifest_warning
+
     tables = {name: _read(folder, name, cols) for name, cols in _REQUIRED.items()}
     if tables["summary"].empty:
         raise ResultsError(f"{folder / 'summary.csv'} has no rows.")
@@ -107,9 +113,16 @@ def load_run(folder: str | os.PathLike) -> Run:
     if (folder / "manifest.json").is_file():
         # Every file must be the one the run wrote (its sha256 is in the manifest): no mixing of two runs.
         manifest = verify_result_folder(folder)
+    names = {name: find_table(folder / name).name for name in _REQUIRED}
+    read = [*names.values(), *(["comparisons.csv"] if comparisons is not None else [])]
+    unverified = manifest_warning(folder, manifest if (folder / "manifest.json").is_file() else None, read)
+    if unverified and strict:
+        raise ResultsError(f"{unverified} Refused with --strict.")
+    tables, comparisons = check_run_tables(folder, tables, comparisons, manifest, names)
     ckpt = str(tables["summary"]["checkpoint"].iloc[0]) if "checkpoint" in tables["summary"] else folder.name
     return Run(label=Path(ckpt).name, summary=tables["summary"], samples=tables["samples"],
-               layers=tables["layers"], manifest=manifest, folder=folder, comparisons=comparisons)
+               layers=tables["layers"], manifest=manifest, folder=folder, comparisons=comparisons,
+               unverified=unverified)
 
 
 def run_from_result(result, label: str | None = None) -> Run:
@@ -145,7 +158,7 @@ def _expand(folder: Path) -> list[Path]:
     return [folder]
 
 
-def load_runs(folders: Sequence[str | os.PathLike]) -> list[Run]:
+def load_runs(folders: Sequence[str | os.PathLike], *, strict: bool = False) -> list[Run]:
     """Read several result folders; labels are made unique (the folder name is added to duplicates).
 
     A folder without ``summary.csv`` stands for the result folders below it (the output of
@@ -153,7 +166,7 @@ def load_runs(folders: Sequence[str | os.PathLike]) -> list[Run]:
     """
     if not folders:
         raise ResultsError("give at least one result folder of `laya-eval faithfulness`.")
-    return _unique_labels([load_run(f) for folder in folders for f in _expand(Path(folder))])
+    return _unique_labels([load_run(f, strict=strict) for folder in folders for f in _expand(Path(folder))])
 
 
 
@@ -164,8 +177,13 @@ class ReportInputs:
     runs: list[Run]
     sanity: list[SanityRun]
 
+    @property
+    def warnings(self) -> list[str]:
+        """One line per unverified result folder."""
+        return [r.unverified for r in self.runs if r.unverified]
 
-def load_inputs(folders: Sequence[str | os.PathLike]) -> ReportInputs:
+
+def load_inputs(folders: Sequence[str | os.PathLike], *, strict: bool = False) -> ReportInputs:
     """Read faithfulness result folders and ``laya-eval sanity`` folders, each recognised by its files.
 
     A folder holding any of the sanity files (randomisation.csv, ..., sanity.json) and no summary.csv is a
@@ -177,5 +195,5 @@ def load_inputs(folders: Sequence[str | os.PathLike]) -> ReportInputs:
         raise ResultsError("give at least one result folder of `laya-eval faithfulness` or `laya-eval sanity`.")
     sanity = [Path(f) for f in folders if is_sanity_folder(f)]
     rest = [f for f in folders if Path(f) not in sanity]
-    runs = _unique_labels([load_run(f) for folder in rest for f in _expand(Path(folder))])
+    runs = _unique_labels([load_run(f, strict=strict) for folder in rest for f in _expand(Path(folder))])
     return ReportInputs(runs=runs, sanity=unique_sanity_labels([load_sanity(f) for f in sanity]))

@@ -45,12 +45,13 @@ _INTRO = (
 )
 
 
-def combined_cell(mean, std, low, high, n_runs: int) -> str:
-    """``mean ± std [low, high]`` for several runs, ``mean [low, high]`` for one, ``—`` when absent."""
+def combined_cell(mean, std, low, high, n_runs: int, note=None) -> str:
+    """``mean ± std [low, high]`` for several runs, ``mean [low, high]`` for one (``n/a (reason)`` for a
+    missing interval), ``—`` when absent."""
     if pd.isna(mean):
         return "—"
     spread = f" ± {_num(std)}" if n_runs > 1 else ""
-    return f"{_num(mean)}{spread} {_ci(low, high)}"
+    return f"{_num(mean)}{spread} {_ci(low, high, note)}"
 
 
 def _group_names(across: pd.DataFrame) -> dict[tuple, str]:
@@ -83,7 +84,7 @@ def _combined_table(across: pd.DataFrame, metric: str) -> tuple:
                 continue
             get = dict(zip(cols, r)).get
             row.append(combined_cell(get(f"{metric}_mean"), get(f"{metric}_std"), get(f"{metric}_ci_low"),
-                                     get(f"{metric}_ci_high"), int(get("n_runs"))))
+                                     get(f"{metric}_ci_high"), int(get("n_runs")), get(f"{metric}_ci_note")))
         rows.append(row)
     return ("table", ["method", *names.values()], rows)
 
@@ -127,7 +128,7 @@ def _tests(runs: Sequence[Run], t: ReportTables) -> list[tuple]:
                   "difference; rank-biserial correlation as effect size.")] + _per_run(
         runs, t.comparisons, header,
         lambda r: [r.metric, method_label(r.method_a), method_label(r.method_b), str(r.n), _num(r.mean_difference),
-                   _ci(r.ci_low, r.ci_high), _num(r.wilcoxon_statistic), _num(r.p_value), _num(r.p_holm),
+                   _ci(r.ci_low, r.ci_high, getattr(r, "ci_note", None)), _num(r.wilcoxon_statistic), _num(r.p_value), _num(r.p_holm),
                    _num(r.rank_biserial)])
 
 
@@ -204,8 +205,10 @@ def _faithfulness_blocks(runs: Sequence[Run], t: ReportTables, figure) -> list[t
                      ["method", "faithfulness", "95% CI", "Deletion@1", "95% CI", "top-1 hit rate", "AOPC", "n",
                       "undefined"],
                      lambda r: [method_label(r.method), _num(r.faithfulness),
-                                _ci(r.faithfulness_ci_low, r.faithfulness_ci_high), _num(r.deletion_at_1),
-                                _ci(r.deletion_at_1_ci_low, r.deletion_at_1_ci_high), _num(r.top1_hit_rate),
+                                _ci(r.faithfulness_ci_low, r.faithfulness_ci_high, r.faithfulness_ci_note),
+                                _num(r.deletion_at_1),
+                                _ci(r.deletion_at_1_ci_low, r.deletion_at_1_ci_high, r.deletion_at_1_ci_note),
+                                _num(r.top1_hit_rate),
                                 _num(r.aopc), str(r.n), str(r.n_undefined)])
     body += _tests(runs, t)
     body += [("h2", SECTIONS["curves"]),

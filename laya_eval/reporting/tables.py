@@ -48,11 +48,13 @@ def _runs_table(runs: Sequence[Run]) -> pd.DataFrame:
 
 def _faithfulness_table(runs: Sequence[Run]) -> pd.DataFrame:
     cols = ["head", "dataset", "ablation", "scope", "method", "n", "n_undefined", "faithfulness",
-            "faithfulness_ci_low", "faithfulness_ci_high", "deletion_at_1", "deletion_at_1_ci_low",
-            "deletion_at_1_ci_high", "top1_hit_rate", "aopc"]
+            "faithfulness_ci_low", "faithfulness_ci_high", "faithfulness_ci_note", "deletion_at_1",
+            "deletion_at_1_ci_low", "deletion_at_1_ci_high", "deletion_at_1_ci_note", "top1_hit_rate", "aopc"]
     parts = []
     for r in runs:
-        part = r.summary.set_index("method", drop=False).loc[r.methods, cols].reset_index(drop=True)
+        # Folders written before interval notes have no *_ci_note columns: their cells read "no interval recorded".
+        part = (r.summary.set_index("method", drop=False).loc[r.methods].reindex(columns=cols)
+                .reset_index(drop=True))
         parts.append(part.assign(run=r.label))
     return pd.concat(parts, ignore_index=True)[["run", *cols]]
 
@@ -83,16 +85,18 @@ def _across_runs_table(faith: pd.DataFrame) -> pd.DataFrame:
             values = values[~np.isnan(values)]
             if values.size == 0:
                 row.update({f"{metric}_mean": np.nan, f"{metric}_std": np.nan, f"{metric}_ci_low": np.nan,
-                            f"{metric}_ci_high": np.nan})
+                            f"{metric}_ci_high": np.nan, f"{metric}_ci_note": "undefined estimate"})
                 continue
             low, high, kind = _interval(values, group[f"{metric}_ci_low"].iloc[0], group[f"{metric}_ci_high"].iloc[0])
+            note = group[f"{metric}_ci_note"].iloc[0] if values.size == 1 else ""
             row.update({f"{metric}_mean": float(values.mean()),
                         f"{metric}_std": float(values.std(ddof=1)) if values.size > 1 else np.nan,
-                        f"{metric}_ci_low": low, f"{metric}_ci_high": high})
+                        f"{metric}_ci_low": low, f"{metric}_ci_high": high,
+                        f"{metric}_ci_note": note if isinstance(note, str) else ""})
             row["interval"] = kind
         rows.append(row)
     cols = [*ACROSS_KEYS, "n_runs", "interval", *[f"{m}_{s}" for m in ("faithfulness", "deletion_at_1")
-                                                   for s in ("mean", "std", "ci_low", "ci_high")]]
+                                                   for s in ("mean", "std", "ci_low", "ci_high", "ci_note")]]
     return pd.DataFrame(rows).reindex(columns=cols)
 
 

@@ -93,8 +93,8 @@ def significance_blocks(significance: pd.DataFrame, heading: str, figure: Callab
     return blocks
 
 
-def _similarity_cell(value, low, high) -> str:
-    return "n/a" if pd.isna(value) else f"{_num(value)} {_ci(low, high)}"
+def _similarity_cell(value, low, high, note=None) -> str:
+    return "undefined" if pd.isna(value) else f"{_num(value)} {_ci(low, high, note)}"
 
 
 def sanity_blocks(table: pd.DataFrame, runs_table: pd.DataFrame, heading: str,

@@ -14,9 +14,9 @@ __all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "RETRAIN_PATIENCE", "R
            "SanityOptions", "method_names"]
 
 RANDOMISATION_COLUMNS = ["check", "step", "params", "method", "similarity", "similarity_ci_low",
-                         "similarity_ci_high", "faithfulness"]
+                         "similarity_ci_high", "similarity_ci_note", "faithfulness"]
 LAYER_ROAR_COLUMNS = ["layer", "seed", "accuracy", "accuracy_drop"]
-ROAR_AGREEMENT_COLUMNS = ["method", "spearman", "ci_low", "ci_high"]
+ROAR_AGREEMENT_COLUMNS = ["method", "spearman", "ci_low", "ci_high", "ci_note"]
 SIMILARITIES = ("across_samples", "per_sample")
 #: Early-stopping patience of the heads the checks retrain (the reference protocol's otherwise: Adam, lr 3e-4,
 #: batch 128, at most 50 epochs). A fresh head on cached features is within half a point of its best validation

@@ -92,7 +92,7 @@ def _rows(check: str, step: int, params: str, base: dict, scores: dict, effects:
         sim = attribution_similarity(base[name], s, similarity=options.similarity, n_resamples=options.bootstrap,
                                      seed=options.seed + step, resamples=resamples)
         rows.append({"check": check, "step": step, "params": params, "method": name, "similarity": sim.mean,
-                     "similarity_ci_low": sim.low, "similarity_ci_high": sim.high,
+                     "similarity_ci_low": sim.low, "similarity_ci_high": sim.high, "similarity_ci_note": sim.note,
                      "faithfulness": mean_faithfulness(s, effects)})
     return rows
 

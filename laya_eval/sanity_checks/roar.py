@@ -85,7 +85,7 @@ def roar_agreement(scores: dict[str, np.ndarray], roar: pd.DataFrame, *, n_resam
 
     The dataset-level score of a layer is the method's mean attribution over the evaluated samples. rho is
     computed per ROAR seed (against that seed's drops) and averaged over seeds; the interval is a percentile
-    bootstrap over seeds (a single seed gives a zero-width interval).
+    bootstrap over seeds (fewer than two seeds, or too few resamples, give none: ``ci_note`` says why).
 
     Parameters
     ----------
@@ -104,5 +104,5 @@ def roar_agreement(scores: dict[str, np.ndarray], roar: pd.DataFrame, *, n_resam
         level = np.asarray(s, np.float64).mean(0)
         rho = spearman_per_sample(np.broadcast_to(level, drops.shape), drops)
         iv = bootstrap_mean(rho, n_resamples=n_resamples, seed=seed)
-        rows.append({"method": name, "spearman": iv.mean, "ci_low": iv.low, "ci_high": iv.high})
+        rows.append({"method": name, "spearman": iv.mean, "ci_low": iv.low, "ci_high": iv.high, "ci_note": iv.note})
     return pd.DataFrame(rows, columns=ROAR_AGREEMENT_COLUMNS)

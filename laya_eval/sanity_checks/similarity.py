@@ -17,6 +17,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from laya_eval.errors import ConfigError
+from laya_eval.stats.intervals import interval_note, percentile_interval
 from laya_eval.stats.metrics import Interval, bootstrap_mean, spearman_per_sample
 from laya_eval.sanity_checks.options import SIMILARITIES
 
@@ -121,16 +122,18 @@ def attribution_similarity(
     defined = (np.abs(ra).sum(0) > 0) & (np.abs(rb).sum(0) > 0)
     n_undefined = int((~defined).sum())
     if not defined.any():
-        return Interval(float("nan"), float("nan"), float("nan"), a.shape[1], n_undefined)
+        return Interval(float("nan"), float("nan"), float("nan"), a.shape[1], n_undefined,
+                        "no layer where both attributions vary across samples")
     ra, rb = ra[:, defined], rb[:, defined]
     value = _mean_rho(ra, rb)
-    if n_resamples <= 0:
-        return Interval(value, value, value, a.shape[1], n_undefined)
+    note = interval_note(ra.shape[0], n_resamples)
+    if note:
+        return Interval(value, float("nan"), float("nan"), a.shape[1], n_undefined, note)
     if resamples is None:
         resamples = Resamples(ra.shape[0], n_resamples, seed)
     elif (resamples.n, resamples.n_resamples, resamples.seed) != (ra.shape[0], n_resamples, seed):
         raise ConfigError(f"resamples were drawn for (n, n_resamples, seed) = "
                           f"{(resamples.n, resamples.n_resamples, resamples.seed)}; got {(ra.shape[0], n_resamples, seed)}.")
     means = np.concatenate([_resampled_mean_rho(ra, rb, w) for w in resamples.counts(ra.shape[1])])
-    low, high = np.nanquantile(means, [0.025, 0.975])
-    return Interval(value, float(low), float(high), a.shape[1], n_undefined)
+    low, high, note = percentile_interval(value, means, n_defined=ra.shape[0], n_resamples=n_resamples)
+    return Interval(value, low, high, a.shape[1], n_undefined, note)

@@ -13,6 +13,8 @@ from typing import Sequence
 import numpy as np
 from scipy.stats import rankdata
 
+from laya_eval.stats.intervals import interval_note, percentile_interval
+
 __all__ = [
     "METRICS",
     "MetricInfo",
@@ -53,13 +55,18 @@ METRICS: dict[str, MetricInfo] = {
 
 @dataclass(frozen=True)
 class Interval:
-    """A mean over samples with its bootstrap interval and counts."""
+    """A mean over samples with its bootstrap interval and counts.
+
+    ``low`` and ``high`` are NaN where no interval exists; ``note`` then says why
+    (see :mod:`laya_eval.stats.intervals`), and is "" otherwise.
+    """
 
     mean: float
     low: float
     high: float
     n: int
     n_undefined: int
+    note: str = ""
 
 
 def spearman_per_sample(attribution: np.ndarray, effect: np.ndarray) -> np.ndarray:
@@ -114,22 +121,21 @@ def bootstrap_mean(
     """Mean of the defined values with a percentile bootstrap interval over samples.
 
     NaN entries are undefined samples: counted, excluded. Resamples are drawn
-    vectorised, 100 at a time.
+    vectorised, 100 at a time. Fewer than two defined samples or fewer than
+    ``MIN_BOOTSTRAP_RESAMPLES`` resamples give no interval (NaN bounds, ``note`` says why).
     """
     values = np.asarray(values, dtype=np.float64)
     defined = values[~np.isnan(values)]
     n_undefined = int(values.size - defined.size)
-    if defined.size == 0:
-        return Interval(float("nan"), float("nan"), float("nan"), int(values.size), n_undefined)
-    mean = float(defined.mean())
-    if n_resamples <= 0 or defined.size == 1:
-        return Interval(mean, mean, mean, int(values.size), n_undefined)
-    rng = np.random.default_rng(seed)
-    # Resamples are drawn in fixed chunks so memory stays at chunk x n, whatever n_resamples is.
-    means = np.concatenate([
-        defined[rng.integers(0, defined.size, size=(min(_CHUNK, n_resamples - start), defined.size))].mean(1)
-        for start in range(0, n_resamples, _CHUNK)
-    ])
-    alpha = (1 - level) / 2
-    low, high = np.quantile(means, [alpha, 1 - alpha])
-    return Interval(mean, float(low), float(high), int(values.size), n_undefined)
+    mean = float(defined.mean()) if defined.size else float("nan")
+    means = np.empty(0)
+    if not interval_note(int(defined.size), n_resamples):  # draw only where an interval can exist
+        rng = np.random.default_rng(seed)
+        # Resamples are drawn in fixed chunks so memory stays at chunk x n, whatever n_resamples is.
+        means = np.concatenate([
+            defined[rng.integers(0, defined.size, size=(min(_CHUNK, n_resamples - start), defined.size))].mean(1)
+            for start in range(0, n_resamples, _CHUNK)
+        ])
+    low, high, note = percentile_interval(mean, means, n_defined=int(defined.size), n_resamples=n_resamples,
+                                          level=level)
+    return Interval(mean, low, high, int(values.size), n_undefined, note)

@@ -36,7 +36,7 @@ __all__ = [
     "paired_comparison",
 ]
 
-COMPARISON_COLUMNS = ["metric", "method_a", "method_b", "n", "mean_difference", "ci_low", "ci_high",
+COMPARISON_COLUMNS = ["metric", "method_a", "method_b", "n", "mean_difference", "ci_low", "ci_high", "ci_note",
                       "wilcoxon_statistic", "p_value", "p_holm", "rank_biserial"]
 
 #: comparisons.csv's metric -> the per-sample column of samples.csv it compares.
@@ -56,7 +56,8 @@ class PairedComparison:
     mean_difference : float
         Mean of ``a - b`` over those pairs.
     ci_low, ci_high : float
-        Percentile bootstrap 95% interval of the mean difference (pairs resampled together).
+        Percentile bootstrap 95% interval of the mean difference (pairs resampled together); NaN where no
+        interval exists, ``ci_note`` then says why (:mod:`laya_eval.stats.intervals`).
     wilcoxon_statistic, p_value : float
         scipy's two-sided Wilcoxon signed-rank test, ``zero_method="zsplit"``.
     rank_biserial : float
@@ -70,6 +71,7 @@ class PairedComparison:
     wilcoxon_statistic: float
     p_value: float
     rank_biserial: float
+    ci_note: str = ""
 
 
 def paired_comparison(
@@ -82,7 +84,7 @@ def paired_comparison(
     a, b : ndarray, (N,)
         Per-sample values of two methods on the same samples; NaN marks an undefined value.
     n_resamples : int
-        Bootstrap resamples for the interval (0: the interval collapses to the mean).
+        Bootstrap resamples for the interval (below ``MIN_BOOTSTRAP_RESAMPLES``: no interval, NaN bounds).
     seed : int or sequence of int
         Seeds the bootstrap.
 
@@ -105,10 +107,11 @@ def paired_comparison(
     n = int(d.size)
     if n == 0:
         nan = float("nan")
-        return PairedComparison(0, nan, nan, nan, nan, nan, nan)
+        return PairedComparison(0, nan, nan, nan, nan, nan, nan, "no defined pairs")
     interval = bootstrap_mean(d, n_resamples=n_resamples, seed=seed)
     statistic, p_value = _wilcoxon(d)
-    return PairedComparison(n, interval.mean, interval.low, interval.high, statistic, p_value, _rank_biserial(d))
+    return PairedComparison(n, interval.mean, interval.low, interval.high, statistic, p_value, _rank_biserial(d),
+                            interval.note)
 
 
 def _wilcoxon(d: np.ndarray) -> tuple[float, float]:
@@ -200,7 +203,7 @@ def compare_methods(
                                        seed=row_seed)
             rows.append({"metric": metric, "method_a": a, "method_b": b, "n": result.n,
                          "mean_difference": result.mean_difference, "ci_low": result.ci_low,
-                         "ci_high": result.ci_high, "wilcoxon_statistic": result.wilcoxon_statistic,
+                         "ci_high": result.ci_high, "ci_note": result.ci_note, "wilcoxon_statistic": result.wilcoxon_statistic,
                          "p_value": result.p_value, "rank_biserial": result.rank_biserial})
     table = pd.DataFrame(rows, columns=[c for c in COMPARISON_COLUMNS if c != "p_holm"])
     table.insert(COMPARISON_COLUMNS.index("p_holm"), "p_holm", holm_adjust(table["p_value"].to_numpy()))

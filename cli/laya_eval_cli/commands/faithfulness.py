@@ -28,19 +28,30 @@ from laya_eval_cli.options import (
 METHOD_NAMES = method_names()
 
 
+def _scored(row, metric: str, notes) -> str:
+    """``+0.9833 [+0.952, +0.991]``, ``+0.9833 [n/a]`` or ``undefined [n/a]`` (the reason in ``notes``)."""
+    from laya_eval.stats.intervals import format_estimate, format_interval
+
+    note = row.get(f"{metric}_ci_note", "")
+    return (f"{format_estimate(row[metric])} "
+            f"{format_interval(row[f'{metric}_ci_low'], row[f'{metric}_ci_high'], note, notes=notes)}")
+
+
 def _table(summary) -> str:
-    cols = ["method", "faithfulness", "faithfulness_p_value", "deletion_at_1", "top1_hit_rate", "n", "n_undefined"]
+    """One line per method; an interval that does not exist says n/a, and why under the table."""
+    from laya_eval.stats.intervals import IntervalNotes, format_estimate
+
+    notes = IntervalNotes()
     lines = [f"{'method':<13} {'faithfulness [95% CI]':<26} {'p (null)':>9} {'deletion@1 [95% CI]':<26} "
              f"{'top-1 hit':>9} {'n':>7} {'undef':>6}"]
-    for row in summary[cols + ["faithfulness_ci_low", "faithfulness_ci_high", "deletion_at_1_ci_low",
-                               "deletion_at_1_ci_high"]].itertuples(index=False):
-        faith = f"{row.faithfulness:+.4f} [{row.faithfulness_ci_low:+.3f}, {row.faithfulness_ci_high:+.3f}]"
-        dele = f"{row.deletion_at_1:+.4f} [{row.deletion_at_1_ci_low:+.3f}, {row.deletion_at_1_ci_high:+.3f}]"
-        p = row.faithfulness_p_value
-        p = "<1e-300" if p == 0 else f"{p:.2g}"  # below double precision's smallest normal number
-        lines.append(f"{row.method:<13} {faith:<26} {p:>9} {dele:<26} "
-                     f"{row.top1_hit_rate:>9.3f} {row.n:>7} {row.n_undefined:>6}")
-    return "\n".join(lines)
+    for row in summary.to_dict("records"):
+        faith, dele = _scored(row, "faithfulness", notes), _scored(row, "deletion_at_1", notes)
+        p = row["faithfulness_p_value"]
+        p = "undefined" if p != p else "<1e-300" if p == 0 else f"{p:.2g}"  # below the smallest normal double
+        lines.append(f"{row['method']:<13} {faith:<26} {p:>9} {dele:<26} "
+                     f"{format_estimate(row['top1_hit_rate'], digits=3, signed=False):>9} {row['n']:>7} "
+                     f"{row['n_undefined']:>6}")
+    return "\n".join(lines + notes.lines())
 
 
 @click.command()
@@ -67,7 +78,8 @@ def _table(summary) -> str:
 @seed_option
 @bootstrap_option
 @click.option("--out", "out_dir", default="faithfulness-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for layers.csv, samples.csv, summary.csv and manifest.json; replaced whole at the end.")
+              help="Folder for layers.csv, samples.csv, summary.csv and manifest.json; replaced whole at the end "
+                   "(through a symbolic link: the link's target folder).")
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted run into the same --out from its completed chunks (same options).")
 @click.option("--chunk-size", default=CHUNK_SIZE, show_default=True, type=click.IntRange(min=1),

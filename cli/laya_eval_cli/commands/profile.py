@@ -44,6 +44,8 @@ def _table(profile) -> str:
 
 def _diagnosis_line(diag) -> str:
     """One line: the overall ROC AUC of the distance as an error signal, with what it was computed from."""
+    from laya_eval.stats.intervals import interval_note
+
     row, meta = diag.overall, diag.meta
     who = "predicted" if meta["reference_by"] == "pred" else "true"
     what = (f"{DISTANCE_SPECS[meta['distance']].label} to the {who} class's correct-prediction profile "
@@ -51,7 +53,9 @@ def _diagnosis_line(diag) -> str:
             f"{row['n_undefined']} undefined")
     if row["auc"] != row["auc"]:  # NaN
         return f"error signal: ROC AUC undefined (needs correct and incorrect predictions); {what}"
-    interval = ("no interval (--bootstrap 0)" if row["ci_low"] != row["ci_low"] else
+    why = (interval_note(row["n_correct"] + row["n_incorrect"], meta["n_resamples"])
+           or "the percentile interval excludes the estimate")
+    interval = (f"no interval ({why})" if row["ci_low"] != row["ci_low"] else
                 f"95% CI [{row['ci_low']:.3f}, {row['ci_high']:.3f}], {meta['n_resamples']} bootstrap resamples "
                 "stratified by correctness")
     return f"error signal: ROC AUC {row['auc']:.3f}, {interval}; {what}"

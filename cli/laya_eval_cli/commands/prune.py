@@ -32,6 +32,9 @@ from laya_eval_cli.options import (
 def _table(result) -> str:
     """Area under the accuracy-vs-fraction-removed curve per method (accuracy units): no retraining (first
     ablation) and refit."""
+    from laya_eval.stats.intervals import IntervalNotes, format_estimate, format_interval
+
+    notes = IntervalNotes()
     s = result.summary
     first = s["ablation"].iloc[0]
     part = s[(s["ablation"] == first)]
@@ -42,9 +45,14 @@ def _table(result) -> str:
         cells = []
         for curve in ("accuracy", "refit"):
             r = rows[rows["curve"] == curve]
-            cells.append("" if r.empty else f"{r.auc.iloc[0]:.4f} [{r.ci_low.iloc[0]:.4f}, {r.ci_high.iloc[0]:.4f}]")
+            if r.empty:
+                cells.append("")
+                continue
+            interval = format_interval(r.ci_low.iloc[0], r.ci_high.iloc[0], r.ci_note.iloc[0], digits=4,
+                                       signed=False, notes=notes)
+            cells.append(f"{format_estimate(r.auc.iloc[0], signed=False)} {interval}")
         lines.append(f"{method:<13} {ranking:<8} {cells[0]:>26} {cells[1]:>26}")
-    return "\n".join(lines)
+    return "\n".join(lines + notes.lines())
 
 
 @click.command()

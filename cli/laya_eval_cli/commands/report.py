@@ -8,11 +8,13 @@ from laya_eval_cli.options import figure_format_option, figure_style_option
 
 
 def _table(faithfulness) -> str:
+    from laya_eval.stats.intervals import format_estimate
+
     w = max(3, *(len(r) for r in faithfulness["run"]))
     lines = [f"{'run':<{w}} {'method':<13} {'faithfulness':>12} {'deletion@1':>11} {'n':>7} {'undef':>6}"]
     for row in faithfulness.itertuples(index=False):
-        lines.append(f"{row.run:<{w}} {row.method:<13} {row.faithfulness:>+12.4f} {row.deletion_at_1:>+11.4f} "
-                     f"{row.n:>7} {row.n_undefined:>6}")
+        lines.append(f"{row.run:<{w}} {row.method:<13} {format_estimate(row.faithfulness):>12} "
+                     f"{format_estimate(row.deletion_at_1):>11} {row.n:>7} {row.n_undefined:>6}")
     return "\n".join(lines)
 
 
@@ -34,9 +36,12 @@ def _sanity_lines(table) -> str:
 @click.option("--title", default=None, help="Report title.")
 @click.option("--html/--no-html", "html_report", default=True, show_default=True,
               help="Also write the self-contained report.html.")
+@click.option("--strict", is_flag=True,
+              help="Refuse a result folder whose manifest.json is missing or does not list a file read "
+                   "(without it such a folder is reported with one 'unverified' warning).")
 @click.option("--max-points", default=300, show_default=True, type=click.IntRange(min=1),
               help="Samples drawn (seeded) per attribution-vs-effect scatter.")
-def report(result_dirs, out_dir, fmt, style, title, html_report, max_points):
+def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_points):
     """Report on one or several RESULT_DIRS written by `laya-eval faithfulness` or `laya-eval sanity`.
 
     One combined table across runs (head x method: mean +- std over folders
@@ -60,7 +65,9 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, max_points):
     """
     from laya_eval.reporting import load_inputs, report_tables, sanity_table, write_report
 
-    inputs = load_inputs(result_dirs)
+    inputs = load_inputs(result_dirs, strict=strict)
+    for warning in inputs.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if inputs.runs:
         click.echo(_table(report_tables(inputs.runs).faithfulness))
     if inputs.sanity:

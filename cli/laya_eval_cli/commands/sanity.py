@@ -32,12 +32,18 @@ def _table(result) -> str:
     last = casc[casc["step"] == casc["step"].max()].set_index("method")
     shuffled = data[data["step"] == 1].set_index("method")
     roar = result.roar_agreement.set_index("method")
+    from laya_eval.stats.intervals import IntervalNotes, format_estimate, format_interval
+
+    notes = IntervalNotes()
     lines = [f"{'method':<13} {'cascading (all groups)':>24} {'shuffled labels':>18} {'ROAR rho [95% CI]':>24}"]
     for method in roar.index:
         c, s, r = last.loc[method], shuffled.loc[method], roar.loc[method]
-        lines.append(f"{method:<13} {c.similarity:>+11.3f} [{c.similarity_ci_low:+.2f}, {c.similarity_ci_high:+.2f}]"
-                     f" {s.similarity:>+18.3f} {r.spearman:>+11.3f} [{r.ci_low:+.2f}, {r.ci_high:+.2f}]")
-    return "\n".join(lines)
+        casc = format_interval(c.similarity_ci_low, c.similarity_ci_high, c.get("similarity_ci_note", ""), digits=2,
+                               notes=notes)
+        agree = format_interval(r.ci_low, r.ci_high, r.get("ci_note", ""), digits=2, notes=notes)
+        lines.append(f"{method:<13} {format_estimate(c.similarity, digits=3):>11} {casc:<12}"
+                     f" {format_estimate(s.similarity, digits=3):>18} {format_estimate(r.spearman, digits=3):>11} {agree}")
+    return "\n".join(lines + notes.lines())
 
 
 @click.command()

@@ -1,0 +1,180 @@
+"""What ``report`` reads is checked before anything is computed from it: columns, dtypes, layer names.
+
+A result folder is data that may have been edited (and its manifest re-hashed to match). Each check names
+the file and the column, and says what was expected and what arrived, as one :class:`ResultsError` line:
+
+- ``summary``: one row per method; ``n`` and ``n_undefined`` whole non-negative numbers; every metric and
+  interval column numbers or empty; the text columns text.
+- ``samples``: ``sample``, ``label`` and ``pred`` whole numbers; ``spearman`` (and ``deletion_at_1``) numbers
+  or empty; one row per (sample, method); only methods of the summary.
+- ``layers``: ``sample`` and ``layer`` whole numbers, ``layer`` from 1 to L; ``attribution`` and ``effect``
+  numbers; every (sample, method) with the same L layers; only methods of the summary.
+- ``comparisons``: numbers where numbers belong.
+- the manifest's ``layer_names``: a list of L strings.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from laya_eval.errors import ResultsError
+
+__all__ = ["check_run_tables", "manifest_warning"]
+
+_TEXT = {"summary": ("head", "dataset", "method", "ablation", "scope"), "samples": ("method",),
+         "layers": ("method",), "comparisons": ("metric", "method_a", "method_b")}
+_INTEGERS = {"summary": ("n", "n_undefined"), "samples": ("sample", "label", "pred"), "layers": ("sample", "layer"),
+             "comparisons": ("n",)}
+_NUMBERS = {"summary": ("faithfulness", "faithfulness_ci_low", "faithfulness_ci_high", "deletion_at_1",
+                        "deletion_at_1_ci_low", "deletion_at_1_ci_high", "top1_hit_rate", "aopc",
+                        "faithfulness_p_value"),
+            "samples": ("spearman", "deletion_at_1", "confidence"),
+            "layers": ("attribution", "effect"),
+            "comparisons": ("mean_difference", "ci_low", "ci_high", "wilcoxon_statistic", "p_value", "p_holm",
+                            "rank_biserial")}
+
+
+def _first_bad(table: pd.DataFrame, bad: np.ndarray, column: str) -> str:
+    k = int(np.flatnonzero(bad)[0])
+    return f"row {k + 1} holds {table[column].iloc[k]!r}"
+
+
+def _numbers(table: pd.DataFrame, column: str, where: str, *, integer: bool, finite: bool = False) -> None:
+    values = table[column]
+    if values.dtype == bool or (values.dtype == object and values.map(lambda v: isinstance(v, bool)).any()):
+        raise ResultsError(f"{where}: column '{column}' must be numbers; it holds true/false values.")
+    numeric = pd.to_numeric(values, errors="coerce")
+    bad = (numeric.isna() & values.notna()).to_numpy()
+    if bad.any():
+        raise ResultsError(f"{where}: column '{column}' must be numbers; {_first_bad(table, bad, column)}.")
+    array = numeric.to_numpy(dtype=np.float64)
+    if integer:
+        bad = ~np.isfinite(array) | (array != np.round(array)) | (array < 0)
+        if bad.any():
+            raise ResultsError(f"{where}: column '{column}' must be whole non-negative numbers; "
+                               f"{_first_bad(table, bad, column)}.")
+    elif finite and not np.isfinite(array).all():
+        bad = ~np.isfinite(array)
+        raise ResultsError(f"{where}: column '{column}' must be finite numbers; {_first_bad(table, bad, column)}.")
+    elif np.isinf(array).any():
+        bad = np.isinf(array)
+        raise ResultsError(f"{where}: column '{column}' must be numbers or empty; {_first_bad(table, bad, column)}.")
+
+
+def _text(table: pd.DataFrame, column: str, where: str) -> None:
+    bad = ~table[column].map(lambda v: isinstance(v, str) and v != "").to_numpy()
+    if bad.any():
+        raise ResultsError(f"{where}: column '{column}' must be text; {_first_bad(table, bad, column)}.")
+
+
+def _check_columns(name: str, table: pd.DataFrame, where: str) -> None:
+    if name == "summary":
+        for column in table.columns:
+            if re.fullmatch(r"deletion_at_\d+", str(column)):
+                _numbers(table, column, where, integer=False)
+    for column in _TEXT[name]:
+        if column in table:
+            _text(table, column, where)
+    for column in _INTEGERS[name]:
+        if column in table:
+            _numbers(table, column, where, integer=True)
+    for column in _NUMBERS[name]:
+        if column in table:
+            _numbers(table, column, where, integer=False, finite=(name == "layers"))
+
+
+def _as_numbers(table: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The checked columns as numbers (int64 where whole numbers belong), the rest as read."""
+    table = table.copy()
+    for column in _INTEGERS[name]:
+        if column in table:
+            table[column] = pd.to_numeric(table[column]).astype(np.int64)
+    for column in _NUMBERS[name] + (tuple(c for c in table.columns if re.fullmatch(r"deletion_at_\d+", str(c)))
+                                    if name == "summary" else ()):
+        if column in table:
+            table[column] = pd.to_numeric(table[column]).astype(np.float64)
+    return table
+
+
+def _check_layers(layers: pd.DataFrame, where: str) -> int:
+    counts = layers.groupby(["sample", "method"], sort=False)["layer"].agg(["nunique", "size", "min", "max"])
+    n_layers = int(counts["max"].max()) if len(counts) else 0
+    bad = (counts["nunique"] != n_layers) | (counts["size"] != n_layers) | (counts["min"] != 1)
+    if bad.any():
+        sample, method = bad[bad].index[0]
+        raise ResultsError(f"{where}: column 'layer' must hold layers 1..{n_layers} once per (sample, method); "
+                           f"sample {sample}, method {method!r} does not.")
+    return n_layers
+
+
+def _check_methods(table: pd.DataFrame, methods: set[str], where: str) -> None:
+    unknown = sorted(set(table["method"]) - methods)
+    if unknown:
+        raise ResultsError(f"{where}: column 'method' holds {unknown[0]!r}, which summary.csv does not list.")
+
+
+def check_run_tables(folder: Path, tables: dict[str, pd.DataFrame], comparisons: pd.DataFrame | None,
+                     manifest: dict[str, Any], names: dict[str, str]) -> tuple[dict[str, pd.DataFrame],
+                                                                             pd.DataFrame | None]:
+    """Check one folder's tables (see the module docstring); return them with numeric columns as numbers.
+
+    ``names`` maps a table to its file name (``summary`` -> ``summary.csv``) for the messages.
+    """
+    where = {name: str(folder / file) for name, file in names.items()}
+    for name, table in tables.items():
+        _check_columns(name, table, where[name])
+    summary = tables["summary"]
+    if summary["method"].duplicated().any():
+        method = summary["method"][summary["method"].duplicated()].iloc[0]
+        raise ResultsError(f"{where['summary']}: column 'method' lists {method!r} twice; one row per method.")
+    tables = {name: _as_numbers(table, name) for name, table in tables.items()}
+    methods = set(summary["method"])
+    for name in ("samples", "layers"):
+        _check_methods(tables[name], methods, where[name])
+    if tables["samples"].duplicated(["sample", "method"]).any():
+        raise ResultsError(f"{where['samples']}: columns 'sample', 'method' must be unique; a (sample, method) "
+                           "appears twice.")
+    n_layers = _check_layers(tables["layers"], where["layers"])
+    _check_layer_names(manifest.get("layer_names"), n_layers, folder)
+    if comparisons is not None:
+        file = str(folder / "comparisons.csv")
+        _check_columns("comparisons", comparisons, file)
+        comparisons = _as_numbers(comparisons, "comparisons")
+        for column in ("method_a", "method_b"):
+            unknown = sorted(set(comparisons[column]) - methods)
+            if unknown:
+                raise ResultsError(f"{file}: column '{column}' holds {unknown[0]!r}, which summary.csv does not "
+                                   "list.")
+    return tables, comparisons
+
+
+def _check_layer_names(names: Any, n_layers: int, folder: Path) -> None:
+    if names is None:
+        return
+    where = f"{folder / 'manifest.json'}: 'layer_names'"
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ResultsError(f"{where} must be a list of strings; got {type(names).__name__} {_short(names)}.")
+    if n_layers and len(names) != n_layers:
+        raise ResultsError(f"{where} must name the {n_layers} layers of layers.csv; got {len(names)} names.")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def manifest_warning(folder: Path, manifest: dict[str, Any] | None, read: Sequence[str]) -> str | None:
+    """Why ``folder`` is unverified (no manifest, or one that does not list a file read), else ``None``."""
+    if manifest is None:
+        return f"'{folder}' has no manifest.json: its files are unverified (they may come from different runs)."
+    listed = set((manifest.get("files") or {}) if isinstance(manifest.get("files"), dict) else ())
+    unlisted = [f for f in read if f not in listed]
+    if unlisted:
+        return (f"'{folder}/manifest.json' does not list {', '.join(unlisted)}: "
+                f"{'that file is' if len(unlisted) == 1 else 'those files are'} unverified.")
+    return None
