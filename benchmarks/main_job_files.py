@@ -34,7 +34,10 @@ def follow(argv: list[str]) -> list[str]:
 
     sys.setprofile(profile)
     try:
-        cli(argv, standalone_mode=False)
+        cli.main(argv, prog_name="laya-eval")
+    except SystemExit as exc:  # the CLI's error boundary always exits
+        if exc.code:
+            raise
     finally:
         sys.setprofile(None)
     return [os.path.relpath(f, ROOT) for f in seen]

@@ -70,7 +70,7 @@ def test_network_scope_on_text_skips_gradient_methods_while_planning(text_model)
     assert needing == ["grad_x_act", "gradcam", "ig"]
     assert not {m.name for m in plan.methods} & set(needing) and plan.methods
     skipped = [n for n in plan.notes if "needs tensor inputs at network scope" in n]
-    assert sorted(n.split("'")[1] for n in skipped) == needing
+    assert sorted(n.split()[1].rstrip(":") for n in skipped) == needing
 
 
 def test_network_scope_on_text_refuses_a_requested_gradient_method_by_name(text_model):

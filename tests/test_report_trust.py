@@ -329,7 +329,7 @@ def test_sanity_only_report(sanity_dir, tmp_path):
         assert row[5] == f"{f4(roar.loc[m, 'spearman'])} [{f4(roar.loc[m, 'ci_low'])}, {f4(roar.loc[m, 'ci_high'])}]"
     assert expected.loc["static", "verdict"] == "not testable"  # constant across samples: undefined similarity
     assert expected.loc["laya", "cascading_verdict"] == "pass"  # alpha changes once the scorer is re-initialised
-    fig = out / "figures" / "sanity_digits-laya.pt.png"
+    fig = out / "figures" / "sanity_digits-laya.png"
     assert_plausible_image(fig)
     assert f"](figures/{fig.name})" in md
     assert "data:image/png;base64," in (out / "report.html").read_text()

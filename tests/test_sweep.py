@@ -45,7 +45,7 @@ def test_cells_in_grid_order_with_their_folders(uninterrupted):
     for cell in CELLS:
         folder = uninterrupted.out_dir / "cells" / cell
         assert (folder / f"{cell}.pt").is_file()
-        assert sorted(p.name for p in (folder / "eval").iterdir()) == ["gate", "mean"]
+        assert sorted(p.name for p in (folder / "eval").iterdir()) == ["gate", "mean", "operators.csv"]
     runs = uninterrupted.tables["runs"]
     assert list(runs["cell"]) == CELLS and set(runs["n_test"]) == {60}
 
@@ -157,7 +157,7 @@ def _with(path: tuple, value, drop: bool = False) -> dict:
     (_with(("training", "epoch"), 2),
      "training: unknown key 'epoch'; expected among {batch_size, device, epochs, lr, patience}."),
     (_with(("evaluation", "ablations"), ["gate", "erase"]),
-     "evaluation.ablations must be one of {gate, gate-renorm, zero, mean}; got 'erase'."),
+     "evaluation.ablations must be one of {gate, gate-renorm, zero, mean, resample, noise}; got 'erase'."),
     (_with(("evaluation", "bootstrap"), True), "evaluation.bootstrap must be a non-negative integer; got True."),
     (_with(("outdir",), "x"),
      "the sweep config: unknown key 'outdir'; expected among {cache_dir, data, evaluation, grid, head_kwargs, "

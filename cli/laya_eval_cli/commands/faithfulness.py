@@ -42,13 +42,14 @@ def _table(summary) -> str:
     from laya_eval.stats.intervals import IntervalNotes, format_estimate
 
     notes = IntervalNotes()
-    lines = [f"{'method':<13} {'faithfulness [95% CI]':<26} {'p (null)':>9} {'deletion@1 [95% CI]':<26} "
+    w = max([13, *(len(m) for m in summary["method"])])  # the method column fits the longest name
+    lines = [f"{'method':<{w}} {'faithfulness [95% CI]':<26} {'p (null)':>9} {'deletion@1 [95% CI]':<26} "
              f"{'top-1 hit':>9} {'n':>7} {'undef':>6}"]
     for row in summary.to_dict("records"):
         faith, dele = _scored(row, "faithfulness", notes), _scored(row, "deletion_at_1", notes)
         p = row["faithfulness_p_value"]
         p = "undefined" if p != p else "<1e-300" if p == 0 else f"{p:.2g}"  # below the smallest normal double
-        lines.append(f"{row['method']:<13} {faith:<26} {p:>9} {dele:<26} "
+        lines.append(f"{row['method']:<{w}} {faith:<26} {p:>9} {dele:<26} "
                      f"{format_estimate(row['top1_hit_rate'], digits=3, signed=False):>9} {row['n']:>7} "
                      f"{row['n_undefined']:>6}")
     return "\n".join(lines + notes.lines())

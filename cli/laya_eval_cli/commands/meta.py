@@ -30,8 +30,9 @@ def _recovery_table(summary) -> str:
     """Mean AUROC [95% CI] of each method per family (the scores do not depend on the ablation)."""
     scored = summary[summary["kind"] != "effect"].drop_duplicates(["family", "method"])
     families = list(dict.fromkeys(scored["family"]))
+    mw = max([13, *(len(str(name)) for name in scored["method"])])  # the method column fits the longest name
     lines = ["AUROC of the planted relevance, mean over seeds [95% CI]",
-             f"{'method':<13}" + "".join(f"{f:>22}" for f in families)]
+             f"{'method':<{mw}}" + "".join(f"{f:>22}" for f in families)]
     for method in dict.fromkeys(scored["method"]):
         cells = []
         for family in families:
@@ -39,7 +40,7 @@ def _recovery_table(summary) -> str:
             ci = "n/a" if row["auroc_ci_low"] != row["auroc_ci_low"] else \
                 f"{row['auroc_ci_low']:.2f},{row['auroc_ci_high']:.2f}"
             cells.append(f"{row['auroc']:.2f} [{ci}]" if row["auroc"] == row["auroc"] else "undefined")
-        lines.append(f"{method:<13}" + "".join(f"{c:>22}" for c in cells))
+        lines.append(f"{method:<{mw}}" + "".join(f"{c:>22}" for c in cells))
     return "\n".join(lines)
 
 

@@ -38,9 +38,10 @@ def _table(result) -> str:
     s = result.summary
     first = s["ablation"].iloc[0]
     part = s[(s["ablation"] == first)]
+    mw = max([13, *(len(str(name)) for name in part["method"])])  # the method column fits the longest name
     lines = [f"area under test accuracy vs fraction of layers removed, in accuracy units (a model that loses "
              f"nothing keeps its unpruned accuracy); no retraining: {first}",
-             f"{'method':<13} {'ranking':<8} {'no retraining [95% CI]':>26} {'head refit [95% CI]':>26}"]
+             f"{'method':<{mw}} {'ranking':<8} {'no retraining [95% CI]':>26} {'head refit [95% CI]':>26}"]
     for (method, ranking), rows in part.groupby(["method", "ranking"], sort=False):
         cells = []
         for curve in ("accuracy", "refit"):
@@ -51,7 +52,7 @@ def _table(result) -> str:
             interval = format_interval(r.ci_low.iloc[0], r.ci_high.iloc[0], r.ci_note.iloc[0], digits=4,
                                        signed=False, notes=notes)
             cells.append(f"{format_estimate(r.auc.iloc[0], signed=False)} {interval}")
-        lines.append(f"{method:<13} {ranking:<8} {cells[0]:>26} {cells[1]:>26}")
+        lines.append(f"{method:<{mw}} {ranking:<8} {cells[0]:>26} {cells[1]:>26}")
     return "\n".join(lines + notes.lines())
 
 

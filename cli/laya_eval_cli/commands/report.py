@@ -11,18 +11,20 @@ def _table(faithfulness) -> str:
     from laya_eval.stats.intervals import format_estimate
 
     w = max(3, *(len(r) for r in faithfulness["run"]))
-    lines = [f"{'run':<{w}} {'method':<13} {'faithfulness':>12} {'deletion@1':>11} {'n':>7} {'undef':>6}"]
+    m = max([13, *(len(name) for name in faithfulness["method"])])
+    lines = [f"{'run':<{w}} {'method':<{m}} {'faithfulness':>12} {'deletion@1':>11} {'n':>7} {'undef':>6}"]
     for row in faithfulness.itertuples(index=False):
-        lines.append(f"{row.run:<{w}} {row.method:<13} {format_estimate(row.faithfulness):>12} "
+        lines.append(f"{row.run:<{w}} {row.method:<{m}} {format_estimate(row.faithfulness):>12} "
                      f"{format_estimate(row.deletion_at_1):>11} {row.n:>7} {row.n_undefined:>6}")
     return "\n".join(lines)
 
 
 def _sanity_lines(table) -> str:
     w = max(12, *(len(r) for r in table["sanity_run"]))
-    lines = [f"{'sanity run':<{w}} {'method':<13} {'cascading':>9} {'labels':>9} {'ROAR':>13} verdict"]
+    mw = max([13, *(len(str(name)) for name in table["method"])])  # the method column fits the longest name
+    lines = [f"{'sanity run':<{w}} {'method':<{mw}} {'cascading':>9} {'labels':>9} {'ROAR':>13} verdict"]
     for row in table.itertuples(index=False):
-        lines.append(f"{row.sanity_run:<{w}} {row.method:<13} {row.cascading_verdict:>9} {row.data_verdict:>9} "
+        lines.append(f"{row.sanity_run:<{w}} {row.method:<{mw}} {row.cascading_verdict:>9} {row.data_verdict:>9} "
                      f"{row.roar_verdict:>13} {row.verdict}")
     return "\n".join(lines)
 

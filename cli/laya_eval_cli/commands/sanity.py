@@ -35,13 +35,14 @@ def _table(result) -> str:
     from laya_eval.stats.intervals import IntervalNotes, format_estimate, format_interval
 
     notes = IntervalNotes()
-    lines = [f"{'method':<13} {'cascading (all groups)':>24} {'shuffled labels':>18} {'ROAR rho [95% CI]':>24}"]
+    mw = max([13, *(len(str(name)) for name in roar.index)])  # the method column fits the longest name
+    lines = [f"{'method':<{mw}} {'cascading (all groups)':>24} {'shuffled labels':>18} {'ROAR rho [95% CI]':>24}"]
     for method in roar.index:
         c, s, r = last.loc[method], shuffled.loc[method], roar.loc[method]
         casc = format_interval(c.similarity_ci_low, c.similarity_ci_high, c.get("similarity_ci_note", ""), digits=2,
                                notes=notes)
         agree = format_interval(r.ci_low, r.ci_high, r.get("ci_note", ""), digits=2, notes=notes)
-        lines.append(f"{method:<13} {format_estimate(c.similarity, digits=3):>11} {casc:<12}"
+        lines.append(f"{method:<{mw}} {format_estimate(c.similarity, digits=3):>11} {casc:<12}"
                      f" {format_estimate(s.similarity, digits=3):>18} {format_estimate(r.spearman, digits=3):>11} {agree}")
     return "\n".join(lines + notes.lines())
 
