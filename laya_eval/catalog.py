@@ -2,9 +2,11 @@
 
 This module is the one owner of those facts and imports nothing heavy (no torch), so
 the CLI's ``--help`` and choices, the figures and the report read it without paying
-for torch. The implementations bind functions to these entries:
-:data:`laya_eval.engine.methods.METHODS` and :data:`laya_eval.engine.removals.ABLATION_REGISTRY`
-check at import that they implement exactly the names listed here.
+for torch. The implementations bind functions to these entries through the public registration
+(:func:`laya_eval.register_method`, :func:`laya_eval.register_ablation`), which also enters a plug-in's
+entry here (:func:`add_method_spec`, :func:`add_ablation_spec`); every entry then has a function and
+every function an entry (checked at import of :mod:`laya_eval.engine.methods` and
+:mod:`laya_eval.engine.removals`).
 
 What an entry *needs* is how the engine (``laya_eval/engine/evaluation.py``) knows what to
 provide without naming any method or ablation:
@@ -19,6 +21,11 @@ provide without naming any method or ablation:
     sample from (seed, sample index, draw) and run through the model by the engine.
 ``"draws"``
     A random replacement: the effect is averaged over ``draws`` seeded draws per sample.
+    At network scope the raw inputs must be a tensor (not text).
+``"baseline"``
+    The scores start from a baseline state (``MethodContext.layer_baseline``: zeros, the dataset mean or
+    the state the ablation puts in, by ``--ig-baseline``); with the removed state they are computed per
+    ablation.
 ``"stat:<name>"``
     A dataset statistic from :data:`laya_eval.engine.dataset_stats.STATISTICS`, computed in a
     pass over the whole evaluated set (all processes together) before the main pass.
@@ -57,6 +64,11 @@ __all__ = [
     "SCOPES",
     "AblationSpec",
     "MethodSpec",
+    "BUILTIN_ABLATIONS",
+    "IG_BASELINES",
+    "BUILTIN_METHODS",
+    "add_ablation_spec",
+    "add_method_spec",
     "ablation_names",
     "fixed_ablation_names",
     "distance_names",
@@ -148,10 +160,11 @@ METHOD_SPECS: dict[str, MethodSpec] = {
                    label="exact contribution", short_label="contrib."),
         MethodSpec(
             "ig",
-            "Integrated Gradients (Captum; 50 Gauss-Legendre steps), summed over each layer's dimensions; head scope: "
-            "from zero pooled states; network scope: from the removed layer (the first ablation's zeros or mean, "
-            "injected inside the backbone) to its output.",
-            needs=("tensor_inputs",), label="Integrated Gradients", short_label="IG",
+            "Integrated Gradients (Captum; 50 Gauss-Legendre steps by default, --ig-steps), summed over each layer's "
+            "dimensions, from a baseline (--ig-baseline): head scope from zero pooled states by default; network "
+            "scope by default from the state the ablation puts in (zeros or the mean, injected inside the backbone; "
+            "each ablation of a run its own) to the block's output.",
+            needs=("tensor_inputs", "baseline"), label="Integrated Gradients", short_label="IG",
         ),
         MethodSpec(
             "gradcam",
@@ -207,6 +220,54 @@ ABLATION_SPECS: dict[str, AblationSpec] = {
 }
 
 ABLATIONS = tuple(ABLATION_SPECS)
+
+#: The names laya-eval itself defines; a plug-in's names must differ from these.
+BUILTIN_METHODS = frozenset(METHOD_SPECS)
+BUILTIN_ABLATIONS = frozenset(ABLATION_SPECS)
+#: What a method may require of the head (``MethodSpec.requires``) and the needs without a ``stat:`` prefix.
+METHOD_REQUIREMENTS = ("any", "weights", "laya", "adapted", "states")
+PLAIN_NEEDS = ("gradients", "tensor_inputs", "baseline", "donors", "draws")
+#: Integrated Gradients baselines (``--ig-baseline``); the default is zero at head scope, removed at network scope.
+IG_BASELINES = ("zero", "mean", "removed")
+
+
+def _check_entry(kind: str, spec, builtins: frozenset, registry: dict) -> bool:
+    """Shared checks of a new entry; ``True`` when it is the catalog's own built-in entry (nothing to add)."""
+    name = getattr(spec, "name", None)
+    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-" for c in name):
+        raise ValueError(f"{kind} name must be letters, digits, '_' or '-'; got {name!r}.")
+    if name in builtins:
+        if registry.get(name) is spec:
+            return True
+        raise ValueError(f"{kind} {name!r} collides with the built-in {kind} of that name; choose another name.")
+    if name in registry:
+        raise ValueError(f"{kind} {name!r} is already registered (by an earlier plug-in); choose another name.")
+    for need in spec.needs:
+        if need not in PLAIN_NEEDS and not (need.startswith("stat:") and len(need) > 5):
+            raise ValueError(f"{kind} {name!r}: each need must be one of {{{', '.join(PLAIN_NEEDS)}}} or "
+                             f"'stat:<name>'; got {need!r}.")
+    return False
+
+
+def add_method_spec(spec: MethodSpec) -> None:
+    """Enter a method into :data:`METHOD_SPECS` (a built-in's own entry is already there).
+
+    Raises ``ValueError`` for a name taken by a built-in or an earlier plug-in, or a malformed entry."""
+    if _check_entry("method", spec, BUILTIN_METHODS, METHOD_SPECS):
+        return
+    if spec.requires not in METHOD_REQUIREMENTS:
+        raise ValueError(f"method {spec.name!r}: requires must be one of {{{', '.join(METHOD_REQUIREMENTS)}}}; "
+                         f"got {spec.requires!r}.")
+    METHOD_SPECS[spec.name] = spec
+
+
+def add_ablation_spec(spec: AblationSpec) -> None:
+    """Enter an ablation into :data:`ABLATION_SPECS`; as :func:`add_method_spec`."""
+    if _check_entry("ablation", spec, BUILTIN_ABLATIONS, ABLATION_SPECS):
+        return
+    if not spec.scopes or any(s not in SCOPES for s in spec.scopes):
+        raise ValueError(f"ablation {spec.name!r}: scopes must be among {{{', '.join(SCOPES)}}}; got {spec.scopes!r}.")
+    ABLATION_SPECS[spec.name] = spec
 
 
 @dataclass(frozen=True)

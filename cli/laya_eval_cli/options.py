@@ -172,3 +172,64 @@ def progress_bar(quiet: bool, **kwargs):
     from tqdm.auto import tqdm
 
     return tqdm(disable=True if quiet else None, file=sys.stderr, dynamic_ncols=True, **kwargs)
+
+
+#: ``--plugin``: modules that register methods and ablations (their code runs only with --trust-code).
+plugin_option = click.option(
+    "--plugin", "plugins", multiple=True, metavar="py:MODULE",
+    help="Load methods and ablations a Python module registers (a dotted module or a .py file; repeatable). It "
+         "runs that module's code, so it needs --trust-code. Installed laya_eval.plugins entry points load "
+         "without it (see docs/plugins.md).")
+
+
+def use_plugins(plugins: tuple[str, ...], trust_code: bool) -> None:
+    """Load the ``--plugin`` modules (refused without ``--trust-code``, before any import) and the installed
+    entry points; the method and ablation choices are read from the registry after this."""
+    from laya_eval.engine.plugins import check_plugin_specs, load_installed_plugins, load_plugins
+
+    check_plugin_specs(plugins, trust_code=trust_code)
+    load_plugins(plugins, trust_code=trust_code)
+    load_installed_plugins()
+
+
+def registered_methods() -> list[str]:
+    """The method names of the registry as it stands (built-ins, then loaded plug-ins)."""
+    return catalog.method_names()
+
+
+def registered_ablations() -> list[str]:
+    """The ablation names of the registry as it stands (built-ins, then loaded plug-ins)."""
+    return catalog.ablation_names()
+
+
+def _target(ctx, param, value):
+    if value in ("pred", "label"):
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        raise click.BadParameter(f"must be pred, label or a class index (an integer >= 0); got {value!r}.") from None
+    if number < 0:
+        raise click.BadParameter(f"must be pred, label or a class index (an integer >= 0); got {value!r}.")
+    return number
+
+
+def attribution_options(func):
+    """``--target``, ``--ig-steps``, ``--ig-baseline``, ``--ig-batch-size``: which class is explained and how
+    Integrated Gradients integrates."""
+    for option in reversed([
+        click.option("--target", default="pred", show_default=True, callback=_target, metavar="pred|label|INT",
+                     help="The class whose logit the attributions explain and whose probability the effects "
+                          "measure: the predicted class, the true label, or a fixed class index."),
+        click.option("--ig-steps", default=50, show_default=True, type=click.IntRange(min=1),
+                     help="Integrated Gradients steps (Gauss-Legendre)."),
+        click.option("--ig-baseline", default=None, type=click.Choice(list(catalog.IG_BASELINES)),
+                     help="Where Integrated Gradients starts: zero states, the dataset mean, or the state the "
+                          "ablation puts in (each ablation its own) [default: zero at head scope, removed at "
+                          "network scope]."),
+        click.option("--ig-batch-size", default=None, type=click.IntRange(min=1),
+                     help="Rows per internal Integrated Gradients batch (bounds memory; Captum's "
+                          "internal_batch_size) [default: all steps at once]."),
+    ]):
+        func = option(func)
+    return func

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from laya_eval.engine.methods import AttributionMethod, MethodContext, layer_gradients
+from laya_eval.engine.methods import AttributionMethod, MethodContext, baseline_states, layer_gradients
 from laya_eval.errors import ConfigError
 from laya_eval.catalog import ABLATION_SPECS, ABLATIONS
 from laya_eval.data import Dataset
@@ -40,14 +40,13 @@ from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.partial import PartialStore
 from laya_eval.engine.interventions import SampleFills, donor_ids
 from laya_eval.engine.removals import (
-    ablation_fill,
     batch_fill,
     deletion_masks,
     layer_ranking,
     leave_one_out_masks,
     removal_effects,
 )
-from laya_eval.engine.plan import CHUNK_SIZE, EvalOptions, Plan, make_plan
+from laya_eval.engine.plan import CHUNK_SIZE, EvalOptions, Plan, make_plan, resolved_ig_baseline
 from laya_eval.engine.records import Records, merge_records
 from laya_eval.engine.results import (
     SUMMARY_COLUMNS,
@@ -163,6 +162,16 @@ def _to_numpy(t: Tensor, rows: Tensor) -> np.ndarray:
     return t[rows].detach().double().cpu().numpy()
 
 
+def _target(plan: Plan, tr: Trace, y: Tensor) -> Tensor | None:
+    """The class the scores and effects are for, (B,); ``None`` for the predicted class."""
+    target = plan.options.target
+    if target == "pred":
+        return None
+    if target == "label":
+        return y.to(tr.pred)
+    return torch.full_like(tr.pred, int(target))
+
+
 def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, means: dict[str, list[Tensor]]) -> Records:
     """Scores, effects and deletion curves of one (padded) batch; only the real rows are kept."""
     o, model = plan.options, plan.model
@@ -171,31 +180,43 @@ def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, means: dict[str, 
     # Effects in float64 at the head (laya_eval.engine.effect_precision); scores from the model as it is.
     model64 = plan.effect_model
     tr64 = float64_trace(tr, model64)
+    target = _target(plan, tr, y)
+    explained = tr.pred if target is None else target
     fills, donors = _batch_fills(plan, ids, means)
     lolo = leave_one_out_masks(model.n_layers, device=plan.device)
     # Network scope: replacement passes in row chunks within --max-memory (laya_eval.engine.memory_budget).
     max_rows = replacement_rows(tr64.hidden, o.max_memory_mb) if o.scope == "network" else None
     effects = {a: _to_numpy(removal_effects(tr64, model64, lolo, ablation=a, scope=o.scope, fill=fills[a],
-                                            max_rows=max_rows), rows)
+                                            max_rows=max_rows, target=target), rows)
                for a in plan.ablations}
     ctx = MethodContext(scope=o.scope, n_steps=o.n_steps, internal_batch_size=o.internal_batch_size, seed=o.seed,
-                        statistics=means, layer_baseline=ablation_fill(plan.ablations[0], means),
-                        max_memory_mb=o.max_memory_mb, angular_span=o.angular_span)
+                        statistics=means, max_memory_mb=o.max_memory_mb, angular_span=o.angular_span,
+                        target=explained)
     if plan.needs_gradients:
-        ctx = dataclasses.replace(ctx, gradients=layer_gradients(tr, model, tr.pred, o.scope,
+        ctx = dataclasses.replace(ctx, gradients=layer_gradients(tr, model, explained, o.scope,
                                                                  max_memory_mb=o.max_memory_mb))
+    needs_baseline = any("baseline" in m.needs for m in plan.methods)
+    baselines = (baseline_states(resolved_ig_baseline(o), tr, model, o.scope, plan.ablations, means)
+                 if needs_baseline else {"": None})
     scores, deletion, diagnostics = {}, {a: {} for a in plan.ablations}, {}
     for m in plan.methods:
-        s = m.fn(tr, model, target=tr.pred, context=ctx).detach().to(tr.terms.dtype)
-        scores[m.name] = _to_numpy(s, rows)
-        masks = deletion_masks(layer_ranking(s))
-        for a in plan.ablations:
-            curve = removal_effects(tr64, model64, masks, ablation=a, scope=o.scope, fill=fills[a], max_rows=max_rows)
-            deletion[a][m.name] = _to_numpy(curve, rows)
-        if m.diagnostic is not None:
-            value = m.diagnostic(tr, model, s, ctx)
-            if value is not None:
-                diagnostics[m.name] = _to_numpy(value, rows)
+        # A method that starts from a baseline is run once per distinct baseline: with the removed state, each
+        # ablation's own, stored under "method@ablation" when the run has several ablations.
+        runs = baselines if "baseline" in m.needs else {"": None}
+        for owner, baseline in runs.items():
+            mctx = dataclasses.replace(ctx, layer_baseline=baseline)
+            s = m.fn(tr, model, target=explained, context=mctx).detach().to(tr.terms.dtype)
+            key = m.name if not owner or len(plan.ablations) == 1 else f"{m.name}@{owner}"
+            scores[key] = _to_numpy(s, rows)
+            masks = deletion_masks(layer_ranking(s))
+            for a in ([owner] if owner else plan.ablations):
+                curve = removal_effects(tr64, model64, masks, ablation=a, scope=o.scope, fill=fills[a],
+                                        max_rows=max_rows, target=target)
+                deletion[a][m.name] = _to_numpy(curve, rows)
+            if m.diagnostic is not None:
+                value = m.diagnostic(tr, model, s, mctx)
+                if value is not None:
+                    diagnostics[key] = _to_numpy(value, rows)
     return Records(sample=ids[rows].cpu().numpy(), label=y[rows].cpu().numpy().astype(np.int64),
                    pred=tr.pred[rows].cpu().numpy().astype(np.int64), confidence=_to_numpy(tr.confidence, rows),
                    scores=scores, effects=effects, deletion=deletion, diagnostics=diagnostics, donors=donors)

@@ -145,16 +145,26 @@ def _per_sample_replacer(drop: Tensor, value: Tensor) -> Callable[[Tensor], Tens
     return apply
 
 
-def sample_fill_probs(tr: Trace, model: LayeredModel, masks: Tensor, fills: SampleFills, scope: str) -> Tensor:
-    """Mean over the draws of ``p_c`` after each removal in ``masks`` ((K, L) or (B, K, L)): (B, K)."""
+def drawn_class_probs(tr: Trace, head, model: LayeredModel | None, masks: Tensor, fills: SampleFills,
+                      scope: str) -> Tensor:
+    """Mean over the draws of the class probabilities after each removal in ``masks`` ((K, L) or (B, K, L)):
+    (B, K, C). ``model`` is needed at network scope only."""
     masks = _expand(masks.to(tr.terms.dtype), tr.n_samples)
-    index = tr.pred[:, None, None].expand(-1, masks.shape[1], 1)
     total = None
     for values in fills.draws:
         if scope == "head":
-            logits = _head_logits(tr, model.head, masks, values)
+            logits = _head_logits(tr, head, masks, values)
         else:
             logits = _network_logits(tr, model, masks, values)
-        p = torch.softmax(logits, -1).gather(2, index).squeeze(2)
+        p = torch.softmax(logits, -1)
         total = p if total is None else total + p
     return total / len(fills.draws)
+
+
+def sample_fill_probs(tr: Trace, model: LayeredModel, masks: Tensor, fills: SampleFills, scope: str, *,
+                      target: Tensor | None = None) -> Tensor:
+    """Mean over the draws of ``p_t`` after each removal in ``masks`` ((K, L) or (B, K, L)): (B, K); ``t`` is
+    ``target`` or the predicted class."""
+    probs = drawn_class_probs(tr, model.head, model, masks, fills, scope)
+    target = tr.pred if target is None else target
+    return probs.gather(2, target[:, None, None].expand(-1, probs.shape[1], 1)).squeeze(2)

@@ -1,7 +1,7 @@
 """Layer attribution methods: one signature, one registry.
 
 Every method is ``f(trace, model, *, target, context) -> Tensor (B, L)`` of
-signed per-layer scores for the class ``target`` (the predicted class). Names,
+signed per-layer scores for the class ``target`` (by default the predicted class). Names,
 descriptions and needs live in :mod:`laya_eval.catalog` (read by the CLI without
 torch); :data:`METHODS` binds each to its function here. What a method needs
 (shared gradients, a dataset statistic) is declared there and provided by the
@@ -23,9 +23,13 @@ from torch import Tensor
 
 from laya_eval.catalog import METHOD_SPECS, MethodSpec
 from laya_eval.errors import ConfigError
-from laya_eval.models.heads import LayaHead, LayerHead, ScalarMixHead, pool_hidden
+from laya_eval.models.heads import LayaHead, LayerHead, ScalarMixHead
 from laya_eval.models.layered import LayeredModel
+from laya_eval.engine.ig_baselines import (baseline_needs, baseline_states, head_ig_from, ig_completeness_delta,
+                                           ig_diagnostic, layer_baseline, network_ig_completeness_delta,
+                                           replaced_logits, resolved_baseline)
 from laya_eval.engine.integrated_gradients import head_ig
+from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.engine.memory_budget import ig_rows, row_chunks
 from laya_eval.engine.representation_scores import alpha_norm, angular_distance, block_influence, has_common_states
 from laya_eval.engine.seeding import per_sample_uniform
@@ -36,6 +40,10 @@ __all__ = [
     "AttributionMethod",
     "MethodContext",
     "applicable",
+    "baseline_needs",
+    "baseline_states",
+    "resolved_baseline",
+    "register_method",
     "ig_completeness_delta",
     "layer_gradients",
     "network_ig_completeness_delta",
@@ -68,8 +76,11 @@ class MethodContext:
     max_memory_mb : int
         At network scope, the budget of IG's and the gradients' row chunks (:mod:`laya_eval.engine.memory_budget`).
     layer_baseline : list of Tensor, optional
-        At network scope, the removed state of each block (the first ablation's fill: a dataset mean of the
-        block output); ``None`` means zeros. Integrated Gradients starts its path there.
+        Where Integrated Gradients starts its path, one tensor per layer broadcastable to the layer's state
+        (pooled (d_i,) or (B, d_i) at head scope, the block output at network scope): the dataset mean or the
+        state the ablation puts in (``--ig-baseline``); ``None`` means zeros.
+    target : Tensor of int64, (B,), optional
+        The class the scores explain (``fn``'s ``target``), for diagnostics; ``None``: the predicted class.
     angular_span : int
         ``n`` of ``angular_distance``: the number of layers in each block whose angular distance is taken.
     """
@@ -84,6 +95,7 @@ class MethodContext:
     layer_baseline: list[Tensor] | None = None
     max_memory_mb: int = 2048
     angular_span: int = 1
+    target: Tensor | None = None
 
 
 AttributionFn = Callable[..., Tensor]
@@ -223,21 +235,14 @@ def _gradcam(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodC
     return torch.stack(scores, 1)
 
 
-def _replaced_logits(model: LayeredModel, x: Tensor, i: int, value: Tensor) -> Tensor:
-    """Logits with block ``i``'s full output replaced by ``value`` (its shape) and every later block recomputed."""
-    return model.head(model.hidden_states(x, {i: lambda t: value}))
-
-
-def _layer_baseline(output: Tensor, fill: list[Tensor] | None, i: int) -> Tensor:
-    """The removed state of block ``i``: zeros, or the ablation's fill (a dataset mean) broadcast to the output."""
-    return torch.zeros_like(output) if fill is None else fill[i].to(output).expand_as(output)
-
-
 def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
     from captum.attr import IntegratedGradients
 
     options = dict(target=target, n_steps=context.n_steps, method=context.ig_method,
                    internal_batch_size=context.internal_batch_size)
+    if context.scope == "head" and context.layer_baseline is not None:
+        return head_ig_from(tr, model, target, context.layer_baseline, n_steps=context.n_steps,
+                            method=context.ig_method, internal_batch_size=context.internal_batch_size)
     if context.scope == "head":
         # Through the affine adapters where the head has them (laya_eval.engine.integrated_gradients).
         return head_ig(model.head, tr.hidden, target, n_steps=context.n_steps, method=context.ig_method,
@@ -252,11 +257,11 @@ def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContex
         options["internal_batch_size"] = rows
         scores = []
         for i, out in enumerate(outputs):
-            # The path runs from the removed layer (the ablation's counterfactual, injected through the backbone's
-            # replace mechanism) to its actual output, with every later block recomputed: the same total effect
-            # the network-scope effect measures.
-            ig = IntegratedGradients(lambda value, x, i=i: _replaced_logits(model, x, i, value))
-            base = _layer_baseline(out.detach(), context.layer_baseline, i)
+            # The path runs from the baseline (by default the state the ablation puts in, injected through the
+            # backbone's replace mechanism) to the block's actual output, with every later block recomputed: the
+            # same total effect the network-scope effect measures.
+            ig = IntegratedGradients(lambda value, x, i=i: replaced_logits(model, x, i, value))
+            base = layer_baseline(out.detach(), context.layer_baseline, i)
             parts = []
             for sl in row_chunks(tr.n_samples, rows):
                 attr = ig.attribute(out[sl].detach(), baselines=base[sl], additional_forward_args=(tr.inputs[sl],),
@@ -264,34 +269,6 @@ def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContex
                 parts.append(attr.flatten(1).sum(1).detach())
             scores.append(torch.cat(parts))
     return torch.stack(scores, 1)
-
-
-@torch.no_grad()
-def ig_completeness_delta(tr: Trace, model: LayeredModel, scores: Tensor) -> Tensor:
-    """Head-scope IG completeness: ``sum_i a_i - (f_c(h) - f_c(0))`` per sample, (B,)."""
-    zeros = [torch.zeros_like(pool_hidden(h)) for h in tr.hidden]
-    f0 = model.head(zeros).gather(1, tr.pred[:, None]).squeeze(1)
-    f = tr.logits.gather(1, tr.pred[:, None]).squeeze(1)
-    return scores.sum(1) - (f - f0)
-
-
-@torch.no_grad()
-def network_ig_completeness_delta(tr: Trace, model: LayeredModel, scores: Tensor,
-                                  baseline: list[Tensor] | None) -> Tensor:
-    """Network-scope IG completeness, per layer ``a_i - (f_c(x) - f_c(x, block i removed))``; mean |.| over layers, (B,)."""
-    _, outputs = model.block_outputs(tr.inputs)
-    f = tr.logits.gather(1, tr.pred[:, None]).squeeze(1)
-    deltas = []
-    for i, out in enumerate(outputs):
-        removed = _replaced_logits(model, tr.inputs, i, _layer_baseline(out, baseline, i))
-        deltas.append(scores[:, i] - (f - removed.gather(1, tr.pred[:, None]).squeeze(1)))
-    return torch.stack(deltas, 1).abs().mean(1)
-
-
-def _ig_diagnostic(tr: Trace, model: LayeredModel, scores: Tensor, context: MethodContext) -> Tensor | None:
-    if context.scope == "head":
-        return ig_completeness_delta(tr, model, scores)
-    return network_ig_completeness_delta(tr, model, scores, context.layer_baseline)
 
 
 def _block_influence(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
@@ -306,28 +283,67 @@ def _alpha_norm(tr: Trace, model: LayeredModel, *, target: Tensor, context: Meth
     return alpha_norm(model.head, tr.hidden)
 
 
-_FUNCTIONS: dict[str, AttributionFn] = {
-    "laya": _laya, "static": _static, "contribution": _contribution, "ig": _ig, "gradcam": _gradcam,
-    "grad_x_act": _grad_x_act, "random": _random, "block_influence": _block_influence,
-    "angular_distance": _angular_distance, "alpha_norm": _alpha_norm,
-}
-if set(_FUNCTIONS) != set(METHOD_SPECS):  # the catalog owns the names; this module implements them
-    raise ImportError(f"attribution functions {sorted(_FUNCTIONS)} do not match the catalog {sorted(METHOD_SPECS)}")
+#: Every registered method by name: the built-ins below and plug-ins, all through :func:`register_method`.
+METHODS: dict[str, AttributionMethod] = {}
 
-METHODS: dict[str, AttributionMethod] = {
-    name: AttributionMethod(spec, _FUNCTIONS[name]) for name, spec in METHOD_SPECS.items()
-}
-METHODS["ig"] = AttributionMethod(
-    METHOD_SPECS["ig"], _ig, diagnostic=_ig_diagnostic,
-    diagnostic_note="IG completeness delta. Head scope: sum_i a_i - (f_c(h) - f_c(0)) per sample (IG over the head's "
-                    "cached inputs measures the direct effect of each layer). Network scope: mean over layers of "
-                    "|a_i - (f_c(x) - f_c(x with block i's output replaced by the removed state))|, the removed state "
-                    "being the first ablation's (zeros or the dataset mean), injected inside the backbone.",
-)
+
+def register_method(spec: MethodSpec, fn: AttributionFn, *, diagnostic: Callable[..., Tensor | None] | None = None,
+                    diagnostic_note: str = "") -> AttributionMethod:
+    """Register an attribution method: its catalog entry and its function, the path every method takes.
+
+    Parameters
+    ----------
+    spec : laya_eval.catalog.MethodSpec
+        Its name, description, what the head must have (``requires``) and what the engine provides
+        (``needs``: ``"gradients"``, ``"tensor_inputs"``, ``"baseline"``, ``"stat:<name>"``).
+    fn : callable
+        ``fn(trace, model, *, target, context) -> Tensor (B, L)``: signed scores for the class ``target``
+        (``(B,)`` int64), made on ``trace``'s device.
+    diagnostic, diagnostic_note
+        As :class:`AttributionMethod`.
+
+    Raises
+    ------
+    ConfigError
+        If the name is taken (a built-in's or an earlier registration's), or the entry is malformed.
+    """
+    from laya_eval.catalog import add_method_spec
+
+    if not isinstance(spec, MethodSpec):
+        raise ConfigError(f"a method is registered with a catalog.MethodSpec; got {type(spec).__name__}.")
+    if not callable(fn):
+        raise ConfigError(f"method {spec.name!r}: its function must be callable; got {type(fn).__name__}.")
+    try:
+        add_method_spec(spec)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if spec.name in METHODS:
+        raise ConfigError(f"method {spec.name!r} is already registered; choose another name.")
+    method = AttributionMethod(spec, fn, diagnostic=diagnostic, diagnostic_note=diagnostic_note)
+    METHODS[spec.name] = method
+    return method
+
+
+_IG_NOTE = ("IG completeness delta, for the baseline the run used (manifest 'integrated_gradients'). Head scope: "
+            "sum_i a_i - (f_t(h) - f_t(h0)) per sample, h0 the baseline of the pooled states (IG over the head's "
+            "cached inputs measures the direct effect of each layer). Network scope: mean over layers of "
+            "|a_i - (f_t(x) - f_t(x with block i's output replaced by the baseline))|, injected inside the backbone.")
+_BUILTIN = {"laya": (_laya,), "static": (_static,), "contribution": (_contribution,),
+            "ig": (_ig, ig_diagnostic, _IG_NOTE), "gradcam": (_gradcam,), "grad_x_act": (_grad_x_act,),
+            "random": (_random,), "block_influence": (_block_influence,), "angular_distance": (_angular_distance,),
+            "alpha_norm": (_alpha_norm,)}
+for _name in [n for n in METHOD_SPECS if n in _BUILTIN]:  # catalog order is registry order
+    _fn, *_diagnostic = _BUILTIN[_name]
+    register_method(METHOD_SPECS[_name], _fn, diagnostic=_diagnostic[0] if _diagnostic else None,
+                    diagnostic_note=_diagnostic[1] if _diagnostic else "")
+# Methods come only through register_method; the catalog names each one the engine can run.
+if set(METHODS) != set(METHOD_SPECS):
+    raise ImportError(f"catalog methods without a function: {sorted(set(METHOD_SPECS) - set(METHODS))}")
 
 
 def method_names() -> list[str]:
-    """Registered method names, in registry order."""
+    """Registered method names (installed plug-ins included), in registry order."""
+    load_installed_plugins()
     return list(METHODS)
 
 
@@ -348,12 +364,14 @@ def applicable(method: AttributionMethod, model: LayeredModel) -> str | None:
 
 
 def resolve_methods(names: list[str] | None) -> list[AttributionMethod]:
-    """Methods by name (all when ``None``), validated against the registry."""
+    """Methods by name (all when ``None``, installed plug-ins included), validated against the registry."""
+    load_installed_plugins()
     if names is None:
         return list(METHODS.values())
     unknown = [n for n in names if n not in METHODS]
     if unknown:
-        raise ConfigError(f"methods must be among {{{', '.join(METHODS)}}}; got {unknown[0]!r}.")
+        raise ConfigError(f"methods must be among {{{', '.join(METHODS)}}}; got {unknown[0]!r} (a plug-in's "
+                          "method needs --plugin or an installed laya_eval.plugins entry point).")
     if not names:
         raise ConfigError(f"give at least one method among {{{', '.join(METHODS)}}}.")
     return [METHODS[n] for n in dict.fromkeys(names)]

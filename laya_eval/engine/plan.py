@@ -14,8 +14,9 @@ from typing import Any, Sequence
 
 import torch
 
-from laya_eval.engine.methods import METHODS, AttributionMethod, applicable, resolve_methods
-from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, BOOTSTRAP_RESAMPLES, CHUNK_SIZE, EVAL_BATCH_SIZE
+from laya_eval.engine.methods import (METHODS, AttributionMethod, applicable, baseline_needs, resolve_methods,
+                                     resolved_baseline)
+from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, BOOTSTRAP_RESAMPLES, CHUNK_SIZE, EVAL_BATCH_SIZE, IG_BASELINES
 from laya_eval.checks import (check_fields, check_int, check_non_negative_int, check_number, check_optional,
                               check_positive_int)
 from laya_eval.data import Dataset, check_finite, load_dataset
@@ -26,10 +27,12 @@ from laya_eval.engine.memory_budget import check_network_budget
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.partial import run_key
-from laya_eval.engine.removals import check_ablations
+from laya_eval.engine.plugins import code_identity
+from laya_eval.engine.removals import ABLATION_REGISTRY, check_ablations
 from laya_eval.stats import DEFAULT_RTOL
 
-__all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "check_extra_methods", "make_plan"]
+__all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "check_extra_methods", "check_target", "make_plan", "plugin_sources",
+           "resolved_ig_baseline"]
 
 #: Evaluation seeds stay below 2**63 (they are stored and passed on as signed 64-bit integers).
 EVAL_SEED_MAX = 2**63 - 1
@@ -50,6 +53,8 @@ class EvalOptions:
     device: str = "cpu"
     n_steps: int = 50
     internal_batch_size: int | None = None
+    ig_baseline: str | None = None
+    target: str | int = "pred"
     dtype: str = "float32"
     chunk_size: int = CHUNK_SIZE
     tie_rtol: float = DEFAULT_RTOL
@@ -64,6 +69,9 @@ class EvalOptions:
     def __post_init__(self) -> None:
         check_ablations(self.ablation, self.scope)
         check_fields(self, _EVAL_RULES)
+        check_target(self.target)
+        if self.ig_baseline is not None and self.ig_baseline not in IG_BASELINES:
+            raise ConfigError(f"ig_baseline must be one of {{{', '.join(IG_BASELINES)}}}; got {self.ig_baseline!r}.")
         resolve_methods(None if self.methods is None else list(self.methods))
 
 
@@ -80,6 +88,19 @@ _EVAL_RULES = {
     "seed": lambda name, value: check_int(name, value, low=0, high=EVAL_SEED_MAX),
     "tie_rtol": lambda name, value: check_number(name, value, low=0, high=1, high_open=True),
 }
+
+
+def check_target(target: Any) -> None:
+    """``pred``, ``label`` or a class index (an int >= 0; its upper bound is checked against the model)."""
+    if target in ("pred", "label"):
+        return
+    if isinstance(target, bool) or not isinstance(target, int) or target < 0:
+        raise ConfigError(f"target must be 'pred', 'label' or a class index (an integer >= 0); got {target!r}.")
+
+
+def resolved_ig_baseline(options: EvalOptions) -> str:
+    """The Integrated Gradients baseline a run uses: the option, else zero at head scope and removed at network."""
+    return resolved_baseline(options.ig_baseline, options.scope)
 
 
 @dataclass(frozen=True)
@@ -114,7 +135,8 @@ class Plan:
                         "methods": [m.name for m in self.methods], "ablations": self.ablations,
                         "scope": o.scope, "seed": o.seed, "n_steps": o.n_steps, "dtype": o.dtype,
                         "internal_batch_size": o.internal_batch_size, "device": self.device.type, "draws": o.draws,
-                        "angular_span": o.angular_span,
+                        "angular_span": o.angular_span, "target": o.target, "ig_baseline": resolved_ig_baseline(o),
+                        "plugins": plugin_sources(self),
                         # network scope runs in row chunks within the budget, which rounding can tell apart
                         **({"max_memory_mb": o.max_memory_mb} if o.scope == "network" else {})})
 
@@ -210,6 +232,25 @@ def _applicable_methods(model: LayeredModel, data: Dataset, options: EvalOptions
     return methods, notes
 
 
+def _check_target_class(target: str | int, model: LayeredModel) -> None:
+    n = model.head.num_classes
+    if isinstance(target, int) and target >= n:
+        raise ConfigError(f"target must be 'pred', 'label' or a class index below {n} (the model has {n} classes); "
+                          f"got {target}.")
+
+
+def plugin_sources(plan: Plan) -> dict[str, str]:
+    """The code identity (sha256 of the module source) of every plug-in method and ablation the plan uses."""
+    names = [("method", m.name, m.fn) for m in plan.methods]
+    names += [("ablation", a, ABLATION_REGISTRY[a].head or ABLATION_REGISTRY[a].network) for a in plan.ablations]
+    out = {}
+    for kind, name, fn in names:
+        identity = code_identity(kind, name, fn)
+        if identity is not None:
+            out[f"{kind}:{name}"] = identity
+    return out
+
+
 def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | None, ablations: Sequence[str], *,
               options: EvalOptions, data_dir: Any = None, world: World = SINGLE_PROCESS,
               extra_methods: Sequence[AttributionMethod] = ()) -> Plan:
@@ -231,7 +272,10 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
     model.check_fits(data)
     _check_ablation_needs(ablations, data, options)
     methods, notes = _applicable_methods(model, data, options, extra)
+    _check_target_class(options.target, model)
     needs = [n for m in methods for n in m.needs] + [n for a in ablations for n in ABLATION_SPECS[a].needs]
+    if any("baseline" in m.needs for m in methods):
+        needs += baseline_needs(resolved_ig_baseline(options), ablations, explicit=options.ig_baseline is not None)
     stats = tuple(dict.fromkeys(n.split(":", 1)[1] for n in needs if n.startswith("stat:")))
     if options.scope == "network":
         # methods that need gradients or tensor inputs take gradients through the backbone at network scope

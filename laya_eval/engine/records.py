@@ -17,7 +17,7 @@ import numpy as np
 
 from laya_eval.errors import LayaEvalError
 
-__all__ = ["Records", "merge_records"]
+__all__ = ["Records", "merge_records", "method_diagnostic", "method_scores"]
 
 
 @dataclass
@@ -92,6 +92,17 @@ class Records:
     def take(self, rows: np.ndarray | slice) -> Records:
         """The records of the given rows (an index array, a boolean mask or a slice)."""
         return Records.from_arrays({k: v[rows] for k, v in self._flat().items()})
+
+
+def method_scores(records: Records, method: str, ablation: str) -> np.ndarray:
+    """A method's scores as scored against ``ablation``: its own ``"method@ablation"`` entry where the scores
+    depend on the ablation (Integrated Gradients from each ablation's removed state), else the shared one."""
+    return records.scores.get(f"{method}@{ablation}", records.scores.get(method))
+
+
+def method_diagnostic(records: Records, method: str, ablation: str) -> np.ndarray | None:
+    """A method's per-sample diagnostic for ``ablation``, as :func:`method_scores`."""
+    return records.diagnostics.get(f"{method}@{ablation}", records.diagnostics.get(method))
 
 
 def merge_records(parts: Iterable[Records]) -> Records:

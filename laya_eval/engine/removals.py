@@ -20,14 +20,17 @@ is recomputed (one backbone run per removal set).
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
 
-from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, SCOPES, fixed_ablation_names
-from laya_eval.engine.interventions import SampleFills, noise_fills, resample_fills, sample_fill_probs
+from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, SCOPES, AblationSpec, add_ablation_spec, fixed_ablation_names
+from laya_eval.engine.interventions import (SampleFills, drawn_class_probs, noise_fills, resample_fills,
+                                            sample_fill_probs)
 from laya_eval.engine.memory_budget import row_chunks
+from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import LayerHead, pool_hidden
 from laya_eval.models.layered import LayeredModel
@@ -35,7 +38,12 @@ from laya_eval.models.trace import Trace
 
 __all__ = [
     "ABLATIONS",
+    "ABLATION_REGISTRY",
     "SCOPES",
+    "Ablation",
+    "network_replacement_logits",
+    "register_ablation",
+    "removed_states",
     "ablation_fill",
     "batch_fill",
     "check_ablation",
@@ -51,11 +59,13 @@ __all__ = [
 
 
 def check_ablation(ablation: str, scope: str) -> None:
-    """Validate an (ablation, scope) pair with a message that says how to fix it."""
+    """Validate an (ablation, scope) pair with a message that says how to fix it (installed plug-ins loaded first)."""
+    load_installed_plugins()
     if scope not in SCOPES:
         raise ConfigError(f"scope must be one of {{{', '.join(SCOPES)}}}; got {scope!r}.")
     if ablation not in ABLATION_SPECS:
-        raise ConfigError(f"ablation must be one of {{{', '.join(ABLATIONS)}}}; got {ablation!r}.")
+        raise ConfigError(f"ablation must be one of {{{', '.join(ABLATION_SPECS)}}}; got {ablation!r} (a plug-in's "
+                          "ablation needs --plugin or an installed laya_eval.plugins entry point).")
     if scope not in ABLATION_SPECS[ablation].scopes:
         allowed = [a for a, spec in ABLATION_SPECS.items() if scope in spec.scopes]
         raise ConfigError(
@@ -78,7 +88,7 @@ def check_ablations(ablations: Sequence[str] | str, scope: str) -> tuple[str, ..
         ablations = (ablations,)
     ablations = tuple(dict.fromkeys(ablations))
     if not ablations:
-        raise ConfigError(f"give at least one ablation among {{{', '.join(ABLATIONS)}}}.")
+        raise ConfigError(f"give at least one ablation among {{{', '.join(ABLATION_SPECS)}}}.")
     for a in ablations:
         check_ablation(a, scope)
     return ablations
@@ -158,30 +168,48 @@ def head_removal_logits(
 
     ``tr`` is a trace of ``head`` (its terms and adapter outputs are reused, not recomputed).
 
-    ``fill``: the pooled mean of every hidden state, for ``mean``. Any set of layers may be removed at once
-    (pruning removes several).
+    ``fill``: the values the ablation declared (``stat:<name>``; the pooled mean of every hidden state for
+    ``mean``). Any set of layers may be removed at once (pruning removes several).
     """
-    masks = _expand_masks(masks.to(tr.terms.dtype), tr.n_samples)  # (B, K, L)
-    if ablation in ("gate", "gate-renorm"):
-        logits = torch.einsum("blc,bkl->bkc", tr.terms, masks)
-        if ablation == "gate-renorm" and tr.layer_weights is not None:
-            mass = torch.einsum("bl,bkl->bk", tr.layer_weights, masks).unsqueeze(-1)
-            # With every layer removed no weight is left to renormalise: the logits are the bias alone.
-            logits = logits / torch.where(mass > 0, mass, torch.ones_like(mass))
-        return logits + head.bias
-    # zero / mean: the heads pool maps first, so replacing the pooled state is exact; the head's
-    # removal_logits reuses what a removal does not touch (generic recomputation for custom heads).
+    entry = ABLATION_REGISTRY[ablation]
+    if entry.head is None:
+        raise ConfigError(f"ablation {ablation!r} is not defined at head scope.")
+    return entry.head(tr, head, _expand_masks(masks.to(tr.terms.dtype), tr.n_samples), fill)
+
+
+def _gate_logits(tr: Trace, head: LayerHead, masks: Tensor, fill, *, renormalise: bool = False) -> Tensor:
+    logits = torch.einsum("blc,bkl->bkc", tr.terms, masks)
+    if renormalise and tr.layer_weights is not None:
+        mass = torch.einsum("bl,bkl->bk", tr.layer_weights, masks).unsqueeze(-1)
+        # With every layer removed no weight is left to renormalise: the logits are the bias alone.
+        logits = logits / torch.where(mass > 0, mass, torch.ones_like(mass))
+    return logits + head.bias
+
+
+def _gate_renorm_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
+    return _gate_logits(tr, head, masks, fill, renormalise=True)
+
+
+def _zero_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
+    # The heads pool maps first, so replacing the pooled state is exact; the head's removal_logits reuses
+    # what a removal does not touch (generic recomputation for custom heads).
     pooled = [pool_hidden(h) for h in tr.hidden]
-    values = [p.new_zeros(p.shape[-1]) for p in pooled] if ablation == "zero" else list(fill or [])
-    if len(values) != masks.shape[-1]:
+    return head.removal_logits(pooled, masks, [p.new_zeros(p.shape[-1]) for p in pooled], terms=tr.terms,
+                               adapted=tr.adapted)
+
+
+def _mean_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
+    pooled = [pool_hidden(h) for h in tr.hidden]
+    if fill is None or len(fill) != masks.shape[-1]:
         raise ConfigError("mean ablation needs the mean of every hidden state over the evaluated data.")
-    return head.removal_logits(pooled, masks, values, terms=tr.terms, adapted=tr.adapted)
+    return head.removal_logits(pooled, masks, list(fill), terms=tr.terms, adapted=tr.adapted)
 
 
-def _network_scope_logits(
-    tr: Trace, model: LayeredModel, masks: Tensor, fill: Sequence[Tensor] | None, max_rows: int | None = None
-) -> Tensor:
-    masks = _expand_masks(masks, tr.n_samples)
+def network_replacement_logits(tr: Trace, model: LayeredModel, masks: Tensor,
+                               values: Sequence[Tensor | None] | None, max_rows: int | None = None) -> Tensor:
+    """Network-scope logits (B, K, C) after each removal in ``masks`` (B, K, L): block ``i``'s full output is
+    replaced by ``values[i]`` (broadcast to it; ``None`` or no ``values``: zeros) inside the backbone for the
+    samples that drop it, and every later block is recomputed; at most ``max_rows`` inputs per backbone pass."""
     out = []
     for k in range(masks.shape[1]):
         parts = []
@@ -190,7 +218,7 @@ def _network_scope_logits(
             for i in range(masks.shape[2]):
                 drop = masks[sl, k, i] == 0
                 if bool(drop.any()):
-                    replace[i] = _replacer(drop, None if fill is None else fill[i])
+                    replace[i] = _replacer(drop, None if values is None else values[i])
             parts.append(model.head(model.hidden_states(tr.inputs[sl], replace)))
         out.append(torch.cat(parts))
     return torch.stack(out, 1)
@@ -205,6 +233,129 @@ def _replacer(drop: Tensor, value: Tensor | None):
     return apply
 
 
+def _zero_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
+                         ) -> Tensor:
+    return network_replacement_logits(tr, model, masks, None, max_rows)
+
+
+def _mean_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
+                         ) -> Tensor:
+    return network_replacement_logits(tr, model, masks, fill, max_rows)
+
+
+def _drawn_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
+    """Head-scope logits of an ablation drawn per sample: ``log`` of the class probabilities averaged over the
+    draws, whose softmax is that average (:func:`removal_probs` takes the average itself)."""
+    return drawn_class_probs(tr, head, None, masks, _sample_fills(fill), "head").log()
+
+
+def _drawn_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
+                          ) -> Tensor:
+    """As :func:`_drawn_head_logits`, inside the backbone."""
+    return drawn_class_probs(tr, model.head, model, masks, _sample_fills(fill), "network").log()
+
+
+def _sample_fills(fill) -> SampleFills:
+    if not isinstance(fill, SampleFills):
+        raise ConfigError("an ablation drawn per sample needs the batch's draws (SampleFills) as its fill.")
+    return fill
+
+
+def _zero_state(state: Tensor, layer: int, fill) -> Tensor:
+    return torch.zeros_like(state)
+
+
+def _fill_state(state: Tensor, layer: int, fill) -> Tensor:
+    return fill[layer].to(state).expand_as(state)
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """A registered ablation: its catalog entry and its logits at each scope it is defined for.
+
+    Attributes
+    ----------
+    spec : laya_eval.catalog.AblationSpec
+    head : callable or None
+        ``head(trace, head, masks, fill) -> Tensor (B, K, C)``: logits after each removal, ``masks`` (B, K, L)
+        keep masks (0 removes a layer) in the trace's dtype and device; ``fill`` the dataset statistic the
+        entry declares (``stat:<name>``: a list of per-layer tensors, pooled), else ``None``.
+    network : callable or None
+        ``network(trace, model, masks, fill) -> Tensor (B, K, C)``: the same with the layer replaced inside the
+        backbone (``fill`` then holds full block outputs); :func:`network_replacement_logits` does the replacing.
+    removed_state : callable or None
+        ``removed_state(state, layer, fill) -> Tensor`` of ``state``'s shape: the state the ablation puts in
+        place of ``state`` (pooled (B, d) at head scope, the block output at network scope), where
+        Integrated Gradients starts with ``ig_baseline="removed"``; ``None`` for an ablation that replaces no
+        state (``gate``).
+    """
+
+    spec: AblationSpec
+    head: Callable[..., Tensor] | None = None
+    network: Callable[..., Tensor] | None = None
+    removed_state: Callable[..., Tensor] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+#: Every registered ablation by name: the built-ins below and plug-ins, all through :func:`register_ablation`.
+ABLATION_REGISTRY: dict[str, Ablation] = {}
+
+
+def register_ablation(spec: AblationSpec, *, head: Callable[..., Tensor] | None = None,
+                      network: Callable[..., Tensor] | None = None,
+                      removed_state: Callable[..., Tensor] | None = None) -> Ablation:
+    """Register an ablation: its catalog entry and one logits function per scope it declares (see
+    :class:`Ablation` for the signatures), the path every ablation takes.
+
+    Raises
+    ------
+    ConfigError
+        If the name is taken, a declared scope has no function, or a function is given for an undeclared scope.
+    """
+    if not isinstance(spec, AblationSpec):
+        raise ConfigError(f"an ablation is registered with a catalog.AblationSpec; got {type(spec).__name__}.")
+    given = {"head": head, "network": network}
+    for scope, fn in given.items():
+        if (scope in tuple(spec.scopes)) != (fn is not None) or (fn is not None and not callable(fn)):
+            raise ConfigError(f"ablation {spec.name!r}: give a callable {scope}= exactly when its scopes "
+                              f"{tuple(spec.scopes)!r} include {scope!r}.")
+    try:
+        add_ablation_spec(spec)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if spec.name in ABLATION_REGISTRY:
+        raise ConfigError(f"ablation {spec.name!r} is already registered; choose another name.")
+    entry = Ablation(spec, head, network, removed_state)
+    ABLATION_REGISTRY[spec.name] = entry
+    return entry
+
+
+register_ablation(ABLATION_SPECS["gate"], head=_gate_logits)
+register_ablation(ABLATION_SPECS["gate-renorm"], head=_gate_renorm_logits)
+register_ablation(ABLATION_SPECS["zero"], head=_zero_head_logits, network=_zero_network_logits,
+                  removed_state=_zero_state)
+register_ablation(ABLATION_SPECS["mean"], head=_mean_head_logits, network=_mean_network_logits,
+                  removed_state=_fill_state)
+# Drawn per sample: no single removed state, so IG at network scope starts from zeros for resample (refused with an
+# explicit --ig-baseline removed); noise's draws have the dataset mean as their expectation, where IG starts.
+register_ablation(ABLATION_SPECS["resample"], head=_drawn_head_logits, network=_drawn_network_logits)
+register_ablation(ABLATION_SPECS["noise"], head=_drawn_head_logits, network=_drawn_network_logits,
+                  removed_state=_fill_state)
+# Ablations come only through register_ablation; the catalog names each one the engine can run.
+if set(ABLATION_REGISTRY) != set(ABLATION_SPECS):
+    raise ImportError(f"catalog ablations without logits: {sorted(set(ABLATION_SPECS) - set(ABLATION_REGISTRY))}")
+
+
+def removed_states(ablation: str, states: Sequence[Tensor], fill: Sequence[Tensor] | None) -> list[Tensor] | None:
+    """The state ``ablation`` puts in place of each of ``states`` (one per layer), or ``None`` when it replaces
+    no state."""
+    fn = ABLATION_REGISTRY[ablation].removed_state
+    return None if fn is None else [fn(s, i, fill) for i, s in enumerate(states)]
+
+
 @torch.no_grad()
 def removal_probs(
     tr: Trace,
@@ -215,8 +366,9 @@ def removal_probs(
     scope: str = "head",
     fill: Sequence[Tensor] | None = None,
     max_rows: int | None = None,
+    target: Tensor | None = None,
 ) -> Tensor:
-    """``p_c`` after each removal in ``masks``.
+    """``p_t`` after each removal in ``masks``, ``t`` = ``target`` (B,) or the predicted class.
 
     Parameters
     ----------
@@ -225,7 +377,7 @@ def removal_probs(
     masks : Tensor, (K, L) or (B, K, L)
         Keep masks; 0 removes a layer.
     ablation : str
-        An ablation of :data:`laya_eval.catalog.ABLATION_SPECS`.
+        A registered ablation (:data:`ABLATION_REGISTRY`).
     scope : {"head", "network"}
     fill : list of Tensor, or SampleFills, optional
         For ``mean``: the mean of each hidden state over the evaluated data
@@ -241,17 +393,22 @@ def removal_probs(
     """
     check_ablation(ablation, scope)
     if isinstance(fill, SampleFills):
-        return sample_fill_probs(tr, model, masks, fill, scope)
+        return sample_fill_probs(tr, model, masks, fill, scope, target=target)
     if scope == "head":
         logits = head_removal_logits(tr, model.head, masks, ablation, fill)
     else:
-        logits = _network_scope_logits(tr, model, masks, fill if ablation == "mean" else None, max_rows)
+        logits = ABLATION_REGISTRY[ablation].network(tr, model, _expand_masks(masks, tr.n_samples), fill,
+                                                     max_rows=max_rows)
     probs = torch.softmax(logits, -1)
-    index = tr.pred[:, None, None].expand(-1, probs.shape[1], 1)
+    target = tr.pred if target is None else target
+    index = target[:, None, None].expand(-1, probs.shape[1], 1)
     return probs.gather(2, index).squeeze(2)
 
 
 def removal_effects(tr: Trace, model: LayeredModel, masks: Tensor, **kwargs) -> Tensor:
-    """Effects ``p_c(x) - p_c(x removed)`` for each removal in ``masks``, (B, K). Options as :func:`removal_probs`."""
+    """Effects ``p_t(x) - p_t(x removed)`` for each removal in ``masks``, (B, K). Options as :func:`removal_probs`
+    (``t`` the predicted class unless ``target`` is given)."""
     probs = removal_probs(tr, model, masks, **kwargs)
-    return tr.confidence[:, None] - probs
+    target = kwargs.get("target")
+    before = tr.confidence if target is None else tr.probs.gather(1, target[:, None]).squeeze(1)
+    return before[:, None] - probs

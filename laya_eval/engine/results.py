@@ -27,8 +27,9 @@ from laya_eval.stats.metrics import (
     top1_hit,
 )
 from laya_eval.models.layered import LayeredModel
-from laya_eval.engine.plan import EvalOptions, Plan
-from laya_eval.engine.records import Records
+from laya_eval.engine.ig_baselines import baseline_description
+from laya_eval.engine.plan import EvalOptions, Plan, plugin_sources, resolved_ig_baseline
+from laya_eval.engine.records import Records, method_diagnostic, method_scores
 from laya_eval.stats import (
     COMPARISON_COLUMNS,
     TiedEffects,
@@ -171,7 +172,7 @@ def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int
     sample = records.sample
     layer_rows, sample_rows, summary_rows = [], [], []
     for k, m in enumerate(plan.methods):
-        scores, deletion = records.scores[m.name], records.deletion[ablation][m.name]
+        scores, deletion = method_scores(records, m.name, ablation), records.deletion[ablation][m.name]
         scored = score_method(scores, effects, deletion, bootstrap=options.bootstrap, seed=[options.seed, k],
                               ties=ties)
         layer_rows.append(pd.DataFrame({
@@ -191,7 +192,7 @@ def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int
     samples = pd.concat(sample_rows, ignore_index=True) if sample_rows else pd.DataFrame()
     comparisons = (compare_methods(samples, n_resamples=options.bootstrap, seed=options.seed)
                    if len(plan.methods) > 1 else pd.DataFrame(columns=COMPARISON_COLUMNS))
-    warnings = _warnings(records, plan, ties)
+    warnings = _warnings(records, plan, ties, ablation)
     return EvaluationResult(
         layers=pd.concat(layer_rows, ignore_index=True) if layer_rows else pd.DataFrame(),
         samples=samples,
@@ -219,7 +220,7 @@ TIE_RULE = ("two effects of a sample closer than rtol x the sample's largest |ef
             "tolerance is negligible")
 
 
-def _warnings(records: Records, plan: Plan, ties: TiedEffects) -> list[str]:
+def _warnings(records: Records, plan: Plan, ties: TiedEffects, ablation: str) -> list[str]:
     """Plain-language warnings: effects too close to rank, or a head whose methods all rank alike."""
     out = []
     n = max(len(records), 1)
@@ -231,7 +232,7 @@ def _warnings(records: Records, plan: Plan, ties: TiedEffects) -> list[str]:
                    "tolerance): removing most layers changes nothing measurable.")
     real = [m.name for m in plan.methods if not m.spec.baseline]
     if len(real) > 1 and len(records):
-        top = np.stack([rank_layers(records.scores[m])[:, 0] for m in real])  # (methods, N)
+        top = np.stack([rank_layers(method_scores(records, m, ablation))[:, 0] for m in real])  # (methods, N)
         agree = (top == top[0]).all(0)
         layer, count = np.unique(top[0][agree], return_counts=True)
         share = count.max() / len(records) if count.size else 0.0
@@ -248,10 +249,10 @@ def _model_record(model: LayeredModel) -> dict[str, Any]:
     return {"training": training, "metrics": dict(model.info.metrics)}
 
 
-def _diagnostics(records: Records, plan: Plan) -> dict[str, Any]:
+def _diagnostics(records: Records, plan: Plan, ablation: str) -> dict[str, Any]:
     out = {}
     for m in plan.methods:
-        values = records.diagnostics.get(m.name)
+        values = method_diagnostic(records, m.name, ablation)
         if values is not None and values.size:
             delta = np.abs(values)
             out[m.name] = {"mean_abs": float(delta.mean()), "max_abs": float(delta.max()), "note": m.diagnostic_note}
@@ -279,10 +280,20 @@ def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: in
         "world_size": world_size,
         "methods": {m.name: m.description for m in plan.methods},
         "skipped": list(plan.notes),
-        "effect": ("p_c(x) - p_c(x with the layer removed), c = class predicted on the intact input; "
+        "effect": ("p_t(x) - p_t(x with the layer removed), t = the target class (see 'target'; by default the "
+                   "class predicted on the intact input); "
                    f"ablation {options.ablation!r}, scope {options.scope!r}."),
         "metrics": {name: asdict(info) for name, info in METRICS.items()},
-        "diagnostics": _diagnostics(records, plan),
+        "diagnostics": _diagnostics(records, plan, options.ablation),
+        "target": {"option": options.target,
+                   "meaning": "the class whose logit the attributions explain and whose probability the effects "
+                              "measure: pred = the class predicted on the intact input, label = the true label, "
+                              "an integer = that class for every input"},
+        "integrated_gradients": {
+            "n_steps": options.n_steps, "method": "gausslegendre", "baseline": resolved_ig_baseline(options),
+            "baseline_state": baseline_description(resolved_ig_baseline(options), options.ablation),
+            "internal_batch_size": options.internal_batch_size},
+        "plugins": plugin_sources(plan),
     }
 
 

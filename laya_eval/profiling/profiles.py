@@ -88,9 +88,9 @@ def _check_by(by: str) -> None:
 
 
 def _check_method(method: str) -> None:
-    from laya_eval.engine.methods import METHODS
+    from laya_eval.engine.methods import METHODS, method_names
 
-    if method not in METHODS:
+    if method not in method_names():
         raise ConfigError(f"method must be among {{{', '.join(METHODS)}}}; got {method!r}.")
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from laya_eval.engine.methods import METHODS
+from laya_eval.engine.methods import method_names
 from laya_eval.data import Dataset
 from laya_eval.errors import ConfigError
 from laya_eval.loading.feature_cache import Features
@@ -199,7 +199,7 @@ def prune(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
         model.check_fits(d)
     model.eval()
     f = {name: encode_features(model, d, batch_size=options.batch_size, cache_dir=cache_dir) for name, d in (("train", train), ("val", val), ("test", test))}
-    names = list(options.methods) if options.methods is not None else list(METHODS)
+    names = list(options.methods) if options.methods is not None else method_names()
     scores, _ = attribute_features(model, f["test"], list(dict.fromkeys([*names, _RANDOM])), seed=options.seed,
                                    batch_size=options.batch_size)
     random_scores = scores.pop(_RANDOM)  # the random rows are always there: they bound every method

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from laya_eval.catalog import BOOTSTRAP_RESAMPLES, RETRAIN_PATIENCE
-from laya_eval.engine.methods import METHODS, resolve_methods
+from laya_eval.engine.methods import method_names as registered_methods, resolve_methods
 from laya_eval.checks import check_choice, check_fields, check_non_negative_int, check_positive_int, check_seed
 from laya_eval.engine.removals import check_ablation, check_fixed_ablation
 from laya_eval.training.trainer import TrainOptions
@@ -62,4 +62,4 @@ _SANITY_RULES = {
 
 
 def method_names(options: SanityOptions) -> list[str]:
-    return list(options.methods) if options.methods is not None else list(METHODS)
+    return list(options.methods) if options.methods is not None else registered_methods()

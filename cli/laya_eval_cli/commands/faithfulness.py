@@ -8,6 +8,11 @@ import click
 
 from laya_eval.catalog import ABLATIONS, CHUNK_SIZE, TIE_RTOL, method_names
 from laya_eval_cli.options import (
+    attribution_options,
+    plugin_option,
+    registered_ablations,
+    registered_methods,
+    use_plugins,
     batch_size_option,
     bootstrap_option,
     choice_list,
@@ -59,12 +64,14 @@ def _table(summary) -> str:
 @click.argument("checkpoint", metavar="MODEL")
 @trust_code_option
 @allow_unverified_option
+@plugin_option
 @download_option
 @recorded_data_option
 @split_option
 @methods_option
+@attribution_options
 @click.option("--ablation", default="gate", show_default=True,
-              help=f"How a layer is removed: {', '.join(ABLATIONS)} (docs/concepts/ablations.md). Several, comma-separated, "
+              help=f"How a layer is removed: {', '.join(ABLATIONS)} or a plug-in's (docs/concepts/ablations.md). Several, comma-separated, "
                    "share one pass (attributions are computed once), write one subfolder of --out each and "
                    "operators.csv, how much each method's verdict depends on the operator.")
 @click.option("--draws", default=8, show_default=True, type=click.IntRange(min=1),
@@ -99,8 +106,10 @@ def _table(summary) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def faithfulness(checkpoint, trust_code, allow_unverified, download, data, split, methods, ablation, draws, angular_span, scope, limit, batch_size, seed, bootstrap, out_dir,
-                 resume, chunk_size, tie_rtol, table_format, allow_nonfinite, dtype, max_memory, data_dir, device, quiet):
+def faithfulness(checkpoint, trust_code, allow_unverified, plugins, download, data, split, methods, target, ig_steps,
+                 ig_baseline, ig_batch_size, ablation, draws, angular_span, scope, limit, batch_size, seed, bootstrap,
+                 out_dir, resume, chunk_size, tie_rtol, table_format, allow_nonfinite, dtype, max_memory, data_dir, device,
+                 quiet):
     """Score layer attributions of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE) against leave-one-layer-out effects.
 
     For every input, each method's layer scores are compared with the drop of the
@@ -113,9 +122,11 @@ def faithfulness(checkpoint, trust_code, allow_unverified, download, data, split
     from laya_eval.engine.distributed import world_from_environment
     from laya_eval.engine.evaluation import EvalOptions, evaluate_to_folder
 
-    ablations = choice_list(ablation, list(ABLATIONS), "--ablation")
-    names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
+    use_plugins(plugins, trust_code)
+    ablations = choice_list(ablation, registered_ablations(), "--ablation")
+    names = None if methods is None else choice_list(methods, registered_methods(), "--methods")
     options = EvalOptions(methods=names, ablation=ablations[0], scope=scope, split=split, limit=limit,
+                          target=target, n_steps=ig_steps, ig_baseline=ig_baseline, internal_batch_size=ig_batch_size,
                           batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device, dtype=dtype, chunk_size=chunk_size, tie_rtol=tie_rtol,
                           trust_code=trust_code, download=download, allow_nonfinite=allow_nonfinite,
                           allow_unverified=allow_unverified, max_memory_mb=max_memory, draws=draws,

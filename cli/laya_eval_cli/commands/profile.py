@@ -9,6 +9,11 @@ import click
 from laya_eval.catalog import BOOTSTRAP_RESAMPLES, DISTANCE_SPECS, distance_names
 from laya_eval_cli.commands.faithfulness import METHOD_NAMES
 from laya_eval_cli.options import (
+    attribution_options,
+    choice_list,
+    plugin_option,
+    registered_methods,
+    use_plugins,
     batch_size_option,
     data_dir_option,
     device_option,
@@ -64,9 +69,11 @@ def _diagnosis_line(diag) -> str:
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
 @trust_code_option
+@plugin_option
 @download_option
 @recorded_data_option
 @split_option
+@attribution_options
 @click.option("--method", default="laya", show_default=True,
               help=f"Whose layer scores to profile: {', '.join(METHOD_NAMES)}.")
 @click.option("--by", default="label", show_default=True, type=click.Choice(["label", "pred"]),
@@ -92,7 +99,7 @@ def _diagnosis_line(diag) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def profile(checkpoint, trust_code, download, data, split, method, by, reference_by, distance, bootstrap, scope, limit,
+def profile(checkpoint, trust_code, plugins, download, data, split, target, ig_steps, ig_baseline, ig_batch_size, method, by, reference_by, distance, bootstrap, scope, limit,
             batch_size, seed, out_dir, fmt, style, data_dir, device, quiet):
     """Class-wise layer profile of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE): mean and std of a method's layer scores per class and layer.
 
@@ -115,8 +122,11 @@ def profile(checkpoint, trust_code, download, data, split, method, by, reference
     from laya_eval.engine.evaluation import EvalOptions
     from laya_eval.profiling.profiles import layer_profile, write_profile
 
+    use_plugins(plugins, trust_code)
+    choice_list(method, registered_methods(), "--method")
     # The ablation does not touch the scores; network scope only admits replacement ablations.
     options = EvalOptions(ablation="gate" if scope == "head" else "zero", scope=scope, split=split, limit=limit,
+                          target=target, n_steps=ig_steps, ig_baseline=ig_baseline, internal_batch_size=ig_batch_size,
                           batch_size=batch_size, seed=seed, bootstrap=0, device=device, trust_code=trust_code,
                           download=download)
     world = world_from_environment(device)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import click
 
 from laya_eval.catalog import fixed_ablation_names
-from laya_eval_cli.commands.faithfulness import METHOD_NAMES
 
 ABLATIONS = tuple(fixed_ablation_names())
 from laya_eval_cli.options import (
@@ -14,6 +13,10 @@ from laya_eval_cli.options import (
     bootstrap_option,
     cache_dir_option,
     choice_list,
+    plugin_option,
+    registered_ablations,
+    registered_methods,
+    use_plugins,
     data_dir_option,
     device_option,
     download_option,
@@ -59,6 +62,7 @@ def _table(result) -> str:
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
 @trust_code_option
+@plugin_option
 @download_option
 @recorded_data_option
 @methods_option
@@ -88,7 +92,7 @@ def _table(result) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def prune(checkpoint, trust_code, download, data, methods, ablations, seeds, random_rankings, random_refits, epochs,
+def prune(checkpoint, trust_code, plugins, download, data, methods, ablations, seeds, random_rankings, random_refits, epochs,
           patience, lr, train_seed, timing, early_exit, limit, batch_size, seed, bootstrap, out_dir, fmt, cache_dir,
           data_dir, device, quiet):
     """Prune MODEL's layers by each attribution method's ranking.
@@ -103,8 +107,9 @@ def prune(checkpoint, trust_code, download, data, methods, ablations, seeds, ran
     from laya_eval.pruning import PruneOptions, prune_to_folder
     from laya_eval.training.trainer import TrainOptions
 
-    names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
-    removal = choice_list(ablations, list(ABLATIONS), "--ablation")
+    use_plugins(plugins, trust_code)
+    names = None if methods is None else choice_list(methods, registered_methods(), "--methods")
+    removal = choice_list(ablations, registered_ablations(), "--ablation")
     train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128,
                                  device=device)
     options = PruneOptions(methods=names, ablations=removal, seeds=seeds, n_random=random_rankings,

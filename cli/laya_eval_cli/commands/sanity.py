@@ -6,7 +6,6 @@ import click
 
 from laya_eval.catalog import RETRAIN_PATIENCE
 from laya_eval.catalog import fixed_ablation_names
-from laya_eval_cli.commands.faithfulness import METHOD_NAMES
 
 ABLATIONS = tuple(fixed_ablation_names())
 from laya_eval_cli.options import (
@@ -14,6 +13,11 @@ from laya_eval_cli.options import (
     bootstrap_option,
     cache_dir_option,
     choice_list,
+    plugin_option,
+    registered_ablations,
+    registered_methods,
+    trust_code_option,
+    use_plugins,
     data_dir_option,
     device_option,
     limit_option,
@@ -49,10 +53,13 @@ def _table(result) -> str:
 
 @click.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False))
+@trust_code_option
+@plugin_option
 @recorded_data_option
 @methods_option
-@click.option("--ablation", default="gate", show_default=True, type=click.Choice(ABLATIONS),
-              help="How a layer is removed for the faithfulness column (head scope).")
+@click.option("--ablation", default="gate", show_default=True,
+              help=f"How a layer is removed for the faithfulness column (head scope): {', '.join(ABLATIONS)} or a "
+                   "plug-in's.")
 @click.option("--similarity", default="across_samples", show_default=True,
               type=click.Choice(["across_samples", "per_sample"]),
               help="across_samples: per layer, rho over samples, averaged over layers; per_sample: rho over layers "
@@ -72,7 +79,7 @@ def _table(result) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, patience, lr, train_seed, limit,
+def sanity(checkpoint, trust_code, plugins, data, methods, ablation, similarity, roar_seeds, epochs, patience, lr, train_seed, limit,
            batch_size, seed, bootstrap, out_dir, fmt, cache_dir, data_dir, device, quiet):
     """Layer-level sanity checks of CHECKPOINT's attribution methods.
 
@@ -87,7 +94,9 @@ def sanity(checkpoint, data, methods, ablation, similarity, roar_seeds, epochs, 
     from laya_eval.sanity_checks import SanityOptions, sanity_to_folder
     from laya_eval.training.trainer import TrainOptions
 
-    names = None if methods is None else choice_list(methods, METHOD_NAMES, "--methods")
+    use_plugins(plugins, trust_code)
+    names = None if methods is None else choice_list(methods, registered_methods(), "--methods")
+    ablation = choice_list(ablation, registered_ablations(), "--ablation")[0]
     train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128,
                                  device=device)
     options = SanityOptions(methods=names, ablation=ablation, similarity=similarity, roar_seeds=roar_seeds,
