@@ -31,8 +31,8 @@ from laya_eval.models.heads import LayerHead, pool_hidden
 from laya_eval.models.layered import LayeredModel
 from laya_eval.models.trace import Trace
 
-__all__ = ["DONOR_STREAM", "NOISE_STREAM", "SampleFills", "donor_ids", "noise_fills", "resample_fills",
-           "sample_fill_probs"]
+__all__ = ["DONOR_STREAM", "NOISE_STREAM", "SampleFills", "donor_ids", "drawn_class_probs", "drawn_head_logits",
+           "drawn_network_logits", "noise_fills", "resample_fills", "sample_fill_probs"]
 
 #: The first part of every derived seed of each ablation, so donors and noise never share random numbers.
 DONOR_STREAM, NOISE_STREAM = 1, 2
@@ -168,3 +168,21 @@ def sample_fill_probs(tr: Trace, model: LayeredModel, masks: Tensor, fills: Samp
     probs = drawn_class_probs(tr, model.head, model, masks, fills, scope)
     target = tr.pred if target is None else target
     return probs.gather(2, target[:, None, None].expand(-1, probs.shape[1], 1)).squeeze(2)
+
+
+def drawn_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
+    """Head-scope logits of an ablation drawn per sample: ``log`` of the class probabilities averaged over the
+    draws, whose softmax is that average (``removal_probs`` takes the average itself)."""
+    return drawn_class_probs(tr, head, None, masks, _sample_fills(fill), "head").log()
+
+
+def drawn_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
+                          ) -> Tensor:
+    """As :func:`drawn_head_logits`, inside the backbone."""
+    return drawn_class_probs(tr, model.head, model, masks, _sample_fills(fill), "network").log()
+
+
+def _sample_fills(fill) -> SampleFills:
+    if not isinstance(fill, SampleFills):
+        raise ConfigError("an ablation drawn per sample needs the batch's draws (SampleFills) as its fill.")
+    return fill

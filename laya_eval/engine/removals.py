@@ -27,8 +27,8 @@ import torch
 from torch import Tensor
 
 from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, SCOPES, AblationSpec, add_ablation_spec, fixed_ablation_names
-from laya_eval.engine.interventions import (SampleFills, drawn_class_probs, noise_fills, resample_fills,
-                                            sample_fill_probs)
+from laya_eval.engine.interventions import (SampleFills, drawn_head_logits, drawn_network_logits, noise_fills,
+                                            resample_fills, sample_fill_probs)
 from laya_eval.engine.memory_budget import row_chunks
 from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.errors import ConfigError
@@ -243,24 +243,6 @@ def _mean_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *,
     return network_replacement_logits(tr, model, masks, fill, max_rows)
 
 
-def _drawn_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
-    """Head-scope logits of an ablation drawn per sample: ``log`` of the class probabilities averaged over the
-    draws, whose softmax is that average (:func:`removal_probs` takes the average itself)."""
-    return drawn_class_probs(tr, head, None, masks, _sample_fills(fill), "head").log()
-
-
-def _drawn_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
-                          ) -> Tensor:
-    """As :func:`_drawn_head_logits`, inside the backbone."""
-    return drawn_class_probs(tr, model.head, model, masks, _sample_fills(fill), "network").log()
-
-
-def _sample_fills(fill) -> SampleFills:
-    if not isinstance(fill, SampleFills):
-        raise ConfigError("an ablation drawn per sample needs the batch's draws (SampleFills) as its fill.")
-    return fill
-
-
 def _zero_state(state: Tensor, layer: int, fill) -> Tensor:
     return torch.zeros_like(state)
 
@@ -341,8 +323,8 @@ register_ablation(ABLATION_SPECS["mean"], head=_mean_head_logits, network=_mean_
                   removed_state=_fill_state)
 # Drawn per sample: no single removed state, so IG at network scope starts from zeros for resample (refused with an
 # explicit --ig-baseline removed); noise's draws have the dataset mean as their expectation, where IG starts.
-register_ablation(ABLATION_SPECS["resample"], head=_drawn_head_logits, network=_drawn_network_logits)
-register_ablation(ABLATION_SPECS["noise"], head=_drawn_head_logits, network=_drawn_network_logits,
+register_ablation(ABLATION_SPECS["resample"], head=drawn_head_logits, network=drawn_network_logits)
+register_ablation(ABLATION_SPECS["noise"], head=drawn_head_logits, network=drawn_network_logits,
                   removed_state=_fill_state)
 # Ablations come only through register_ablation; the catalog names each one the engine can run.
 if set(ABLATION_REGISTRY) != set(ABLATION_SPECS):
