@@ -126,10 +126,16 @@ def test_py_plugin_needs_trust_code_and_then_runs_as_a_built_in(tmp_path, digits
 def test_installed_plugin_runs_through_every_command(tmp_path, digits_checkpoints):
     package = write_package(tmp_path / "pkg")
     venv = tmp_path / "venv"
-    base = Path("/work/main/.venv/bin/python")
-    base = base if base.exists() else Path(sys.executable)
+    base = Path(sys.executable)
     subprocess.run([str(base), "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
     python = str(venv / "bin" / "python")
+    # --system-site-packages exposes the base interpreter's packages; a .pth file adds those of the environment
+    # running the tests (torch and the rest), so only the plug-in is installed.
+    new_site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+    import sysconfig
+
+    Path(new_site, "test-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", str(package)],
                    check=True, timeout=600, capture_output=True)
     marker = tmp_path / "imported.txt"
