@@ -64,11 +64,7 @@ __all__ = [
     "SCOPES",
     "AblationSpec",
     "MethodSpec",
-    "BUILTIN_ABLATIONS",
-    "IG_BASELINES",
-    "BUILTIN_METHODS",
-    "add_ablation_spec",
-    "add_method_spec",
+    "BUILTIN_ABLATIONS", "BUILTIN_METHODS", "IG_BASELINES", "add_ablation_spec", "add_method_spec",
     "ablation_names",
     "fixed_ablation_names",
     "distance_names",
@@ -250,9 +246,7 @@ def _check_entry(kind: str, spec, builtins: frozenset, registry: dict) -> bool:
 
 
 def add_method_spec(spec: MethodSpec) -> None:
-    """Enter a method into :data:`METHOD_SPECS` (a built-in's own entry is already there).
-
-    Raises ``ValueError`` for a name taken by a built-in or an earlier plug-in, or a malformed entry."""
+    """Enter a method into :data:`METHOD_SPECS` (``ValueError`` for a taken name or a malformed entry)."""
     if _check_entry("method", spec, BUILTIN_METHODS, METHOD_SPECS):
         return
     if spec.requires not in METHOD_REQUIREMENTS:
