@@ -26,9 +26,13 @@ BENCH = REPO / "benchmarks"
 SETTINGS = {"fashion-mnist": ("digits", "mlp", ["scalarmix", "laya"], [0, 1]),
             "text": ("rotten-tomatoes", "minilm", ["concat", "laya"], [0])}
 # Methods that apply to each head (the others are skipped and noted).
-METHODS = {"concat": {"contribution", "ig", "gradcam", "grad_x_act", "random"},
-           "scalarmix": {"static", "contribution", "ig", "gradcam", "grad_x_act", "random"},
-           "laya": {"laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random"}}
+# block_influence / angular_distance compare states of one width (adapted ones, or MiniLM's equal-width layers);
+# alpha_norm needs adapters and layer weights.
+METHODS = {"concat": {"contribution", "ig", "gradcam", "grad_x_act", "random", "block_influence", "angular_distance"},
+           "scalarmix": {"static", "contribution", "ig", "gradcam", "grad_x_act", "random", "block_influence",
+                         "angular_distance", "alpha_norm"},
+           "laya": {"laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random", "block_influence",
+                    "angular_distance", "alpha_norm"}}
 OUTPUTS = ("runs.csv", "faithfulness.csv", "layer_weights.csv", "accuracy_summary.csv", "faithfulness_summary.csv",
            "layer_weight_summary.csv", "late_layers.csv", "claims.csv", "comparison.md")
 
