@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
-import shutil
 import sys
 from pathlib import Path
 from unittest import mock
@@ -59,12 +58,9 @@ def _pip_offline(words_line: str) -> str:
 
 def run_page(page: Path, scratch: Path, *, with_requirements: bool, on_output=None) -> int:
     """Run the page's blocks in ``scratch``; returns how many ran. ``on_output(block, text)`` sees each output."""
-    from laya_eval.loading.feature_cache import cache_root
-
-    # every page starts from an empty feature cache, as a reader following it does (two runs of one page, with
-    # and without its requirements, would otherwise see each other's entries)
-    shutil.rmtree(cache_root(), ignore_errors=True)
-    runner = PageRunner(scratch, _cli, {"LAYA_EVAL_THREADS": "1"})
+    # every page starts from an empty feature cache of its own, as a reader following it does (two runs of one
+    # page, with and without its requirements, would otherwise see each other's entries)
+    runner = PageRunner(scratch, _cli, {"LAYA_EVAL_THREADS": "1", "LAYA_EVAL_CACHE": str(scratch / ".laya-eval-cache")})
     ran = 0
     with mock.patch.dict(os.environ), mock.patch.object(sys, "path", [str(scratch), *sys.path]):
         old_cwd, old_modules = Path.cwd(), set(sys.modules)
