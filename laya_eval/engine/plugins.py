@@ -20,8 +20,6 @@ May import: errors, catalog, output.
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
 import inspect
 import sys
 from importlib import metadata
@@ -68,25 +66,9 @@ def _record(origin: str, before: set[tuple[str, str]], module: Any) -> None:
 
 def _import_py(value: str) -> Any:
     """Import a dotted module or a ``.py`` file, the way ``py:`` model specs are imported."""
-    if value.endswith(".py"):
-        path = Path(value).expanduser().resolve()
-        if not path.is_file():
-            raise ConfigError(f"--plugin py:{value}: the file does not exist.")
-        key = f"laya_eval_plugin_{hashlib.sha256(str(path).encode()).hexdigest()[:16]}"
-        if key not in sys.modules:
-            spec = importlib.util.spec_from_file_location(key, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[key] = module
-            try:
-                spec.loader.exec_module(module)
-            except BaseException:
-                del sys.modules[key]
-                raise
-        return sys.modules[key]
-    try:
-        return importlib.import_module(value)
-    except ImportError as err:
-        raise ConfigError(f"--plugin py:{value}: cannot import the module ({err}); is it on PYTHONPATH?") from None
+    from laya_eval.loading.references import import_module_source
+
+    return import_module_source(value, what=f"--plugin py:{value}")
 
 
 def check_plugin_specs(specs: Sequence[str], *, trust_code: bool) -> tuple[str, ...]:

@@ -28,7 +28,37 @@ from torch import nn
 from laya_eval.errors import CheckpointError, ConfigError
 from laya_eval.models.layered import LayeredModel
 
-__all__ = ["build_backbone", "call_factory", "check_sources", "import_factory", "source_hashes"]
+__all__ = ["build_backbone", "call_factory", "check_sources", "import_factory", "import_module_source", "source_hashes"]
+
+
+def import_module_source(name: str, *, what: str) -> Any:
+    """Import a dotted module or a ``.py`` file (``what`` names the option in errors: ``py: spec``, ``--plugin``).
+
+    A file is imported under a name made from its path and content, so an edited file is imported afresh and
+    never served from an older import. This runs the module's code: call it only for a name the user typed, or
+    with trust.
+    """
+    try:
+        if name.endswith(".py"):
+            path = Path(name).expanduser().resolve()
+            if not path.is_file():
+                raise ConfigError(f"{what} names the file '{name}', which does not exist.")
+            from laya_eval.output.files import file_sha256
+
+            key = f"laya_eval_user_{abs(hash(str(path)))}_{file_sha256(path)[:16]}"
+            if key not in sys.modules:
+                spec = importlib.util.spec_from_file_location(key, path)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[key] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[key]
+                    raise
+            return sys.modules[key]
+        return importlib.import_module(name)
+    except ImportError as err:
+        raise ConfigError(f"{what} cannot import module {name!r} ({err}); is it on PYTHONPATH?") from None
 
 
 def import_factory(value: str) -> Callable[[], Any]:
@@ -37,25 +67,7 @@ def import_factory(value: str) -> Callable[[], Any]:
     This runs the module's code: call it only for a spec the user typed, or with trust.
     """
     module_name, _, attr = value.rpartition(":")
-    try:
-        if module_name.endswith(".py"):
-            path = Path(module_name).expanduser().resolve()
-            if not path.is_file():
-                raise ConfigError(f"py: spec names the file '{module_name}', which does not exist.")
-            from laya_eval.output.files import file_sha256
-
-            # named by path and content: an edited file is imported afresh, never served from an older import
-            key = f"laya_eval_user_{abs(hash(str(path)))}_{file_sha256(path)[:16]}"
-            if key not in sys.modules:
-                spec = importlib.util.spec_from_file_location(key, path)
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[key] = module
-                spec.loader.exec_module(module)
-            module = sys.modules[key]
-        else:
-            module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ConfigError(f"py: spec cannot import module {module_name!r} ({err}); is it on PYTHONPATH?") from None
+    module = import_module_source(module_name, what="py: spec")
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError(f"py: spec names {attr!r}, which module {module_name!r} does not define as a callable.")
