@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 
 # One pytest worker per core; the torchrun tests share an xdist group (one at a time, --dist loadgroup).
 # No .pytest_cache: the suite writes only in its temporary folders (tests/sandbox.py moves HOME and the caches).
-PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup -p no:cacheprovider
+PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup -p no:cacheprovider --durations=20
 
 test: $(STAMP)
 	$(PYTEST)

@@ -14,13 +14,20 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from PIL import Image
 
 from laya_eval import evaluate_to_folder
 from laya_eval import figures as F
 from laya_eval.engine.plan import EvalOptions
+from laya_eval.data import Dataset
+from laya_eval.figures.mixers import mixer_map_figure
+from laya_eval.figures.planted import planted_figure
 from laya_eval.figures.sanity_checks import randomisation_figure
 from laya_eval.loading.specs import load_model
+from laya_eval.mixers.audit import MixerOptions, audit_mixers
+from laya_eval.mixers.reference import PatchDepthClassifier
+from laya_eval.planted.run import MetaOptions, meta
 from laya_eval.profiling.profiles import layer_profile, profile_figures
 from laya_eval.pruning import prune
 from laya_eval.pruning.options import PruneOptions
@@ -36,7 +43,7 @@ pytestmark = pytest.mark.slow  # trains, evaluates, prunes and checks two models
 # Every kind a command writes; the names without a run suffix (scatter_<run> -> scatter).
 KINDS = {"faithfulness", "deletion_curves", "spearman_distribution", "scatter", "agreement", "significance",
          "profile_heatmap_all", "profile_heatmap_correct", "profile_heatmap_incorrect", "profile_layers",
-         "diagnosis", "pruning", "early_exit", "sanity"}
+         "diagnosis", "pruning", "early_exit", "sanity", "operators", "planted", "mixer_map"}
 TOL = 0.5  # pixels: anti-aliasing of touching boxes is not an overlap
 
 
@@ -51,8 +58,10 @@ def results(digits, digits_checkpoints, tmp_path_factory):
         ckpt = digits_checkpoints[head]
         model = load_model(ckpt).model
         folder = root / head
-        evaluate_to_folder(ckpt, None, ["gate"], folder, options=EvalOptions(limit=80, bootstrap=50))
-        meta = {"label": ckpt.name, "head": head, "dataset": "digits", "split": "test", "n": 80,
+        # Two ablations for the LAYA model: its report gains the operator-sensitivity figure.
+        ablations = ["gate", "zero"] if head == "laya" else ["gate"]
+        evaluate_to_folder(ckpt, None, ablations, folder, options=EvalOptions(limit=80, bootstrap=50))
+        info = {"label": ckpt.name, "head": head, "dataset": "digits", "split": "test", "n": 80,
                 "ablation": "gate", "scope": "head"}
         pruned = prune(model, digits["train"], digits["val"], digits["test"],
                        PruneOptions(methods=few, seeds=1, n_random=3, n_random_refit=1, timing=False,
@@ -60,16 +69,33 @@ def results(digits, digits_checkpoints, tmp_path_factory):
         checks = sanity(model, digits["train"], digits["val"], digits["test"],
                         SanityOptions(methods=few, roar_seeds=1, bootstrap=50, train=TrainOptions(epochs=2, patience=1)))
         prof = layer_profile(ckpt, method=method, options=EvalOptions(limit=120))
-        out[head] = {"folder": folder, "meta": meta, "prune": pruned, "sanity": checks, "profile": prof}
+        out[head] = {"folder": folder, "meta": info, "prune": pruned, "sanity": checks, "profile": prof}
     return out
 
 
-def all_figures(results, style: str) -> dict:
+@pytest.fixture(scope="module")
+def planted_and_mixers(tmp_path_factory):
+    """``laya-eval meta`` on every planted family (two seeds, few samples) and a mixer audit of a DenseFormer-style
+    classifier with five mixers: the tables their figures are drawn from."""
+    planted = meta(None, MetaOptions(seeds=2, limit=24, bootstrap=0))
+    torch.manual_seed(0)
+    model = PatchDepthClassifier("denseformer", image_size=8, patch=4, dim=8, depth=5, heads=2, n_classes=3).eval()
+    gen = torch.Generator().manual_seed(1)
+    data = Dataset(torch.randn(24, 1, 8, 8, generator=gen), torch.randint(0, 3, (24,), generator=gen),
+                   ("a", "b", "c"), "random", "test")
+    audit = audit_mixers(model, data, options=MixerOptions(batch_size=24, bootstrap=0, ig_steps=4))
+    return planted, audit
+
+
+def all_figures(results, planted_and_mixers, style: str) -> dict:
     figs = dict(report_figures(load_inputs([r["folder"] for r in results.values()]).runs, style=style))
+    planted, audit = planted_and_mixers  # one style each: they are drawn as `meta` and `mixers` write them
+    figs["planted"] = planted_figure(planted.summary, planted.metrics)
+    figs["mixer_map"] = mixer_map_figure(audit.map)
     for head, r in results.items():
         figs.update({f"{k}_{head}": v for k, v in profile_figures(r["profile"], style=style).items()})
-        meta = {**r["meta"], "n_test": 360, **r["prune"].meta}
-        figs.update({f"{k}_{head}": v for k, v in prune_figures(r["prune"], meta=meta, style=style).items()})
+        info = {**r["meta"], "n_test": 360, **r["prune"].meta}
+        figs.update({f"{k}_{head}": v for k, v in prune_figures(r["prune"], meta=info, style=style).items()})
         table = pd.concat([r["sanity"].randomisation, r["sanity"].data_randomisation])
         figs[f"sanity_{head}"] = randomisation_figure(table, meta=r["meta"], style=style)
     return figs
@@ -125,8 +151,8 @@ def _problems(fig) -> list[str]:
 
 
 @pytest.mark.parametrize("style", ["default", "paper"])
-def test_every_figure_kind_fits_its_canvas_without_overlapping_labels(results, style):
-    figs = all_figures(results, style)
+def test_every_figure_kind_fits_its_canvas_without_overlapping_labels(results, planted_and_mixers, style):
+    figs = all_figures(results, planted_and_mixers, style)
     assert {_kind(n) for n in figs} == KINDS, sorted(KINDS - {_kind(n) for n in figs})
     problems = {name: p for name, fig in figs.items() if (p := _problems(fig))}
     assert not problems, problems

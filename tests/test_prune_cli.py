@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pandas as pd
@@ -73,3 +74,19 @@ def test_a_foreign_output_folder_is_refused_before_work(checkpoint, tmp_path):
     (foreign / "notes.txt").write_text("keep me")
     assert_one_line_error(run("prune", checkpoint, "--out", foreign, "--quiet"), "not a laya-eval result")
     assert (foreign / "notes.txt").read_text() == "keep me"
+
+
+def test_prune_paper_style_writes_pdfs_and_captions(checkpoint, tmp_path):
+    """--style paper: each figure as PDF with its caption beside it, every file in the manifest."""
+    out = tmp_path / "paper"
+    result = run("prune", checkpoint, *QUICK, "--no-timing", "--limit", 60, "--style", "paper", "--out", out,
+                 "--quiet")
+    assert result.exit_code == 0, result.output
+    names = {p.name for p in out.iterdir()}
+    assert {"pruning.pdf", "pruning.caption.txt", "early_exit.pdf", "early_exit.caption.txt"} <= names
+    assert not any(n.endswith(".png") for n in names)
+    assert (out / "pruning.pdf").read_bytes()[:5] == b"%PDF-"
+    assert (out / "pruning.caption.txt").read_text().endswith(".\n")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["files"] == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                                 for p in out.iterdir() if p.name != "manifest.json"}

@@ -367,6 +367,24 @@ def test_sanity_folder_is_replaced_whole_and_never_over_other_files(digits_check
     assert [p.name for p in other.iterdir()] == ["notes.txt"] and (other / "notes.txt").read_text() == "mine"
 
 
+def test_sanity_paper_style_writes_pdf_and_caption_without_a_title(digits_checkpoints, tmp_path):
+    """--style paper: sanity.pdf and sanity.caption.txt (both in the manifest), no title drawn on the figure."""
+    from tests.cli_helpers import run
+
+    out = tmp_path / "paper"
+    result = run("sanity", digits_checkpoints["laya"], "--methods", "contribution,random", "--epochs", 1,
+                 "--roar-seeds", 1, "--bootstrap", 0, "--limit", 60, "--style", "paper", "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    names = {p.name for p in out.iterdir()}
+    assert {"sanity.pdf", "sanity.caption.txt"} <= names and "sanity.png" not in names
+    assert (out / "sanity.pdf").read_bytes()[:5] == b"%PDF-"
+    caption = (out / "sanity.caption.txt").read_text()
+    assert caption.endswith(".\n") and len(caption.split()) > 5, caption
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["files"] == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                                 for p in out.iterdir() if p.name != "manifest.json"}
+
+
 def test_sanity_cli_errors_are_one_line(digits_checkpoints, tmp_path):
     from tests.cli_helpers import assert_one_line_error, run
 

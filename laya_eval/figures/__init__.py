@@ -26,7 +26,8 @@ from laya_eval.figures.scores import (SIGNIFICANCE_LEVELS, axis_range, deletion_
                                       significance_marker)
 from laya_eval.figures.style import (COLUMN_WIDTHS, DPI, FORMATS, METHOD_LABELS, METHOD_SHORT_LABELS, PALETTE,
                                      PAPER_DPI, RHO_BANDS, STYLES, caption_path, check_format, check_style,
-                                     default_format, describe, figure_bytes, figure_caption, figure_style,
+                                     default_format, describe, figure_bytes, figure_caption, figure_files,
+                                     figure_style,
                                      layer_names, method_color, method_dashes, method_label, method_marker,
                                      save_figure)
 
@@ -34,7 +35,7 @@ __all__ = [
     "COLUMN_WIDTHS", "DPI", "FORMATS", "METHOD_LABELS", "METHOD_SHORT_LABELS", "PALETTE", "PAPER_DPI", "RHO_BANDS",
     "SIGNIFICANCE_LEVELS", "STYLES", "WEIGHT_METHODS", "agreement_figure", "axis_range", "caption_path",
     "check_format", "check_style", "default_format", "deletion_curves_figure", "describe", "diagnosis_figure", "faithfulness_figure",
-    "figure_bytes", "figure_caption", "figure_style", "layer_names", "method_color", "method_dashes", "method_label",
+    "figure_bytes", "figure_caption", "figure_files", "figure_style", "layer_names", "method_color", "method_dashes", "method_label",
     "method_marker", "operators_figure", "profile_distribution", "profile_heatmap", "save_figure", "scatter_figure",
     "significance_figure", "significance_marker", "spearman_distribution_figure",
 ]

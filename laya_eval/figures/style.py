@@ -21,7 +21,7 @@ from laya_eval.errors import ConfigError
 
 __all__ = ["COLUMN_WIDTHS", "DPI", "FORMATS", "METHOD_LABELS", "METHOD_SHORT_LABELS", "PALETTE", "PAPER_DPI",
            "RHO_BANDS", "STYLES", "caption_path", "check_format", "check_style", "default_format", "describe",
-           "figure_bytes", "figure_caption", "figure_style", "layer_names", "method_color", "method_dashes",
+           "figure_bytes", "figure_caption", "figure_files", "figure_style", "layer_names", "method_color", "method_dashes",
            "method_label", "method_marker", "save_figure"]
 
 # seaborn's "colorblind" palette; the two weight-based methods share a hue family.
@@ -316,6 +316,20 @@ def caption_path(path: str | os.PathLike) -> Path:
     """Where :func:`save_figure` writes a paper-style figure's caption: ``NAME.caption.txt`` beside it."""
     path = Path(path)
     return path.with_name(f"{path.stem}.caption.txt")
+
+
+def figure_files(figs: Mapping[str, Any], *, fmt: str | None = None, style: str = "default") -> dict[str, bytes]:
+    """The bytes of each figure for a result folder, by file name: ``NAME.<fmt>`` and, in paper style, its
+    caption ``NAME.caption.txt`` (as :func:`save_figure` writes them). ``fmt`` defaults to :func:`default_format`
+    of ``style``; both are checked first."""
+    check_style(style)
+    fmt = check_format(fmt) if fmt is not None else default_format(style)
+    files = {}
+    for name, fig in figs.items():
+        files[f"{name}.{fmt}"] = figure_bytes(fig, fmt)
+        if style == "paper":
+            files[caption_path(f"{name}.{fmt}").name] = (figure_caption(fig) + "\n").encode()
+    return files
 
 
 def _atomic_write(path: Path, data: bytes) -> Path:

@@ -144,25 +144,28 @@ class SanityRun:
 
 def sanity_to_folder(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, options=None, *,
                      data: str | None = None, data_dir: str | os.PathLike | None = None, limit: int | None = None,
-                     cache_dir: str | os.PathLike | None = None, device: str = "cpu", fmt: str = "png",
+                     cache_dir: str | os.PathLike | None = None, device: str = "cpu", fmt: str | None = None,
+                     style: str = "default",
                      on_start: Callable[[str], None] | None = None) -> SanityRun:
     """``laya-eval sanity`` as one call: load ``checkpoint``, run :func:`~laya_eval.sanity_checks.sanity` on
     its dataset (or ``data``; ``limit`` cuts the test split) and write the folder (:func:`write_sanity`).
 
-    ``out_dir`` and ``fmt`` are checked before any work; ``on_start`` receives one line saying what is about
+    ``out_dir``, ``fmt`` and ``style`` (as for :func:`write_sanity`) are checked before any work; ``on_start`` receives one line saying what is about
     to run (the CLI prints it).
     """
     import time
 
     from laya_eval.data import load_splits
-    from laya_eval.figures import check_format
+    from laya_eval.figures import check_format, check_style
     from laya_eval.loading.checkpoints import load_checkpoint
     from laya_eval.models.devices import resolve_device
     from laya_eval.output.files import check_output_folder, file_sha256
 
     options = options or SanityOptions()
     check_output_folder(out_dir)
-    check_format(fmt)
+    check_style(style)
+    if fmt is not None:
+        check_format(fmt)
     model = load_checkpoint(checkpoint, map_location=resolve_device(device))
     name, splits = load_splits(data or model.info.dataset, data_dir=data_dir, test_limit=limit)
     start = time.perf_counter()
@@ -176,4 +179,4 @@ def sanity_to_folder(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, 
             "similarity": options.similarity, "backbone_steps": backbone_is_trainable(model),
             "roar_seeds": options.roar_seeds, "train": dataclasses.asdict(options.train),
             "seed": options.seed, "bootstrap": options.bootstrap, "wall_time_s": round(wall, 1)}
-    return SanityRun(result=result, meta=meta, files=write_sanity(result, out_dir, meta=meta, fmt=fmt))
+    return SanityRun(result=result, meta=meta, files=write_sanity(result, out_dir, meta=meta, fmt=fmt, style=style))

@@ -16,9 +16,12 @@ SANITY_FILES = ("randomisation.csv", "data_randomisation.csv", "layer_roar.csv",
                 "sanity.json")
 
 
-def write_sanity(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any], fmt: str = "png") -> list[Path]:
+def write_sanity(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any], fmt: str | None = None,
+                 style: str = "default") -> list[Path]:
     """Write :data:`SANITY_FILES`, ``sanity.<fmt>`` (similarity per step and method) and ``manifest.json``
-    (the sha256 of every file) as the whole content of ``out_dir``.
+    (the sha256 of every file) as the whole content of ``out_dir``. ``fmt`` defaults to png, or pdf in paper
+    style; in paper style the figure has no title and its caption is written beside it as
+    ``sanity.caption.txt``.
 
     The folder is written whole into a temporary folder and swapped in
     (:func:`laya_eval.output.files.write_result_folder`): an interrupted run leaves the previous result untouched,
@@ -36,17 +39,16 @@ def write_sanity(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any],
     list of Path
         The files written, CSVs first.
     """
-    from laya_eval.figures import check_format, figure_bytes
+    from laya_eval.figures import figure_files
     from laya_eval.figures.sanity_checks import randomisation_figure
     from laya_eval.output.files import sha256_bytes, write_result_folder
 
-    check_format(fmt)
     csv = {"index": False, "float_format": "%.8g", "lineterminator": "\n"}
     tables = (result.randomisation, result.data_randomisation, result.layer_roar, result.roar_agreement)
     files = {name: table.to_csv(**csv).encode() for name, table in zip(SANITY_FILES, tables)}
     files["sanity.json"] = (json.dumps(dict(meta), indent=2, sort_keys=True, default=str) + "\n").encode()
-    fig = randomisation_figure(pd.concat([result.randomisation, result.data_randomisation]), meta=meta)
-    files[f"sanity.{fmt}"] = figure_bytes(fig, fmt)
+    fig = randomisation_figure(pd.concat([result.randomisation, result.data_randomisation]), meta=meta, style=style)
+    files.update(figure_files({"sanity": fig}, fmt=fmt, style=style))
     manifest = {"kind": "sanity", "files": {name: sha256_bytes(data) for name, data in files.items()}}
     files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
     return write_result_folder(out_dir, files)

@@ -22,7 +22,8 @@ from laya_eval_cli.options import (
     download_option,
     limit_option,
     methods_option,
-    png_format_option,
+    figure_format_option,
+    figure_style_option,
     progress_bar,
     quiet_option,
     recorded_data_option,
@@ -87,13 +88,14 @@ def _table(result) -> str:
 @click.option("--out", "out_dir", default="prune-out", show_default=True, type=click.Path(file_okay=False),
               help="Folder for pruning.csv, pruning_summary.csv, pruning_comparisons.csv, early_exit.csv, "
                    "latency.csv, the figures and manifest.json (replaced whole).")
-@png_format_option
+@figure_format_option
+@figure_style_option
 @cache_dir_option
 @data_dir_option
 @device_option
 @quiet_option
 def prune(checkpoint, trust_code, plugins, download, data, methods, ablations, seeds, random_rankings, random_refits, epochs,
-          patience, lr, train_seed, timing, early_exit, limit, batch_size, seed, bootstrap, out_dir, fmt, cache_dir,
+          patience, lr, train_seed, timing, early_exit, limit, batch_size, seed, bootstrap, out_dir, fmt, style, cache_dir,
           data_dir, device, quiet):
     """Prune MODEL's layers by each attribution method's ranking.
 
@@ -117,7 +119,7 @@ def prune(checkpoint, trust_code, plugins, download, data, methods, ablations, s
                            timing=timing, early_exit=early_exit, train=train_options)
     with progress_bar(quiet, desc="refit heads", unit="head") as bar:
         run = prune_to_folder(checkpoint, out_dir, options, data=data, data_dir=data_dir, limit=limit,
-                              cache_dir=cache_dir, device=device, trust_code=trust_code, download=download, fmt=fmt,
+                              cache_dir=cache_dir, device=device, trust_code=trust_code, download=download, fmt=fmt, style=style,
                               on_start=None if quiet else (lambda line: click.echo(line, err=True)),
                               on_head=lambda kept, s: bar.update(1))
     click.echo(_table(run.result))

@@ -22,7 +22,8 @@ from laya_eval_cli.options import (
     device_option,
     limit_option,
     methods_option,
-    png_format_option,
+    figure_format_option,
+    figure_style_option,
     quiet_option,
     recorded_data_option,
     retrain_options,
@@ -74,13 +75,14 @@ def _table(result) -> str:
 @click.option("--out", "out_dir", default="sanity-out", show_default=True, type=click.Path(file_okay=False),
               help="Folder for randomisation.csv, data_randomisation.csv, layer_roar.csv, roar_agreement.csv, "
                    "sanity.json, the figure and manifest.json (replaced whole).")
-@png_format_option
+@figure_format_option
+@figure_style_option
 @cache_dir_option
 @data_dir_option
 @device_option
 @quiet_option
 def sanity(checkpoint, trust_code, plugins, data, methods, ablation, similarity, roar_seeds, epochs, patience, lr, train_seed, limit,
-           batch_size, seed, bootstrap, out_dir, fmt, cache_dir, data_dir, device, quiet):
+           batch_size, seed, bootstrap, out_dir, fmt, style, cache_dir, data_dir, device, quiet):
     """Layer-level sanity checks of CHECKPOINT's attribution methods.
 
     Cascading randomisation of the head's parameters (classifier, scorer, adapters) and then, for a
@@ -102,7 +104,7 @@ def sanity(checkpoint, trust_code, plugins, data, methods, ablation, similarity,
     options = SanityOptions(methods=names, ablation=ablation, similarity=similarity, roar_seeds=roar_seeds,
                             bootstrap=bootstrap, seed=seed, batch_size=batch_size, train=train_options)
     run = sanity_to_folder(checkpoint, out_dir, options, data=data, data_dir=data_dir, limit=limit,
-                           cache_dir=cache_dir, device=device, fmt=fmt,
+                           cache_dir=cache_dir, device=device, fmt=fmt, style=style,
                            on_start=None if quiet else (lambda line: click.echo(line, err=True)))
     click.echo(_table(run.result))
     click.echo(f"wrote {', '.join(p.name for p in run.files)} to {out_dir} ({run.meta['wall_time_s']:.1f} s)")
