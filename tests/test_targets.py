@@ -98,3 +98,45 @@ def test_ig_from_the_mean_is_complete_and_the_batch_size_changes_nothing(tmp_pat
                                                 "baseline_state": "mean of each layer's state over the evaluated data",
                                                 "internal_batch_size": 7}
     assert manifest["diagnostics"]["ig"]["mean_abs"] < 1e-3
+
+
+def test_cached_feature_attributions_follow_the_target_by_hand(digits_checkpoints):
+    """sanity and prune score methods on cached features (attribute_features); with --target label or a fixed
+    class, the contribution scores and gate effects are those of that class, worked out from the head's terms."""
+    from laya_eval.loading.feature_cache import Features
+    from laya_eval.sanity_checks.cached import attribute_features
+
+    ckpt = digits_checkpoints["laya"]
+    model64, hidden, labels = _model_and_hidden(ckpt)
+    model = load_checkpoint(ckpt)
+    features = Features(hidden=[h.float() for h in hidden], y=labels, path=None, reused=False, key={})
+    with torch.no_grad():
+        terms = model64.head.terms(hidden).detach()  # (N, L, C), float64
+        bias = model64.head.bias.detach()
+    full = torch.softmax(terms.sum(1) + bias, -1)
+    removed = torch.softmax(terms.sum(1, keepdim=True) - terms + bias, -1)  # gate: term i dropped, (N, L, C)
+    pred = full.argmax(-1)
+    for target, classes in (("pred", pred), ("label", labels), (3, torch.full((N,), 3))):
+        scores, effects = attribute_features(model, features, ["contribution"], ablation="gate", batch_size=7,
+                                             target=target)
+        idx = classes.long()[:, None, None].expand(-1, terms.shape[1], 1)
+        expect = full.gather(1, classes.long()[:, None]) - removed.gather(2, idx)[..., 0]
+        np.testing.assert_allclose(effects, expect.numpy(), atol=1e-9)
+        np.testing.assert_allclose(scores["contribution"], terms.gather(2, idx)[..., 0].numpy(), rtol=1e-5, atol=1e-6)
+    assert (labels != pred).any() and (pred != 3).any()  # the three targets differ on these samples
+
+
+def test_sanity_and_prune_take_the_target_and_record_it(tmp_path, digits_checkpoints):
+    ckpt = digits_checkpoints["laya"]
+    r = run("sanity", ckpt, "--methods", "contribution,random", "--target", "label", "--epochs", 1, "--roar-seeds", 1,
+            "--bootstrap", 0, "--limit", 40, "--out", tmp_path / "s", "--quiet")
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "s" / "sanity.json").read_text())["target"] == "label"
+    r = run("prune", ckpt, "--methods", "contribution", "--target", 2, "--seeds", 0, "--random-rankings", 2,
+            "--no-timing", "--no-early-exit", "--bootstrap", 0, "--limit", 40, "--out", tmp_path / "p", "--quiet")
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "p" / "manifest.json").read_text())["target"] == 2
+    for command in ("sanity", "prune"):
+        r = run(command, ckpt, "--target", 10, "--out", tmp_path / "x", "--quiet")
+        assert_one_line_error(r, r"target must be 'pred', 'label' or a class index below 10 .*got 10\.$")
+        assert not (tmp_path / "x").exists()

@@ -214,13 +214,18 @@ def _target(ctx, param, value):
     return number
 
 
+#: ``--target``: the class the attributions explain and whose probability the effects measure.
+target_option = click.option(
+    "--target", default="pred", show_default=True, callback=_target, metavar="pred|label|INT",
+    help="The class whose logit the attributions explain and whose probability the effects measure: the "
+         "predicted class, the true label, or a fixed class index.")
+
+
 def attribution_options(func):
     """``--target``, ``--ig-steps``, ``--ig-baseline``, ``--ig-batch-size``: which class is explained and how
     Integrated Gradients integrates."""
     for option in reversed([
-        click.option("--target", default="pred", show_default=True, callback=_target, metavar="pred|label|INT",
-                     help="The class whose logit the attributions explain and whose probability the effects "
-                          "measure: the predicted class, the true label, or a fixed class index."),
+        target_option,
         click.option("--ig-steps", default=50, show_default=True, type=click.IntRange(min=1),
                      help="Integrated Gradients steps (Gauss-Legendre)."),
         click.option("--ig-baseline", default=None, type=click.Choice(list(catalog.IG_BASELINES)),

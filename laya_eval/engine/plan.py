@@ -31,7 +31,7 @@ from laya_eval.engine.plugins import code_identity
 from laya_eval.engine.removals import ABLATION_REGISTRY, check_ablations
 from laya_eval.stats import DEFAULT_RTOL
 
-__all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "check_extra_methods", "check_target", "make_plan", "plugin_sources",
+__all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "check_extra_methods", "check_target", "check_target_class", "make_plan", "plugin_sources",
            "resolved_ig_baseline"]
 
 #: Evaluation seeds stay below 2**63 (they are stored and passed on as signed 64-bit integers).
@@ -232,7 +232,8 @@ def _applicable_methods(model: LayeredModel, data: Dataset, options: EvalOptions
     return methods, notes
 
 
-def _check_target_class(target: str | int, model: LayeredModel) -> None:
+def check_target_class(target: str | int, model: LayeredModel) -> None:
+    """A class index ``target`` must be one of ``model``'s classes."""
     n = model.head.num_classes
     if isinstance(target, int) and target >= n:
         raise ConfigError(f"target must be 'pred', 'label' or a class index below {n} (the model has {n} classes); "
@@ -272,7 +273,7 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
     model.check_fits(data)
     _check_ablation_needs(ablations, data, options)
     methods, notes = _applicable_methods(model, data, options, extra)
-    _check_target_class(options.target, model)
+    check_target_class(options.target, model)
     needs = [n for m in methods for n in m.needs] + [n for a in ablations for n in ABLATION_SPECS[a].needs]
     if any("baseline" in m.needs for m in methods):
         needs += baseline_needs(resolved_ig_baseline(options), ablations, explicit=options.ig_baseline is not None)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from laya_eval.catalog import BOOTSTRAP_RESAMPLES
 from laya_eval.engine.methods import resolve_methods
+from laya_eval.engine.plan import check_target
 from laya_eval.catalog import fixed_ablation_names
 from laya_eval.checks import check_fields, check_non_negative_int, check_positive_int, check_seed
 from laya_eval.engine.removals import check_ablations, check_fixed_ablation
@@ -54,6 +55,9 @@ class PruneOptions:
         latency measurement.
     early_exit : bool
         Also run the early-exit what-if.
+    target : "pred", "label" or int
+        The class whose logit the methods' rankings explain (as ``--target``): the prediction, the true label or
+        a fixed class index. The pruning curves themselves measure accuracy, whatever the target.
     """
 
     methods: tuple[str, ...] | None = None
@@ -69,8 +73,10 @@ class PruneOptions:
     timing_batch: int = 512
     early_exit: bool = True
     train: TrainOptions = field(default_factory=TrainOptions)
+    target: str | int = "pred"
 
     def __post_init__(self) -> None:
+        check_target(self.target)
         object.__setattr__(self, "ablations", check_ablations(self.ablations, "head"))
         for a in self.ablations:
             check_fixed_ablation(a, "prune")

@@ -96,7 +96,7 @@ def prune_to_folder(model: str | os.PathLike, out_dir: str | os.PathLike, option
     meta = {"label": str(model), "checkpoint": loaded.provenance, "dataset": name, "split": "test",
             "ablations": list(options.ablations), "seeds": options.seeds, "train": dataclasses.asdict(options.train),
             "n_random": options.n_random, "n_random_refit": options.n_random_refit, "seed": options.seed,
-            "bootstrap": options.bootstrap}
+            "bootstrap": options.bootstrap, "target": options.target}
     return PruneRun(result=result, meta=meta, wall_time_s=wall, files=write_prune(result, out_dir, meta=meta, fmt=fmt,
                                                                                 style=style))
 

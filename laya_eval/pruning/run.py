@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from laya_eval.engine.methods import method_names
+from laya_eval.engine.plan import check_target_class
 from laya_eval.data import Dataset
 from laya_eval.errors import ConfigError
 from laya_eval.loading.feature_cache import Features
@@ -195,13 +196,14 @@ def prune(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
     options = options or PruneOptions()
     if model.n_layers < 2:
         raise ConfigError(f"pruning needs at least 2 layers; the model has {model.n_layers}.")
+    check_target_class(options.target, model)
     for d in (train, val, test):
         model.check_fits(d)
     model.eval()
     f = {name: encode_features(model, d, batch_size=options.batch_size, cache_dir=cache_dir) for name, d in (("train", train), ("val", val), ("test", test))}
     names = list(options.methods) if options.methods is not None else method_names()
     scores, _ = attribute_features(model, f["test"], list(dict.fromkeys([*names, _RANDOM])), seed=options.seed,
-                                   batch_size=options.batch_size)
+                                   batch_size=options.batch_size, target=options.target)
     random_scores = scores.pop(_RANDOM)  # the random rows are always there: they bound every method
     dataset_level = {m for m, s in scores.items() if float(np.ptp(s, axis=0).max()) == 0.0}
     example = batch_inputs(test.x, slice(0, min(options.timing_batch, len(test))), next(model.parameters()).device)

@@ -43,6 +43,7 @@ from typing import Any
 import pandas as pd
 
 from laya_eval.data import Dataset
+from laya_eval.engine.plan import check_target_class
 from laya_eval.models.layered import LayeredModel
 from laya_eval.sanity_checks.cached import Features, attribute_features, head_device
 from laya_eval.training.features import encode_features
@@ -117,13 +118,14 @@ def sanity(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
         ``prune`` (:func:`encode_features`).
     """
     options = retraining_on_model_device(options or SanityOptions(), model)
+    check_target_class(options.target, model)
     for d in (train, val, test):
         model.check_fits(d)
     model.eval()
     train_f, val_f, test_f = (encode_features(model, d, batch_size=options.batch_size, cache_dir=cache_dir)
                               for d in (train, val, test))
     original = attribute_features(model, test_f, method_names(options), ablation=options.ablation,
-                                  seed=options.seed, batch_size=options.batch_size)
+                                  seed=options.seed, batch_size=options.batch_size, target=options.target)
     roar = layer_roar(model, train_f, val_f, test_f, options)
     return SanityResult(
         randomisation=cascading_randomisation(model, test_f, options, data=test, original=original),
@@ -178,5 +180,6 @@ def sanity_to_folder(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, 
             "dataset": name, "split": "test", "n": len(splits[2]), "ablation": options.ablation, "scope": "head",
             "similarity": options.similarity, "backbone_steps": backbone_is_trainable(model),
             "roar_seeds": options.roar_seeds, "train": dataclasses.asdict(options.train),
-            "seed": options.seed, "bootstrap": options.bootstrap, "wall_time_s": round(wall, 1)}
+            "seed": options.seed, "bootstrap": options.bootstrap, "target": options.target,
+            "wall_time_s": round(wall, 1)}
     return SanityRun(result=result, meta=meta, files=write_sanity(result, out_dir, meta=meta, fmt=fmt, style=style))

@@ -27,7 +27,7 @@ def head_model(model: LayeredModel, head: LayerHead) -> LayeredModel:
 
 def attribute_features(
     model: LayeredModel, features: Features, methods: Sequence[str], *, ablation: str = "gate",
-    seed: int = 0, batch_size: int = 512,
+    seed: int = 0, batch_size: int = 512, target: str | int = "pred",
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Head-scope attributions and leave-one-layer-out effects from cached features (no backbone pass).
 
@@ -41,6 +41,9 @@ def attribute_features(
     ablation : {"gate", "gate-renorm", "zero", "mean"}
     seed : int
         Seeds ``random``.
+    target : "pred", "label" or int
+        The class the attributions explain and whose probability the effects measure (as ``--target``): the
+        prediction of ``model``'s head, the label in ``features.y``, or a fixed class index.
 
     Returns
     -------
@@ -61,15 +64,26 @@ def attribute_features(
         hidden = feature_batch(features, start, batch_size, device)
         ids = torch.arange(start, start + len(hidden[0]), device=device)
         tr = trace_from_hidden(model.head, hidden, sample_ids=ids)
+        explained = _explained(target, tr.pred, features.y[start:start + len(ids)])
         for m in chosen:
-            scores[m.name].append(m.fn(tr, model, target=tr.pred, context=context).detach().float().cpu())
+            scores[m.name].append(m.fn(tr, model, target=explained, context=context).detach().float().cpu())
         # The effects are those of the class the attributions explain, even where float64 would break a
         # near-tie of the logits the other way.
         tr64 = dataclasses.replace(trace_from_hidden(head64.head, [h.double() for h in hidden]), pred=tr.pred)
         effects.append(removal_effects(tr64, head64, leave_one_out_masks(tr.n_layers, device=device).double(),
-                                       ablation=ablation, fill=fill).cpu())
+                                       ablation=ablation, fill=fill,
+                                       target=None if target == "pred" else explained).cpu())
     out = {m.name: torch.cat(scores[m.name]).numpy().astype(np.float64) for m in chosen}
     return out, torch.cat(effects).numpy()
+
+
+def _explained(target: str | int, pred: Tensor, labels: Tensor) -> Tensor:
+    """The explained class per row, (B,): the prediction, the label or a fixed index."""
+    if target == "pred":
+        return pred
+    if target == "label":
+        return labels.to(pred)
+    return torch.full_like(pred, int(target))
 
 
 def head_device(head: LayerHead) -> torch.device:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from laya_eval.catalog import BOOTSTRAP_RESAMPLES, RETRAIN_PATIENCE
 from laya_eval.engine.methods import method_names as registered_methods, resolve_methods
+from laya_eval.engine.plan import check_target
 from laya_eval.checks import check_choice, check_fields, check_non_negative_int, check_positive_int, check_seed
 from laya_eval.engine.removals import check_ablation, check_fixed_ablation
 from laya_eval.training.trainer import TrainOptions
@@ -33,7 +34,8 @@ class SanityOptions:
     ``methods`` None: every registered method that applies to the head. ``train``: the protocol used to
     retrain heads (data randomisation, layer-ROAR): by default the reference protocol with early-stopping
     patience :data:`RETRAIN_PATIENCE` (2); its seed seeds the first ROAR run, the others use
-    ``train.seed + 1, ...`` (``roar_seeds`` runs in all).
+    ``train.seed + 1, ...`` (``roar_seeds`` runs in all). ``target``: the class the attributions explain and whose
+    probability the effects measure, as ``--target`` (``"pred"``, ``"label"`` or a class index).
     """
 
     methods: tuple[str, ...] | None = None
@@ -44,8 +46,10 @@ class SanityOptions:
     seed: int = 0
     batch_size: int = 512
     train: TrainOptions = field(default_factory=lambda: TrainOptions(patience=RETRAIN_PATIENCE))
+    target: str | int = "pred"
 
     def __post_init__(self) -> None:
+        check_target(self.target)
         check_ablation(self.ablation, "head")
         check_fixed_ablation(self.ablation, "sanity")
         check_fields(self, _SANITY_RULES)

@@ -105,7 +105,7 @@ def _original(model: LayeredModel, features: Features, options: SanityOptions,
     if original is not None:
         return original
     return attribute_features(model, features, method_names(options), ablation=options.ablation,
-                              seed=options.seed, batch_size=options.batch_size)
+                              seed=options.seed, batch_size=options.batch_size, target=options.target)
 
 
 def cascading_randomisation(model: LayeredModel, features: Features, options: SanityOptions | None = None, *,
@@ -142,7 +142,8 @@ def cascading_randomisation(model: LayeredModel, features: Features, options: Sa
 
     def score(step: int, feats: Features) -> None:
         scores, eff = attribute_features(randomised, feats, list(base), ablation=options.ablation,
-                                         seed=options.seed + step, batch_size=options.batch_size)
+                                         seed=options.seed + step, batch_size=options.batch_size,
+                                         target=options.target)
         rows.extend(_rows("cascading", step, "+".join(done), base, scores, eff, options))
 
     groups = head_parameter_groups(randomised.head)
@@ -183,7 +184,7 @@ def data_randomisation(model: LayeredModel, train: Features, val: Features, test
     shuffled = [replace(f, y=f.y[torch.randperm(len(f), generator=gen)]) for f in (train, val)]
     head = retrained_head(model.head, model.head.layer_dims, *shuffled, options.train)
     scores, eff = attribute_features(head_model(model, head), test, list(base), ablation=options.ablation,
-                                     seed=options.seed + 1, batch_size=options.batch_size)
+                                     seed=options.seed + 1, batch_size=options.batch_size, target=options.target)
     rows = [{**r, "accuracy": accuracy(model.head, test)} for r in _rows("data", 0, "none", base, base, effects, options)]
     rows += [{**r, "accuracy": accuracy(head, test)} for r in _rows("data", 1, "labels", base, scores, eff, options)]
     return pd.DataFrame(rows, columns=[*RANDOMISATION_COLUMNS, "accuracy"])

@@ -29,6 +29,7 @@ from laya_eval_cli.options import (
     recorded_data_option,
     retrain_options,
     seed_option,
+    target_option,
     trust_code_option,
 )
 
@@ -67,6 +68,7 @@ def _table(result) -> str:
 @download_option
 @recorded_data_option
 @methods_option
+@target_option
 @click.option("--ablation", "ablations", default=",".join(ABLATIONS), show_default=True,
               help="Comma-separated removals for the no-retraining accuracy (head scope).")
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=0),
@@ -94,7 +96,7 @@ def _table(result) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def prune(checkpoint, trust_code, plugins, download, data, methods, ablations, seeds, random_rankings, random_refits, epochs,
+def prune(checkpoint, trust_code, plugins, download, data, methods, target, ablations, seeds, random_rankings, random_refits, epochs,
           patience, lr, train_seed, timing, early_exit, limit, batch_size, seed, bootstrap, out_dir, fmt, style, cache_dir,
           data_dir, device, quiet):
     """Prune MODEL's layers by each attribution method's ranking.
@@ -114,7 +116,7 @@ def prune(checkpoint, trust_code, plugins, download, data, methods, ablations, s
     removal = choice_list(ablations, registered_ablations(), "--ablation")
     train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128,
                                  device=device)
-    options = PruneOptions(methods=names, ablations=removal, seeds=seeds, n_random=random_rankings,
+    options = PruneOptions(methods=names, target=target, ablations=removal, seeds=seeds, n_random=random_rankings,
                            n_random_refit=random_refits, seed=seed, batch_size=batch_size, bootstrap=bootstrap,
                            timing=timing, early_exit=early_exit, train=train_options)
     with progress_bar(quiet, desc="refit heads", unit="head") as bar:

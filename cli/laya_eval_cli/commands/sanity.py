@@ -28,6 +28,7 @@ from laya_eval_cli.options import (
     recorded_data_option,
     retrain_options,
     seed_option,
+    target_option,
 )
 
 
@@ -58,6 +59,7 @@ def _table(result) -> str:
 @plugin_option
 @recorded_data_option
 @methods_option
+@target_option
 @click.option("--ablation", default="gate", show_default=True,
               help=f"How a layer is removed for the faithfulness column (head scope): {', '.join(ABLATIONS)} or a "
                    "plug-in's.")
@@ -81,7 +83,7 @@ def _table(result) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def sanity(checkpoint, trust_code, plugins, data, methods, ablation, similarity, roar_seeds, epochs, patience, lr, train_seed, limit,
+def sanity(checkpoint, trust_code, plugins, data, methods, target, ablation, similarity, roar_seeds, epochs, patience, lr, train_seed, limit,
            batch_size, seed, bootstrap, out_dir, fmt, style, cache_dir, data_dir, device, quiet):
     """Layer-level sanity checks of CHECKPOINT's attribution methods.
 
@@ -101,7 +103,7 @@ def sanity(checkpoint, trust_code, plugins, data, methods, ablation, similarity,
     ablation = choice_list(ablation, registered_ablations(), "--ablation")[0]
     train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128,
                                  device=device)
-    options = SanityOptions(methods=names, ablation=ablation, similarity=similarity, roar_seeds=roar_seeds,
+    options = SanityOptions(methods=names, target=target, ablation=ablation, similarity=similarity, roar_seeds=roar_seeds,
                             bootstrap=bootstrap, seed=seed, batch_size=batch_size, train=train_options)
     run = sanity_to_folder(checkpoint, out_dir, options, data=data, data_dir=data_dir, limit=limit,
                            cache_dir=cache_dir, device=device, fmt=fmt, style=style,
