@@ -171,3 +171,17 @@ def test_installed_plugin_runs_through_every_command(tmp_path, digits_checkpoint
     assert r.returncode == 0, r.stderr
     pruning = pd.read_csv(tmp_path / "prune" / "pruning.csv")
     assert {"ones", "gate"} <= set(pruning.ablation) and "state_norm" in set(pruning.method)
+
+    # report reads the plug-in's rows as data: through the environment that has it installed, and through one
+    # that does not (a result folder needs no code to be reported).
+    r = _cli(python, ["report", out / "ones", "--out", tmp_path / "report", "--html"], env)
+    assert r.returncode == 0, r.stderr
+    summary = pd.read_csv(tmp_path / "report" / "faithfulness.csv")
+    assert "state_norm" in set(summary.method), summary
+    assert "state_norm" in (tmp_path / "report" / "report.md").read_text()
+    from tests.cli_helpers import run
+
+    bare = run("report", out / "ones", "--out", tmp_path / "report-bare")
+    assert bare.exit_code == 0, bare.output
+    assert (tmp_path / "report-bare" / "faithfulness.csv").read_bytes() == \
+        (tmp_path / "report" / "faithfulness.csv").read_bytes()
