@@ -236,3 +236,13 @@ def test_describe_leaves_out_a_removal_that_did_not_happen():
     assert "ablation: gate · scope: head" in F.describe(_meta())
     assert F.layer_names({"layer_names": ["a", "b"]}, 2) == ["a", "b"]
     assert F.layer_names({}, 3) == ["1", "2", "3"]
+
+
+def test_captions_are_sentences_and_a_question_keeps_its_mark():
+    """Title, subtitle and note each end the caption's sentences once: 'removed?' is not followed by a full stop."""
+    table = pd.DataFrame({"method": ["laya", "random"], "faithfulness_gate": [0.9, 0.0],
+                          "faithfulness_zero": [0.8, 0.1], "kendall_w": [1.0, 1.0], "kendall_w_p_value": [0.5, 0.5]})
+    fig = F.operators_figure(table, ["gate", "zero"])
+    caption = F.figure_caption(fig)
+    assert caption.startswith("Does the verdict depend on how a layer is removed? "), caption
+    assert "?." not in caption and ".." not in caption and caption.endswith("."), caption

@@ -178,7 +178,7 @@ def test_installed_plugin_runs_through_every_command(tmp_path, digits_checkpoint
     assert r.returncode == 0, r.stderr
     summary = pd.read_csv(tmp_path / "report" / "faithfulness.csv")
     assert "state_norm" in set(summary.method), summary
-    assert "state_norm" in (tmp_path / "report" / "report.md").read_text()
+    assert "state\\_norm" in (tmp_path / "report" / "report.md").read_text()  # Markdown-escaped
     from tests.cli_helpers import run
 
     bare = run("report", out / "ones", "--out", tmp_path / "report-bare")

@@ -209,9 +209,7 @@ def _finish(fig, title: str, subtitle: str | None = None, note: str | None = Non
     report prints under the figure. A title line wider than the canvas is wrapped at word boundaries.
     """
     sub = subtitle.replace("\n", "; ") if subtitle else ""
-    caption = title.rstrip(".") + "." + (f" {sub[0].upper()}{sub[1:]}." if sub else "")
-    if note:
-        caption += f" {note[0].upper()}{note[1:].rstrip('.')}."
+    caption = " ".join(_sentence(part) for part in (title, sub, note or "") if part)
     fig._laya_caption = caption
     if figure_style(fig) != "paper":
         fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10)
@@ -219,6 +217,12 @@ def _finish(fig, title: str, subtitle: str | None = None, note: str | None = Non
     if _wrap_to_width(fig, fig._suptitle, fig.bbox.width) | _wrap_axes_titles(fig):
         fig.canvas.draw()
     return fig
+
+
+def _sentence(text: str) -> str:
+    """``text`` as a caption sentence: capitalised, ending in one full stop (a question keeps its mark)."""
+    text = text[0].upper() + text[1:]
+    return text if text.endswith(("?", "!")) else text.rstrip(".") + "."
 
 
 def _wrap_to_width(fig, text, width_px: float) -> bool:
