@@ -28,7 +28,8 @@ from laya_eval.loading.specs import load_model
 from laya_eval.mixers.audit import MixerOptions, audit_mixers
 from laya_eval.mixers.reference import PatchDepthClassifier
 from laya_eval.planted.run import MetaOptions, meta
-from laya_eval.profiling.profiles import layer_profile, profile_figures
+from laya_eval.profiling.output import profile_figures
+from laya_eval.profiling.profiles import layer_profile
 from laya_eval.pruning import prune
 from laya_eval.pruning.options import PruneOptions
 from laya_eval.pruning.output import prune_figures

@@ -182,3 +182,25 @@ def test_profile_paper_style_writes_pdfs_and_captions(digits_checkpoints, tmp_pa
            .group(1).split()]
     assert (box[2] - box[0]) / 72 == pytest.approx(COLUMN_WIDTHS["double"])  # two panels: the double column
     assert not list(tmp_path.glob("*.png"))
+
+
+def test_profile_folder_is_replaced_whole_with_a_manifest_and_a_foreign_folder_is_refused(digits_checkpoints,
+                                                                                          tmp_path):
+    import hashlib
+    import json
+
+    out = tmp_path / "profile"
+    assert run("profile", digits_checkpoints["laya"], "--limit", 60, "--out", out, "--quiet").exit_code == 0
+    assert run("profile", digits_checkpoints["laya"], "--limit", 60, "--format", "svg", "--out", out,
+               "--quiet").exit_code == 0
+    names = {p.name for p in out.iterdir()}
+    assert "profile_layers.svg" in names and not any(n.endswith(".png") for n in names)  # nothing of run 1 left
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["kind"] == "profile"
+    assert manifest["files"] == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                                 for p in out.iterdir() if p.name != "manifest.json"}
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    assert_one_line_error(run("profile", digits_checkpoints["laya"], "--out", foreign), "not a laya-eval result")
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]

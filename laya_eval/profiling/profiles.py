@@ -15,13 +15,13 @@ Examples
 --------
 >>> prof = layer_profile("ckpt.pt", method="laya")  # doctest: +SKIP
 >>> prof.table.query("subset == 'all'").pivot(index="class_name", columns="layer", values="mean")  # doctest: +SKIP
+>>> from laya_eval.profiling.output import write_profile
 >>> write_profile(prof, "profile-out")  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,11 +40,9 @@ __all__ = [
     "LayerProfile",
     "layer_profile",
     "layer_table",
-    "profile_figures",
     "profile_from_result",
     "profile_table",
     "scores_from_tables",
-    "write_profile",
 ]
 
 SUBSETS = ("all", "correct", "incorrect")
@@ -289,75 +287,3 @@ def layer_profile(model, data=None, *, method: str = "laya", by: str = "label", 
     result = results[options.ablation]  # a method that does not apply was refused while planning
     return profile_from_result(result, method=method, class_names=tuple(result.manifest["class_names"]), by=by,
                                diagnosis=diagnosis)
-
-
-def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str | None = None,
-                  style: str = "default") -> list[Path]:
-    """Write profile.csv, profile_layers.csv, profile.json and the figures into ``out_dir``.
-
-    Figures: ``profile_heatmap_{all,correct,incorrect}.<fmt>`` (one per subset with
-    samples; a shared colour range) and ``profile_layers.<fmt>`` (violins of the per-sample
-    scores per layer, correct and incorrect predictions side by side). With a diagnosis
-    also ``diagnosis.csv`` (:data:`~laya_eval.profiling.diagnosis.DIAGNOSIS_COLUMNS`),
-    ``diagnosis_summary.csv`` (:data:`~laya_eval.profiling.diagnosis.SUMMARY_COLUMNS`) and the figure
-    ``diagnosis.<fmt>`` (distance ECDFs, ROC curve).
-
-    Parameters
-    ----------
-    profile : LayerProfile
-    out_dir : path
-    fmt : {"png", "svg", "pdf"}, optional
-        Default: png, or pdf in paper style.
-    style : {"default", "paper"}
-        Paper style: no titles, paper column widths; each figure's caption is written
-        beside it as ``NAME.caption.txt``.
-
-    Returns
-    -------
-    list of Path
-        The files written, CSVs first.
-    """
-    from laya_eval import figures
-    from laya_eval.output.files import atomic_write_text as _write_text
-
-    fmt = figures.check_format(fmt) if fmt is not None else figures.default_format(style)
-    figures.check_style(style)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    csv = dict(index=False, float_format="%.8g", lineterminator="\n")
-    written = [
-        _write_text(out / "profile.csv", profile.table.to_csv(**csv)),
-        _write_text(out / "profile_layers.csv", profile.layers.to_csv(**csv)),
-        _write_text(out / "profile.json", json.dumps(profile.meta, indent=2, sort_keys=True, default=str) + "\n"),
-    ]
-    if profile.diagnosis is not None:
-        written += [_write_text(out / "diagnosis.csv", profile.diagnosis.samples.to_csv(**csv)),
-                    _write_text(out / "diagnosis_summary.csv", profile.diagnosis.summary.to_csv(**csv))]
-    figs = profile_figures(profile, style=style)
-    for name, fig in figs.items():
-        written.append(figures.save_figure(fig, out / f"{name}.{fmt}", fmt=fmt))
-        if style == "paper":
-            written.append(figures.caption_path(written[-1]))
-    return written
-
-
-def profile_figures(profile: LayerProfile, *, style: str = "default") -> dict[str, Any]:
-    """The figures :func:`write_profile` writes, by file name without extension.
-
-    ``profile_heatmap_{all,correct,incorrect}`` (one per subset with samples, one colour range for all),
-    ``profile_layers`` and, with a diagnosis, ``diagnosis``.
-    """
-    from laya_eval import figures
-
-    means = profile.table["mean"]
-    vmin, vmax = float(means.min()), float(means.max())
-    if (means < 0).any():
-        vmax = max(abs(vmin), abs(vmax))
-        vmin = -vmax
-    figs = {f"profile_heatmap_{subset}": figures.profile_heatmap(profile.table, subset=subset, meta=profile.meta,
-                                                                 vmin=vmin, vmax=vmax, style=style)
-            for subset in SUBSETS if (profile.table["subset"] == subset).any()}
-    figs["profile_layers"] = figures.profile_distribution(profile.scores, meta=profile.meta, style=style)
-    if profile.diagnosis is not None:
-        figs["diagnosis"] = figures.diagnosis_figure(profile.diagnosis, meta=profile.meta, style=style)
-    return figs

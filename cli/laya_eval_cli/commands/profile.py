@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import click
 
@@ -92,8 +91,8 @@ def _diagnosis_line(diag) -> str:
 @batch_size_option
 @seed_option
 @click.option("--out", "out_dir", default="profile-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for profile.csv, profile_layers.csv, profile.json, diagnosis.csv, diagnosis_summary.csv "
-                   "and the figures.")
+              help="Folder for profile.csv, profile_layers.csv, profile.json, diagnosis.csv, diagnosis_summary.csv, "
+                   "the figures and manifest.json (replaced whole).")
 @figure_format_option
 @figure_style_option
 @data_dir_option
@@ -120,7 +119,7 @@ def profile(checkpoint, trust_code, plugins, download, data, split, target, ig_s
     from laya_eval.profiling.diagnosis import DiagnosisOptions
     from laya_eval.engine.distributed import world_from_environment
     from laya_eval.engine.evaluation import EvalOptions
-    from laya_eval.profiling.profiles import layer_profile, write_profile
+    from laya_eval.profiling.output import profile_to_folder
 
     use_plugins(plugins, trust_code)
     choice_list(method, registered_methods(), "--method")
@@ -130,17 +129,16 @@ def profile(checkpoint, trust_code, plugins, download, data, split, target, ig_s
                           batch_size=batch_size, seed=seed, bootstrap=0, device=device, trust_code=trust_code,
                           download=download)
     world = world_from_environment(device)
-    start = time.perf_counter()
     with progress_bar(quiet or not world.is_main, desc="profile", unit="sample") as bar:
-        prof = layer_profile(checkpoint, data, method=method, by=by, options=options, data_dir=data_dir, progress=bar,
-                             world=world, diagnosis=DiagnosisOptions(by=reference_by, distance=distance,
-                                                                     n_resamples=bootstrap))
-    if prof is None:  # ranks other than 0 under torchrun
+        run = profile_to_folder(checkpoint, out_dir, data, method=method, by=by, options=options, data_dir=data_dir,
+                                progress=bar, world=world, fmt=fmt, style=style,
+                                diagnosis=DiagnosisOptions(by=reference_by, distance=distance, n_resamples=bootstrap))
+    if run is None:  # ranks other than 0 under torchrun
         return
+    prof = run.profile
     meta = prof.meta
     click.echo(f"{checkpoint}: {meta['head']} head, {meta['dataset']} ({split}), method {method}, scope {scope}, "
                f"classes by {'true label' if by == 'label' else 'prediction'}, n = {meta['n']}")
     click.echo(_table(prof))
     click.echo(_diagnosis_line(prof.diagnosis))
-    paths = write_profile(prof, out_dir, fmt=fmt, style=style)
-    click.echo(f"wrote {', '.join(p.name for p in paths)} to {out_dir} ({time.perf_counter() - start:.1f} s)")
+    click.echo(f"wrote {', '.join(p.name for p in run.files)} to {out_dir} ({run.wall_time_s:.1f} s)")
