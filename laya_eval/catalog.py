@@ -395,4 +395,7 @@ MIXER_METHODS = {
 MIXER_REMOVALS = {
     "weight": "the source's weight set to zero (its logit to -inf before a softmax: the other weights renormalise)",
     "mean": "the source state replaced by its mean over the evaluated data; the mixer recomputes its weights",
+    "resample": ("the source state replaced by the same source state of another sample of the evaluated data (a "
+                 "donor drawn per (seed, sample, draw) as the resample ablation draws them); the mixer recomputes "
+                 "its weights; the effect is averaged over the draws"),
 }
