@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -263,10 +263,13 @@ def _prepared(model, data, options: MixerOptions, data_dir):
         raise ConfigError("the model has no depth mixer (a module with a bool mixer_softmax and mixer_logits); "
                           "see docs/concepts/mixers.md.")
     dataset = data if isinstance(data, Dataset) else load_dataset(data, options.split, data_dir=data_dir)
-    if not isinstance(dataset.x, Tensor):
-        raise ConfigError(f"mixer audits need tensor inputs; dataset {dataset.name!r} holds texts.")
     if options.limit is not None:
         dataset = dataset.subset(slice(0, options.limit))
+    if not isinstance(dataset.x, Tensor):
+        if not callable(getattr(model, "encode_texts", None)):
+            raise ConfigError(f"dataset {dataset.name!r} holds texts and the model has no encode_texts(texts) to "
+                              "turn them into tensors.")
+        dataset = replace(dataset, x=model.encode_texts(dataset.x))
     if options.removal == "resample" and len(dataset) < 2:
         raise ConfigError(f"removal 'resample' draws donors from the other samples; '{dataset.name}' has "
                           f"{len(dataset)} sample.")
