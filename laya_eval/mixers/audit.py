@@ -39,7 +39,8 @@ from laya_eval.loading.specs import parse_spec
 from laya_eval.mixers.attributions import MIXER_METHODS, MixerContext, deletion_effects, leave_one_source_out
 from laya_eval.mixers.protocol import REMOVALS, capture_mixers, find_mixers
 from laya_eval.mixers.reference import load_mixer_model
-from laya_eval.output.files import check_output_folder, file_sha256, provenance, write_result_folder
+from laya_eval.output.files import (check_output_folder, file_sha256, provenance, sha256_bytes,
+                                   write_result_folder)
 from laya_eval.output.tables import table_bytes
 from laya_eval.stats import COMPARISON_COLUMNS, compare_methods, tie_effects
 
@@ -311,6 +312,8 @@ def audit_mixers_to_folder(model: nn.Module | str | os.PathLike, data: str | Dat
     if audit.donors is not None:
         files["donors.csv"] = table_bytes(audit.donors, "csv")
     files["map.png"] = figure_bytes(mixer_map_figure(audit.map), "png")
-    files["manifest.json"] = (json.dumps(audit.manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
+    # Each file's sha256 in the manifest: a report refuses a folder whose files come from different audits.
+    manifest = {**audit.manifest, "files": {name: sha256_bytes(data) for name, data in files.items()}}
+    files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
     write_result_folder(out, files)
     return audit
