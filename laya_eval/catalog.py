@@ -39,8 +39,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
-    "MIXER_METHODS",
-    "MIXER_REMOVALS",
+    "MIXER_METHODS", "MIXER_MODEL_KINDS", "MIXER_REMOVALS",
     "MIN_BOOTSTRAP_RESAMPLES",
     "CHUNK_SIZE",
     "EVAL_BATCH_SIZE",
@@ -348,6 +347,8 @@ PLANTED_REFERENCES: dict[str, str] = {
 # at import that they implement these; 'modules' wraps a Python object and is not a CLI choice).
 HEAD_NAMES = ("lastlayer", "concat", "scalarmix", "laya")
 BACKBONE_NAMES = ("mlp", "cnn", "vit", "hf")
+#: Classifiers with depth mixers (laya_eval.mixers.reference), trained whole by `train`, audited by `mixers`.
+MIXER_MODEL_KINDS = ("denseformer", "attnres")
 
 
 def method_names() -> list[str]:
@@ -395,4 +396,5 @@ MIXER_METHODS = {
 MIXER_REMOVALS = {
     "weight": "the source's weight set to zero (its logit to -inf before a softmax: the other weights renormalise)",
     "mean": "the source state replaced by its mean over the evaluated data; the mixer recomputes its weights",
+    "resample": "the source state replaced by a seeded donor sample's (as resample draws it), averaged over draws",
 }

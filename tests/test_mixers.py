@@ -133,6 +133,38 @@ def test_mean_removal_equals_a_rerun_with_the_source_replaced_by_hand(kind, data
                 np.testing.assert_allclose(effects[:, j], (conf - p.squeeze(1)).numpy(), atol=2e-6, rtol=0)
 
 
+@pytest.mark.parametrize("kind", ["denseformer", "attnres"])
+def test_resample_removal_equals_reruns_with_the_recorded_donors_states(kind, data):
+    model = _model(kind)
+    draws = 3
+    audit = _audit(model, data, methods=("mass",), removal="resample", draws=draws, seed=7)
+    donors = audit.donors.pivot(index="sample", columns="draw", values="donor").to_numpy()
+    assert donors.shape == (N, draws)
+    assert (donors != np.arange(N)[:, None]).all() and ((donors >= 0) & (donors < N)).all()  # never the sample
+    # Donors as the engine's resample ablation draws them: floor(u * (N - 1)) among the other samples, with u
+    # the per-sample uniform of stream (seed, 1) — worked out here from the seeding functions themselves.
+    from laya_eval.engine.seeding import derived_seed, per_sample_uniform
+    u = per_sample_uniform(derived_seed(7, 1), torch.arange(N), draws).numpy()
+    pick = np.minimum(np.floor(u * (N - 1)).astype(np.int64), N - 2)
+    np.testing.assert_array_equal(donors, pick + (pick >= np.arange(N)[:, None]))
+    record = {}
+    with torch.no_grad():
+        _manual_forward(model, data.x, record=record)
+        pred, conf = _pred_conf(model, data.x)
+        for k in range(3):
+            effects = _values(audit, f"mixers.{k}", "mass", "effect")
+            for j in range(k + 2):
+                source = record[k][0][j]  # (N, T, d): every sample's own state of source j at mixer k
+                total = torch.zeros(N, dtype=torch.float64)
+                for draw in range(draws):  # sample b's source j replaced by its recorded donor's state
+                    value = source[torch.tensor(donors[:, draw])]
+                    p = torch.softmax(_manual_forward(model, data.x, k, j, value), -1).gather(1, pred[:, None])
+                    total += p.squeeze(1).double()
+                np.testing.assert_allclose(effects[:, j], (conf.double() - total / draws).numpy(), atol=3e-6,
+                                           rtol=0)
+            assert np.abs(effects).max() > 1e-3
+
+
 def test_deletion_at_one_is_the_effect_of_the_top_scored_source(data):
     model = _model("attnres")
     audit = _audit(model, data, methods=("mass", "random"))
@@ -184,6 +216,11 @@ def test_same_bytes_for_any_batch_size(data):
     b = audit_mixers(model, data, options=MixerOptions(limit=None, batch_size=3, bootstrap=20, ig_steps=4))
     for table in ("sources", "samples", "summary", "map"):
         assert getattr(a, table).to_csv().encode() == getattr(b, table).to_csv().encode(), table
+    options = dict(limit=None, bootstrap=0, methods=("mass",), removal="resample", draws=2)
+    a = audit_mixers(model, data, options=MixerOptions(batch_size=N, **options))
+    b = audit_mixers(model, data, options=MixerOptions(batch_size=3, **options))
+    for table in ("sources", "donors"):
+        assert getattr(a, table).to_csv().encode() == getattr(b, table).to_csv().encode(), table
 
 
 def test_hooks_are_removed_when_the_block_raises(data):
@@ -225,10 +262,11 @@ def test_a_module_that_breaks_the_protocol_is_named():
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(removal="gate"), "removal must be one of {weight, mean}; got 'gate'."),
+    (dict(removal="gate"), "removal must be one of {weight, mean, resample}; got 'gate'."),
     (dict(methods=("mass", "gi")), "methods must be one of"),
     (dict(batch_size=0), "batch_size must be"),
     (dict(ig_steps=0), "ig_steps must be"),
+    (dict(draws=0), "draws must be"),
 ])
 def test_bad_options_are_refused_before_work(options, message):
     with pytest.raises(ConfigError, match=message.replace("{", r"\{").replace("}", r"\}")):

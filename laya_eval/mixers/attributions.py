@@ -91,26 +91,34 @@ MIXER_METHODS: dict[str, tuple[str, Callable[..., Tensor]]] = {
 
 @torch.no_grad()
 def removal_probs(model: nn.Module, mixer: nn.Module, x: Tensor, keeps: Sequence[Tensor], target: Tensor,
-                  removal: str, fill: Sequence[Tensor] | None) -> Tensor:
-    """``p_target`` with each keep mask (B, J) of ``keeps`` applied to ``mixer``: (B, K)."""
+                  removal: str, fills: Sequence[Sequence[Tensor] | None]) -> Tensor:
+    """``p_target`` with each keep mask (B, J) of ``keeps`` applied to ``mixer``, averaged over ``fills``: (B, K).
+
+    ``fills`` holds the alternative replacements of the sources (one for ``"mean"``, one per draw for
+    ``"resample"``, ``(None,)`` for ``"weight"``); the probabilities after each are summed in float64 and
+    averaged once.
+    """
     out = []
     for keep in keeps:
-        with removed_sources(mixer, keep, removal, fill):
-            probs = torch.softmax(model(x), -1)
-        out.append(probs.gather(1, target[:, None]).squeeze(1))
+        total = torch.zeros(len(x), dtype=torch.float64, device=x.device)
+        for fill in fills:
+            with removed_sources(mixer, keep, removal, fill):
+                probs = torch.softmax(model(x), -1)
+            total += probs.gather(1, target[:, None]).squeeze(1).double()
+        out.append((total / len(fills)).to(x.dtype if x.is_floating_point() else torch.float32))
     return torch.stack(out, 1)
 
 
-def leave_one_source_out(model, mixer, x, call: MixerCall, target, confidence, removal, fill) -> Tensor:
+def leave_one_source_out(model, mixer, x, call: MixerCall, target, confidence, removal, fills) -> Tensor:
     """Effects of removing each single source, (B, J)."""
     batch, n = call.weights.shape
     eye = torch.eye(n, device=x.device)
     keeps = [(1.0 - eye[j]).expand(batch, n) for j in range(n)]
-    return confidence[:, None] - removal_probs(model, mixer, x, keeps, target, removal, fill)
+    return confidence[:, None] - removal_probs(model, mixer, x, keeps, target, removal, fills)
 
 
-def deletion_effects(model, mixer, x, scores: Tensor, target, confidence, removal, fill) -> Tensor:
+def deletion_effects(model, mixer, x, scores: Tensor, target, confidence, removal, fills) -> Tensor:
     """Effects of removing the ``k`` top-scored sources, k = 1..J, (B, J) (ties: the lowest index first)."""
     masks = deletion_masks(layer_ranking(scores))  # (B, J, J)
     keeps = [masks[:, k] for k in range(masks.shape[1])]
-    return confidence[:, None] - removal_probs(model, mixer, x, keeps, target, removal, fill)
+    return confidence[:, None] - removal_probs(model, mixer, x, keeps, target, removal, fills)

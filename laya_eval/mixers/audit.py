@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -29,6 +29,7 @@ from laya_eval.catalog import BOOTSTRAP_RESAMPLES
 from laya_eval.checks import check_choice, check_non_negative_int, check_optional, check_positive_int, check_seed
 from laya_eval.data import SPLITS, Dataset, load_dataset
 from laya_eval.engine.evaluation import MIN_BATCH_ROWS
+from laya_eval.engine.interventions import donor_ids
 from laya_eval.engine.results import score_method
 from laya_eval.errors import ConfigError
 from laya_eval.figures.mixers import mixer_map_figure
@@ -38,7 +39,8 @@ from laya_eval.loading.specs import parse_spec
 from laya_eval.mixers.attributions import MIXER_METHODS, MixerContext, deletion_effects, leave_one_source_out
 from laya_eval.mixers.protocol import REMOVALS, capture_mixers, find_mixers
 from laya_eval.mixers.reference import load_mixer_model
-from laya_eval.output.files import check_output_folder, file_sha256, provenance, write_result_folder
+from laya_eval.output.files import (check_output_folder, file_sha256, provenance, sha256_bytes,
+                                   write_result_folder)
 from laya_eval.output.tables import table_bytes
 from laya_eval.stats import COMPARISON_COLUMNS, compare_methods, tie_effects
 
@@ -59,6 +61,7 @@ class MixerOptions:
     seed: int = 0
     bootstrap: int = BOOTSTRAP_RESAMPLES
     ig_steps: int = 16
+    draws: int = 8
     trust_code: bool = False
 
     def check(self) -> MixerOptions:
@@ -74,6 +77,7 @@ class MixerOptions:
         check_seed("seed", self.seed)
         check_non_negative_int("bootstrap", self.bootstrap)
         check_positive_int("ig_steps", self.ig_steps)
+        check_positive_int("draws", self.draws)
         return self
 
 
@@ -87,6 +91,7 @@ class MixerAudit:
     comparisons: pd.DataFrame
     map: pd.DataFrame
     manifest: dict[str, Any] = field(default_factory=dict)
+    donors: pd.DataFrame | None = None
 
 
 def load_mixer_spec(spec: str | os.PathLike, *, trust_code: bool = False) -> tuple[nn.Module, dict[str, Any]]:
@@ -143,9 +148,26 @@ def _single_call(name, calls):
     return calls[0]
 
 
-def _collect(model, mixers, data: Dataset, options: MixerOptions, fill, progress) -> dict[str, Any]:
+@torch.no_grad()
+def _donor_fills(model, mixers, data: Dataset, ids: Tensor, options: MixerOptions) -> tuple[dict[str, tuple], Tensor]:
+    """Each mixer's sources in the donors of the batch's samples, one fill per draw, and the donors (B, K).
+
+    Donor ``k`` of sample ``g`` comes from (seed, ``g``, ``k``) alone (the engine's ``resample`` ablation draws
+    them the same way), and one pass over the donors' inputs (draw-major) gives their sources."""
+    donors = donor_ids(options.seed, ids, len(data), options.draws)
+    batch = len(ids)
+    with capture_mixers(mixers) as calls:
+        model(data.x[donors.T.reshape(-1)])
+    fills = {}
+    for name in mixers:
+        sources = _single_call(name, calls[name]).sources
+        fills[name] = tuple([s[k * batch:(k + 1) * batch] for s in sources] for k in range(options.draws))
+    return fills, donors
+
+
+def _collect(model, mixers, data: Dataset, options: MixerOptions, means, progress) -> dict[str, Any]:
     names = list(mixers)
-    out: dict[str, Any] = {"sample": [], "label": [], "pred": [], "confidence": [],
+    out: dict[str, Any] = {"sample": [], "label": [], "pred": [], "confidence": [], "donors": [],
                            "mixers": {n: {"scores": {m: [] for m in options.methods}, "effects": [],
                                           "deletion": {m: [] for m in options.methods}} for n in names}}
     for idx in _batches(len(data), options.batch_size):
@@ -157,16 +179,20 @@ def _collect(model, mixers, data: Dataset, options: MixerOptions, fill, progress
         conf = probs.gather(1, pred[:, None]).squeeze(1)
         for key, value in (("sample", idx), ("label", data.y[idx]), ("pred", pred[:n]), ("confidence", conf[:n])):
             out[key].append(value.numpy())
+        if options.removal == "resample":
+            drawn, donors = _donor_fills(model, mixers, data, ids, options)
+            out["donors"].append(donors[:n].numpy())
+        fills = {name: drawn[name] if options.removal == "resample" else (means.get(name),) for name in names}
         for k, name in enumerate(names):
             call, mixer, rec = _single_call(name, calls[name]), mixers[name], out["mixers"][name]
             context = MixerContext(ids, k, len(names), options.seed, options.ig_steps)
             rec["effects"].append(leave_one_source_out(model, mixer, x, call, pred, conf, options.removal,
-                                                       fill.get(name))[:n].numpy())
+                                                       fills[name])[:n].numpy())
             for m in options.methods:
                 scores = MIXER_METHODS[m][1](model, mixer, call, x, target=pred, context=context)
                 rec["scores"][m].append(scores[:n].double().numpy())
                 rec["deletion"][m].append(deletion_effects(model, mixer, x, scores, pred, conf, options.removal,
-                                                           fill.get(name))[:n].numpy())
+                                                           fills[name])[:n].numpy())
         if progress is not None:
             progress.update(n)
     return out
@@ -216,7 +242,15 @@ def _tables(collected, mixers, options: MixerOptions, described: dict[str, Any],
                 "effect": ("p_c(x) - p_c(x with the source removed from that mixer), c = class predicted on the "
                            "intact input, every later part of the network recomputed (total effect at the output)"),
                 "sources": "1-based position in the mixer's list of sources"}
-    return MixerAudit(sources=pd.concat(rows["sources"], ignore_index=True),
+    donors = None
+    if collected["donors"]:
+        drawn = cat(collected["donors"])
+        n_draws = drawn.shape[1]
+        donors = pd.DataFrame({"sample": np.repeat(sample, n_draws), "draw": np.tile(np.arange(n_draws), len(sample)),
+                               "donor": drawn.reshape(-1).astype(np.int64)})
+        manifest["donors"] = ("donors.csv: for each sample and draw, the global index (in the evaluated data) of the "
+                              "sample whose source states replaced its own; the effect averages p_c over the draws")
+    return MixerAudit(sources=pd.concat(rows["sources"], ignore_index=True), donors=donors,
                       samples=pd.concat(rows["samples"], ignore_index=True), summary=pd.DataFrame(rows["summary"]),
                       comparisons=comparisons, map=pd.concat(rows["map"], ignore_index=True), manifest=manifest)
 
@@ -230,10 +264,16 @@ def _prepared(model, data, options: MixerOptions, data_dir):
         raise ConfigError("the model has no depth mixer (a module with a bool mixer_softmax and mixer_logits); "
                           "see docs/concepts/mixers.md.")
     dataset = data if isinstance(data, Dataset) else load_dataset(data, options.split, data_dir=data_dir)
-    if not isinstance(dataset.x, Tensor):
-        raise ConfigError(f"mixer audits need tensor inputs; dataset {dataset.name!r} holds texts.")
     if options.limit is not None:
         dataset = dataset.subset(slice(0, options.limit))
+    if not isinstance(dataset.x, Tensor):
+        if not callable(getattr(model, "encode_texts", None)):
+            raise ConfigError(f"dataset {dataset.name!r} holds texts and the model has no encode_texts(texts) to "
+                              "turn them into tensors.")
+        dataset = replace(dataset, x=model.encode_texts(dataset.x))
+    if options.removal == "resample" and len(dataset) < 2:
+        raise ConfigError(f"removal 'resample' draws donors from the other samples; '{dataset.name}' has "
+                          f"{len(dataset)} sample.")
     try:
         with torch.no_grad():
             model.eval()(dataset.x[:1])
@@ -254,8 +294,8 @@ def audit_mixers(model: nn.Module | str | os.PathLike, data: str | Dataset, *, o
         top-1 hit rate, AOPC, ``n``, ``n_undefined`` and ties.
     """
     model, described, mixers, dataset, options = _prepared(model, data, options or MixerOptions(), data_dir)
-    fill = _source_means(model, mixers, dataset, options.batch_size) if options.removal == "mean" else {}
-    collected = _collect(model, mixers, dataset, options, fill, progress)
+    means = _source_means(model, mixers, dataset, options.batch_size) if options.removal == "mean" else {}
+    collected = _collect(model, mixers, dataset, options, means, progress)
     return _tables(collected, mixers, options, described, dataset.name)
 
 
@@ -263,12 +303,17 @@ def audit_mixers_to_folder(model: nn.Module | str | os.PathLike, data: str | Dat
                            options: MixerOptions | None = None, data_dir: str | os.PathLike | None = None,
                            progress: Any = None) -> MixerAudit:
     """:func:`audit_mixers`, then ``sources.csv, samples.csv, summary.csv, comparisons.csv, map.csv`` and
-    ``manifest.json`` and the figure ``map.png`` (mass and effect per mixer and source) in ``out``, replaced whole (the folder is checked before any work)."""
+    ``manifest.json`` and the figure ``map.png`` (mass and effect per mixer and source) in ``out`` (with
+    ``removal="resample"`` also ``donors.csv``), replaced whole (the folder is checked before any work)."""
     (options or MixerOptions()).check()
     check_output_folder(out)
     audit = audit_mixers(model, data, options=options, data_dir=data_dir, progress=progress)
     files = {f"{t}.csv": table_bytes(getattr(audit, t), "csv") for t in TABLES}
+    if audit.donors is not None:
+        files["donors.csv"] = table_bytes(audit.donors, "csv")
     files["map.png"] = figure_bytes(mixer_map_figure(audit.map), "png")
-    files["manifest.json"] = (json.dumps(audit.manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
+    # Each file's sha256 in the manifest: a report refuses a folder whose files come from different audits.
+    manifest = {**audit.manifest, "files": {name: sha256_bytes(data) for name, data in files.items()}}
+    files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
     write_result_folder(out, files)
     return audit

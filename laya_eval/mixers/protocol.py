@@ -15,7 +15,8 @@ Everything else is read from the outside through hooks that live only inside the
 - :func:`removed_sources` runs the network with some sources removed from one mixer: ``removal="weight"``
   sets their weight to zero (for a softmax their logit to minus infinity, so the rest renormalise; with every
   source removed the mixer outputs zeros); ``removal="mean"`` replaces the source states with their mean over
-  the evaluated data before the mixer computes its weights;
+  the evaluated data before the mixer computes its weights, ``removal="resample"`` with the same source states
+  of other samples (one donor per sample, given from outside);
 - :func:`set_weights` runs the network with a mixer's weights given from outside (for gradients and
   integrated gradients over the weights).
 """
@@ -169,8 +170,8 @@ def removed_sources(mixer: nn.Module, keep: Tensor, removal: str,
                     fill: Sequence[Tensor] | None = None) -> Iterator[None]:
     """Run the network with the sources where ``keep`` (B, J) is 0 removed from ``mixer``.
 
-    ``removal`` as :data:`REMOVALS`; ``fill`` (one tensor per source, shaped like one sample's source) is
-    the replacement for ``"mean"``.
+    ``removal`` as :data:`REMOVALS`; ``fill`` (one tensor per source) is the replacement for ``"mean"`` (shaped
+    like one sample's source) and ``"resample"`` (shaped like the source: row ``b`` is sample ``b``'s donor's state).
     """
     if removal not in REMOVALS:
         raise ConfigError(f"removal must be one of {{{', '.join(REMOVALS)}}}; got {removal!r}.")
@@ -181,7 +182,8 @@ def removed_sources(mixer: nn.Module, keep: Tensor, removal: str,
         pairs = [(mixer, None, post)]
     else:
         if fill is None:
-            raise ConfigError("removal 'mean' needs the mean of every source over the evaluated data.")
+            raise ConfigError(f"removal {removal!r} needs the replacement of every source (the mean over the "
+                              "evaluated data, or the donors' states).")
 
         def pre(module, args):
             sources = _sources("mixer", args)

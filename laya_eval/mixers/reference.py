@@ -25,17 +25,21 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor, nn
 
+from laya_eval.catalog import MIXER_MODEL_KINDS
 from laya_eval.checks import check_choice, check_int, check_number, check_positive_int, check_seed
 from laya_eval.errors import CheckpointError, ConfigError
+from laya_eval.mixers.vocabulary import PAD, check_vocabulary, encode_texts
 from laya_eval.output.files import atomic_write_bytes
 
-__all__ = ["CHECKPOINT_FORMAT", "KINDS", "DepthSoftmax", "DepthWeightedAverage", "PatchDepthClassifier",
+__all__ = ["CHECKPOINT_FORMAT", "KINDS", "DepthClassifier", "DepthSoftmax", "DepthWeightedAverage",
+           "PatchDepthClassifier", "TokenDepthClassifier", "build_mixer_model",
            "accuracy", "fit_mixer_model", "load_mixer_model", "save_mixer_model"]
 
 CHECKPOINT_FORMAT = "laya-eval-depth-mixer-model"
-KINDS = ("denseformer", "attnres")
-_CONFIG_BOUNDS = {"image_size": (4, 256), "channels": (1, 4), "patch": (1, 64), "dim": (4, 512), "depth": (1, 32),
-                  "heads": (1, 16), "n_classes": (2, 1000), "mlp_ratio": (1, 8)}
+KINDS = tuple(MIXER_MODEL_KINDS)
+_SHARED_BOUNDS = {"dim": (4, 512), "depth": (1, 32), "heads": (1, 16), "n_classes": (2, 1000), "mlp_ratio": (1, 8)}
+_IMAGE_BOUNDS = {"image_size": (4, 256), "channels": (1, 4), "patch": (1, 64)}
+_TOKEN_BOUNDS = {"max_len": (1, 512)}
 
 
 class DepthWeightedAverage(nn.Module):
@@ -102,28 +106,29 @@ class Block(nn.Module):
         return a + self.mlp(self.norm2(x + a))
 
 
-class PatchDepthClassifier(nn.Module):
-    """A patch transformer classifier with depth mixers; ``forward(x (B, C, H, W)) -> logits (B, n_classes)``."""
+class DepthClassifier(nn.Module):
+    """The part both input kinds share: blocks, depth mixers, LayerNorm and a linear classifier over the mean
+    token. A subclass embeds its inputs as tokens ``(B, T, dim)`` and says which tokens the mean reads."""
 
-    def __init__(self, kind: str = "denseformer", *, image_size: int = 28, channels: int = 1, patch: int = 7,
-                 dim: int = 32, depth: int = 4, heads: int = 2, n_classes: int = 10, mlp_ratio: int = 2):
-        super().__init__()
-        self.config = _check_config({"kind": kind, "image_size": image_size, "channels": channels, "patch": patch,
-                                     "dim": dim, "depth": depth, "heads": heads, "n_classes": n_classes,
-                                     "mlp_ratio": mlp_ratio})
-        tokens = (image_size // patch) ** 2
-        self.embed = nn.Conv2d(channels, dim, patch, stride=patch)
-        self.pos = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
-        self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio) for _ in range(depth))
+    def __init__(self, config: dict[str, Any], embed: nn.Module, pos: nn.Parameter):
+        super().__init__()  # embed and pos are made first: the initialisation draws them before the blocks
+        self.config = config
+        self.embed, self.pos = embed, pos
+        kind, dim, depth = config["kind"], config["dim"], config["depth"]
+        self.blocks = nn.ModuleList(Block(dim, config["heads"], config["mlp_ratio"]) for _ in range(depth))
         if kind == "denseformer":  # mixer i follows block i: sources embedding, h_1 .. h_i
             self.mixers = nn.ModuleList(DepthWeightedAverage(i + 2) for i in range(depth))
         else:  # mixer i feeds block i + 1 (the last feeds the classifier): sources embedding, f_1 .. f_i
             self.mixers = nn.ModuleList(DepthSoftmax(dim) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
-        self.classifier = nn.Linear(dim, n_classes)
+        self.classifier = nn.Linear(dim, config["n_classes"])
+
+    def embed_tokens(self, x: Tensor) -> tuple[Tensor, Tensor | None]:
+        """``(tokens (B, T, dim), weights of the mean over tokens (B, T) or None for a plain mean)``."""
+        raise NotImplementedError
 
     def forward(self, x: Tensor) -> Tensor:
-        e = self.embed(x).flatten(2).transpose(1, 2) + self.pos
+        e, pool = self.embed_tokens(x)
         states, h = [e], e
         for i, block in enumerate(self.blocks):
             if self.config["kind"] == "denseformer":
@@ -131,24 +136,78 @@ class PatchDepthClassifier(nn.Module):
             else:
                 states.append(block(h))
             h = self.mixers[i](states)
-        return self.classifier(self.norm(h).mean(1))
+        h = self.norm(h)
+        if pool is None:
+            return self.classifier(h.mean(1))
+        return self.classifier((h * pool[..., None]).sum(1) / pool.sum(1, keepdim=True).clamp(min=1.0))
+
+
+class PatchDepthClassifier(DepthClassifier):
+    """A patch transformer classifier with depth mixers; ``forward(x (B, C, H, W)) -> logits (B, n_classes)``."""
+
+    def __init__(self, kind: str = "denseformer", *, image_size: int = 28, channels: int = 1, patch: int = 7,
+                 dim: int = 32, depth: int = 4, heads: int = 2, n_classes: int = 10, mlp_ratio: int = 2):
+        config = _check_config({"kind": kind, "image_size": image_size, "channels": channels, "patch": patch,
+                                "dim": dim, "depth": depth, "heads": heads, "n_classes": n_classes,
+                                "mlp_ratio": mlp_ratio})
+        tokens = (image_size // patch) ** 2
+        embed = nn.Conv2d(channels, dim, patch, stride=patch)
+        super().__init__(config, embed, nn.Parameter(torch.randn(1, tokens, dim) * 0.02))
+
+    def embed_tokens(self, x: Tensor) -> tuple[Tensor, None]:
+        return self.embed(x).flatten(2).transpose(1, 2) + self.pos, None
+
+
+class TokenDepthClassifier(DepthClassifier):
+    """A token transformer classifier with depth mixers over a word vocabulary stored in its config;
+    ``forward(ids (B, max_len) int64) -> logits``; the classifier reads the mean over the non-padding tokens.
+    :meth:`encode_texts` turns texts into ids (:mod:`~laya_eval.mixers.vocabulary`)."""
+
+    def __init__(self, kind: str = "denseformer", *, vocabulary: Sequence[str], max_len: int = 48, dim: int = 32,
+                 depth: int = 4, heads: int = 2, n_classes: int = 2, mlp_ratio: int = 2):
+        config = _check_config({"kind": kind, "vocabulary": list(vocabulary), "max_len": max_len, "dim": dim,
+                                "depth": depth, "heads": heads, "n_classes": n_classes, "mlp_ratio": mlp_ratio})
+        embed = nn.Embedding(len(vocabulary) + 2, dim, padding_idx=PAD)
+        super().__init__(config, embed, nn.Parameter(torch.randn(1, max_len, dim) * 0.02))
+
+    def embed_tokens(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        if x.dtype != torch.int64 or x.dim() != 2 or x.shape[1] != self.config["max_len"]:
+            raise ValueError(f"expected token ids of shape (B, {self.config['max_len']}) and dtype int64; got "
+                             f"{tuple(x.shape)} {x.dtype}")
+        return self.embed(x) + self.pos, (x != PAD).to(self.pos.dtype)
+
+    def encode_texts(self, texts: Sequence[str]) -> Tensor:
+        """Token ids (N, max_len) of ``texts`` under the stored vocabulary."""
+        return encode_texts(texts, self.config["vocabulary"], self.config["max_len"])
+
+
+def build_mixer_model(config: dict[str, Any]) -> DepthClassifier:
+    """The classifier a checked config describes (token ids when it holds a vocabulary, images otherwise)."""
+    config = _check_config(dict(config))
+    args = {k: v for k, v in config.items() if k != "kind"}
+    return (TokenDepthClassifier if "vocabulary" in config else PatchDepthClassifier)(config["kind"], **args)
 
 
 def _check_config(config: dict[str, Any]) -> dict[str, Any]:
     check_choice("kind", config.get("kind"), KINDS)
-    for key, (low, high) in _CONFIG_BOUNDS.items():
+    tokens = "vocabulary" in config
+    bounds = {**_SHARED_BOUNDS, **(_TOKEN_BOUNDS if tokens else _IMAGE_BOUNDS)}
+    for key, (low, high) in bounds.items():
         check_int(key, config.get(key), low=low, high=high)
-    if config["image_size"] % config["patch"]:
+    if tokens:
+        config["vocabulary"] = check_vocabulary(config["vocabulary"])
+    elif config["image_size"] % config["patch"]:
         raise ConfigError(f"patch must divide image_size {config['image_size']}; got {config['patch']!r}.")
     if config["dim"] % config["heads"]:
         raise ConfigError(f"heads must divide dim {config['dim']}; got {config['heads']!r}.")
-    unknown = sorted(set(config) - {"kind", *_CONFIG_BOUNDS})
+    expected = {"kind", *bounds, *(["vocabulary"] if tokens else [])}
+    unknown = sorted(set(config) - expected)
     if unknown:
-        raise ConfigError(f"unknown model config keys {unknown}; expected {sorted({'kind', *_CONFIG_BOUNDS})}.")
+        raise ConfigError(f"unknown model config keys {unknown}; expected {sorted(expected)}.")
     return dict(config)
 
 
-def save_mixer_model(model: PatchDepthClassifier, path: str | os.PathLike, *,
+def save_mixer_model(model: DepthClassifier, path: str | os.PathLike, *,
                      info: dict[str, Any] | None = None) -> Path:
     """Write ``model`` (config, float32 weights, optional JSON-able ``info``) atomically to ``path``."""
     buffer = io.BytesIO()
@@ -158,7 +217,7 @@ def save_mixer_model(model: PatchDepthClassifier, path: str | os.PathLike, *,
     return atomic_write_bytes(path, buffer.getvalue())
 
 
-def load_mixer_model(path: str | os.PathLike) -> tuple[PatchDepthClassifier, dict[str, Any]]:
+def load_mixer_model(path: str | os.PathLike) -> tuple[DepthClassifier, dict[str, Any]]:
     """Read a checkpoint written by :func:`save_mixer_model`: ``(model in eval mode, info)``.
 
     Raises
@@ -178,12 +237,12 @@ def load_mixer_model(path: str | os.PathLike) -> tuple[PatchDepthClassifier, dic
     try:
         config = _check_config(dict(raw.get("config") or {}))
         with torch.device("meta"):  # size the model before allocating it
-            n_bytes = 4 * sum(p.numel() for p in PatchDepthClassifier(**config).state_dict().values())
+            n_bytes = 4 * sum(p.numel() for p in build_mixer_model(config).state_dict().values())
     except ConfigError as err:
         raise CheckpointError(f"'{path}': {err}") from None
     if n_bytes > path.stat().st_size:
         raise CheckpointError(f"'{path}': its config asks for {n_bytes} bytes of weights, more than the file holds.")
-    model = PatchDepthClassifier(**config)
+    model = build_mixer_model(config)
     state = raw.get("state_dict")
     expected = model.state_dict()
     if not isinstance(state, dict) or set(state) != set(expected) or any(

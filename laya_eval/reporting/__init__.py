@@ -1,7 +1,9 @@
 """Reports over one or several ``faithfulness`` result folders: tables, figures, markdown and HTML.
 
 A report may also take ``laya-eval sanity`` folders (recognised by their files; :func:`load_inputs`),
-which add a "Sanity checks" section with a verdict per method (rules in :mod:`laya_eval.reporting.sanity_verdicts`).
+which add a "Sanity checks" section with a verdict per method (rules in :mod:`laya_eval.reporting.sanity_verdicts`),
+and ``laya-eval mixers`` folders, which add a "Depth mixers" section: the map of mass and effect and, per mixer,
+whether mass predicts effect (:mod:`laya_eval.reporting.mixer_sections`).
 Runs that are seeds of one head get statistics across seeds (:mod:`laya_eval.reporting.seeds`), and every
 run with paired tests a compact significance matrix (:mod:`laya_eval.reporting.significance`).
 
@@ -22,6 +24,7 @@ Examples
 May import: errors, catalog, version, output, stats, figures, sanity_checks.
 """
 
+from laya_eval.reporting.mixer_sections import MixerRun, load_mixer_run, mixer_verdicts
 from laya_eval.reporting.render import DECIMALS
 from laya_eval.reporting.runs import ReportInputs, Run, load_inputs, load_run, load_runs, run_from_result
 from laya_eval.reporting.sanity_verdicts import SanityRun, load_sanity, sanity_table
@@ -31,15 +34,18 @@ from laya_eval.reporting.write import write_report
 
 __all__ = [
     "DECIMALS",
+    "MixerRun",
     "ReportInputs",
     "ReportTables",
     "Run",
     "SanityRun",
     "agreement_matrix",
     "load_inputs",
+    "load_mixer_run",
     "load_run",
     "load_runs",
     "load_sanity",
+    "mixer_verdicts",
     "report_tables",
     "run_from_result",
     "sanity_table",

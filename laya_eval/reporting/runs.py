@@ -15,6 +15,7 @@ from laya_eval.errors import ResultsError
 from laya_eval.output.files import verify_result_folder
 
 if TYPE_CHECKING:
+    from laya_eval.reporting.mixer_sections import MixerRun
     from laya_eval.reporting.sanity_verdicts import SanityRun
 
 __all__ = ["COMPARISON_COLUMNS", "ReportInputs", "Run", "load_inputs", "load_run", "load_runs", "run_from_result"]
@@ -176,6 +177,7 @@ class ReportInputs:
 
     runs: list[Run]
     sanity: list[SanityRun]
+    mixers: list[MixerRun] = field(default_factory=list)
 
     @property
     def warnings(self) -> list[str]:
@@ -187,13 +189,24 @@ def load_inputs(folders: Sequence[str | os.PathLike], *, strict: bool = False) -
     """Read faithfulness result folders and ``laya-eval sanity`` folders, each recognised by its files.
 
     A folder holding any of the sanity files (randomisation.csv, ..., sanity.json) and no summary.csv is a
-    sanity folder; every other folder is read as by :func:`load_runs`. Either list may be empty, not both.
+    sanity folder; one holding map.csv and sources.csv (no layers.csv) a ``laya-eval mixers`` folder; every other
+    folder is read as by :func:`load_runs`. Any of the lists may be empty, not all.
     """
+    from laya_eval.reporting.mixer_sections import is_mixer_folder, load_mixer_run
     from laya_eval.reporting.sanity_verdicts import is_sanity_folder, load_sanity, unique_sanity_labels
 
     if not folders:
-        raise ResultsError("give at least one result folder of `laya-eval faithfulness` or `laya-eval sanity`.")
+        raise ResultsError("give at least one result folder of `laya-eval faithfulness`, `laya-eval sanity` or "
+                           "`laya-eval mixers`.")
     sanity = [Path(f) for f in folders if is_sanity_folder(f)]
-    rest = [f for f in folders if Path(f) not in sanity]
+    mixers = [Path(f) for f in folders if is_mixer_folder(f)]
+    rest = [f for f in folders if Path(f) not in sanity and Path(f) not in mixers]
     runs = _unique_labels([load_run(f, strict=strict) for folder in rest for f in _expand(Path(folder))])
-    return ReportInputs(runs=runs, sanity=unique_sanity_labels([load_sanity(f) for f in sanity]))
+    mixer_runs, seen = [], {}
+    for f in mixers:
+        run = load_mixer_run(f)
+        seen[run.label] = seen.get(run.label, 0) + 1
+        if seen[run.label] > 1:
+            run = dataclasses.replace(run, label=f"{run.label} #{seen[run.label]}")
+        mixer_runs.append(run)
+    return ReportInputs(runs=runs, sanity=unique_sanity_labels([load_sanity(f) for f in sanity]), mixers=mixer_runs)

@@ -15,6 +15,7 @@ from laya_eval.reporting.render import _html, _markdown, _slug
 from laya_eval.reporting.sections import _blocks
 from laya_eval.output.files import atomic_write_bytes
 from laya_eval.errors import ResultsError
+from laya_eval.reporting.mixer_sections import MixerRun, mixer_verdicts
 from laya_eval.reporting.runs import Run, _unique_labels, load_inputs
 from laya_eval.reporting.sanity_verdicts import SanityRun, sanity_runs_table, sanity_table, unique_sanity_labels
 from laya_eval.reporting.tables import ReportTables, report_tables
@@ -115,7 +116,8 @@ _OPTIONAL = {"comparisons", "across_seeds", "seed_ranks", "seed_comparisons", "s
 
 def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | None = None,
                  html_report: bool = True, title: str | None = None, max_points: int = 300, seed: int = 0,
-                 style: str = "default", sanity: Sequence[SanityRun] = ()) -> list[Path]:
+                 style: str = "default", sanity: Sequence[SanityRun] = (),
+                 mixers: Sequence[MixerRun] = ()) -> list[Path]:
     """Write the report's CSVs, figures (``figures/``), ``report.md`` and ``report.html``.
 
     Parameters
@@ -135,18 +137,25 @@ def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | 
     style : {"default", "paper"}
         Paper style: figures without titles at paper column widths; each figure's caption is
         written beside it (``figures/NAME.caption.txt``) and under it in the report.
+    sanity : sequence of SanityRun
+        ``laya-eval sanity`` folders: the "Sanity checks" section.
+    mixers : sequence of MixerRun
+        ``laya-eval mixers`` folders: the "Depth mixers" section (``mixers.csv``: the verdict per mixer;
+        ``figures/mixers_<run>``: the map of mass and effect).
 
     Returns
     -------
     list of Path
     """
     from laya_eval import figures as F
+    from laya_eval.figures.mixers import mixer_map_figure
 
     F.check_style(style)
     fmt = F.check_format(fmt) if fmt is not None else F.default_format(style)
     runs, sanity = _unique_labels(list(runs)), unique_sanity_labels(list(sanity))
-    if not runs and not sanity:
-        raise ResultsError("give at least one result folder of `laya-eval faithfulness` or `laya-eval sanity`.")
+    if not runs and not sanity and not mixers:
+        raise ResultsError("give at least one result folder of `laya-eval faithfulness`, `laya-eval sanity` or "
+                           "`laya-eval mixers`.")
     out = Path(out_dir)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -159,8 +168,15 @@ def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | 
                                            ("sanity_runs.csv", sanity_runs_table(sanity))))
     figs = _make_figures(runs, tables, max_points=max_points, seed=seed, style=style) if runs else {}
     figs.update(_sanity_figures(sanity, style))
+    verdicts = None
+    if mixers:
+        verdicts = _write_csv(out / "mixers.csv", pd.concat([mixer_verdicts(m) for m in mixers], ignore_index=True),
+                              written)
+        figs.update({f"mixers_{_slug(m.label)}": mixer_map_figure(m.map, title=f"Mass and effect, {m.label}")
+                     for m in mixers})
     files, embeds, captions = _write_figures(out, figs, written, fmt=fmt, style=style, html_report=html_report)
-    blocks = _blocks(runs, as_written, files, title=title, captions=captions, sanity=checks)
+    blocks = _blocks(runs, as_written, files, title=title, captions=captions, sanity=checks,
+                     mixers=(list(mixers), verdicts) if mixers else None)
     written.append(_write_bytes(out / "report.md", _markdown(blocks).encode()))
     if html_report:
         written.append(_write_bytes(out / "report.html", _html(blocks, embeds).encode()))
@@ -178,7 +194,7 @@ def report(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, **o
     >>> report(["runs/laya", "runs/scalarmix"], "report/")  # doctest: +SKIP
     """
     inputs = load_inputs(folders)
-    return write_report(inputs.runs, out_dir, sanity=inputs.sanity, **options)
+    return write_report(inputs.runs, out_dir, sanity=inputs.sanity, mixers=inputs.mixers, **options)
 
 
 def _write_figures(out: Path, figs: dict[str, Any], written: list[Path], *, fmt: str, style: str,

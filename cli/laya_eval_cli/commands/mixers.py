@@ -35,7 +35,10 @@ def _table(summary) -> str:
               help=f"Comma-separated, among {', '.join(MIXER_METHODS)}.")
 @click.option("--removal", default="weight", show_default=True, type=click.Choice(list(MIXER_REMOVALS)),
               help="weight: the source's weight zeroed (logit -inf before a softmax); mean: the source replaced by "
-                   "its mean over the evaluated data.")
+                   "its mean over the evaluated data; resample: by the same source of another sample (a seeded "
+                   "donor), averaged over --draws.")
+@click.option("--draws", default=8, show_default=True, type=click.IntRange(min=1),
+              help="Seeded donors per sample with --removal resample; their effects are averaged (donors.csv).")
 @click.option("--limit", type=click.IntRange(min=1), default=500, show_default=True,
               help="Use only the first N samples.")
 @batch_size_option
@@ -45,12 +48,12 @@ def _table(summary) -> str:
 @click.option("--ig-steps", default=16, show_default=True, type=click.IntRange(min=1),
               help="Integration steps of ig over the weights.")
 @click.option("--out", "out_dir", default="mixers-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for sources.csv, samples.csv, summary.csv, comparisons.csv, map.csv, map.png and "
-                   "manifest.json (replaced whole).")
+              help="Folder for sources.csv, samples.csv, summary.csv, comparisons.csv, map.csv, map.png, "
+                   "manifest.json and, with --removal resample, donors.csv (replaced whole).")
 @trust_code_option
 @data_dir_option
 @quiet_option
-def mixers(model, data, split, methods, removal, limit, batch_size, seed, bootstrap, ig_steps, out_dir, trust_code,
+def mixers(model, data, split, methods, removal, draws, limit, batch_size, seed, bootstrap, ig_steps, out_dir, trust_code,
            data_dir, quiet):
     """Audit the depth mixers of MODEL (a mixer model file or py:MODULE:CALLABLE): does each mixer's weight over
     its sources predict the effect of removing a source, measured at the output?
@@ -63,7 +66,7 @@ def mixers(model, data, split, methods, removal, limit, batch_size, seed, bootst
 
     options = MixerOptions(removal=removal, methods=choice_list(methods, list(MIXER_METHODS), "--methods"),
                            split=split, limit=limit, batch_size=batch_size, seed=seed, bootstrap=bootstrap,
-                           ig_steps=ig_steps, trust_code=trust_code)
+                           ig_steps=ig_steps, draws=draws, trust_code=trust_code)
     start = time.perf_counter()
     with progress_bar(quiet, desc="mixers", unit="sample") as bar:
         audit = audit_mixers_to_folder(model, data, out_dir, options=options, data_dir=data_dir, progress=bar)

@@ -1,4 +1,5 @@
-"""``laya-eval report``: tables, figures, markdown and HTML from ``faithfulness`` and ``sanity`` folders."""
+"""``laya-eval report``: tables, figures, markdown and HTML from ``faithfulness``, ``sanity`` and ``mixers``
+folders."""
 
 from __future__ import annotations
 
@@ -29,6 +30,18 @@ def _sanity_lines(table) -> str:
     return "\n".join(lines)
 
 
+def _mixer_lines(table) -> str:
+    from laya_eval.stats.intervals import format_estimate
+
+    w = max(10, *(len(r) for r in table["run"]))
+    lines = [f"{'mixers run':<{w}} {'mixer':<12} {'mass faithfulness':>17} {'95% CI':<18} verdict"]
+    for row in table.itertuples(index=False):
+        interval = "n/a" if row.ci_low != row.ci_low else f"[{row.ci_low:.3f}, {row.ci_high:.3f}]"
+        lines.append(f"{row.run:<{w}} {row.mixer:<12} {format_estimate(row.faithfulness):>17} {interval:<18} "
+                     f"{row.verdict}")
+    return "\n".join(lines)
+
+
 @click.command()
 @click.argument("result_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--out", "out_dir", default="report-out", show_default=True, type=click.Path(file_okay=False),
@@ -44,7 +57,8 @@ def _sanity_lines(table) -> str:
 @click.option("--max-points", default=300, show_default=True, type=click.IntRange(min=1),
               help="Samples drawn (seeded) per attribution-vs-effect scatter.")
 def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_points):
-    """Report on one or several RESULT_DIRS written by `laya-eval faithfulness` or `laya-eval sanity`.
+    """Report on one or several RESULT_DIRS written by `laya-eval faithfulness`, `laya-eval sanity` or
+    `laya-eval mixers`.
 
     One combined table across runs (head x method: mean +- std over folders
     sharing head, dataset, ablation and scope, with 95% intervals),
@@ -62,10 +76,14 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_poi
     seeds. Folders of `laya-eval sanity` (recognised by their files) add a
     "Sanity checks" section: similarity after randomisation, ROAR agreement
     and a pass/fail verdict per method; a report of sanity folders alone works.
+    Folders of `laya-eval mixers` (recognised by map.csv and sources.csv) add a
+    "Depth mixers" section: the mixer x source map of mass and effect side by
+    side, and per mixer whether mass predicts effect (the faithfulness of mass
+    with its 95% interval).
 
     Example: laya-eval report runs/laya runs/scalarmix --out report/
     """
-    from laya_eval.reporting import load_inputs, report_tables, sanity_table, write_report
+    from laya_eval.reporting import load_inputs, mixer_verdicts, report_tables, sanity_table, write_report
 
     inputs = load_inputs(result_dirs, strict=strict)
     for warning in inputs.warnings:
@@ -74,6 +92,10 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_poi
         click.echo(_table(report_tables(inputs.runs).faithfulness))
     if inputs.sanity:
         click.echo(_sanity_lines(sanity_table(inputs.sanity)))
+    if inputs.mixers:
+        import pandas as pd
+
+        click.echo(_mixer_lines(pd.concat([mixer_verdicts(m) for m in inputs.mixers], ignore_index=True)))
     paths = write_report(inputs.runs, out_dir, fmt=fmt, html_report=html_report, title=title, max_points=max_points,
-                         style=style, sanity=inputs.sanity)
+                         style=style, sanity=inputs.sanity, mixers=inputs.mixers)
     click.echo(f"wrote {len(paths)} files to {out_dir}: report.md" + (", report.html" if html_report else ""))

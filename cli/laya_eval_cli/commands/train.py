@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from laya_eval.catalog import BACKBONE_NAMES, TRAIN_SEED
+from laya_eval.catalog import BACKBONE_NAMES, MIXER_MODEL_KINDS, TRAIN_SEED
 
 from laya_eval_cli.options import (
     HEAD_NAMES,
@@ -20,14 +20,43 @@ from laya_eval_cli.options import (
     training_options,
 )
 
-_BACKBONES = list(BACKBONE_NAMES)
+_BACKBONES = [*BACKBONE_NAMES, *MIXER_MODEL_KINDS]
 _HEADS = HEAD_NAMES
+# Options of a backbone + head that a depth-mixer classifier (built-in classifier, trained whole) has not.
+_HEAD_ONLY = ("head", "d_star", "tau", "scorer_hidden", "psi", "freeze_backbone", "init_ckpt")
+
+
+def _train_mixer_model(kind, dataset, out, options, backbone_arg, data_dir, download, quiet):
+    """``--backbone denseformer|attnres``: train the depth-mixer classifier and write a mixer model file."""
+    from laya_eval.errors import ConfigError
+    from laya_eval.mixers.reference import save_mixer_model
+    from laya_eval.mixers.training import train_mixer_model
+
+    ctx = click.get_current_context()
+    given = [name for name in _HEAD_ONLY if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+    if given:
+        flag = "--" + given[0].replace("_ckpt", "").replace("_", "-")
+        raise ConfigError(f"{flag} does not apply to --backbone {kind}: its classifier is built in and trained "
+                          "with the backbone.")
+    if not str(out).endswith(".pt"):
+        raise ConfigError(f"--out: a depth-mixer model is written as a .pt file; got {str(out)!r}.")
+    bar, on_epoch = epoch_bar(quiet, options.epochs, f"train {kind}")
+    with bar:
+        fit = train_mixer_model(kind, dataset, config=parse_key_values(backbone_arg, "--backbone-arg"),
+                                options=options, data_dir=data_dir, download=download, on_epoch=on_epoch)
+    save_mixer_model(fit.model, out, info=fit.info)
+    m, tr = fit.metrics, fit.training
+    click.echo(f"{dataset} {kind} seed {options.seed}: test accuracy {m['test_accuracy']:.4f}, macro-F1 "
+               f"{m['test_macro_f1']:.4f} (epochs {tr.epochs_run}, best {tr.best_epoch}, {tr.wall_time_s:.1f} s) "
+               f"-> {out}")
 
 
 @click.command()
 @click.option("--dataset", required=True, help="digits, fashion-mnist, cifar10, rotten-tomatoes or npz:PATH.")
 @click.option("--backbone", default="mlp", show_default=True, type=click.Choice(_BACKBONES),
-              help="Built-in backbone. For a pretrained model (hf:, py:, a checkpoint) use `laya-eval fit-head`.")
+              help="Built-in backbone. For a pretrained model (hf:, py:, a checkpoint) use `laya-eval fit-head`. "
+                   "denseformer / attnres: a transformer classifier with depth mixers over image patches or word "
+                   "tokens (no --head; audit it with `laya-eval mixers`).")
 @click.option("--head", default="laya", show_default=True, type=click.Choice(_HEADS))
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Checkpoint to write (.pt or .safetensors).")
 @click.option("--seed", default=TRAIN_SEED, show_default=True, type=SEED_RANGE)
@@ -62,6 +91,8 @@ def train(dataset, backbone, head, out, seed, epochs, batch_size, lr, patience, 
     resolve_device(device)
     options = TrainOptions(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed,
                            device=device, freeze_backbone=freeze_backbone)
+    if backbone in MIXER_MODEL_KINDS:
+        return _train_mixer_model(backbone, dataset, out, options, backbone_arg, data_dir, download, quiet)
     bar, on_epoch = epoch_bar(quiet, epochs, f"train {head}")
     with bar:
         result = train_model(backbone, head, dataset, backbone_kwargs=parse_key_values(backbone_arg, "--backbone-arg"),
