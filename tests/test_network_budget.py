@@ -57,3 +57,51 @@ def test_a_budget_that_cannot_hold_a_chunk_is_refused_before_any_work(digits_mod
         evaluate_ablations(digits_models["laya"], "digits", ["zero"],
                            options=EvalOptions(limit=20, scope="network", ablation="zero", methods=("ig",)))
     assert not calls
+
+
+def _drawn_replacement_rows(model, monkeypatch) -> list[int]:
+    """Rows of every backbone pass that puts per-sample draws in place of a block output."""
+    seen, forward = [], model.backbone.forward
+
+    def recording(x, replace=None):
+        if replace and any("_per_sample_replacer" in fn.__qualname__ for fn in replace.values()):
+            seen.append(len(x))
+        return forward(x, replace=replace)
+
+    monkeypatch.setattr(model.backbone, "forward", recording)
+    return seen
+
+
+@pytest.mark.parametrize("ablation", ["resample", "noise"])
+def test_drawn_network_removals_run_in_row_chunks(digits_models, monkeypatch, ablation):
+    model = digits_models["laya"]
+    kwargs = dict(limit=40, batch_size=40, scope="network", ablation=ablation, bootstrap=0, methods=("contribution",),
+                  draws=2)
+    whole = evaluate_ablations(model, "digits", [ablation], options=EvalOptions(**kwargs))[ablation]
+    seen = _drawn_replacement_rows(model, monkeypatch)
+    monkeypatch.setattr(budget, "FORWARD_FACTOR", 100)
+    chunked = evaluate_ablations(model, "digits", [ablation], options=EvalOptions(**kwargs, max_memory_mb=1))[ablation]
+    # a row's block outputs are 64 + 32 + 16 float32 = 448 bytes; at 100x that, 1 MiB holds 2**20 // 44800 = 23
+    # rows: the 40-row batch goes as [0, 23), [23, 40)
+    assert seen and set(seen) == {23, 17}
+    for table in ("layers", "samples", "summary"):
+        pd.testing.assert_frame_equal(getattr(whole, table), getattr(chunked, table), check_exact=False, rtol=1e-5,
+                                      atol=1e-6)
+
+
+def test_the_budget_of_a_pooled_backbone_counts_its_full_block_outputs():
+    from torch import nn
+
+    from laya_eval import LayeredModel, ModelInfo, ModuleBackbone
+    from laya_eval.models.heads import LayaHead
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 32, 3, padding=1), nn.Conv2d(32, 32, 3, padding=1))
+    backbone = ModuleBackbone(net, ["1", "2"], layer_dims=[32, 32], pool="avg")
+    model = LayeredModel(backbone, LayaHead([32, 32], 10, d_star=8, scorer_hidden=8),
+                         ModelInfo(num_classes=10, class_names=tuple("0123456789"), input_shape=(64,)))
+    # each block outputs a (32, 8, 8) float32 map: 2 * 32 * 64 * 4 bytes = 16 KiB per input; gradients keep 8x
+    # that for 16 rows: 16 * 8 * 16 KiB = 2 MiB. (The pooled states alone, 2 * 32 * 4 bytes, would fit in 1 MB.)
+    with pytest.raises(ConfigError, match="16 rows need about 2 MB"):
+        evaluate_ablations(model, "digits", ["zero"], options=EvalOptions(
+            limit=20, scope="network", ablation="zero", methods=("grad_x_act",), max_memory_mb=1))

@@ -35,7 +35,7 @@ from laya_eval.engine.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.models.devices import backbone_precision
 from laya_eval.engine.distributed import SINGLE_PROCESS, World
 from laya_eval.engine.effect_precision import float64_trace
-from laya_eval.engine.memory_budget import replacement_rows
+from laya_eval.engine.memory_budget import one_row_block_outputs, replacement_rows, row_chunks
 from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.partial import PartialStore
 from laya_eval.engine.interventions import SampleFills, donor_ids
@@ -133,12 +133,14 @@ def _float64(values: list[Tensor] | SampleFills | None) -> list[Tensor] | Sample
 
 def _donor_states(plan: Plan, donors: Tensor) -> list[Tensor]:
     """The donors' states, draw-major ((K * B, ...) per layer): pooled at head scope, block outputs at network
-    scope, from one backbone pass over the donors' inputs."""
+    scope (in row chunks within ``--max-memory``), from backbone passes over the donors' inputs."""
     part = plan.data.subset(donors.T.reshape(-1).cpu())
     x = part.x.to(plan.device) if isinstance(part.x, Tensor) else part.x
     with torch.no_grad(), backbone_precision(plan.device, plan.options.dtype):
         if plan.options.scope == "network":
-            _, states = plan.model.block_outputs(x)
+            rows = replacement_rows(one_row_block_outputs(plan.model, x), plan.options.max_memory_mb)
+            chunks = [plan.model.block_outputs(x[sl])[1] for sl in row_chunks(len(x), rows)]
+            states = [torch.cat(layer) for layer in zip(*chunks)]
         else:
             states = [pool_hidden(h) for h in plan.model.hidden_states(x)]
     return [s.float() if s.is_floating_point() else s for s in states]
@@ -185,7 +187,8 @@ def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, means: dict[str, 
     fills, donors = _batch_fills(plan, ids, means)
     lolo = leave_one_out_masks(model.n_layers, device=plan.device)
     # Network scope: replacement passes in row chunks within --max-memory (laya_eval.engine.memory_budget).
-    max_rows = replacement_rows(tr64.hidden, o.max_memory_mb) if o.scope == "network" else None
+    max_rows = (replacement_rows(one_row_block_outputs(model, tr.inputs), o.max_memory_mb)
+                if o.scope == "network" else None)
     effects = {a: _to_numpy(removal_effects(tr64, model64, lolo, ablation=a, scope=o.scope, fill=fills[a],
                                             max_rows=max_rows, target=target), rows)
                for a in plan.ablations}

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
+from laya_eval.engine.memory_budget import one_row_block_outputs, replacement_rows, row_chunks
 from laya_eval.engine.removals import ABLATION_REGISTRY, ablation_fill, removed_states
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import pool_hidden
@@ -122,15 +123,18 @@ def ig_completeness_delta(tr: Trace, model: LayeredModel, scores: Tensor, target
 
 @torch.no_grad()
 def network_ig_completeness_delta(tr: Trace, model: LayeredModel, scores: Tensor,
-                                  baseline: list[Tensor] | None, target: Tensor | None = None) -> Tensor:
+                                  baseline: list[Tensor] | None, target: Tensor | None = None,
+                                  max_rows: int | None = None) -> Tensor:
     """Network-scope IG completeness, per layer ``a_i - (f_t(x) - f_t(x, block i at its baseline))``; mean |.| over
-    layers, (B,)."""
+    layers, (B,); at most ``max_rows`` inputs per replacement pass."""
     target = tr.pred if target is None else target
     _, outputs = model.block_outputs(tr.inputs)
     f = _class_logit(tr.logits, target)
     deltas = []
     for i, out in enumerate(outputs):
-        removed = replaced_logits(model, tr.inputs, i, layer_baseline(out, baseline, i))
+        base = layer_baseline(out, baseline, i)
+        removed = torch.cat([replaced_logits(model, tr.inputs[sl], i, base[sl])
+                             for sl in row_chunks(tr.n_samples, max_rows)])
         deltas.append(scores[:, i] - (f - _class_logit(removed, target)))
     return torch.stack(deltas, 1).abs().mean(1)
 
@@ -139,4 +143,5 @@ def ig_diagnostic(tr: Trace, model: LayeredModel, scores: Tensor, context: Any) 
     """The completeness delta of ``scores`` at ``context``'s scope, baseline and target, (B,)."""
     if context.scope == "head":
         return ig_completeness_delta(tr, model, scores, context.target, context.layer_baseline)
-    return network_ig_completeness_delta(tr, model, scores, context.layer_baseline, context.target)
+    rows = replacement_rows(one_row_block_outputs(model, tr.inputs), context.max_memory_mb)
+    return network_ig_completeness_delta(tr, model, scores, context.layer_baseline, context.target, rows)

@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
+from laya_eval.engine.memory_budget import row_chunks
 from laya_eval.engine.seeding import derived_seed, per_sample_normal, per_sample_uniform
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import LayerHead, pool_hidden
@@ -121,16 +122,21 @@ def _head_logits(tr: Trace, head: LayerHead, masks: Tensor, values: Sequence[Ten
     return head(replaced).view(batch, k, -1)
 
 
-def _network_logits(tr: Trace, model: LayeredModel, masks: Tensor, values: Sequence[Tensor]) -> Tensor:
-    """Logits (B, K, C) with block ``i``'s output replaced by ``values[i][b]`` inside the backbone."""
+def _network_logits(tr: Trace, model: LayeredModel, masks: Tensor, values: Sequence[Tensor],
+                    max_rows: int | None = None) -> Tensor:
+    """Logits (B, K, C) with block ``i``'s output replaced by ``values[i][b]`` inside the backbone; at most
+    ``max_rows`` inputs per backbone pass (:mod:`laya_eval.engine.memory_budget`)."""
     out = []
     for k in range(masks.shape[1]):
-        replace: dict[int, Callable[[Tensor], Tensor]] = {}
-        for i in range(masks.shape[2]):
-            drop = masks[:, k, i] == 0
-            if bool(drop.any()):
-                replace[i] = _per_sample_replacer(drop, values[i])
-        out.append(model.head(model.hidden_states(tr.inputs, replace)))
+        parts = []
+        for sl in row_chunks(tr.n_samples, max_rows):
+            replace: dict[int, Callable[[Tensor], Tensor]] = {}
+            for i in range(masks.shape[2]):
+                drop = masks[sl, k, i] == 0
+                if bool(drop.any()):
+                    replace[i] = _per_sample_replacer(drop, values[i][sl])
+            parts.append(model.head(model.hidden_states(tr.inputs[sl], replace)))
+        out.append(torch.cat(parts))
     return torch.stack(out, 1)
 
 
@@ -146,26 +152,27 @@ def _per_sample_replacer(drop: Tensor, value: Tensor) -> Callable[[Tensor], Tens
 
 
 def drawn_class_probs(tr: Trace, head, model: LayeredModel | None, masks: Tensor, fills: SampleFills,
-                      scope: str) -> Tensor:
+                      scope: str, max_rows: int | None = None) -> Tensor:
     """Mean over the draws of the class probabilities after each removal in ``masks`` ((K, L) or (B, K, L)):
-    (B, K, C). ``model`` is needed at network scope only."""
+    (B, K, C). ``model`` is needed at network scope only, where a backbone pass carries at most ``max_rows``
+    inputs."""
     masks = _expand(masks.to(tr.terms.dtype), tr.n_samples)
     total = None
     for values in fills.draws:
         if scope == "head":
             logits = _head_logits(tr, head, masks, values)
         else:
-            logits = _network_logits(tr, model, masks, values)
+            logits = _network_logits(tr, model, masks, values, max_rows)
         p = torch.softmax(logits, -1)
         total = p if total is None else total + p
     return total / len(fills.draws)
 
 
 def sample_fill_probs(tr: Trace, model: LayeredModel, masks: Tensor, fills: SampleFills, scope: str, *,
-                      target: Tensor | None = None) -> Tensor:
+                      target: Tensor | None = None, max_rows: int | None = None) -> Tensor:
     """Mean over the draws of ``p_t`` after each removal in ``masks`` ((K, L) or (B, K, L)): (B, K); ``t`` is
-    ``target`` or the predicted class."""
-    probs = drawn_class_probs(tr, model.head, model, masks, fills, scope)
+    ``target`` or the predicted class; at network scope at most ``max_rows`` inputs per backbone pass."""
+    probs = drawn_class_probs(tr, model.head, model, masks, fills, scope, max_rows)
     target = tr.pred if target is None else target
     return probs.gather(2, target[:, None, None].expand(-1, probs.shape[1], 1)).squeeze(2)
 
@@ -178,8 +185,8 @@ def drawn_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor
 
 def drawn_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
                           ) -> Tensor:
-    """As :func:`drawn_head_logits`, inside the backbone."""
-    return drawn_class_probs(tr, model.head, model, masks, _sample_fills(fill), "network").log()
+    """As :func:`drawn_head_logits`, inside the backbone, at most ``max_rows`` inputs per backbone pass."""
+    return drawn_class_probs(tr, model.head, model, masks, _sample_fills(fill), "network", max_rows).log()
 
 
 def _sample_fills(fill) -> SampleFills:

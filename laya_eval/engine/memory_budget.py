@@ -9,7 +9,9 @@ kept for the backward pass. Both are cut into row chunks so that their working s
 - an IG row (one input at one step) holds about :data:`GRAD_FACTOR` x the block outputs of a row (the
   saved activations of every layer inside the blocks plus their gradients).
 
-The block outputs of a row are measured on the batch's own hidden states. The factors are estimates for
+The block outputs of a row are measured on the full output of every block of the batch's first input
+(:func:`one_row_block_outputs`: maps and token sequences as ``replace`` sees them, before any pooling a
+backbone applies to its hidden states, in the backbone's own precision). The factors are estimates for
 convolutional and transformer blocks (convolution, normalisation, activation: a few saved tensors the size
 of the block output each); the budget covers this working set, not the model's weights, the batch's own
 trace or the Python runtime. A run whose single row cannot fit is refused before any work
@@ -20,19 +22,46 @@ by rounding (checked to 1e-6 in the tests), while the budget itself is not part 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Sequence
 
+import torch
 from torch import Tensor
 
 from laya_eval.errors import ConfigError
 
-__all__ = ["FORWARD_FACTOR", "GRAD_FACTOR", "MIN_ROWS", "check_network_budget", "ig_rows", "replacement_rows",
-           "row_bytes", "row_chunks"]
+if TYPE_CHECKING:
+    from laya_eval.models.layered import LayeredModel
+
+__all__ = ["FORWARD_FACTOR", "GRAD_FACTOR", "MIN_ROWS", "check_network_budget", "ig_rows", "one_row_block_outputs",
+           "replacement_rows", "row_bytes", "row_chunks"]
 
 FORWARD_FACTOR = 3
 GRAD_FACTOR = 8
 #: The fewest rows a chunk holds (or the whole batch, if smaller): CPU kernels round differently below it.
 MIN_ROWS = 16
+
+
+def one_row_block_outputs(model: "LayeredModel", inputs: Any) -> list[Tensor]:
+    """Every block's full output for one input as large as any of ``inputs`` (what network-scope work holds per
+    row), from a backbone pass over that one input.
+
+    A backbone may pool its hidden states (``ModuleBackbone(pool="avg")``, a text encoder's CLS token); the
+    budget is about the unpooled outputs that replacement passes and gradients carry through later blocks.
+    """
+    with torch.no_grad():
+        _, outputs = model.block_outputs(_widest_row(inputs))
+    return outputs
+
+
+def _widest_row(inputs: Any) -> Any:
+    """One input that is as large as any of ``inputs`` once batched: the first row of a tensor or of tokenized
+    tensors (already padded to one length), the longest of a list of texts (its batch pads to it)."""
+    if isinstance(inputs, Mapping):
+        return {k: v[:1] for k, v in inputs.items()}
+    if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(t, str) for t in inputs):
+        return [max(inputs, key=len)]
+    return inputs[:1]
 
 
 def row_bytes(hidden: Sequence[Tensor]) -> int:

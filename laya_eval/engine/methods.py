@@ -30,7 +30,7 @@ from laya_eval.engine.ig_baselines import (baseline_needs, baseline_states, head
                                            replaced_logits, resolved_baseline)
 from laya_eval.engine.integrated_gradients import head_ig
 from laya_eval.engine.plugins import load_installed_plugins
-from laya_eval.engine.memory_budget import ig_rows, row_chunks
+from laya_eval.engine.memory_budget import ig_rows, one_row_block_outputs, row_chunks
 from laya_eval.engine.representation_scores import alpha_norm, angular_distance, block_influence, has_common_states
 from laya_eval.engine.seeding import per_sample_uniform
 from laya_eval.models.trace import Trace
@@ -184,7 +184,7 @@ def _network_grads(tr: Trace, model: LayeredModel, target: Tensor, max_memory_mb
     if not isinstance(tr.inputs, Tensor):
         raise ConfigError("network-scope gradient methods need tensor inputs; use --scope head for text models.")
     acts_parts, grad_parts = [], []
-    for sl in row_chunks(tr.n_samples, ig_rows(tr.hidden, max_memory_mb)):
+    for sl in row_chunks(tr.n_samples, ig_rows(one_row_block_outputs(model, tr.inputs), max_memory_mb)):
         with torch.enable_grad():
             # The input requires grad so every block output is on the graph, frozen backbones included.
             x = tr.inputs[sl].detach().clone().requires_grad_(True)

@@ -23,7 +23,7 @@ from laya_eval.data import Dataset, check_finite, load_dataset
 from laya_eval.models.devices import resolve_device
 from laya_eval.engine.distributed import SINGLE_PROCESS, World
 from laya_eval.engine.effect_precision import float64_view
-from laya_eval.engine.memory_budget import check_network_budget
+from laya_eval.engine.memory_budget import check_network_budget, one_row_block_outputs
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.partial import run_key
@@ -188,11 +188,11 @@ def check_extra_methods(extra: Sequence[AttributionMethod]) -> tuple[Attribution
 
 def _check_network_budget(model: LayeredModel, data: Dataset, device: torch.device, options: EvalOptions, *,
                           gradients: bool) -> None:
-    """One input's block outputs sized against ``--max-memory`` (one backbone pass on one row), before any work."""
+    """One input's full block outputs sized against ``--max-memory`` (one backbone pass on one row), before any
+    work."""
     first = data.subset(slice(0, 1)).x
-    with torch.no_grad():
-        hidden = model.hidden_states(first.to(device) if isinstance(first, torch.Tensor) else first)
-    check_network_budget(hidden, options.max_memory_mb, gradients=gradients)
+    outputs = one_row_block_outputs(model, first.to(device) if isinstance(first, torch.Tensor) else first)
+    check_network_budget(outputs, options.max_memory_mb, gradients=gradients)
 
 
 def _check_ablation_needs(ablations: Sequence[str], data: Dataset, options: EvalOptions) -> None:

@@ -375,7 +375,7 @@ def removal_probs(
     """
     check_ablation(ablation, scope)
     if isinstance(fill, SampleFills):
-        return sample_fill_probs(tr, model, masks, fill, scope, target=target)
+        return sample_fill_probs(tr, model, masks, fill, scope, target=target, max_rows=max_rows)
     if scope == "head":
         logits = head_removal_logits(tr, model.head, masks, ablation, fill)
     else:
