@@ -255,7 +255,7 @@ def write_report(out: Path, rows, agreement, sources, command, env, load, wall, 
         f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min) at the start, "
         f"{load[3]:.2f} / {load[4]:.2f} / {load[5]:.2f} at the end",
         f"- torch {env['torch']}, intra-op threads: {env['threads']}, Python {env['python']}; device: cpu "
-        f"(CUDA available: {env['cuda_available']}; no GPU machine was lent to this task)",
+        f"(CUDA available: {env['cuda_available']}: CPU only)",
         "",
         "## Cases",
         "",

@@ -79,6 +79,25 @@ def test_faithfulness_and_profile_under_the_guard(guard, digits_models):
     assert profile is not None
 
 
+def test_faithfulness_from_the_feature_cache_under_the_guard(guard, by_reference):
+    """Head scope on a by-reference backbone: the batch loop indexes the CPU-side cache and moves the rows."""
+    model, cache = by_reference
+    data = _host_splits(limit=40)["test"]
+    options = EvalOptions(limit=40, batch_size=16, bootstrap=20, n_steps=4, cache_dir=str(cache))
+    with guard():
+        out = evaluate_ablations(model, data, ["gate", "mean"], options=options)
+    assert out["gate"].manifest["feature_cache"] is not None
+
+
+def test_the_guard_catches_cached_states_handed_to_the_head_unmoved(guard, by_reference, monkeypatch):
+    model, cache = by_reference
+    data = _host_splits(limit=40)["test"]
+    monkeypatch.setattr(engine, "_cached_states", lambda plan, rows: [h[rows] for h in plan.features.hidden])
+    with guard(), pytest.raises(AssertionError, match="device mismatch"):
+        evaluate_ablations(model, data, ["gate"], options=EvalOptions(limit=40, batch_size=16, bootstrap=20,
+                                                                      n_steps=4, cache_dir=str(cache)))
+
+
 def test_fit_head_under_the_guard(guard, tmp_path):
     splits = _host_splits(limit=120)
     backbone = load_backbone(CNN, layers=["block1", "block2", "block3"],

@@ -114,8 +114,12 @@ def retrain_options(what: str, patience: int = catalog.TRAIN_PATIENCE):
 
 cache_dir_option = click.option(
     "--cache-dir", default=None, type=click.Path(file_okay=False),
-    help="Feature cache of frozen pretrained backbones, shared by fit-head, prune and sanity "
-         "(default: $LAYA_EVAL_CACHE/features or ~/.cache/laya-eval/features).")
+    help="Feature cache of frozen pretrained backbones, shared by fit-head, prune, sanity, and faithfulness and "
+         "profile at head scope (default: $LAYA_EVAL_CACHE/features or ~/.cache/laya-eval/features).")
+no_cache_option = click.option(
+    "--no-cache", "no_cache", is_flag=True,
+    help="Run the backbone batch by batch at head scope instead of reading (and filling) the feature cache; "
+         "the results are the same bytes.")
 
 bootstrap_option = click.option("--bootstrap", default=catalog.BOOTSTRAP_RESAMPLES, show_default=True, type=click.IntRange(min=0),
                                 help=f"Bootstrap resamples for the 95% intervals (below {catalog.MIN_BOOTSTRAP_RESAMPLES}, "

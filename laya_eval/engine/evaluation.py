@@ -10,6 +10,12 @@ Records from batches, chunks, resumed runs and processes merge exactly;
 ``summarize`` turns them into metrics, intervals, tables and the manifest
 (:mod:`laya_eval.engine.results`). See ``docs/architecture.md``.
 
+At head scope a frozen backbone stored by reference whose states are vectors (``hf:``, ``py:``, a ``fit-head``
+model) is not run batch by batch: its pooled states come from the on-disk feature cache that ``fit-head``,
+``sanity`` and ``prune`` share (:func:`laya_eval.loading.feature_cache.backbone_features`), encoded into it once
+when missing. The cache encodes in batches of the default batch size, padded as here, so the tables are the
+same bytes with and without it.
+
 Batch-size invariance: every model call sees at least :data:`MIN_BATCH_ROWS` rows (small
 batches are padded with copies of their own samples, marked with sample id -1 and
 dropped), because CPU matrix kernels round differently for tiny batches; per-sample
@@ -36,7 +42,7 @@ from laya_eval.models.devices import backbone_precision
 from laya_eval.engine.distributed import SINGLE_PROCESS, World
 from laya_eval.engine.effect_precision import float64_trace
 from laya_eval.engine.memory_budget import one_row_block_outputs, replacement_rows, row_chunks
-from laya_eval.models.layered import LayeredModel
+from laya_eval.models.layered import MIN_BATCH_ROWS, LayeredModel
 from laya_eval.engine.partial import PartialStore
 from laya_eval.engine.interventions import SampleFills, donor_ids
 from laya_eval.engine.removals import (
@@ -46,7 +52,7 @@ from laya_eval.engine.removals import (
     leave_one_out_masks,
     removal_effects,
 )
-from laya_eval.engine.plan import CHUNK_SIZE, EvalOptions, Plan, make_plan, resolved_ig_baseline
+from laya_eval.engine.plan import CHUNK_SIZE, EvalOptions, Plan, make_plan, resolved_ig_baseline, with_cached_features
 from laya_eval.engine.records import Records, merge_records
 from laya_eval.engine.results import (
     SUMMARY_COLUMNS,
@@ -64,11 +70,10 @@ __all__ = ["CHUNK_SIZE", "MIN_BATCH_ROWS", "SUMMARY_COLUMNS", "EvalOptions", "Ev
            "Plan", "collect", "evaluate", "evaluate_ablations", "evaluate_to_folder", "make_plan", "score_method",
            "summarize", "write_results"]
 
-MIN_BATCH_ROWS = 16
 
-
-def _batches(plan: Plan, start: int, stop: int) -> Iterator[tuple[Any, Tensor, Tensor]]:
-    """``(x, labels, sample_ids)`` on the plan's device, each padded to at least MIN_BATCH_ROWS rows (ids -1)."""
+def _batches(plan: Plan, start: int, stop: int) -> Iterator[tuple[Any, Tensor, Tensor, Tensor]]:
+    """``(x, labels, sample_ids, index)``, each padded to at least MIN_BATCH_ROWS rows (ids -1): the first three on
+    the plan's device, ``index`` (the rows of ``plan.data``, padding included) on the CPU."""
     data, size = plan.data, plan.options.batch_size
     for lo in range(start, stop, size):
         hi = min(lo + size, stop)
@@ -78,13 +83,22 @@ def _batches(plan: Plan, start: int, stop: int) -> Iterator[tuple[Any, Tensor, T
         ids = torch.where(torch.arange(len(index)) < hi - lo, index, torch.full_like(index, -1))
         part = data.subset(index)
         x = part.x.to(plan.device) if isinstance(part.x, Tensor) else part.x
-        yield x, part.y.to(plan.device), ids.to(plan.device)
+        yield x, part.y.to(plan.device), ids.to(plan.device), index
 
 
-def _trace(plan: Plan, x: Any, y: Tensor, ids: Tensor, *, record_blocks: bool = False
+def _cached_states(plan: Plan, rows: Tensor) -> list[Tensor]:
+    """Rows ``rows`` (CPU indices into ``plan.data``) of the cached pooled states, on the plan's device."""
+    return [h[rows].to(plan.device) for h in plan.features.hidden]
+
+
+def _trace(plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, *, record_blocks: bool = False
            ) -> tuple[Trace, list[Tensor] | None]:
-    """One backbone pass; with ``record_blocks`` also each block's full output (network-scope statistics)."""
+    """One backbone pass (or the cached states of rows ``index``); with ``record_blocks`` also each block's full
+    output (network-scope statistics)."""
     outputs = None
+    if plan.features is not None and not record_blocks:
+        hidden = _cached_states(plan, index)
+        return trace_from_hidden(plan.model.head, hidden, labels=y, inputs=x, sample_ids=ids), outputs
     with torch.no_grad(), backbone_precision(plan.device, plan.options.dtype):
         if record_blocks:
             hidden, outputs = plan.model.block_outputs(x)
@@ -111,9 +125,9 @@ def collect_statistics(plan: Plan, start: int, stop: int, *, world: World = SING
     stats = partial.load_statistics() if partial is not None else None
     if stats is None:
         stats = DatasetStatistics()
-        for x, y, ids in _batches(plan, start, stop):
+        for x, y, ids, index in _batches(plan, start, stop):
             network = plan.options.scope == "network"
-            tr, outputs = _trace(plan, x, y, ids, record_blocks=network)
+            tr, outputs = _trace(plan, x, y, ids, index, record_blocks=network)
             with torch.no_grad():
                 stats = stats.merged(batch_statistics(plan.statistics, tr, plan.model, plan.options.scope, outputs))
             if progress is not None:
@@ -133,7 +147,10 @@ def _float64(values: list[Tensor] | SampleFills | None) -> list[Tensor] | Sample
 
 def _donor_states(plan: Plan, donors: Tensor) -> list[Tensor]:
     """The donors' states, draw-major ((K * B, ...) per layer): pooled at head scope, block outputs at network
-    scope (in row chunks within ``--max-memory``), from backbone passes over the donors' inputs."""
+    scope (in row chunks within ``--max-memory``), from backbone passes over the donors' inputs (at head scope,
+    from the feature cache when the plan has one)."""
+    if plan.features is not None and plan.options.scope == "head":
+        return _cached_states(plan, donors.T.reshape(-1).cpu())
     part = plan.data.subset(donors.T.reshape(-1).cpu())
     x = part.x.to(plan.device) if isinstance(part.x, Tensor) else part.x
     with torch.no_grad(), backbone_precision(plan.device, plan.options.dtype):
@@ -174,10 +191,11 @@ def _target(plan: Plan, tr: Trace, y: Tensor) -> Tensor | None:
     return torch.full_like(tr.pred, int(target))
 
 
-def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, means: dict[str, list[Tensor]]) -> Records:
+def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, means: dict[str, list[Tensor]]
+                   ) -> Records:
     """Scores, effects and deletion curves of one (padded) batch; only the real rows are kept."""
     o, model = plan.options, plan.model
-    tr, _ = _trace(plan, x, y, ids)
+    tr, _ = _trace(plan, x, y, ids, index)
     rows = ids >= 0
     # Effects in float64 at the head (laya_eval.engine.effect_precision); scores from the model as it is.
     model64 = plan.effect_model
@@ -232,7 +250,8 @@ def collect(plan: Plan, means: dict[str, list[Tensor]], start: int, stop: int, *
     for lo, hi in _chunks(start, stop, plan.options.chunk_size):
         chunk = partial.load_chunk(lo, hi) if partial is not None else None
         if chunk is None:
-            chunk = merge_records(_batch_records(plan, x, y, ids, means) for x, y, ids in _batches(plan, lo, hi))
+            chunk = merge_records(_batch_records(plan, x, y, ids, index, means)
+                                  for x, y, ids, index in _batches(plan, lo, hi))
             if partial is not None:
                 partial.save_chunk(lo, hi, chunk)
         parts.append(chunk)
@@ -292,6 +311,7 @@ def evaluate_ablations(
         raise ConfigError("extra methods cannot be kept as partial results: their code is not part of the run key.")
     plan = make_plan(model, data, ablations, options=options, data_dir=data_dir, world=world,
                      extra_methods=extra_methods)
+    plan = with_cached_features(plan, world)
     start, stop = world.shard(len(plan.data))
     partial = None if partial_dir is None else PartialStore(partial_dir, plan.key(), resume=resume,
                                                             result_key=plan.result_key(), n_layers=plan.model.n_layers)

@@ -8,6 +8,7 @@ error of an evaluation is raised here, before a batch runs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -25,14 +26,15 @@ from laya_eval.engine.distributed import SINGLE_PROCESS, World
 from laya_eval.engine.effect_precision import float64_view
 from laya_eval.engine.memory_budget import check_network_budget, one_row_block_outputs
 from laya_eval.errors import ConfigError, DataError
+from laya_eval.loading.feature_cache import Features, backbone_features, caches_features
 from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.partial import run_key
 from laya_eval.engine.plugins import code_identity
 from laya_eval.engine.removals import ABLATION_REGISTRY, check_ablations
 from laya_eval.stats import DEFAULT_RTOL
 
-__all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "check_extra_methods", "check_target", "check_target_class", "make_plan", "plugin_sources",
-           "resolved_ig_baseline"]
+__all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "check_extra_methods", "check_target", "check_target_class", "make_plan",
+           "plugin_sources", "resolved_ig_baseline", "with_cached_features"]
 
 #: Evaluation seeds stay below 2**63 (they are stored and passed on as signed 64-bit integers).
 EVAL_SEED_MAX = 2**63 - 1
@@ -40,7 +42,12 @@ EVAL_SEED_MAX = 2**63 - 1
 
 @dataclass(frozen=True)
 class EvalOptions:
-    """Options of one evaluation (the CLI's flags)."""
+    """Options of one evaluation (the CLI's flags).
+
+    ``cache`` and ``cache_dir``: at head scope, read (and fill) the feature cache of a frozen backbone stored by
+    reference instead of running it batch by batch (:func:`with_cached_features`);
+    the results are the same bytes either way, so neither joins a run key.
+    """
 
     methods: tuple[str, ...] | None = None
     ablation: str = ABLATIONS[0]
@@ -65,6 +72,8 @@ class EvalOptions:
     max_memory_mb: int = 2048
     draws: int = 8
     angular_span: int = 1
+    cache: bool = True
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         check_ablations(self.ablation, self.scope)
@@ -105,7 +114,8 @@ def resolved_ig_baseline(options: EvalOptions) -> str:
 
 @dataclass(frozen=True)
 class Plan:
-    """What one evaluation computes, resolved once before any work."""
+    """What one evaluation computes, resolved once before any work; ``features`` holds the pooled states of
+    ``data`` when they come from the feature cache (set by the engine after planning)."""
 
     model: LayeredModel
     data: Dataset
@@ -117,6 +127,7 @@ class Plan:
     checkpoint: dict[str, Any]
     notes: tuple[str, ...] = ()
     effect_model: LayeredModel | None = None
+    features: Features | None = None
 
     @property
     def needs_gradients(self) -> bool:
@@ -286,3 +297,13 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
                 effect_model=float64_view(model))
 
 
+def with_cached_features(plan: Plan, world: World = SINGLE_PROCESS) -> Plan:
+    """``plan`` with its pooled states from the feature cache where they can stand in for the backbone pass: head
+    scope, a float32 pass, one process, a frozen backbone stored by reference whose states are vectors, and
+    ``options.cache``; else ``plan`` unchanged."""
+    o = plan.options
+    if not (o.cache and o.scope == "head" and o.dtype == "float32" and world.size == 1
+            and caches_features(plan.model.backbone, vector_states=True)):
+        return plan
+    features = backbone_features(plan.model.backbone, plan.data, device=str(plan.device), cache_dir=o.cache_dir)
+    return dataclasses.replace(plan, features=features)

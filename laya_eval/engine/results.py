@@ -294,6 +294,8 @@ def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: in
             "baseline_state": baseline_description(resolved_ig_baseline(options), options.ablation),
             "internal_batch_size": options.internal_batch_size},
         "plugins": plugin_sources(plan),
+        "feature_cache": None if plan.features is None else {"path": str(plan.features.path),
+                                                             "reused": plan.features.reused},
     }
 
 

@@ -6,9 +6,13 @@ everything that decides them: the backbone's reference (``backbone.config()``: t
 the layers and pooling, the sha256 of the weights and, for ``hf:`` models, of every config,
 tokenizer and processor file of the model folder, for ``py:`` factories of the module's source,
 the callable's source and any extra source files named with ``sources``), the data's name,
-split, size and preprocessing, and a sha256 of the inputs and labels. A second request with the
-same key reads the files and does not run the backbone; training a head, sanity checks and
-pruning reuse them (:func:`laya_eval.training.trainer.train_head`).
+split, size and preprocessing, a sha256 of the inputs and labels, the device type the backbone ran on
+and the rows per backbone call (text batches are padded to their longest sentence, so the batching
+decides the last bits). Batches of fewer than :data:`~laya_eval.models.layered.MIN_BATCH_ROWS` rows are padded
+with copies of their own rows, as the evaluation engine pads them, so a state does not depend on where
+the split ends. A second request with the same key reads the files and does not run the backbone;
+training a head, sanity checks, pruning, and ``faithfulness`` and ``profile`` at head scope reuse them
+(:func:`backbone_features`).
 
 The cache folder is ``cache_dir``, else ``$LAYA_EVAL_CACHE/features``, else
 ``~/.cache/laya-eval/features``. A folder is complete once its ``meta.json`` exists
@@ -34,17 +38,23 @@ import torch
 from torch import Tensor
 
 from laya_eval.errors import DataError, RecomputedWarning
+from laya_eval.models.devices import resolve_device
+from laya_eval.models.heads import pool_hidden
+from laya_eval.models.layered import MIN_BATCH_ROWS
 from laya_eval.output.files import data_content_sha256, file_sha256, json_sha256, sha256_bytes
 from laya_eval.output.reading import UnsafeFile, read_regular_file
 
-__all__ = ["Features", "cache_root", "extract_features", "feature_key", "known_layer_dims", "remember_layer_dims"]
+__all__ = ["FEATURE_BATCH_ROWS", "Features", "backbone_features", "cache_root", "caches_features", "extract_features",
+           "feature_key", "known_layer_dims", "remember_layer_dims"]
 
 ENV_VAR = "LAYA_EVAL_CACHE"
 #: The largest ``meta.json`` read (the key and one record per array).
 MAX_META_BYTES = 4 << 20
 #: Bytes an ``.npy`` header may add to its array's data (numpy pads headers to 64 or 4096 bytes).
 NPY_HEADER_BYTES = 1 << 16
-_FORMAT = 2
+#: Rows per backbone call of every encoding the library puts in the cache (one batching, so entries are shared).
+FEATURE_BATCH_ROWS = 256
+_FORMAT = 3
 
 
 @dataclass
@@ -82,17 +92,24 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return Path.home() / ".cache" / "laya-eval" / "features"
 
 
-def feature_key(backbone_config: dict[str, Any], data: Any) -> dict[str, Any]:
-    """The cache key: the backbone's reference (spec, weights hash, layers, pooling) and the data split.
+def feature_key(backbone_config: dict[str, Any], data: Any, *, device: str = "cpu",
+                batch_rows: int = FEATURE_BATCH_ROWS) -> dict[str, Any]:
+    """The cache key: the backbone's reference (spec, weights hash, layers, pooling), the data split, the
+    device type and the rows per backbone call.
 
     Parameters
     ----------
     backbone_config : dict
         ``backbone.config()`` of a by-reference backbone (it carries the weights hash).
     data : Dataset
+    device : str
+        The device type the backbone runs on (``cpu``, ``cuda``): kernels differ in rounding.
+    batch_rows : int
+        Rows per backbone call.
     """
     return {"backbone": backbone_config, "data": data.name, "split": data.split, "n": len(data),
-            "preprocessing": data.preprocessing, "content_sha256": _content_sha256(data), "format": _FORMAT}
+            "preprocessing": data.preprocessing, "content_sha256": _content_sha256(data), "device": device,
+            "batch_rows": int(batch_rows), "format": _FORMAT}
 
 
 def _content_sha256(data: Any) -> str:
@@ -235,22 +252,77 @@ def extract_features(
 @torch.no_grad()
 def _stream(encode_batch: Callable[[Any], list[Tensor]], data: Any, folder: Path, batch_size: int,
             progress: Any) -> list[np.ndarray]:
-    """Encode batch by batch, writing each batch into memory-mapped ``layer{i}.npy`` files."""
+    """Encode batch by batch, writing each batch into memory-mapped ``layer{i}.npy`` files; a batch of fewer
+    than MIN_BATCH_ROWS rows runs padded with copies of its own rows (CPU kernels round tiny batches differently)."""
     arrays: list[np.ndarray] = []
     n = len(data)
     for start in range(0, n, batch_size):
         part = data.subset(slice(start, start + batch_size))
-        hidden = encode_batch(part.x)
+        rows = len(part)
+        if rows < MIN_BATCH_ROWS:
+            part = part.subset(torch.arange(MIN_BATCH_ROWS) % rows)
+        hidden = [h[:rows] for h in encode_batch(part.x)]
         if not arrays:
             arrays = [np.lib.format.open_memmap(folder / f"layer{i}.npy", mode="w+", dtype=np.float32,
                                                 shape=(n, int(h.shape[1]))) for i, h in enumerate(hidden)]
         for array, h in zip(arrays, hidden):
-            array[start:start + len(part)] = h.detach().float().cpu().numpy()
+            array[start:start + rows] = h.detach().float().cpu().numpy()
         if progress is not None:
-            progress.update(len(part))
+            progress.update(rows)
     for array in arrays:
         array.flush()
     return arrays
+
+
+def caches_features(backbone: Any, *, vector_states: bool = False) -> bool:
+    """Whether ``backbone``'s pooled states go through the cache: a frozen backbone stored by reference (its
+    ``config()`` names everything that decides them). ``vector_states`` asks also that every state is already
+    (B, d_i) before pooling (an evaluation's head-scope methods then see exactly what the cache holds)."""
+    if not getattr(backbone, "stored_by_reference", False):
+        return False
+    return not vector_states or bool(getattr(backbone, "vector_states", False))
+
+
+def _reference(backbone: Any) -> dict[str, Any]:
+    """What identifies the backbone's features: its config, plus a weights hash when stored in full."""
+    from laya_eval.models.backbones.modules import state_sha256
+
+    ref = backbone.config()
+    if not getattr(backbone, "stored_by_reference", False):
+        ref = {**ref, "state_sha256": state_sha256(backbone)}
+    return ref
+
+
+def backbone_features(backbone: Any, data: Any, *, device: str = "cpu", batch_size: int = FEATURE_BATCH_ROWS,
+                      cache_dir: str | os.PathLike | None = None, progress: Any = None) -> Features:
+    """The pooled hidden states of ``data`` under a frozen ``backbone``, through the feature cache.
+
+    Parameters
+    ----------
+    backbone : Backbone
+        Frozen; ``backbone.config()`` (plus a weights hash) keys the cache.
+    data : Dataset
+    device : str
+        Runs the backbone; its type joins the key.
+    batch_size : int
+        Rows per backbone call; joins the key (the library always uses :data:`FEATURE_BATCH_ROWS`).
+    cache_dir, progress
+        As :func:`extract_features`.
+
+    Returns
+    -------
+    Features
+        ``hidden``: list of (N, d_i) on the CPU.
+    """
+    dev = resolve_device(device)
+    backbone.to(dev).eval()
+
+    def encode_batch(x: Any) -> list[Tensor]:
+        x = x.to(dev) if isinstance(x, Tensor) else x
+        return [pool_hidden(h) for h in backbone(x)]
+
+    key = feature_key(_reference(backbone), data, device=dev.type, batch_rows=batch_size)
+    return extract_features(encode_batch, data, key, cache_dir=cache_dir, batch_size=batch_size, progress=progress)
 
 
 def _dims_file(reference: dict[str, Any], cache_dir: str | os.PathLike | None) -> Path:

@@ -10,7 +10,11 @@ from torch import Tensor, nn
 from laya_eval.errors import DataError
 from laya_eval.models.heads import LayerHead
 
-__all__ = ["LayeredModel", "ModelInfo"]
+__all__ = ["MIN_BATCH_ROWS", "LayeredModel", "ModelInfo"]
+
+#: The fewest rows a model call sees: CPU matrix kernels round differently for one to three rows, so smaller
+#: batches are padded with copies of their own rows (the evaluation engine, the feature cache).
+MIN_BATCH_ROWS = 16
 
 
 @dataclass

@@ -3,8 +3,8 @@
 ``train`` (frozen backbone), ``fit_head``, ``sanity`` and ``prune`` all encode through
 :func:`encode_features`. A frozen backbone stored by reference (``hf:``, ``py:``, a ``fit-head`` model) goes
 through the on-disk feature cache (:mod:`laya_eval.loading.feature_cache`), so a split that one of them encoded
-is read back by the others instead of encoded again; any other backbone is encoded in memory
-(:func:`encode`).
+is read back by the others (and by ``faithfulness`` and ``profile`` at head scope) instead of encoded again;
+any other backbone is encoded in memory (:func:`encode`).
 """
 
 from __future__ import annotations
@@ -14,15 +14,14 @@ import os
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from laya_eval.data import Dataset
-from laya_eval.loading.feature_cache import Features, extract_features, feature_key
-from laya_eval.models.devices import resolve_device
+from laya_eval.loading.feature_cache import FEATURE_BATCH_ROWS, Features, backbone_features, caches_features
 from laya_eval.models.heads import pool_hidden
 from laya_eval.models.layered import LayeredModel
 
-__all__ = ["Features", "backbone_features", "batch_inputs", "batch_slices", "encode", "encode_features"]
+__all__ = ["FEATURE_BATCH_ROWS", "Features", "backbone_features", "batch_inputs", "batch_slices", "encode", "encode_features"]
 
 
 def batch_slices(n: int, batch_size: int) -> list[slice]:
@@ -63,44 +62,6 @@ def encode(model: LayeredModel, data: Dataset, *, batch_size: int = 256, pooled:
     return [torch.cat(c) for c in chunks]
 
 
-def _reference(backbone: nn.Module) -> dict[str, Any]:
-    """What identifies the backbone's features: its config, plus a weights hash when stored in full."""
-    from laya_eval.models.backbones.modules import state_sha256
-
-    ref = backbone.config()
-    if not getattr(backbone, "stored_by_reference", False):
-        ref = {**ref, "state_sha256": state_sha256(backbone)}
-    return ref
-
-
-def backbone_features(backbone: nn.Module, data: Dataset, *, device: str = "cpu", batch_size: int = 256,
-                      cache_dir: str | os.PathLike | None = None, progress: Any = None) -> Features:
-    """The pooled hidden states of ``data`` under a frozen ``backbone``, through the feature cache.
-
-    Parameters
-    ----------
-    backbone : Backbone
-        Frozen; ``backbone.config()`` (plus a weights hash) keys the cache.
-    data : Dataset
-    device, batch_size, cache_dir, progress
-        As :func:`laya_eval.loading.feature_cache.extract_features`; ``device`` runs the backbone.
-
-    Returns
-    -------
-    Features
-        ``hidden``: list of (N, d_i) on the CPU.
-    """
-    dev = resolve_device(device)
-    backbone.to(dev).eval()
-
-    def encode_batch(x: Any) -> list[Tensor]:
-        x = x.to(dev) if isinstance(x, Tensor) else x
-        return [pool_hidden(h) for h in backbone(x)]
-
-    return extract_features(encode_batch, data, feature_key(_reference(backbone), data), cache_dir=cache_dir,
-                            batch_size=batch_size, progress=progress)
-
-
 def encode_features(model: LayeredModel, data: Dataset, *, batch_size: int = 256,
                     cache_dir: str | os.PathLike | None = None, cache: bool = True) -> Features:
     """``model``'s pooled hidden states over ``data`` and its labels: the only backbone pass of a head step.
@@ -111,7 +72,8 @@ def encode_features(model: LayeredModel, data: Dataset, *, batch_size: int = 256
         Encoded on the device its parameters are on.
     data : Dataset
     batch_size : int
-        Rows per backbone call (at least 256 through the cache).
+        Rows per backbone call in memory; through the cache always
+        :data:`~laya_eval.loading.feature_cache.FEATURE_BATCH_ROWS`, so every command shares one entry.
     cache_dir : path, optional
         The feature cache (default :func:`laya_eval.loading.feature_cache.cache_root`); read and filled
         only for a backbone stored by reference.
@@ -124,9 +86,9 @@ def encode_features(model: LayeredModel, data: Dataset, *, batch_size: int = 256
     Features
         ``hidden``: list of (N, d_i) on the CPU, pooled as the heads pool them; ``y``: (N,) labels.
     """
-    if cache and getattr(model.backbone, "stored_by_reference", False):
+    if cache and caches_features(model.backbone):
         device = str(next(model.parameters()).device)
-        cached = backbone_features(model.backbone, data, device=device, batch_size=max(256, batch_size),
+        cached = backbone_features(model.backbone, data, device=device, batch_size=FEATURE_BATCH_ROWS,
                                    cache_dir=cache_dir)
         return dataclasses.replace(cached, y=data.y.clone())
     return Features(hidden=encode(model, data, batch_size=batch_size), y=data.y.clone())

@@ -28,7 +28,7 @@ from laya_eval.errors import ConfigError
 from laya_eval.loading.feature_cache import Features
 from laya_eval.models.heads import make_head
 from laya_eval.models.layered import LayeredModel, ModelInfo
-from laya_eval.training.features import backbone_features
+from laya_eval.training.features import FEATURE_BATCH_ROWS, backbone_features
 from laya_eval.training.trainer import TrainOptions, TrainResult, classification_metrics, train_head, \
     training_record
 
@@ -148,7 +148,7 @@ def fit_head(
         bar = progress(name, len(split)) if progress is not None else None
         try:
             features[name] = backbone_features(backbone, split, device=options.device, cache_dir=cache_dir,
-                                               batch_size=max(256, options.batch_size), progress=bar)
+                                               batch_size=FEATURE_BATCH_ROWS, progress=bar)
         finally:
             if bar is not None:
                 bar.close()

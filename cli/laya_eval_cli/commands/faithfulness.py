@@ -14,6 +14,8 @@ from laya_eval_cli.options import (
     registered_methods,
     use_plugins,
     batch_size_option,
+    cache_dir_option,
+    no_cache_option,
     bootstrap_option,
     choice_list,
     data_dir_option,
@@ -103,13 +105,15 @@ def _table(summary) -> str:
 @click.option("--max-memory", "max_memory", default=2048, show_default=True, type=click.IntRange(min=1),
               help="MB for the working set of network-scope work (block replacements and IG run in row chunks within "
                    "it); a model whose single rows cannot fit is refused before any work.")
+@cache_dir_option
+@no_cache_option
 @data_dir_option
 @device_option
 @quiet_option
 def faithfulness(checkpoint, trust_code, allow_unverified, plugins, download, data, split, methods, target, ig_steps,
                  ig_baseline, ig_batch_size, ablation, draws, angular_span, scope, limit, batch_size, seed, bootstrap,
-                 out_dir, resume, chunk_size, tie_rtol, table_format, allow_nonfinite, dtype, max_memory, data_dir, device,
-                 quiet):
+                 out_dir, resume, chunk_size, tie_rtol, table_format, allow_nonfinite, dtype, max_memory, cache_dir,
+                 no_cache, data_dir, device, quiet):
     """Score layer attributions of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE) against leave-one-layer-out effects.
 
     For every input, each method's layer scores are compared with the drop of the
@@ -130,7 +134,7 @@ def faithfulness(checkpoint, trust_code, allow_unverified, plugins, download, da
                           batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device, dtype=dtype, chunk_size=chunk_size, tie_rtol=tie_rtol,
                           trust_code=trust_code, download=download, allow_nonfinite=allow_nonfinite,
                           allow_unverified=allow_unverified, max_memory_mb=max_memory, draws=draws,
-                          angular_span=angular_span)
+                          angular_span=angular_span, cache=not no_cache, cache_dir=cache_dir)
     world = world_from_environment(device)
     start = time.perf_counter()
     with progress_bar(quiet or not world.is_main, desc="evaluate", unit="sample") as bar:

@@ -14,6 +14,8 @@ from laya_eval_cli.options import (
     registered_methods,
     use_plugins,
     batch_size_option,
+    cache_dir_option,
+    no_cache_option,
     data_dir_option,
     device_option,
     download_option,
@@ -95,11 +97,13 @@ def _diagnosis_line(diag) -> str:
                    "the figures and manifest.json (replaced whole).")
 @figure_format_option
 @figure_style_option
+@cache_dir_option
+@no_cache_option
 @data_dir_option
 @device_option
 @quiet_option
 def profile(checkpoint, trust_code, plugins, download, data, split, target, ig_steps, ig_baseline, ig_batch_size, method, by, reference_by, distance, bootstrap, scope, limit,
-            batch_size, seed, out_dir, fmt, style, data_dir, device, quiet):
+            batch_size, seed, out_dir, fmt, style, cache_dir, no_cache, data_dir, device, quiet):
     """Class-wise layer profile of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE): mean and std of a method's layer scores per class and layer.
 
     Computed separately for all, correct and incorrect predictions; writes
@@ -127,7 +131,7 @@ def profile(checkpoint, trust_code, plugins, download, data, split, target, ig_s
     options = EvalOptions(ablation="gate" if scope == "head" else "zero", scope=scope, split=split, limit=limit,
                           target=target, n_steps=ig_steps, ig_baseline=ig_baseline, internal_batch_size=ig_batch_size,
                           batch_size=batch_size, seed=seed, bootstrap=0, device=device, trust_code=trust_code,
-                          download=download)
+                          download=download, cache=not no_cache, cache_dir=cache_dir)
     world = world_from_environment(device)
     with progress_bar(quiet or not world.is_main, desc="profile", unit="sample") as bar:
         run = profile_to_folder(checkpoint, out_dir, data, method=method, by=by, options=options, data_dir=data_dir,

@@ -73,10 +73,14 @@ class Backbone(nn.Module):
     stored_by_reference : bool
         True when the weights are frozen pretrained weights that checkpoints
         refer to (through :meth:`config`) instead of storing.
+    vector_states : bool
+        True when every hidden state is (B, d_i) (pooled inside the backbone): its pooled
+        features are then all a head-scope analysis sees, and the feature cache can stand in for it.
     """
 
     name: ClassVar[str] = ""
     stored_by_reference: bool = False
+    vector_states: bool = False
     layer_dims: list[int]
     layer_names: list[str]
 

@@ -205,6 +205,7 @@ class HFBackbone(Backbone):
 
     name = "hf"
     stored_by_reference = True
+    vector_states = True  # every state is pooled to (B, D)
 
     def __init__(self, model: str, max_length: int = 128, pooling: str = "mean", local_files_only: bool = True,
                  layers: Sequence[str] | None = None, weights_sha256: Mapping[str, str] | None = None,

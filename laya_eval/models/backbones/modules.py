@@ -80,6 +80,7 @@ class ModuleBackbone(Backbone):
         #: ``{label: sha256}`` of the factory's source files (set by laya_eval.loading), recorded by config().
         self.source_sha256: dict[str, str] = {}
         self.pool_name = pool if isinstance(pool, str) else None
+        self.vector_states = self.pool_name in ("avg", "flatten")  # both end in (B, d)
         self.stored_by_reference = spec is not None
         if spec is not None:
             module.eval().requires_grad_(False)
