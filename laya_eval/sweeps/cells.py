@@ -119,6 +119,7 @@ def _fit(cell: Cell, splits: dict[str, Dataset], cache_dir: Any):
                            options=options)
     return fit_head(b["model"], splits, head=cell.head, head_kwargs=cfg["head_kwargs"], layers=b.get("layers"),
                     pool=b.get("pool"), options=options, trust_code=bool(b.get("trust_code", False)),
+                    allow_unverified=bool(b.get("allow_unverified", False)),
                     download=bool(cfg["data"].get("download", False)), cache_dir=cache_dir)
 
 

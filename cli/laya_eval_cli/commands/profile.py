@@ -27,6 +27,7 @@ from laya_eval_cli.options import (
     seed_option,
     split_option,
     trust_code_option,
+    allow_unverified_option,
 )
 
 
@@ -69,6 +70,7 @@ def _diagnosis_line(diag) -> str:
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
 @trust_code_option
+@allow_unverified_option
 @plugin_option
 @download_option
 @recorded_data_option
@@ -99,7 +101,7 @@ def _diagnosis_line(diag) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def profile(checkpoint, trust_code, plugins, download, data, split, target, ig_steps, ig_baseline, ig_batch_size, method, by, reference_by, distance, bootstrap, scope, limit,
+def profile(checkpoint, trust_code, allow_unverified, plugins, download, data, split, target, ig_steps, ig_baseline, ig_batch_size, method, by, reference_by, distance, bootstrap, scope, limit,
             batch_size, seed, out_dir, fmt, style, data_dir, device, quiet):
     """Class-wise layer profile of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE): mean and std of a method's layer scores per class and layer.
 
@@ -128,7 +130,7 @@ def profile(checkpoint, trust_code, plugins, download, data, split, target, ig_s
     options = EvalOptions(ablation="gate" if scope == "head" else "zero", scope=scope, split=split, limit=limit,
                           target=target, n_steps=ig_steps, ig_baseline=ig_baseline, internal_batch_size=ig_batch_size,
                           batch_size=batch_size, seed=seed, bootstrap=0, device=device, trust_code=trust_code,
-                          download=download)
+                          download=download, allow_unverified=allow_unverified)
     world = world_from_environment(device)
     start = time.perf_counter()
     with progress_bar(quiet or not world.is_main, desc="profile", unit="sample") as bar:

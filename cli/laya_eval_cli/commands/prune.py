@@ -29,6 +29,7 @@ from laya_eval_cli.options import (
     retrain_options,
     seed_option,
     trust_code_option,
+    allow_unverified_option,
 )
 
 
@@ -62,6 +63,7 @@ def _table(result) -> str:
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
 @trust_code_option
+@allow_unverified_option
 @plugin_option
 @download_option
 @recorded_data_option
@@ -92,7 +94,7 @@ def _table(result) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def prune(checkpoint, trust_code, plugins, download, data, methods, ablations, seeds, random_rankings, random_refits, epochs,
+def prune(checkpoint, trust_code, allow_unverified, plugins, download, data, methods, ablations, seeds, random_rankings, random_refits, epochs,
           patience, lr, train_seed, timing, early_exit, limit, batch_size, seed, bootstrap, out_dir, fmt, cache_dir,
           data_dir, device, quiet):
     """Prune MODEL's layers by each attribution method's ranking.
@@ -119,6 +121,6 @@ def prune(checkpoint, trust_code, plugins, download, data, methods, ablations, s
         run = prune_to_folder(checkpoint, out_dir, options, data=data, data_dir=data_dir, limit=limit,
                               cache_dir=cache_dir, device=device, trust_code=trust_code, download=download, fmt=fmt,
                               on_start=None if quiet else (lambda line: click.echo(line, err=True)),
-                              on_head=lambda kept, s: bar.update(1))
+                              on_head=lambda kept, s: bar.update(1), allow_unverified=allow_unverified)
     click.echo(_table(run.result))
     click.echo(f"wrote {', '.join(p.name for p in run.files)} to {out_dir} ({run.wall_time_s:.1f} s)")
