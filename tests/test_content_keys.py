@@ -212,6 +212,10 @@ def test_a_checkpoint_without_probe_or_checksum_is_refused_unless_allowed(tmp_pa
     payload = torch.load(path, weights_only=True)
     payload[drop] = None if drop == "probe" else payload.pop(drop) and None
     payload = {k: v for k, v in payload.items() if v is not None or k == "probe"}
+    if "checksum" in payload:  # a file written without a probe, its checksum made of what it holds
+        from laya_eval.loading.schema import metadata_sha256
+
+        payload["checksum"]["metadata"] = metadata_sha256(payload)
     torch.save(payload, tmp_path / "edited.pt")
     with pytest.raises(CheckpointError, match=f"lacks {drop}.*--allow-unverified"):
         load_checkpoint(tmp_path / "edited.pt")

@@ -131,6 +131,47 @@ def test_a_full_disk_during_report_is_exit_2(tmp_path, monkeypatch, faithfulness
     assert "Traceback" not in result.output
 
 
+def test_a_full_disk_midway_through_a_report_leaves_the_previous_report_byte_identical(tmp_path, monkeypatch,
+                                                                                      faithfulness_dir):
+    out = tmp_path / "reports" / "rep"
+    first = CliRunner().invoke(cli, ["report", str(faithfulness_dir), "--out", str(out), "--max-points", "5"])
+    assert first.exit_code == 0, first.output
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert len(before) > 10 and Path("report.md") in before and Path("figures/faithfulness.png") in before
+    real_open = open
+    state = {"writes": 0}
+
+    def full_at_the_html(path, mode="r", *args, **kwargs):
+        if "w" in mode and ".tmp" in str(path):  # a file of the new report, written under a temporary name
+            state["writes"] += 1
+            if "report.html" in str(path):  # after the tables, figures and report.md (another title) are written
+                raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", full_at_the_html)
+    second = CliRunner().invoke(cli, ["report", str(faithfulness_dir), "--out", str(out), "--max-points", "7",
+                                      "--title", "another report"])
+    monkeypatch.undo()
+    assert state["writes"] > 10  # the write did start: tables, figures and report.md came first
+    assert second.exit_code == 2 and isinstance(second.exception, SystemExit), second.output
+    errors = [line for line in second.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "no space left on the device" in errors[0] and str(out) in errors[0], errors
+    assert "Traceback" not in second.output
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["rep"]  # no half-written folder beside it
+
+
+def test_a_report_cannot_replace_a_folder_it_reads(tmp_path, faithfulness_dir):
+    folder = tmp_path / "run"
+    shutil.copytree(faithfulness_dir, folder)
+    before = sorted(p.name for p in folder.iterdir())
+    assert_one_line_error(_report(folder, folder), r"--out '.*run' would replace the result folder '.*run' that the "
+                                                   r"report reads")
+    assert_one_line_error(_report(folder, tmp_path), r"would replace the result folder")
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
 # ------------------------------------------------------------------------------------------ edited result folders
 
 

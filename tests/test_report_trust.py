@@ -411,3 +411,47 @@ def test_sanity_folder_errors(sanity_dir, tmp_path):
     with pytest.raises(ResultsError, match=r"is a `laya-eval sanity` folder, not a faithfulness result folder"):
         load_run(sanity_dir)
     assert load_sanity(sanity_dir).meta == json.loads((sanity_dir / "sanity.json").read_text())
+
+
+def _sanity_cell(folder, name, column, value, row=0):
+    table = pd.read_csv(folder / name, dtype=str, keep_default_na=False)
+    table.loc[row, column] = value
+    table.to_csv(folder / name, index=False)
+
+
+def _sanity_repeat_first_row(folder, name):
+    table = pd.read_csv(folder / name, dtype=str, keep_default_na=False)
+    pd.concat([table, table.iloc[:1]]).to_csv(folder / name, index=False)
+
+
+@pytest.mark.parametrize("edit, pattern", [
+    (lambda d: _sanity_cell(d, "randomisation.csv", "similarity", "abc"),
+     r"randomisation\.csv: column 'similarity' must be numbers; row 1 holds 'abc'"),
+    (lambda d: _sanity_cell(d, "data_randomisation.csv", "step", "1.5"),
+     r"data_randomisation\.csv: column 'step' must be whole non-negative numbers; row 1 holds 1\.5\.$"),
+    (lambda d: _sanity_cell(d, "randomisation.csv", "method", ""),
+     r"randomisation\.csv: column 'method' must be text; row 1 holds nan"),
+    (lambda d: _sanity_cell(d, "layer_roar.csv", "accuracy", ""),
+     r"layer_roar\.csv: column 'accuracy' must be finite numbers; row 1 holds nan"),
+    (lambda d: _sanity_cell(d, "layer_roar.csv", "seed", "true"),
+     r"layer_roar\.csv: column 'seed' must be (whole non-negative )?numbers"),
+    (lambda d: _sanity_cell(d, "roar_agreement.csv", "spearman", "inf"),
+     r"roar_agreement\.csv: column 'spearman' must be numbers or empty; row 1 holds inf"),
+    (lambda d: _sanity_cell(d, "roar_agreement.csv", "ci_note", "7"),
+     r"roar_agreement\.csv: column 'ci_note' must be text or empty; row 1 holds '?7(\.0)?'?\.$"),
+    (lambda d: _sanity_repeat_first_row(d, "roar_agreement.csv"),
+     r"roar_agreement\.csv: columns 'method' must be unique"),
+    (lambda d: _sanity_repeat_first_row(d, "randomisation.csv"),
+     r"randomisation\.csv: columns 'check', 'step', 'method' must be unique"),
+])
+def test_a_sanity_table_of_the_wrong_kind_is_one_line_naming_file_and_column(sanity_dir, tmp_path, edit, pattern):
+    import shutil
+
+    from tests.result_mutations import rehash
+
+    broken = tmp_path / "broken"
+    shutil.copytree(sanity_dir, broken)
+    edit(broken)
+    rehash(broken)
+    assert_one_line_error(run("report", broken, "--out", tmp_path / "o"), str(broken).replace(".", r"\.") + "/" + pattern)
+    assert not (tmp_path / "o").exists()

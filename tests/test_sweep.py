@@ -122,6 +122,30 @@ def test_a_changed_or_damaged_cell_is_redone(uninterrupted, tmp_path):
     assert sweep(GRID, out, resume=False).computed == CELLS
 
 
+def test_changed_laya_eval_code_redoes_every_cell(uninterrupted, tmp_path, monkeypatch):
+    import hashlib
+    import shutil
+    from pathlib import Path
+
+    import laya_eval
+    from laya_eval.output.files import package_source_sha256
+
+    # the digest is of the package's own .py files: worked out here from the files, path order
+    root = Path(laya_eval.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        file_digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest.update(f"{path.relative_to(root).as_posix()}\0{file_digest}\0".encode())
+    assert package_source_sha256() == digest.hexdigest()
+
+    out = tmp_path / "copy"
+    shutil.copytree(uninterrupted.out_dir, out)
+    assert sweep(GRID, out).reused == CELLS  # the same code: nothing to redo
+    monkeypatch.setattr("laya_eval.sweeps.cells.package_source_sha256", lambda: "0" * 64)  # as after an edit
+    assert sweep(GRID, out).computed == CELLS
+    assert (out / "sweep.csv").read_bytes() == (uninterrupted.out_dir / "sweep.csv").read_bytes()
+
+
 def test_report_reads_a_sweep_folder(uninterrupted):
     runs = load_runs([uninterrupted.out_dir])
     assert len(runs) == 8 * 2

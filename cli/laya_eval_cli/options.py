@@ -34,6 +34,7 @@ trust_code_option = click.option(
     help="Allow a checkpoint whose backbone is a py:MODULE:CALLABLE reference to import that module "
          "(a checkpoint is data: without this flag it never makes laya-eval run code).",
 )
+# Every command that loads a checkpoint takes it; it maps to the library's ``allow_unverified=True``.
 allow_unverified_option = click.option(
     "--allow-unverified", is_flag=True,
     help="Load a checkpoint that lacks the probe logits, checksum or model hashes laya-eval writes (an edited "

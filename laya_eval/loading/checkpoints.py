@@ -13,7 +13,7 @@ The ``.pt`` payload is a dict::
                 "preprocessing"},
      "state_dict": {...}, "training": {...}, "metrics": {...},
      "probe": {"kind", "n" | "texts", "logits"},        # optional (checkpoints since BYOM)
-     "checksum": {"algorithm": "sha256", "state_dict": "<hex>"},
+     "checksum": {"algorithm": "sha256", "state_dict": "<hex>", "metadata": {"config": "<hex>", ...}},
      "laya_eval_version": "..."}
 
 ``probe`` records the logits of a small fixed probe batch (:func:`probe_inputs`); loading
@@ -29,9 +29,11 @@ without them (edited, or written by an older version) is refused: nothing would 
 model rebuilt from it is the model that was saved. ``allow_unverified=True`` (CLI
 ``--allow-unverified``) loads it anyway, with that risk named.
 
-``checksum`` covers the tensors' names, dtypes, shapes and bytes (torch checks no
-CRC and safetensors has no checksum), so a flipped bit is an error; files written
-before it existed load without the check. Reading refuses FIFOs and devices
+``checksum`` covers the tensors' names, dtypes, shapes and bytes (torch checks no CRC and
+safetensors has no checksum), so a flipped bit is an error, and, in ``metadata``, the JSON of
+every other key (config, probe, training, metrics), so a config edited without a new checksum
+(another ``tau``, ``probe`` null) is refused naming the key. A file without the checksum, or
+with one of the tensors only, is unverified (see above). Reading refuses FIFOs and devices
 before opening them for reading, accepts only the uncompressed zip that
 ``torch.save`` writes, and validates everything against
 :mod:`laya_eval.loading.schema` before a module is built.
@@ -55,7 +57,8 @@ import torch
 from laya_eval.errors import CheckpointError, LayaEvalError
 from laya_eval.loading.probe import PROBE_TOLERANCE, check_probe, probe_inputs, probe_record, unverified_parts
 from laya_eval.loading.references import build_backbone, source_hashes
-from laya_eval.loading.schema import STORED_BY_REFERENCE, check_checksum, describe, validate_payload
+from laya_eval.loading.schema import (STORED_BY_REFERENCE, check_checksum, describe, metadata_sha256,
+                                     validate_payload)
 from laya_eval.loading.weights_fit import check_state_shapes
 from laya_eval.models.layered import LayeredModel, ModelInfo
 from laya_eval.output.files import state_dict_sha256
@@ -85,10 +88,11 @@ def _payload(model: LayeredModel) -> dict[str, Any]:
     backbone = model.backbone.config()
     if backbone["name"] == "modules" and not backbone["kwargs"].get("source_sha256"):  # built by hand with a spec
         try:
-            backbone["kwargs"]["source_sha256"] = source_hashes(backbone["kwargs"]["spec"][3:])
+            spec = backbone["kwargs"].get("resolved_spec") or backbone["kwargs"]["spec"]
+            backbone["kwargs"]["source_sha256"] = source_hashes(spec[3:])
         except LayaEvalError:
             pass  # not importable from here: the checkpoint loads only with allow_unverified
-    return {
+    payload = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "laya_eval_version": __version__,
@@ -102,11 +106,15 @@ def _payload(model: LayeredModel) -> dict[str, Any]:
             "preprocessing": dict(info.preprocessing),
         },
         "state_dict": tensors,
-        "checksum": {"algorithm": "sha256", "state_dict": state_dict_sha256(tensors)},
         "training": dict(info.training),
         "metrics": dict(info.metrics),
         "probe": probe_record(model),
     }
+    # through JSON first: the digests are of what a reader gets back (tuples as lists), in .pt and .safetensors
+    payload.update(json.loads(json.dumps({k: v for k, v in payload.items() if k != "state_dict"})))
+    payload["checksum"] = {"algorithm": "sha256", "state_dict": state_dict_sha256(tensors),
+                           "metadata": metadata_sha256(payload)}
+    return payload
 
 
 def check_checkpoint_path(path: str | os.PathLike) -> Path:

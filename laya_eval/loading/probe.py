@@ -127,6 +127,8 @@ def unverified_parts(payload: dict[str, Any], model: LayeredModel) -> list[str]:
         missing.append("probe")
     if payload.get("checksum") is None:
         missing.append("checksum")
+    elif "metadata" not in payload["checksum"]:
+        missing.append("checksum.metadata (of the config)")
     backbone = payload["config"]["backbone"]
     kwargs = backbone.get("kwargs") or {}
     needed = {"hf": ("weights_sha256", "files_sha256"), "modules": ("state_sha256", "source_sha256")}

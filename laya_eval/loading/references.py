@@ -154,21 +154,35 @@ def call_factory(value: str) -> Any:
 def build_backbone(config: dict[str, Any], *, trust_code: bool = False, download: bool = False) -> nn.Module:
     """Rebuild a checkpoint's backbone from its config ``{"name", "kwargs"}``.
 
-    A ``modules`` backbone is a ``py:`` reference: without ``trust_code`` nothing is imported
-    and a CheckpointError names the module and ``--trust-code``. A reference whose weights
-    changed (sha256) is a CheckpointError too.
+    A reference is rebuilt from its resolved form (``resolved_spec`` of a ``py:`` spec, ``resolved_model`` of an
+    ``hf:`` directory: absolute paths recorded when the checkpoint was saved), so the checkpoint loads from any
+    working folder; the form given then is kept for display and saving. A ``modules`` backbone is a ``py:``
+    reference: without ``trust_code`` nothing is imported and a CheckpointError names the module and
+    ``--trust-code``. A reference whose weights changed (sha256) is a CheckpointError too.
     """
-    from laya_eval.models.backbones import ModuleBackbone, make_backbone
-    from laya_eval.models.backbones.modules import state_sha256
+    from laya_eval.models.backbones import make_backbone
 
     name, kwargs = config["name"], dict(config.get("kwargs") or {})
+    if name == "modules":
+        return _build_module_backbone(kwargs, trust_code)
     if name == "hf":  # the network is reached only when this call allows it, whatever the file says
         kwargs["local_files_only"] = not download
-    if name != "modules":
-        return make_backbone(name, **kwargs)
-    spec = kwargs.get("spec")
-    if not isinstance(spec, str) or not spec.startswith("py:"):
-        raise CheckpointError(f"a 'modules' backbone must record a py:MODULE:CALLABLE spec; got {spec!r}.")
+        given = kwargs["model"]
+        kwargs["model"] = kwargs.pop("resolved_model", None) or given
+        backbone = make_backbone(name, **kwargs)
+        backbone.model_ref = given
+        return backbone
+    return make_backbone(name, **kwargs)
+
+
+def _build_module_backbone(kwargs: dict[str, Any], trust_code: bool) -> nn.Module:
+    from laya_eval.models.backbones import ModuleBackbone
+    from laya_eval.models.backbones.modules import state_sha256
+
+    given = kwargs.get("spec")
+    if not isinstance(given, str) or not given.startswith("py:"):
+        raise CheckpointError(f"a 'modules' backbone must record a py:MODULE:CALLABLE spec; got {given!r}.")
+    spec = kwargs.get("resolved_spec") or given
     module_name = spec[3:].rpartition(":")[0]
     if not trust_code:
         raise CheckpointError(f"the backbone is the Python code py:{spec[3:]}: loading it imports module "
@@ -189,6 +203,7 @@ def build_backbone(config: dict[str, Any], *, trust_code: bool = False, download
     if recorded:
         check_sources(spec[3:], recorded, "the head")
     backbone = ModuleBackbone(made.eval(), kwargs["layer_names"], layer_dims=kwargs["layer_dims"],
-                              pool=kwargs.get("pool"), spec=spec)
+                              pool=kwargs.get("pool"), spec=given)
+    backbone.resolved_spec = spec
     backbone.source_sha256 = dict(recorded or {})
     return backbone.requires_grad_(False)

@@ -31,7 +31,7 @@ import torch
 
 from laya_eval.checks import is_int
 from laya_eval.errors import CheckpointError
-from laya_eval.output.files import state_dict_sha256
+from laya_eval.output.files import json_sha256, state_dict_sha256
 
 __all__ = [
     "BACKBONE_KWARGS",
@@ -44,6 +44,7 @@ __all__ = [
     "Key",
     "describe",
     "check_checksum",
+    "metadata_sha256",
     "validate_payload",
 ]
 
@@ -133,9 +134,12 @@ def _input_shape(value: Any) -> bool:
 
 
 def _checksum(value: Any) -> bool:
-    return (isinstance(value, dict) and set(value) == {"algorithm", "state_dict"}
-            and value["algorithm"] == "sha256" and isinstance(value["state_dict"], str)
-            and re.fullmatch(r"[0-9a-f]{64}", value["state_dict"]) is not None)
+    if not (isinstance(value, dict) and set(value) in ({"algorithm", "state_dict"},
+                                                       {"algorithm", "state_dict", "metadata"})):
+        return False
+    metadata = value.get("metadata", {})
+    return (value["algorithm"] == "sha256" and _sha256(value["state_dict"]) and isinstance(metadata, dict)
+            and all(k in PAYLOAD_KEYS and _sha256(v) for k, v in metadata.items()))
 
 
 def _sha256(value: Any) -> bool:
@@ -172,7 +176,8 @@ PAYLOAD_KEYS: dict[str, Key] = {
     "state_dict": Key(_section, "a dict of tensors", required=True),
     "training": Key(_record, "a dict of plain values (str, numbers, lists, dicts)"),
     "metrics": Key(_record, "a dict of plain values (str, numbers, lists, dicts)"),
-    "checksum": Key(_checksum, "{'algorithm': 'sha256', 'state_dict': 64 hex digits}"),
+    "checksum": Key(_checksum, "{'algorithm': 'sha256', 'state_dict': 64 hex digits, 'metadata': {payload key: "
+                               "64 hex digits}}"),
     "probe": Key(lambda v: v is None or _probe(v), "null or {'kind', 'n' or 'texts', 'logits'} of plain values"),
 }
 
@@ -204,6 +209,8 @@ BACKBONE_KWARGS: dict[str, dict[str, Key]] = {
     "hf": {
         # A checkpoint may only name a local model; downloads need an explicit --download.
         "model": Key(lambda v: _name(v) and "\0" not in v, "a non-empty string", required=True),
+        # the model as given and, resolved when it was saved, what it is rebuilt from (an absolute directory or an id)
+        "resolved_model": Key(lambda v: _name(v) and "\0" not in v, "a non-empty string"),
         "max_length": Key(_size, _SIZE),
         "pooling": Key(_one_of("mean", "cls"), "one of {'cls', 'mean'}"),
         "local_files_only": Key(lambda v: v is True,
@@ -215,6 +222,9 @@ BACKBONE_KWARGS: dict[str, dict[str, Key]] = {
     # A user's network by reference: imported only with --trust-code (laya_eval.loading.specs.build_backbone).
     "modules": {
         "spec": Key(lambda v: _name(v) and v.startswith("py:"), "a 'py:MODULE:CALLABLE' string", required=True),
+        # the spec as given and, resolved when it was saved, what it is rebuilt from (a .py file's absolute path)
+        "resolved_spec": Key(lambda v: _name(v) and v.startswith("py:") and "\0" not in v,
+                             "a 'py:MODULE:CALLABLE' string"),
         "layer_names": Key(_names, "a non-empty list of submodule names", required=True),
         "layer_dims": Key(_sizes, _SIZES, required=True),
         "pool": Key(lambda v: v is None or v in ("avg", "cls", "flatten"), "null or one of {'avg', 'cls', 'flatten'}"),
@@ -336,15 +346,40 @@ def validate_payload(payload: Any, source: str, file_size: int) -> None:
                                   f"reference; expected no backbone weights, got {describe(stored[:3])}.")
 
 
+#: Payload keys the tensor checksum covers; every other key is covered by ``checksum.metadata``.
+_TENSOR_KEYS = ("state_dict", "checksum")
+
+
+def metadata_sha256(payload: Mapping[str, Any]) -> dict[str, str]:
+    """``{key: sha256 of its JSON}`` for every payload key but the tensors and the checksum itself (config, probe,
+    training, metrics, format, version): what ``checksum.metadata`` records, so an edited value is caught."""
+    return {k: json_sha256(v) for k, v in payload.items() if k not in _TENSOR_KEYS}
+
+
 def check_checksum(payload: Mapping[str, Any], source: str) -> None:
-    """Compare the stored tensors with the payload's sha256 checksum (files written before it existed have none).
+    """Compare the stored tensors and every other key with the payload's sha256 checksum (files written before a
+    part of it existed lack that part: :func:`laya_eval.loading.probe.unverified_parts` names it).
 
     Raises
     ------
     CheckpointError
-        The tensors are not the ones the checksum was made of.
+        The tensors, or a key such as the config, are not the ones the checksum was made of.
     """
     checksum = payload.get("checksum")
-    if checksum is not None and state_dict_sha256(payload["state_dict"]) != checksum["state_dict"]:
+    if checksum is None:
+        return
+    if state_dict_sha256(payload["state_dict"]) != checksum["state_dict"]:
         raise CheckpointError(f"{source}: the stored tensors do not match the checkpoint's sha256 checksum; "
                               "the file is corrupt (e.g. a flipped bit). Use an intact copy.")
+    recorded = checksum.get("metadata")
+    if recorded is None:
+        return
+    try:
+        now = metadata_sha256(payload)
+    except (TypeError, ValueError, RecursionError):
+        raise CheckpointError(f"{source}: its config or records are not plain JSON values.") from None
+    changed = sorted(k for k in set(now) | set(recorded) if now.get(k) != recorded.get(k))
+    if changed:
+        raise CheckpointError(f"{source}: {', '.join(changed)} {'does' if len(changed) == 1 else 'do'} not match "
+                              "the checkpoint's sha256 checksum; the file was edited or is corrupt. Use an intact "
+                              "copy, or save the model again with laya_eval.save_checkpoint.")

@@ -82,7 +82,8 @@ def _module_candidates(module: nn.Module) -> list[str]:
 
 def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str | None = None,
                   example_input: Any = None, download: bool = False, trust_code: bool = False,
-                  cache_dir: str | os.PathLike | None = None, sources: Sequence[str | os.PathLike] = ()) -> nn.Module:
+                  cache_dir: str | os.PathLike | None = None, sources: Sequence[str | os.PathLike] = (),
+                  allow_unverified: bool = False) -> nn.Module:
     """The frozen backbone a head is fitted on (``fit-head --model``).
 
     Parameters
@@ -106,6 +107,9 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
     sources : list of path, optional
         Extra files or folders of a ``py:`` factory's package whose code decides the network; their
         sha256 joins the module's and the callable's in the reference (and so in every cache key).
+    allow_unverified : bool
+        For a checkpoint: accept one without probe, checksum or reference hashes (see
+        :func:`laya_eval.loading.checkpoints.load_checkpoint`).
 
     Returns
     -------
@@ -122,7 +126,7 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
         if layers is not None or pool is not None or sources:
             raise ConfigError("--layers, --pool and --source apply to hf: and py: models; "
                               "a checkpoint's backbone is taken whole.")
-        backbone = load_checkpoint(value, trust_code=trust_code).backbone
+        backbone = load_checkpoint(value, trust_code=trust_code, allow_unverified=allow_unverified).backbone
     elif kind == "hf":
         if sources:
             raise ConfigError("--source applies to py: models; an hf: model's files are all hashed.")
@@ -155,11 +159,11 @@ def _module_backbone(made: nn.Module, spec: str, names: list[str], pool: str, ex
     """A by-reference ModuleBackbone recording its code's hashes; layer sizes from the cache when known,
     else from a dry run."""
     from laya_eval.models.backbones import ModuleBackbone
-    from laya_eval.models.backbones.modules import state_sha256
+    from laya_eval.models.backbones.modules import resolve_py_spec, state_sha256
     from laya_eval.loading.feature_cache import known_layer_dims, remember_layer_dims
 
     made.eval()
-    reference = {"spec": spec, "layer_names": names, "pool": pool, "state_sha256": state_sha256(made),
+    reference = {"spec": resolve_py_spec(spec), "layer_names": names, "pool": pool, "state_sha256": state_sha256(made),
                  "source_sha256": code}
     dims = known_layer_dims(reference, cache_dir)
     if dims is not None and len(dims) == len(names):

@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import errno
 import ctypes.util
+import functools
 import hashlib
 import json
 import os
@@ -50,6 +51,7 @@ __all__ = [
     "file_sha256",
     "json_sha256",
     "module_state_sha256",
+    "package_source_sha256",
     "provenance",
     "sha256_bytes",
     "state_dict_sha256",
@@ -90,6 +92,17 @@ def state_dict_sha256(state: Mapping[str, Any]) -> str:
 def json_sha256(value: Any) -> str:
     """Hex SHA-256 of ``value``'s JSON (sorted keys; other objects as ``str``): the digest of a cache or run key."""
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def package_source_sha256() -> str:
+    """Hex SHA-256 of laya-eval's own code: every ``.py`` file of the ``laya_eval`` package (relative path and
+    bytes, in path order). Computed once per process; a resume key holding it recomputes what changed code made."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(f"{path.relative_to(root).as_posix()}\0{file_sha256(path)}\0".encode())
+    return digest.hexdigest()
 
 
 def module_state_sha256(module: Any) -> str:

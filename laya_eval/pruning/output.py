@@ -63,13 +63,14 @@ def prune_to_folder(model: str | os.PathLike, out_dir: str | os.PathLike, option
                     cache_dir: str | os.PathLike | None = None, device: str = "cpu", trust_code: bool = False,
                     download: bool = False, fmt: str | None = None, style: str = "default",
                     on_start: Callable[[str], None] | None = None,
-                    on_head: Callable[..., None] | None = None) -> PruneRun:
+                    on_head: Callable[..., None] | None = None, allow_unverified: bool = False) -> PruneRun:
     """``laya-eval prune`` as one call: load ``model`` (a checkpoint, ``hf:`` or ``py:`` spec), run
     :func:`~laya_eval.pruning.run.prune` on its dataset (or ``data``; ``limit`` cuts the test split) and write
     the folder (:func:`write_prune`).
 
     ``out_dir``, ``fmt`` and ``style`` (as for :func:`write_prune`) are checked before any work; ``on_start``
     receives one line saying what is about to run, ``on_head(kept, seed)`` is called after every retrained head.
+    ``trust_code``, ``download`` and ``allow_unverified`` are :func:`laya_eval.loading.specs.load_model`'s.
     """
     from laya_eval.data import load_splits
     from laya_eval.figures import check_format, check_style
@@ -84,7 +85,8 @@ def prune_to_folder(model: str | os.PathLike, out_dir: str | os.PathLike, option
     check_style(style)
     if fmt is not None:
         check_format(fmt)
-    loaded = load_model(model, trust_code=trust_code, download=download, map_location=resolve_device(device))
+    loaded = load_model(model, trust_code=trust_code, download=download, map_location=resolve_device(device),
+                        allow_unverified=allow_unverified)
     net = loaded.model
     name, splits = load_splits(data or net.info.dataset, data_dir=data_dir, download=download, test_limit=limit)
     start = time.perf_counter()

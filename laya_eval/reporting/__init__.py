@@ -30,7 +30,7 @@ from laya_eval.reporting.runs import ReportInputs, Run, load_inputs, load_run, l
 from laya_eval.reporting.sanity_verdicts import SanityRun, load_sanity, sanity_table
 from laya_eval.reporting.significance import significance_matrix
 from laya_eval.reporting.tables import ReportTables, agreement_matrix, report_tables
-from laya_eval.reporting.write import write_report
+from laya_eval.reporting.write import check_report_output, write_report
 
 __all__ = [
     "DECIMALS",
@@ -40,6 +40,7 @@ __all__ = [
     "Run",
     "SanityRun",
     "agreement_matrix",
+    "check_report_output",
     "load_inputs",
     "load_mixer_run",
     "load_run",

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from laya_eval.errors import ResultsError
+from laya_eval.reporting.validate import check_sanity_tables
 
 __all__ = ["ROAR_MIN_DROP", "SANITY_COLUMNS", "SIMILARITY_MAX", "SanityRun", "is_sanity_folder", "load_sanity",
            "max_roar_drop", "randomisation_verdict", "roar_verdict", "sanity_runs_table", "sanity_table",
@@ -88,7 +89,9 @@ def load_sanity(folder: str | os.PathLike) -> SanityRun:
     Raises
     ------
     ResultsError
-        A file is missing, a table lacks its columns, or ``sanity.json`` is not a JSON object.
+        A file is missing, a table lacks its columns or holds a value of the wrong kind (one line naming the file
+        and the column: :func:`laya_eval.reporting.validate.check_sanity_tables`), or ``sanity.json`` is not a
+        JSON object.
     """
     from laya_eval.sanity_checks.options import LAYER_ROAR_COLUMNS, RANDOMISATION_COLUMNS, ROAR_AGREEMENT_COLUMNS
 
@@ -99,6 +102,8 @@ def load_sanity(folder: str | os.PathLike) -> SanityRun:
                            f"`laya-eval sanity` ({', '.join(_files())}).")
     required = (RANDOMISATION_COLUMNS, RANDOMISATION_COLUMNS, LAYER_ROAR_COLUMNS, ROAR_AGREEMENT_COLUMNS)
     tables = [_read_csv(folder / name, cols) for name, cols in zip(_files()[:4], required)]
+    checked = check_sanity_tables(folder, dict(zip(_files()[:4], tables)))
+    tables = [checked[name] for name in _files()[:4]]
     try:
         meta = json.loads((folder / "sanity.json").read_text())
     except (OSError, ValueError) as exc:

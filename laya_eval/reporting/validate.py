@@ -11,6 +11,11 @@ the file and the column, and says what was expected and what arrived, as one :cl
   numbers; every (sample, method) with the same L layers; only methods of the summary.
 - ``comparisons``: numbers where numbers belong.
 - the manifest's ``layer_names``: a list of L strings.
+
+A ``laya-eval sanity`` folder is checked the same way (:func:`check_sanity_tables`): ``check``, ``params`` and
+``method`` text; ``step``, ``layer`` and ``seed`` whole numbers; similarities, intervals, faithfulness, accuracies
+and the ROAR correlation numbers or empty (accuracies and drops finite); the notes text or empty; one row per
+(check, step, method) and per method of ``roar_agreement``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import pandas as pd
 
 from laya_eval.errors import ResultsError
 
-__all__ = ["check_run_tables", "manifest_warning"]
+__all__ = ["check_run_tables", "check_sanity_tables", "manifest_warning"]
 
 _TEXT = {"summary": ("head", "dataset", "method", "ablation", "scope"), "samples": ("method",),
          "layers": ("method",), "comparisons": ("metric", "method_a", "method_b")}
@@ -39,9 +44,24 @@ _NUMBERS = {"summary": ("faithfulness", "faithfulness_ci_low", "faithfulness_ci_
                             "rank_biserial")}
 
 
+_SANITY_RANDOMISATION = {"text": ("check", "params", "method"), "integers": ("step",),
+                         "numbers": ("similarity", "similarity_ci_low", "similarity_ci_high", "faithfulness"),
+                         "finite": ("accuracy",), "notes": ("similarity_ci_note",),
+                         "unique": ("check", "step", "method")}
+#: What each table of a sanity folder holds, by file name.
+_SANITY = {
+    "randomisation.csv": _SANITY_RANDOMISATION,
+    "data_randomisation.csv": _SANITY_RANDOMISATION,
+    "layer_roar.csv": {"integers": ("layer", "seed"), "finite": ("accuracy", "accuracy_drop")},
+    "roar_agreement.csv": {"text": ("method",), "numbers": ("spearman", "ci_low", "ci_high"), "notes": ("ci_note",),
+                           "unique": ("method",)},
+}
+
+
 def _first_bad(table: pd.DataFrame, bad: np.ndarray, column: str) -> str:
     k = int(np.flatnonzero(bad)[0])
-    return f"row {k + 1} holds {table[column].iloc[k]!r}"
+    value = table[column].iloc[k]
+    return f"row {k + 1} holds {value.item() if isinstance(value, np.generic) else value!r}"
 
 
 def _numbers(table: pd.DataFrame, column: str, where: str, *, integer: bool, finite: bool = False) -> None:
@@ -70,6 +90,41 @@ def _text(table: pd.DataFrame, column: str, where: str) -> None:
     bad = ~table[column].map(lambda v: isinstance(v, str) and v != "").to_numpy()
     if bad.any():
         raise ResultsError(f"{where}: column '{column}' must be text; {_first_bad(table, bad, column)}.")
+
+
+def _text_or_empty(table: pd.DataFrame, column: str, where: str) -> None:
+    bad = ~table[column].map(lambda v: isinstance(v, str) or (isinstance(v, float) and np.isnan(v))).to_numpy()
+    if bad.any():
+        raise ResultsError(f"{where}: column '{column}' must be text or empty; {_first_bad(table, bad, column)}.")
+
+
+def check_sanity_tables(folder: Path, tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Check a sanity folder's tables (``{file name: table}``; see the module docstring); return them with the
+    numeric columns as numbers (int64 where whole numbers belong)."""
+    out = {}
+    for name, table in tables.items():
+        rules, where = _SANITY[name], str(folder / name)
+        present = {kind: [c for c in rules.get(kind, ()) if c in table] for kind in ("text", "integers", "numbers",
+                                                                                      "finite", "notes")}
+        for column in present["text"]:
+            _text(table, column, where)
+        for column in present["notes"]:
+            _text_or_empty(table, column, where)
+        for column in present["integers"]:
+            _numbers(table, column, where, integer=True)
+        for column in present["numbers"] + present["finite"]:
+            _numbers(table, column, where, integer=False, finite=column in present["finite"])
+        table = table.copy()
+        for column in present["integers"]:
+            table[column] = pd.to_numeric(table[column]).astype(np.int64)
+        for column in present["numbers"] + present["finite"]:
+            table[column] = pd.to_numeric(table[column]).astype(np.float64)
+        unique = list(rules.get("unique", ()))
+        if unique and table.duplicated(unique).any():
+            raise ResultsError(f"{where}: columns {', '.join(repr(c) for c in unique)} must be unique; a row "
+                               "repeats them.")
+        out[name] = table
+    return out
 
 
 def _check_columns(name: str, table: pd.DataFrame, where: str) -> None:

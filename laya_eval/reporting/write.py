@@ -1,8 +1,14 @@
-"""Writing a report: its CSVs, figures, ``report.md`` and ``report.html``, each file atomically."""
+"""Writing a report: its CSVs, figures, ``report.md``, ``report.html`` and ``manifest.json``, as one folder.
+
+Every file is made in memory first and the folder is then written whole by
+:func:`laya_eval.output.files.write_result_folder` (the writer of every result folder): a failed write (a full
+disk) leaves the previous report as it was.
+"""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -13,18 +19,14 @@ import pandas as pd
 from laya_eval.reporting.operator_sections import find_operator_tables
 from laya_eval.reporting.render import _html, _markdown, _slug
 from laya_eval.reporting.sections import _blocks
-from laya_eval.output.files import atomic_write_bytes
-from laya_eval.errors import ResultsError
+from laya_eval.output.files import MANIFEST, check_output_folder, sha256_bytes, write_result_folder
+from laya_eval.errors import ConfigError, ResultsError
 from laya_eval.reporting.mixer_sections import MixerRun, mixer_verdicts
 from laya_eval.reporting.runs import Run, _unique_labels, load_inputs
 from laya_eval.reporting.sanity_verdicts import SanityRun, sanity_runs_table, sanity_table, unique_sanity_labels
 from laya_eval.reporting.tables import ReportTables, report_tables
 
-__all__ = ["report", "report_figures", "write_report"]
-
-
-def _write_bytes(path: Path, data: bytes) -> Path:
-    return atomic_write_bytes(path, data)
+__all__ = ["check_report_output", "report", "report_figures", "write_report"]
 
 
 def _csv_text(table: pd.DataFrame) -> str:
@@ -118,7 +120,8 @@ def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | 
                  html_report: bool = True, title: str | None = None, max_points: int = 300, seed: int = 0,
                  style: str = "default", sanity: Sequence[SanityRun] = (),
                  mixers: Sequence[MixerRun] = ()) -> list[Path]:
-    """Write the report's CSVs, figures (``figures/``), ``report.md`` and ``report.html``.
+    """Write the report's CSVs, figures (``figures/``), ``report.md``, ``report.html`` and ``manifest.json`` (the
+    sha256 of every file) as the whole content of ``out_dir``, replaced at once (a failed write leaves it as it was).
 
     Parameters
     ----------
@@ -146,6 +149,7 @@ def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | 
     Returns
     -------
     list of Path
+        The files written, ``manifest.json`` last.
     """
     from laya_eval import figures as F
     from laya_eval.figures.mixers import mixer_map_figure
@@ -156,31 +160,50 @@ def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | 
     if not runs and not sanity and not mixers:
         raise ResultsError("give at least one result folder of `laya-eval faithfulness`, `laya-eval sanity` or "
                            "`laya-eval mixers`.")
-    out = Path(out_dir)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
+    check_report_output(out_dir, runs, sanity, mixers)
+    written: dict[str, bytes] = {}
     tables = report_tables(runs) if runs else None
-    as_written = _write_tables(out, tables, written) if tables is not None else None
+    as_written = _write_tables(tables, written) if tables is not None else None
     checks = None
     if sanity:
-        checks = tuple(_write_csv(out / name, table, written)
+        checks = tuple(_write_csv(name, table, written)
                        for name, table in (("sanity.csv", sanity_table(sanity)),
                                            ("sanity_runs.csv", sanity_runs_table(sanity))))
     figs = _make_figures(runs, tables, max_points=max_points, seed=seed, style=style) if runs else {}
     figs.update(_sanity_figures(sanity, style))
     verdicts = None
     if mixers:
-        verdicts = _write_csv(out / "mixers.csv", pd.concat([mixer_verdicts(m) for m in mixers], ignore_index=True),
+        verdicts = _write_csv("mixers.csv", pd.concat([mixer_verdicts(m) for m in mixers], ignore_index=True),
                               written)
         figs.update({f"mixers_{_slug(m.label)}": mixer_map_figure(m.map, title=f"Mass and effect, {m.label}")
                      for m in mixers})
-    files, embeds, captions = _write_figures(out, figs, written, fmt=fmt, style=style, html_report=html_report)
+    files, embeds, captions = _write_figures(figs, written, fmt=fmt, style=style, html_report=html_report)
     blocks = _blocks(runs, as_written, files, title=title, captions=captions, sanity=checks,
                      mixers=(list(mixers), verdicts) if mixers else None)
-    written.append(_write_bytes(out / "report.md", _markdown(blocks).encode()))
+    written["report.md"] = _markdown(blocks).encode()
     if html_report:
-        written.append(_write_bytes(out / "report.html", _html(blocks, embeds).encode()))
-    return written
+        written["report.html"] = _html(blocks, embeds).encode()
+    manifest = {"kind": "report", "runs": [r.label for r in runs], "sanity": [s.label for s in sanity],
+                "mixers": [m.label for m in mixers], "files": {name: sha256_bytes(data) for name, data in written.items()}}
+    written[MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    return write_result_folder(out_dir, written)
+
+
+def check_report_output(out_dir: str | os.PathLike, runs: Sequence[Run] = (), sanity: Sequence[SanityRun] = (),
+                        mixers: Sequence[MixerRun] = ()) -> Path:
+    """Check, before any work, that a report can be written to ``out_dir``: a folder that can be replaced whole
+    (:func:`~laya_eval.output.files.check_output_folder`) and neither a folder the report reads nor one holding it.
+
+    Raises
+    ------
+    ConfigError
+    """
+    out = Path(os.path.realpath(out_dir))
+    for folder in [r.folder for r in runs] + [s.folder for s in sanity] + [m.folder for m in mixers]:
+        if folder is not None and (out == (f := Path(os.path.realpath(folder))) or out in f.parents):
+            raise ConfigError(f"--out '{out_dir}' would replace the result folder '{folder}' that the report reads; "
+                              "write the report to another folder.")
+    return check_output_folder(out_dir)
 
 
 def report(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, **options: Any) -> list[Path]:
@@ -197,7 +220,7 @@ def report(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, **o
     return write_report(inputs.runs, out_dir, sanity=inputs.sanity, mixers=inputs.mixers, **options)
 
 
-def _write_figures(out: Path, figs: dict[str, Any], written: list[Path], *, fmt: str, style: str,
+def _write_figures(figs: dict[str, Any], written: dict[str, bytes], *, fmt: str, style: str,
                    html_report: bool) -> tuple[dict[str, str], dict[str, tuple[str, bytes]], dict[str, str]]:
     """Each figure as ``figures/NAME.FMT`` (and its caption file in paper style); the HTML's embeddings."""
     from laya_eval import figures as F
@@ -206,24 +229,24 @@ def _write_figures(out: Path, figs: dict[str, Any], written: list[Path], *, fmt:
     for name, fig in figs.items():
         data = F.figure_bytes(fig, fmt)
         files[name] = f"figures/{name}.{fmt}"
-        written.append(_write_bytes(out / files[name], data))
+        written[files[name]] = data
         captions[name] = F.figure_caption(fig)  # the report prints it under the figure in either style
         if style == "paper":
-            written.append(_write_bytes(F.caption_path(out / files[name]), (captions[name] + "\n").encode()))
+            written[F.caption_path(Path(files[name])).as_posix()] = (captions[name] + "\n").encode()
         if html_report:
             kind = fmt if fmt in ("png", "svg") else "png"
             embeds[name] = (kind, data if kind == fmt else F.figure_bytes(fig, "png"))
     return files, embeds, captions
 
 
-def _write_csv(path: Path, table: pd.DataFrame, written: list[Path], *, optional: bool = False) -> pd.DataFrame:
+def _write_csv(name: str, table: pd.DataFrame, written: dict[str, bytes], *, optional: bool = False) -> pd.DataFrame:
     """Write ``table`` (unless optional and empty) and return it as read back: the report formats what the CSV holds."""
     text = _csv_text(table)
     if not (optional and table.empty):
-        written.append(_write_bytes(path, text.encode()))
+        written[name] = text.encode()
     return pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
 
 
-def _write_tables(out: Path, tables: ReportTables, written: list[Path]) -> ReportTables:
-    return ReportTables(**{name: _write_csv(out / f"{name}.csv", getattr(tables, name), written,
+def _write_tables(tables: ReportTables, written: dict[str, bytes]) -> ReportTables:
+    return ReportTables(**{name: _write_csv(f"{name}.csv", getattr(tables, name), written,
                                             optional=name in _OPTIONAL) for name in _TABLES})

@@ -147,13 +147,14 @@ class SanityRun:
 def sanity_to_folder(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, options=None, *,
                      data: str | None = None, data_dir: str | os.PathLike | None = None, limit: int | None = None,
                      cache_dir: str | os.PathLike | None = None, device: str = "cpu", fmt: str | None = None,
-                     style: str = "default",
-                     on_start: Callable[[str], None] | None = None) -> SanityRun:
+                     style: str = "default", on_start: Callable[[str], None] | None = None,
+                     trust_code: bool = False, allow_unverified: bool = False) -> SanityRun:
     """``laya-eval sanity`` as one call: load ``checkpoint``, run :func:`~laya_eval.sanity_checks.sanity` on
     its dataset (or ``data``; ``limit`` cuts the test split) and write the folder (:func:`write_sanity`).
 
-    ``out_dir``, ``fmt`` and ``style`` (as for :func:`write_sanity`) are checked before any work; ``on_start`` receives one line saying what is about
-    to run (the CLI prints it).
+    ``out_dir``, ``fmt`` and ``style`` (as for :func:`write_sanity`) are checked before any work; ``on_start``
+    receives one line saying what is about to run (the CLI prints it). ``trust_code`` and ``allow_unverified``
+    are :func:`laya_eval.loading.checkpoints.load_checkpoint`'s.
     """
     import time
 
@@ -168,7 +169,8 @@ def sanity_to_folder(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, 
     check_style(style)
     if fmt is not None:
         check_format(fmt)
-    model = load_checkpoint(checkpoint, map_location=resolve_device(device))
+    model = load_checkpoint(checkpoint, map_location=resolve_device(device), trust_code=trust_code,
+                            allow_unverified=allow_unverified)
     name, splits = load_splits(data or model.info.dataset, data_dir=data_dir, test_limit=limit)
     start = time.perf_counter()
     if on_start is not None:

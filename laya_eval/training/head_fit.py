@@ -97,6 +97,7 @@ def fit_head(
     progress: Any = None,
     limit: int | None = None,
     sources: tuple[str | os.PathLike, ...] = (),
+    allow_unverified: bool = False,
 ) -> FitResult:
     """Train a head on the frozen layers of ``model``.
 
@@ -127,6 +128,9 @@ def fit_head(
     sources : tuple of path, optional
         Extra files or folders of a ``py:`` factory's package that decide its network (hashed into the
         reference and the feature cache key; see :mod:`laya_eval.loading.references`).
+    allow_unverified : bool
+        For a checkpoint ``model``: accept one without probe, checksum or reference hashes (see
+        :func:`laya_eval.loading.checkpoints.load_checkpoint`).
 
     Returns
     -------
@@ -138,7 +142,8 @@ def fit_head(
     if isinstance(model, str):
         example = splits["train"].subset(slice(0, 2)).x
         backbone = load_backbone(model, layers=layers, pool=pool, example_input=example, download=download,
-                                 trust_code=trust_code, cache_dir=cache_dir, sources=sources)
+                                 trust_code=trust_code, cache_dir=cache_dir, sources=sources,
+                                 allow_unverified=allow_unverified)
     elif isinstance(model, nn.Module) and hasattr(model, "layer_dims"):
         backbone = model.requires_grad_(False)
     else:
@@ -185,6 +190,7 @@ def train_model(
     data_dir: str | os.PathLike | None = None,
     download: bool = False,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
+    allow_unverified: bool = False,
 ) -> FitResult:
     """Build, train and test a built-in backbone + head (``laya-eval train``).
 
@@ -200,8 +206,8 @@ def train_model(
         ``freeze_backbone=None`` freezes exactly a pretrained backbone (``init``, ``hf``).
     init : path, optional
         Take the backbone (weights included) from this checkpoint; prefer :func:`fit_head`.
-    data_dir, download, on_epoch
-        As :func:`fit_head`.
+    data_dir, download, on_epoch, allow_unverified
+        As :func:`fit_head` (``allow_unverified`` for ``init``).
 
     Returns
     -------
@@ -220,7 +226,7 @@ def train_model(
     splits = _splits(data, data_dir, download)
     chosen: str | nn.Module = backbone
     if init is not None:
-        source = load_checkpoint(init)
+        source = load_checkpoint(init, allow_unverified=allow_unverified)
         got = splits["train"].input_shape
         if source.info.input_shape != (None if got is None else tuple(got)):
             raise DataError(f"'{init}' takes inputs of shape {source.info.input_shape}; dataset "

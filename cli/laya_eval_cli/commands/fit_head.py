@@ -20,6 +20,7 @@ from laya_eval_cli.options import (
     quiet_option,
     training_options,
     trust_code_option,
+    allow_unverified_option,
 )
 
 
@@ -46,10 +47,12 @@ from laya_eval_cli.options import (
 @data_dir_option
 @download_option
 @trust_code_option
+@allow_unverified_option
 @device_option
 @quiet_option
 def fit_head(spec, layers, pool, sources, head, d_star, tau, scorer_hidden, psi, data, epochs, batch_size, lr, patience, seed,
-             out, limit, cache_dir, data_dir, download, trust_code, device, quiet):
+             out, limit, cache_dir, data_dir, download, trust_code, allow_unverified, device,
+             quiet):
     """Train a HEAD on the frozen layers of a model and write a checkpoint that refers to the model.
 
     The backbone's hidden states are computed once into a feature cache (a second
@@ -72,6 +75,7 @@ def fit_head(spec, layers, pool, sources, head, d_star, tau, scorer_hidden, psi,
         result = fit(spec, data, head=head, head_kwargs=head_kwargs(head, d_star, tau, scorer_hidden, psi),
                      layers=names, pool=pool, options=options, trust_code=trust_code, download=download,
                      data_dir=data_dir, cache_dir=cache_dir, on_epoch=on_epoch, limit=limit, sources=sources,
+                     allow_unverified=allow_unverified,
                      progress=lambda split, n: progress_bar(quiet, total=n, desc=f"encode {split}", unit="sample"))
     save_checkpoint(result.model, out)
     m, tr = result.metrics, result.training

@@ -28,6 +28,7 @@ from laya_eval_cli.options import (
     seed_option,
     split_option,
     trust_code_option,
+    allow_unverified_option,
 )
 
 
@@ -70,6 +71,7 @@ def _diagnosis_line(diag) -> str:
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
 @trust_code_option
+@allow_unverified_option
 @plugin_option
 @download_option
 @recorded_data_option
@@ -102,7 +104,7 @@ def _diagnosis_line(diag) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def profile(checkpoint, trust_code, plugins, download, data, split, target, ig_steps, ig_baseline, ig_batch_size, method, by, reference_by, distance, bootstrap, scope, limit,
+def profile(checkpoint, trust_code, allow_unverified, plugins, download, data, split, target, ig_steps, ig_baseline, ig_batch_size, method, by, reference_by, distance, bootstrap, scope, limit,
             batch_size, seed, out_dir, fmt, style, cache_dir, no_cache, data_dir, device, quiet):
     """Class-wise layer profile of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE): mean and std of a method's layer scores per class and layer.
 
@@ -131,7 +133,8 @@ def profile(checkpoint, trust_code, plugins, download, data, split, target, ig_s
     options = EvalOptions(ablation="gate" if scope == "head" else "zero", scope=scope, split=split, limit=limit,
                           target=target, n_steps=ig_steps, ig_baseline=ig_baseline, internal_batch_size=ig_batch_size,
                           batch_size=batch_size, seed=seed, bootstrap=0, device=device, trust_code=trust_code,
-                          download=download, cache=not no_cache, cache_dir=cache_dir)
+                          download=download, cache=not no_cache, cache_dir=cache_dir,
+                          allow_unverified=allow_unverified)
     world = world_from_environment(device)
     with progress_bar(quiet or not world.is_main, desc="profile", unit="sample") as bar:
         run = profile_to_folder(checkpoint, out_dir, data, method=method, by=by, options=options, data_dir=data_dir,

@@ -31,6 +31,7 @@ from laya_eval_cli.options import (
     seed_option,
     target_option,
     trust_code_option,
+    allow_unverified_option,
 )
 
 
@@ -64,6 +65,7 @@ def _table(result) -> str:
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
 @trust_code_option
+@allow_unverified_option
 @plugin_option
 @download_option
 @recorded_data_option
@@ -96,7 +98,7 @@ def _table(result) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def prune(checkpoint, trust_code, plugins, download, data, methods, target, ablations, seeds, random_rankings, random_refits, epochs,
+def prune(checkpoint, trust_code, allow_unverified, plugins, download, data, methods, target, ablations, seeds, random_rankings, random_refits, epochs,
           patience, lr, train_seed, timing, early_exit, limit, batch_size, seed, bootstrap, out_dir, fmt, style, cache_dir,
           data_dir, device, quiet):
     """Prune MODEL's layers by each attribution method's ranking.
@@ -123,6 +125,6 @@ def prune(checkpoint, trust_code, plugins, download, data, methods, target, abla
         run = prune_to_folder(checkpoint, out_dir, options, data=data, data_dir=data_dir, limit=limit,
                               cache_dir=cache_dir, device=device, trust_code=trust_code, download=download, fmt=fmt, style=style,
                               on_start=None if quiet else (lambda line: click.echo(line, err=True)),
-                              on_head=lambda kept, s: bar.update(1))
+                              on_head=lambda kept, s: bar.update(1), allow_unverified=allow_unverified)
     click.echo(_table(run.result))
     click.echo(f"wrote {', '.join(p.name for p in run.files)} to {out_dir} ({run.wall_time_s:.1f} s)")

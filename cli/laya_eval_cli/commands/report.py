@@ -45,7 +45,7 @@ def _mixer_lines(table) -> str:
 @click.command()
 @click.argument("result_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--out", "out_dir", default="report-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for report.md, report.html, the tables (CSV) and figures/.")
+              help="Folder for report.md, report.html, the tables (CSV), figures/ and manifest.json (replaced whole).")
 @figure_format_option
 @figure_style_option
 @click.option("--title", default=None, help="Report title.")
@@ -83,9 +83,10 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_poi
 
     Example: laya-eval report runs/laya runs/scalarmix --out report/
     """
-    from laya_eval.reporting import load_inputs, mixer_verdicts, report_tables, sanity_table, write_report
+    from laya_eval.reporting import check_report_output, load_inputs, mixer_verdicts, report_tables, sanity_table, write_report
 
     inputs = load_inputs(result_dirs, strict=strict)
+    check_report_output(out_dir, inputs.runs, inputs.sanity, inputs.mixers)  # before anything is printed or drawn
     for warning in inputs.warnings:
         click.echo(f"warning: {warning}", err=True)
     if inputs.runs:

@@ -17,6 +17,7 @@ from laya_eval_cli.options import (
     registered_ablations,
     registered_methods,
     trust_code_option,
+    allow_unverified_option,
     use_plugins,
     data_dir_option,
     device_option,
@@ -56,6 +57,7 @@ def _table(result) -> str:
 @click.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False))
 @trust_code_option
+@allow_unverified_option
 @plugin_option
 @recorded_data_option
 @methods_option
@@ -83,7 +85,7 @@ def _table(result) -> str:
 @data_dir_option
 @device_option
 @quiet_option
-def sanity(checkpoint, trust_code, plugins, data, methods, target, ablation, similarity, roar_seeds, epochs, patience, lr, train_seed, limit,
+def sanity(checkpoint, trust_code, allow_unverified, plugins, data, methods, target, ablation, similarity, roar_seeds, epochs, patience, lr, train_seed, limit,
            batch_size, seed, bootstrap, out_dir, fmt, style, cache_dir, data_dir, device, quiet):
     """Layer-level sanity checks of CHECKPOINT's attribution methods.
 
@@ -106,7 +108,8 @@ def sanity(checkpoint, trust_code, plugins, data, methods, target, ablation, sim
     options = SanityOptions(methods=names, target=target, ablation=ablation, similarity=similarity, roar_seeds=roar_seeds,
                             bootstrap=bootstrap, seed=seed, batch_size=batch_size, train=train_options)
     run = sanity_to_folder(checkpoint, out_dir, options, data=data, data_dir=data_dir, limit=limit,
-                           cache_dir=cache_dir, device=device, fmt=fmt, style=style,
+                           cache_dir=cache_dir, device=device, fmt=fmt, style=style, trust_code=trust_code,
+                           allow_unverified=allow_unverified,
                            on_start=None if quiet else (lambda line: click.echo(line, err=True)))
     click.echo(_table(run.result))
     click.echo(f"wrote {', '.join(p.name for p in run.files)} to {out_dir} ({run.meta['wall_time_s']:.1f} s)")

@@ -18,6 +18,7 @@ from laya_eval_cli.options import (
     parse_key_values,
     quiet_option,
     training_options,
+    allow_unverified_option,
 )
 
 _BACKBONES = [*BACKBONE_NAMES, *MIXER_MODEL_KINDS]
@@ -70,12 +71,13 @@ def _train_mixer_model(kind, dataset, out, options, backbone_arg, data_dir, down
 @click.option("--init", "init_ckpt", type=click.Path(dir_okay=False),
               help="Take the backbone (weights included) from this checkpoint; `laya-eval fit-head --model CKPT` "
                    "does this with a feature cache.")
+@allow_unverified_option
 @data_dir_option
 @download_option
 @device_option
 @quiet_option
 def train(dataset, backbone, head, out, seed, epochs, batch_size, lr, patience, d_star, tau, scorer_hidden, psi,
-          backbone_arg, freeze_backbone, init_ckpt, data_dir, download, device, quiet):
+          backbone_arg, freeze_backbone, init_ckpt, allow_unverified, data_dir, download, device, quiet):
     """Train a model with the paper's reference protocol and write a checkpoint.
 
     Adam, early stopping on validation accuracy (the last 10% of the training
@@ -97,7 +99,8 @@ def train(dataset, backbone, head, out, seed, epochs, batch_size, lr, patience, 
     with bar:
         result = train_model(backbone, head, dataset, backbone_kwargs=parse_key_values(backbone_arg, "--backbone-arg"),
                              head_kwargs=head_kwargs(head, d_star, tau, scorer_hidden, psi), options=options,
-                             init=init_ckpt, data_dir=data_dir, download=download, on_epoch=on_epoch)
+                             init=init_ckpt, data_dir=data_dir, download=download, on_epoch=on_epoch,
+                             allow_unverified=allow_unverified)
     save_checkpoint(result.model, out)
     m, tr = result.metrics, result.training
     click.echo(f"{dataset} {backbone}+{head} seed {seed}: test accuracy {m['test_accuracy']:.4f}, "

