@@ -46,6 +46,7 @@ VERBS = {
     "prune": "laya_eval.pruning.run:prune",
     "prune_to_folder": "laya_eval.pruning.output:prune_to_folder",
     "report": "laya_eval.reporting.write:report",
+    "report_to_folder": "laya_eval.reporting.write:report_to_folder",
     "sweep": "laya_eval.sweeps.run:sweep",
     "meta": "laya_eval.planted.run:meta",
     "load_model": "laya_eval.loading.specs:load_model",

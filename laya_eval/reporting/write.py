@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,11 +24,11 @@ from laya_eval.reporting.sections import _blocks
 from laya_eval.output.files import MANIFEST, check_output_folder, sha256_bytes, write_result_folder
 from laya_eval.errors import ConfigError, ResultsError
 from laya_eval.reporting.mixer_sections import MixerRun, mixer_verdicts
-from laya_eval.reporting.runs import Run, _unique_labels, load_inputs
+from laya_eval.reporting.runs import ReportInputs, Run, _unique_labels, load_inputs
 from laya_eval.reporting.sanity_verdicts import SanityRun, sanity_runs_table, sanity_table, unique_sanity_labels
 from laya_eval.reporting.tables import ReportTables, report_tables
 
-__all__ = ["check_report_output", "report", "report_figures", "write_report"]
+__all__ = ["ReportRun", "check_report_output", "report", "report_figures", "report_to_folder", "write_report"]
 
 
 def _csv_text(table: pd.DataFrame) -> str:
@@ -218,6 +220,53 @@ def report(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, **o
     """
     inputs = load_inputs(folders)
     return write_report(inputs.runs, out_dir, sanity=inputs.sanity, mixers=inputs.mixers, **options)
+
+
+@dataclass
+class ReportRun:
+    """What :func:`report_to_folder` did: the folders read, the files written and the tables the CLI prints.
+
+    Attributes
+    ----------
+    inputs : ReportInputs
+        The faithfulness runs, sanity and mixers folders read (``inputs.warnings``: unverified folders).
+    files : list of Path
+        The files written, ``manifest.json`` last.
+    faithfulness : DataFrame or None
+        The combined faithfulness table (None without faithfulness runs).
+    sanity : DataFrame or None
+        The sanity verdicts (None without sanity folders).
+    mixers : DataFrame or None
+        Per mixer, whether mass predicts effect (None without mixers folders).
+    """
+
+    inputs: ReportInputs
+    files: list[Path] = field(default_factory=list)
+    faithfulness: pd.DataFrame | None = None
+    sanity: pd.DataFrame | None = None
+    mixers: pd.DataFrame | None = None
+
+
+def report_to_folder(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *, strict: bool = False,
+                     on_warning: Callable[[str], None] | None = None, **options: Any) -> ReportRun:
+    """``laya-eval report`` as one call: read ``folders`` (:func:`~laya_eval.reporting.runs.load_inputs`, ``strict``
+    refuses unverified ones), check ``out_dir`` before any work (:func:`check_report_output`), pass each unverified
+    folder's warning to ``on_warning``, and write the report (:func:`write_report`; ``options`` are its keyword
+    arguments)."""
+    inputs = load_inputs(folders, strict=strict)
+    check_report_output(out_dir, inputs.runs, inputs.sanity, inputs.mixers)
+    for warning in inputs.warnings:
+        if on_warning is not None:
+            on_warning(warning)
+    run = ReportRun(inputs=inputs)
+    if inputs.runs:
+        run.faithfulness = report_tables(inputs.runs).faithfulness
+    if inputs.sanity:
+        run.sanity = sanity_table(inputs.sanity)
+    if inputs.mixers:
+        run.mixers = pd.concat([mixer_verdicts(m) for m in inputs.mixers], ignore_index=True)
+    run.files = write_report(inputs.runs, out_dir, sanity=inputs.sanity, mixers=inputs.mixers, **options)
+    return run
 
 
 def _write_figures(figs: dict[str, Any], written: dict[str, bytes], *, fmt: str, style: str,

@@ -83,20 +83,16 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_poi
 
     Example: laya-eval report runs/laya runs/scalarmix --out report/
     """
-    from laya_eval.reporting import check_report_output, load_inputs, mixer_verdicts, report_tables, sanity_table, write_report
+    from laya_eval.reporting.write import report_to_folder
 
-    inputs = load_inputs(result_dirs, strict=strict)
-    check_report_output(out_dir, inputs.runs, inputs.sanity, inputs.mixers)  # before anything is printed or drawn
-    for warning in inputs.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    if inputs.runs:
-        click.echo(_table(report_tables(inputs.runs).faithfulness))
-    if inputs.sanity:
-        click.echo(_sanity_lines(sanity_table(inputs.sanity)))
-    if inputs.mixers:
-        import pandas as pd
-
-        click.echo(_mixer_lines(pd.concat([mixer_verdicts(m) for m in inputs.mixers], ignore_index=True)))
-    paths = write_report(inputs.runs, out_dir, fmt=fmt, html_report=html_report, title=title, max_points=max_points,
-                         style=style, sanity=inputs.sanity, mixers=inputs.mixers)
+    run = report_to_folder(result_dirs, out_dir, strict=strict,
+                           on_warning=lambda line: click.echo(f"warning: {line}", err=True),
+                           fmt=fmt, html_report=html_report, title=title, max_points=max_points, style=style)
+    if run.faithfulness is not None:
+        click.echo(_table(run.faithfulness))
+    if run.sanity is not None:
+        click.echo(_sanity_lines(run.sanity))
+    if run.mixers is not None:
+        click.echo(_mixer_lines(run.mixers))
+    paths = run.files
     click.echo(f"wrote {len(paths)} files to {out_dir}: report.md" + (", report.html" if html_report else ""))
