@@ -459,7 +459,9 @@ def test_hf_frozen_and_config_holds_reference(minilm):
     for name in read:
         with open(os.path.join(os.path.dirname(weights), name), "rb") as fh:
             files[name] = hashlib.sha256(fh.read()).hexdigest()
-    assert config == {"name": "hf", "kwargs": {"model": MINILM, "max_length": 128, "pooling": "mean",
+    # An installed package name is stored as given and, resolved, as the same name (nothing to make absolute).
+    assert config == {"name": "hf", "kwargs": {"model": MINILM, "resolved_model": MINILM, "max_length": 128,
+                                               "pooling": "mean",
                                                "weights_sha256": {"model.safetensors": digest},
                                                "files_sha256": files}}
     assert len(json.dumps(config)) < 1200  # a reference, not weights

@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 
+from laya_eval.loading.schema import metadata_sha256
 from laya_eval_cli.main import MAX_THREADS
 from tests.cli_helpers import assert_one_line_error, run
 
@@ -34,6 +35,7 @@ def test_info_escapes_terminal_sequences(digits_checkpoints, tmp_path):
     payload = torch.load(digits_checkpoints["laya"], weights_only=True)
     payload["config"]["dataset"] = "digits\x1b[2J\x1b]0;owned\x07"
     payload["config"]["class_names"] = [f"c{i}\u202e" for i in range(10)]  # right-to-left override
+    payload["checksum"]["metadata"] = metadata_sha256(payload)  # edited and re-hashed: only the escaping is tested
     path = tmp_path / "esc.pt"
     buf = io.BytesIO()
     torch.save(payload, buf)
