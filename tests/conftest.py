@@ -50,20 +50,7 @@ def digits_checkpoints(digits_models, tmp_path_factory):
 
 
 def pytest_collection_modifyitems(items):
-    """The reproduction tests train and evaluate small grids end to end through the sweep: ``slow``.
-
-    Tests that share a module-scoped fixture (a trained model, a built site, a pruning run) go to one xdist
-    worker as a group (``--dist loadgroup``), so the fixture is built once rather than once per worker; a test
-    with its own ``xdist_group`` mark (the torchrun tests) keeps it."""
+    """The reproduction tests train and evaluate small grids end to end through the sweep: ``slow``."""
     for item in items:
         if item.path.name == "test_reproduce.py":
             item.add_marker(pytest.mark.slow)
-        if item.get_closest_marker("xdist_group") is None and _uses_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(f"module:{item.path.name}"))
-
-
-def _uses_module_fixture(item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    return any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
