@@ -52,7 +52,8 @@ from laya_eval.engine.removals import (
     leave_one_out_masks,
     removal_effects,
 )
-from laya_eval.engine.plan import CHUNK_SIZE, EvalOptions, Plan, make_plan, resolved_ig_baseline, with_cached_features
+from laya_eval.engine.plan import (CHUNK_SIZE, EvalOptions, Plan, explained_classes, make_plan, resolved_ig_baseline,
+                                   with_cached_features)
 from laya_eval.engine.records import Records, merge_records
 from laya_eval.engine.results import (
     SUMMARY_COLUMNS,
@@ -184,11 +185,7 @@ def _to_numpy(t: Tensor, rows: Tensor) -> np.ndarray:
 def _target(plan: Plan, tr: Trace, y: Tensor) -> Tensor | None:
     """The class the scores and effects are for, (B,); ``None`` for the predicted class."""
     target = plan.options.target
-    if target == "pred":
-        return None
-    if target == "label":
-        return y.to(tr.pred)
-    return torch.full_like(tr.pred, int(target))
+    return None if target == "pred" else explained_classes(target, tr.pred, y)
 
 
 def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, means: dict[str, list[Tensor]]

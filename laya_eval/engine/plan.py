@@ -33,7 +33,7 @@ from laya_eval.engine.plugins import code_identity
 from laya_eval.engine.removals import ABLATION_REGISTRY, check_ablations
 from laya_eval.stats import DEFAULT_RTOL
 
-__all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "check_extra_methods", "check_target", "check_target_class", "make_plan",
+__all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "check_extra_methods", "check_target", "check_target_class", "explained_classes", "make_plan",
            "plugin_sources", "resolved_ig_baseline", "with_cached_features"]
 
 #: Evaluation seeds stay below 2**63 (they are stored and passed on as signed 64-bit integers).
@@ -97,6 +97,16 @@ _EVAL_RULES = {
     "seed": lambda name, value: check_int(name, value, low=0, high=EVAL_SEED_MAX),
     "tie_rtol": lambda name, value: check_number(name, value, low=0, high=1, high_open=True),
 }
+
+
+def explained_classes(target: str | int, pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The class each row's attributions explain and whose probability its effects measure, (B,): the prediction
+    (``"pred"``), the label (``"label"``) or a fixed class index."""
+    if target == "pred":
+        return pred
+    if target == "label":
+        return labels.to(pred)
+    return torch.full_like(pred, int(target))
 
 
 def check_target(target: Any) -> None:

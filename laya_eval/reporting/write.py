@@ -121,7 +121,7 @@ _OPTIONAL = {"comparisons", "across_seeds", "seed_ranks", "seed_comparisons", "s
 def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | None = None,
                  html_report: bool = True, title: str | None = None, max_points: int = 300, seed: int = 0,
                  style: str = "default", sanity: Sequence[SanityRun] = (),
-                 mixers: Sequence[MixerRun] = ()) -> list[Path]:
+                 mixers: Sequence[MixerRun] = (), tables: ReportTables | None = None) -> list[Path]:
     """Write the report's CSVs, figures (``figures/``), ``report.md``, ``report.html`` and ``manifest.json`` (the
     sha256 of every file) as the whole content of ``out_dir``, replaced at once (a failed write leaves it as it was).
 
@@ -147,6 +147,8 @@ def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | 
     mixers : sequence of MixerRun
         ``laya-eval mixers`` folders: the "Depth mixers" section (``mixers.csv``: the verdict per mixer;
         ``figures/mixers_<run>``: the map of mass and effect).
+    tables : ReportTables, optional
+        :func:`~laya_eval.reporting.tables.report_tables` of ``runs`` when the caller has them already.
 
     Returns
     -------
@@ -164,7 +166,8 @@ def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | 
                            "`laya-eval mixers`.")
     check_report_output(out_dir, runs, sanity, mixers)
     written: dict[str, bytes] = {}
-    tables = report_tables(runs) if runs else None
+    if tables is None and runs:
+        tables = report_tables(runs)
     as_written = _write_tables(tables, written) if tables is not None else None
     checks = None
     if sanity:
@@ -259,13 +262,15 @@ def report_to_folder(folders: Sequence[str | os.PathLike], out_dir: str | os.Pat
         if on_warning is not None:
             on_warning(warning)
     run = ReportRun(inputs=inputs)
-    if inputs.runs:
-        run.faithfulness = report_tables(inputs.runs).faithfulness
+    tables = report_tables(inputs.runs) if inputs.runs else None  # computed once: printed and written
+    if tables is not None:
+        run.faithfulness = tables.faithfulness
     if inputs.sanity:
         run.sanity = sanity_table(inputs.sanity)
     if inputs.mixers:
         run.mixers = pd.concat([mixer_verdicts(m) for m in inputs.mixers], ignore_index=True)
-    run.files = write_report(inputs.runs, out_dir, sanity=inputs.sanity, mixers=inputs.mixers, **options)
+    run.files = write_report(inputs.runs, out_dir, sanity=inputs.sanity, mixers=inputs.mixers, tables=tables,
+                             **options)
     return run
 
 

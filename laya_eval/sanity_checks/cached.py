@@ -15,6 +15,7 @@ from laya_eval.engine.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.loading.feature_cache import Features
 from laya_eval.models.heads import LayerHead
 from laya_eval.models.layered import LayeredModel
+from laya_eval.engine.plan import explained_classes
 from laya_eval.engine.removals import check_ablation, check_fixed_ablation, leave_one_out_masks, removal_effects
 from laya_eval.models.trace import trace_from_hidden
 
@@ -64,7 +65,7 @@ def attribute_features(
         hidden = feature_batch(features, start, batch_size, device)
         ids = torch.arange(start, start + len(hidden[0]), device=device)
         tr = trace_from_hidden(model.head, hidden, sample_ids=ids)
-        explained = _explained(target, tr.pred, features.y[start:start + len(ids)])
+        explained = explained_classes(target, tr.pred, features.y[start:start + len(ids)])
         for m in chosen:
             scores[m.name].append(m.fn(tr, model, target=explained, context=context).detach().float().cpu())
         # The effects are those of the class the attributions explain, even where float64 would break a
@@ -75,15 +76,6 @@ def attribute_features(
                                        target=None if target == "pred" else explained).cpu())
     out = {m.name: torch.cat(scores[m.name]).numpy().astype(np.float64) for m in chosen}
     return out, torch.cat(effects).numpy()
-
-
-def _explained(target: str | int, pred: Tensor, labels: Tensor) -> Tensor:
-    """The explained class per row, (B,): the prediction, the label or a fixed index."""
-    if target == "pred":
-        return pred
-    if target == "label":
-        return labels.to(pred)
-    return torch.full_like(pred, int(target))
 
 
 def head_device(head: LayerHead) -> torch.device:
