@@ -237,6 +237,29 @@ def test_a_safetensors_header_with_too_many_entries_is_refused_before_it_is_pars
     assert not parsed
 
 
+def test_a_refused_safetensors_header_is_refused_before_the_file_is_read_whole(tmp_path):
+    import tracemalloc
+
+    import laya_eval.loading.checkpoints as ckpt
+
+    n = ckpt.MAX_CHECKPOINT_TENSORS + 1
+    header = {f"t{i}": {"dtype": "U8", "shape": [1], "data_offsets": [i, i + 1]} for i in range(n)}
+    raw = json.dumps(header).encode()
+    path = tmp_path / "many.safetensors"
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw)
+    tail = 256 << 20
+    with open(path, "r+b") as fh:  # a sparse tail: the file claims 256 MiB of tensor bytes after its header
+        fh.truncate(8 + len(raw) + tail)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match=f"lists {n} tensors"):
+            ckpt.read_checkpoint(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * len(raw) < tail // 4, (peak, len(raw))
+
+
 # ------------------------------------------------------------------ cache entries verified on read
 def _encode(x):
     w = torch.linspace(-1, 1, 6 * 3).reshape(6, 3)

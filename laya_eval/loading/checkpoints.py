@@ -44,17 +44,15 @@ from __future__ import annotations
 import io
 import json
 import os
-import pickle
-import re
-import stat
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from laya_eval.errors import CheckpointError, LayaEvalError
+from laya_eval.loading.checkpoint_files import (MAX_CHECKPOINT_TENSORS, MAX_SAFETENSORS_HEADER, SAFETENSORS_KEY,
+                                                not_a_checkpoint, read_payload)
 from laya_eval.loading.probe import PROBE_TOLERANCE, check_probe, probe_inputs, probe_record, unverified_parts
 from laya_eval.loading.references import build_backbone, source_hashes
 from laya_eval.loading.schema import (STORED_BY_REFERENCE, check_checksum, describe, metadata_sha256,
@@ -69,12 +67,6 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "MAX_CHECKPOINT_TENSORS", "MAX_SAFETENSOR
 
 FORMAT = "laya-eval-checkpoint"
 FORMAT_VERSION = 1
-_SAFETENSORS_KEY = "laya_eval"
-#: Tensors a laya-eval checkpoint holds at most (a head, or a backbone of MAX_LAYERS blocks stored in full,
-#: has far fewer); a file listing more is refused before its header or archive directory is parsed.
-MAX_CHECKPOINT_TENSORS = 1 << 15
-#: Bytes of a safetensors header at most: the tensor table and the JSON config (class names included).
-MAX_SAFETENSORS_HEADER = 32 << 20
 
 def _payload(model: LayeredModel) -> dict[str, Any]:
     from laya_eval.version import __version__
@@ -167,7 +159,7 @@ def save_checkpoint(model: LayeredModel, path: str | os.PathLike) -> Path:
             from safetensors.torch import save_file
 
             state = payload.pop("state_dict")
-            save_file(state, tmp, metadata={_SAFETENSORS_KEY: json.dumps(payload, sort_keys=True)})
+            save_file(state, tmp, metadata={SAFETENSORS_KEY: json.dumps(payload, sort_keys=True)})
         else:
             # Through a buffer: torch.save names the archive after a path's stem,
             # and the temporary name would make the bytes differ run to run.
@@ -187,124 +179,6 @@ def save_checkpoint(model: LayeredModel, path: str | os.PathLike) -> Path:
     return path
 
 
-_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-               (stat.S_ISSOCK, "a socket"))
-
-
-def _read_file(path: Path) -> bytes:
-    """The bytes of a regular file; FIFOs, devices and folders are refused before any read (no hang)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint '{path}' does not exist.") from None
-    except IsADirectoryError:
-        raise CheckpointError(f"checkpoint '{path}' is a directory, not a file.") from None
-    except OSError as exc:
-        raise CheckpointError(f"cannot open checkpoint '{path}': {exc.strerror or exc}.") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((what for test, what in _FILE_KINDS if test(mode)), "not a regular file")
-            raise CheckpointError(f"checkpoint '{path}' is {kind}, not a file.")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read()
-    except OSError as exc:
-        raise CheckpointError(f"cannot read checkpoint '{path}': {exc.strerror or exc}.") from None
-    finally:
-        os.close(fd)
-
-
-def _not_a_checkpoint(path: Path, why: str) -> CheckpointError:
-    return CheckpointError(f"'{path}' is not a laya-eval checkpoint ({why}); create one with "
-                           "`laya-eval train` or laya_eval.save_checkpoint.")
-
-
-def _check_torch_zip(path: Path, data: bytes) -> None:
-    """torch.save writes an uncompressed zip: refuse anything else before torch parses it.
-
-    Stored (uncompressed) members cannot decompress to more than the file holds, so
-    a small file cannot make torch allocate gigabytes.
-    """
-    if not data.startswith(b"PK\x03\x04"):
-        what = "an empty file" if not data else f"it starts with {data[:8]!r}, not a PyTorch zip archive"
-        raise _not_a_checkpoint(path, what)
-    # every member has one central-directory signature: an upper bound on the entries, counted without parsing
-    entries = data.count(b"PK\x01\x02")
-    if entries > MAX_CHECKPOINT_TENSORS + 16:
-        raise CheckpointError(f"'{path}' is not a readable checkpoint: its archive lists up to {entries} members; "
-                              f"a laya-eval checkpoint holds at most {MAX_CHECKPOINT_TENSORS} tensors.")
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            infos = archive.infolist()
-    except Exception as exc:  # noqa: BLE001 - zipfile fails on garbled bytes in many ways (even NotImplementedError)
-        raise CheckpointError(f"'{path}' is not a readable checkpoint (truncated or not a PyTorch file: "
-                              f"{type(exc).__name__}).") from None
-    for info in infos:
-        if info.compress_type != zipfile.ZIP_STORED or info.file_size > len(data):
-            raise CheckpointError(f"'{path}' is not a readable checkpoint: member {info.filename[:80]!r} is "
-                                  "compressed or larger than the file; torch.save never writes such members.")
-    if not any(i.filename.endswith("data.pkl") for i in infos):
-        raise _not_a_checkpoint(path, "a zip archive without the data.pkl of a PyTorch file")
-
-
-def _read_pt(path: Path, data: bytes) -> Any:
-    _check_torch_zip(path, data)
-    try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        # torch names the first global its restricted unpickler refused; only that means "unsafe".
-        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
-        if found:
-            raise CheckpointError(
-                f"refused to load '{path}': it holds Python objects beyond weights ({found.group(1)[:120]}), "
-                "which could run code when unpickled. A laya-eval checkpoint holds only tensors and plain "
-                "values; re-create it with laya_eval.save_checkpoint from trusted code."
-            ) from None
-        raise CheckpointError(f"'{path}' is not a readable checkpoint (its pickle is corrupt).") from None
-    except Exception as exc:  # noqa: BLE001 - any failure to parse untrusted bytes means 'unreadable'
-        raise CheckpointError(
-            f"'{path}' is not a readable checkpoint (truncated or not a PyTorch file: {type(exc).__name__})."
-        ) from None
-
-
-def _read_safetensors(path: Path, data: bytes) -> Any:
-    from safetensors import SafetensorError
-    from safetensors.torch import load
-
-    size = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
-    if not 2 <= size <= len(data) - 8:
-        raise CheckpointError(f"'{path}' is not a readable safetensors file (header length {size} does not fit "
-                              f"its {len(data)} bytes).")
-    if size > MAX_SAFETENSORS_HEADER:
-        raise CheckpointError(f"'{path}' is not a laya-eval checkpoint: its safetensors header has {size} bytes; "
-                              f"at most {MAX_SAFETENSORS_HEADER} are expected.")
-    entries = data.count(b'"data_offsets"', 8, 8 + size)  # one per tensor, counted before the JSON is parsed
-    if entries > MAX_CHECKPOINT_TENSORS:
-        raise CheckpointError(f"'{path}' is not a laya-eval checkpoint: its safetensors header lists {entries} "
-                              f"tensors; a laya-eval checkpoint holds at most {MAX_CHECKPOINT_TENSORS}.")
-    try:
-        header = json.loads(data[8:8 + size].decode("utf-8"))
-        state = load(data)
-    except (SafetensorError, UnicodeDecodeError, ValueError, RecursionError, OSError) as exc:
-        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
-        raise CheckpointError(f"'{path}' is not a readable safetensors file ({why}).") from None
-    meta = header.get("__metadata__") if isinstance(header, dict) else None
-    if not isinstance(meta, dict) or _SAFETENSORS_KEY not in meta:
-        raise CheckpointError(
-            f"'{path}' has no laya-eval config in its safetensors metadata (key '{_SAFETENSORS_KEY}')."
-        )
-    try:
-        payload = json.loads(meta[_SAFETENSORS_KEY])
-    except (TypeError, ValueError, RecursionError):
-        raise CheckpointError(f"'{path}' has a corrupt laya-eval config in its metadata (not JSON).") from None
-    if not isinstance(payload, dict):
-        raise CheckpointError(f"'{path}': the laya-eval config in its metadata must be a JSON object; "
-                              f"got {type(payload).__name__}.")
-    payload["state_dict"] = state
-    return payload
-
-
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Read and validate a checkpoint's payload without building the model.
 
@@ -318,10 +192,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         If the file is missing, unreadable, unsafe, corrupt or not a laya-eval checkpoint.
     """
     path = Path(path)
-    data = _read_file(path)
-    payload = _read_safetensors(path, data) if path.suffix == ".safetensors" else _read_pt(path, data)
+    payload, size = read_payload(path)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise _not_a_checkpoint(path, f"no format '{FORMAT}'")
+        raise not_a_checkpoint(path, f"no format '{FORMAT}'")
     version = payload.get("format_version")
     if version != FORMAT_VERSION:
         raise CheckpointError(
@@ -331,7 +204,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     missing = {"config", "state_dict"} - set(payload)
     if missing:
         raise CheckpointError(f"'{path}' lacks {sorted(missing)}; the file is incomplete.")
-    validate_payload(payload, f"'{path}'", len(data))
+    validate_payload(payload, f"'{path}'", size)
     if payload["config"]["backbone"]["name"] not in STORED_BY_REFERENCE:
         check_state_shapes(payload["config"], payload["state_dict"], f"'{path}'")
     check_checksum(payload, f"'{path}'")
