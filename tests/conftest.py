@@ -14,6 +14,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch
 
+# One intra-op thread per xdist worker (one worker per core), as LAYA_EVAL_THREADS pins the CLI: multi-threaded
+# kernels may split a reduction by the batch's size or the machine's load, and the byte-identity tests compare
+# runs at different batch sizes.
+torch.set_num_threads(int(os.environ.get("LAYA_EVAL_THREADS", "1")))
+
 from laya_eval.loading.checkpoints import save_checkpoint
 from laya_eval.data import load_dataset
 from laya_eval.training.trainer import TrainOptions, build_model, train
@@ -49,8 +54,23 @@ def digits_checkpoints(digits_models, tmp_path_factory):
     return {h: save_checkpoint(m, root / f"digits-{h}.pt") for h, m in digits_models.items()}
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """The reproduction tests train and evaluate small grids end to end through the sweep: ``slow``."""
+    """The reproduction tests train and evaluate small grids end to end through the sweep: ``slow``.
+
+    Tests that share a module-scoped fixture (a trained model, a built site, a pruning run) go to one xdist
+    worker as a group (``--dist loadgroup``), so the fixture is built once rather than once per worker; a test
+    with its own ``xdist_group`` mark (the torchrun tests) keeps it. ``tryfirst``: the marks must be in place
+    before xdist's worker hook reads them into the test ids."""
     for item in items:
         if item.path.name == "test_reproduce.py":
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("xdist_group") is None and _uses_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(f"module:{item.path.name}"))
+
+
+def _uses_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
