@@ -16,9 +16,9 @@ model) is not run batch by batch: its pooled states come from the on-disk featur
 when missing. The cache encodes in batches of the default batch size, padded as here, so the tables are the
 same bytes with and without it.
 
-Batch-size invariance: every model call sees at least :data:`MIN_BATCH_ROWS` rows (small
-batches are padded with copies of their own samples, marked with sample id -1 and
-dropped), because CPU matrix kernels round differently for tiny batches; per-sample
+Batch-size invariance: every model call sees a multiple of :data:`MIN_BATCH_ROWS` rows (batches
+are padded with copies of their own samples, marked with sample id -1 and dropped), because
+CPU matrix kernels round tiny batches and the rows of a last, partial tile differently; per-sample
 randomness is a function of (seed, sample id). With a fixed thread count the CSVs are
 then the same bytes for any batch size, chunking or number of processes.
 """
@@ -42,7 +42,7 @@ from laya_eval.models.devices import backbone_precision
 from laya_eval.engine.distributed import SINGLE_PROCESS, World
 from laya_eval.engine.effect_precision import float64_trace
 from laya_eval.engine.memory_budget import one_row_block_outputs, replacement_rows, row_chunks
-from laya_eval.models.layered import MIN_BATCH_ROWS, LayeredModel
+from laya_eval.models.layered import MIN_BATCH_ROWS, LayeredModel, padded_rows
 from laya_eval.engine.partial import PartialStore
 from laya_eval.engine.interventions import SampleFills, donor_ids
 from laya_eval.engine.removals import (
@@ -73,14 +73,14 @@ __all__ = ["CHUNK_SIZE", "MIN_BATCH_ROWS", "SUMMARY_COLUMNS", "EvalOptions", "Ev
 
 
 def _batches(plan: Plan, start: int, stop: int) -> Iterator[tuple[Any, Tensor, Tensor, Tensor]]:
-    """``(x, labels, sample_ids, index)``, each padded to at least MIN_BATCH_ROWS rows (ids -1): the first three on
+    """``(x, labels, sample_ids, index)``, each padded to a multiple of MIN_BATCH_ROWS rows (ids -1): the first three on
     the plan's device, ``index`` (the rows of ``plan.data``, padding included) on the CPU."""
     data, size = plan.data, plan.options.batch_size
     for lo in range(start, stop, size):
         hi = min(lo + size, stop)
         index = torch.arange(lo, hi)
-        if hi - lo < MIN_BATCH_ROWS:
-            index = index[torch.arange(MIN_BATCH_ROWS) % (hi - lo)]
+        if padded_rows(hi - lo) != hi - lo:
+            index = index[torch.arange(padded_rows(hi - lo)) % (hi - lo)]
         ids = torch.where(torch.arange(len(index)) < hi - lo, index, torch.full_like(index, -1))
         part = data.subset(index)
         x = part.x.to(plan.device) if isinstance(part.x, Tensor) else part.x

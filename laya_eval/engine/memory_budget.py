@@ -70,19 +70,26 @@ def row_bytes(hidden: Sequence[Tensor]) -> int:
 
 
 def replacement_rows(hidden: Sequence[Tensor], max_memory_mb: int) -> int:
-    """Rows of one replacement pass (no gradients) within the budget, at least :data:`MIN_ROWS`."""
-    return max(MIN_ROWS, (max_memory_mb << 20) // max(1, FORWARD_FACTOR * row_bytes(hidden)))
+    """Rows of one replacement pass (no gradients) within the budget: a multiple of :data:`MIN_ROWS`, at least one."""
+    return _whole_tiles((max_memory_mb << 20) // max(1, FORWARD_FACTOR * row_bytes(hidden)))
 
 
 def ig_rows(hidden: Sequence[Tensor], max_memory_mb: int) -> int:
-    """Rows (inputs x steps) of one network-scope IG call within the budget, at least :data:`MIN_ROWS`."""
-    return max(MIN_ROWS, (max_memory_mb << 20) // max(1, GRAD_FACTOR * row_bytes(hidden)))
+    """Rows (inputs x steps) of one network-scope IG call within the budget: a multiple of :data:`MIN_ROWS`, at
+    least one."""
+    return _whole_tiles((max_memory_mb << 20) // max(1, GRAD_FACTOR * row_bytes(hidden)))
+
+
+def _whole_tiles(rows: int) -> int:
+    """``rows`` rounded down to a multiple of :data:`MIN_ROWS` (at least ``MIN_ROWS``): the engine's batches are
+    padded to multiples of it, so every chunk of a batch is too, and no chunk ends in a partial row tile."""
+    return max(MIN_ROWS, rows // MIN_ROWS * MIN_ROWS)
 
 
 def row_chunks(n: int, rows: int | None) -> list[slice]:
     """Consecutive slices of ``range(n)`` of ``rows`` rows each; a tail shorter than :data:`MIN_ROWS` joins the
     chunk before it, so no call sees fewer rows than the batch guarantees."""
-    rows = n if rows is None else max(int(rows), MIN_ROWS)
+    rows = n if rows is None else _whole_tiles(int(rows))
     starts = list(range(0, n, rows)) or [0]
     if len(starts) > 1 and n - starts[-1] < MIN_ROWS:
         starts.pop()

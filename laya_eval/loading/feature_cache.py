@@ -8,7 +8,7 @@ tokenizer and processor file of the model folder, for ``py:`` factories of the m
 the callable's source and any extra source files named with ``sources``), the data's name,
 split, size and preprocessing, a sha256 of the inputs and labels, the device type the backbone ran on
 and the rows per backbone call (text batches are padded to their longest sentence, so the batching
-decides the last bits). Batches of fewer than :data:`~laya_eval.models.layered.MIN_BATCH_ROWS` rows are padded
+decides the last bits). Batches are padded to a multiple of :data:`~laya_eval.models.layered.MIN_BATCH_ROWS` rows
 with copies of their own rows, as the evaluation engine pads them, so a state does not depend on where
 the split ends. A second request with the same key reads the files and does not run the backbone;
 training a head, sanity checks, pruning, and ``faithfulness`` and ``profile`` at head scope reuse them
@@ -40,7 +40,7 @@ from torch import Tensor
 from laya_eval.errors import DataError, RecomputedWarning
 from laya_eval.models.devices import resolve_device
 from laya_eval.models.heads import pool_hidden
-from laya_eval.models.layered import MIN_BATCH_ROWS
+from laya_eval.models.layered import padded_rows
 from laya_eval.output.files import data_content_sha256, file_sha256, json_sha256, sha256_bytes
 from laya_eval.output.reading import UnsafeFile, read_regular_file
 
@@ -54,7 +54,7 @@ MAX_META_BYTES = 4 << 20
 NPY_HEADER_BYTES = 1 << 16
 #: Rows per backbone call of every encoding the library puts in the cache (one batching, so entries are shared).
 FEATURE_BATCH_ROWS = 256
-_FORMAT = 3
+_FORMAT = 4
 
 
 @dataclass
@@ -253,14 +253,15 @@ def extract_features(
 def _stream(encode_batch: Callable[[Any], list[Tensor]], data: Any, folder: Path, batch_size: int,
             progress: Any) -> list[np.ndarray]:
     """Encode batch by batch, writing each batch into memory-mapped ``layer{i}.npy`` files; a batch of fewer
-    than MIN_BATCH_ROWS rows runs padded with copies of its own rows (CPU kernels round tiny batches differently)."""
+    runs padded with copies of its own rows to a multiple of MIN_BATCH_ROWS (CPU kernels round tiny batches and
+    partial row tiles differently)."""
     arrays: list[np.ndarray] = []
     n = len(data)
     for start in range(0, n, batch_size):
         part = data.subset(slice(start, start + batch_size))
         rows = len(part)
-        if rows < MIN_BATCH_ROWS:
-            part = part.subset(torch.arange(MIN_BATCH_ROWS) % rows)
+        if padded_rows(rows) != rows:
+            part = part.subset(torch.arange(padded_rows(rows)) % rows)
         hidden = [h[:rows] for h in encode_batch(part.x)]
         if not arrays:
             arrays = [np.lib.format.open_memmap(folder / f"layer{i}.npy", mode="w+", dtype=np.float32,

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from laya_eval.catalog import BOOTSTRAP_RESAMPLES
 from laya_eval.checks import check_choice, check_non_negative_int, check_optional, check_positive_int, check_seed
 from laya_eval.data import SPLITS, Dataset, load_dataset
-from laya_eval.engine.evaluation import MIN_BATCH_ROWS
+from laya_eval.models.layered import padded_rows
 from laya_eval.engine.interventions import donor_ids
 from laya_eval.engine.results import score_method
 from laya_eval.errors import ConfigError
@@ -118,12 +118,12 @@ def _batches(n: int, size: int):
 
 
 def _padded(x: Tensor, ids: Tensor) -> tuple[Tensor, int]:
-    """At least MIN_BATCH_ROWS rows (copies of the batch's own rows): CPU kernels round small batches
-    differently, and the results must not depend on the batch size."""
+    """A multiple of MIN_BATCH_ROWS rows (copies of the batch's own rows): CPU kernels round small batches and
+    partial row tiles differently, and the results must not depend on the batch size."""
     n = len(ids)
-    if n >= MIN_BATCH_ROWS:
+    if padded_rows(n) == n:
         return x, n
-    reps = torch.arange(MIN_BATCH_ROWS) % n
+    reps = torch.arange(padded_rows(n)) % n
     return x[reps], n
 
 

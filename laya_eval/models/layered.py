@@ -10,11 +10,18 @@ from torch import Tensor, nn
 from laya_eval.errors import DataError
 from laya_eval.models.heads import LayerHead
 
-__all__ = ["MIN_BATCH_ROWS", "LayeredModel", "ModelInfo"]
+__all__ = ["MIN_BATCH_ROWS", "LayeredModel", "ModelInfo", "padded_rows"]
 
-#: The fewest rows a model call sees: CPU matrix kernels round differently for one to three rows, so smaller
-#: batches are padded with copies of their own rows (the evaluation engine, the feature cache).
+#: Rows of a model call come in multiples of this (at least this many): CPU matrix kernels compute rows in
+#: tiles (four rows for float64 here) and round the rows of a last, partial tile differently, and one to three
+#: rows differently again; so every batch is padded with copies of its own rows to a multiple of 16 (the
+#: evaluation engine, the feature cache, the mixer audit), and a sample's numbers do not depend on the batch.
 MIN_BATCH_ROWS = 16
+
+
+def padded_rows(n: int) -> int:
+    """The rows a batch of ``n`` samples runs with: ``n`` rounded up to a multiple of :data:`MIN_BATCH_ROWS`."""
+    return -(-max(int(n), 1) // MIN_BATCH_ROWS) * MIN_BATCH_ROWS
 
 
 @dataclass
