@@ -213,9 +213,9 @@ def _finish(fig, title: str, subtitle: str | None = None, note: str | None = Non
     fig._laya_caption = caption
     if figure_style(fig) != "paper":
         fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10)
-    fig.canvas.draw()  # materialise ticks and layout while the theme is active
+    fig.draw_without_rendering()  # materialise ticks and layout while the theme is active (nothing rasterised)
     if _wrap_to_width(fig, fig._suptitle, fig.bbox.width) | _wrap_axes_titles(fig):
-        fig.canvas.draw()
+        fig.draw_without_rendering()
     return fig
 
 
