@@ -300,6 +300,12 @@ def _cases_safetensors(ctx: _Context) -> None:
     add("st-header-huge.safetensors", "safetensors", (2**62).to_bytes(8, "little") + st_bytes[8:])
     add("st-header-garbage.safetensors", "safetensors", (100).to_bytes(8, "little") + b"\xff" * 200)
     add("st-truncated.safetensors", "safetensors", st_bytes[: len(st_bytes) // 2])
+    # A header listing a million one-byte tensors (~77 MB): refused by its tensor count, in memory bounded by the
+    # header, before the JSON is parsed or the tensor bytes are read.
+    table = {f"t{i}": {"dtype": "U8", "shape": [1], "data_offsets": [i, i + 1]} for i in range(1_000_000)}
+    raw = json.dumps(dict(table, __metadata__={"laya_eval": json.dumps(meta)})).encode()
+    raw += b" " * (-len(raw) % 8)
+    add("st-million-tensors.safetensors", "memory", len(raw).to_bytes(8, "little") + raw + bytes(1_000_000))
     wrong = dict(state, **{"head.classifier.bias": torch.zeros(11)})
     add(
         "st-wrong-shape.safetensors",
