@@ -94,10 +94,13 @@ def _page_cases():
         if not runnable:
             continue
         name = str(page.relative_to(ROOT))
-        cases.append(pytest.param(page, (), id=name))
+        # A page that runs torchrun joins the other torchrun tests (one at a time, --dist loadgroup): two gloo
+        # worlds starting at once on a shared 2-core machine; the other pages spread over the workers.
+        marks = [pytest.mark.xdist_group("torchrun")] if any("torchrun" in b.body for b in runnable) else []
+        cases.append(pytest.param(page, (), id=name, marks=marks))
         needs = sorted({r for b in runnable for r in _requirements(b)})
         if needs:
-            cases.append(pytest.param(page, tuple(needs), id=f"{name}[{','.join(needs)}]"))
+            cases.append(pytest.param(page, tuple(needs), id=f"{name}[{','.join(needs)}]", marks=marks))
     return cases
 
 
@@ -122,7 +125,6 @@ def test_every_block_has_a_role():
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("torchrun")  # the faithfulness page runs torchrun
 @pytest.mark.parametrize("page,needs", _page_cases())
 def test_page_blocks_run_as_written(page, needs, tmp_path):
     for requirement in needs:
