@@ -146,7 +146,7 @@ def main() -> int:
     failures += stores.failures + result_failures
     seconds = time.perf_counter() - start
     command = (f"python benchmarks/fuzz_stores.py --checkpoints {args.checkpoints} --cache {args.cache} "
-               f"--chunks {args.chunks} --results {args.results} --seed {args.seed} --threads {args.threads}")
+               f"--chunks {args.chunks} --results {args.results} --seed {args.seed} --threads {args.threads} --timeout {args.timeout:g}")
     machine = (f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), "
                f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end; "
                f"Python {platform.python_version()}, torch {torch.__version__}")
