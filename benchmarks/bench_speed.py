@@ -475,7 +475,7 @@ def write_report(out: Path, rows, mem, agreement, env, mode, command, sources, l
         f"- torch {env['torch']}, intra-op threads: {env['threads']} "
         f"({'set with --threads' if env['threads_set'] else 'torch default'}), Python {env['python']}",
         f"- device: {env['device']}; CUDA available: {env['cuda_available']}. "
-        + ("No GPU machine was lent to this task, so there is no `--device cuda` run." if not env["cuda_available"]
+        + ("No GPU was available on this machine, so there is no `--device cuda` run." if not env["cuda_available"]
            else ""),
         *([f"- note: {env['note']}"] if env["note"] else []),
         "",
