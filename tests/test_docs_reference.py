@@ -132,3 +132,14 @@ def test_a_wrong_or_missing_option_is_found():
     assert problems(dropped, "prune") == ["--random-refits of prune is not documented"]
     assert problems("see `laya-eval sanity --similarity per_sample` and --no-such-thing", None) == [
         "--no-such-thing is not an option of any command"]
+
+
+@pytest.mark.parametrize("name", ["faithfulness", "sanity", "prune"])
+def test_the_methods_row_lists_every_built_in_method(name):
+    """The Options table's `--methods` row names the default set, which is every built-in method of the catalog."""
+    from laya_eval.catalog import BUILTIN_METHODS, METHOD_SPECS
+
+    text = (ROOT / "docs" / "commands" / f"{name}.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `--methods`"))
+    listed = row.split("(default: all):", 1)[1].rsplit(".", 1)[0]
+    assert [m.strip() for m in listed.split(",")] == [m for m in METHOD_SPECS if m in BUILTIN_METHODS], row
