@@ -5,14 +5,18 @@ variables) :func:`world_from_environment` joins the process group — gloo on th
 NCCL on CUDA — and every rank evaluates the contiguous shard
 ``[floor(r N / W), floor((r + 1) N / W))`` of the N samples: no padded duplicates, shards
 of unequal size are fine. Dataset statistics are all-reduced (float64 sums and counts)
-before the effects that need them; per-sample records are gathered to rank 0, which
-merges them by sample index, summarises and writes once.
+before the effects that need them. Per-sample records are then gathered to every rank
+and merged by sample index; the summary's costly parts (each method's scores and
+intervals, each paired comparison) are shared out over the ranks with :meth:`World.map`
+— each is seeded on its own, so how they are shared changes no number — and rank 0
+assembles the tables and writes once.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Callable, Sequence, TypeVar
 
 import torch
 
@@ -20,7 +24,15 @@ from laya_eval.engine.dataset_stats import DatasetStatistics
 from laya_eval.errors import ConfigError
 from laya_eval.engine.records import Records, merge_records
 
-__all__ = ["SINGLE_PROCESS", "World", "shard_range", "world_from_environment"]
+__all__ = ["SINGLE_PROCESS", "World", "serial_map", "shard_range", "world_from_environment"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def serial_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``[fn(x) for x in items]``: :meth:`World.map` in one process."""
+    return [fn(x) for x in items]
 
 
 def shard_range(n: int, rank: int, size: int) -> tuple[int, int]:
@@ -45,7 +57,7 @@ class World:
 
     @property
     def is_main(self) -> bool:
-        """True on rank 0, the rank that summarises and writes."""
+        """True on rank 0, the rank that keeps the tables and writes."""
         return self.rank == 0
 
     def shard(self, n: int) -> tuple[int, int]:
@@ -74,15 +86,29 @@ class World:
             out[name] = pairs
         return DatasetStatistics(out)
 
-    def gather(self, records: Records) -> Records | None:
-        """Every rank's records merged on rank 0; ``None`` on the other ranks."""
+    def all_gather(self, records: Records) -> Records:
+        """Every rank's records merged, on every rank."""
         if self.size == 1:
             return records
         import torch.distributed as dist
 
-        parts = [None] * self.size if self.is_main else None
-        dist.gather_object(records, parts, dst=0)
-        return merge_records(parts) if self.is_main else None
+        parts: list = [None] * self.size
+        dist.all_gather_object(parts, records)
+        return merge_records(parts)
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """``[fn(x) for x in items]`` on every rank, item ``i`` computed by rank ``i mod size``.
+
+        Every rank must call it with the same items in the same order (it is a collective).
+        """
+        if self.size == 1:
+            return serial_map(fn, items)
+        import torch.distributed as dist
+
+        mine = [fn(items[i]) for i in range(self.rank, len(items), self.size)]
+        parts: list = [None] * self.size
+        dist.all_gather_object(parts, mine)
+        return [parts[i % self.size][i // self.size] for i in range(len(items))]
 
     def barrier(self) -> None:
         """Wait for every rank."""

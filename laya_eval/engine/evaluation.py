@@ -39,7 +39,7 @@ from laya_eval.catalog import ABLATION_SPECS, ABLATIONS
 from laya_eval.data import Dataset
 from laya_eval.engine.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.models.devices import backbone_precision
-from laya_eval.engine.distributed import SINGLE_PROCESS, World
+from laya_eval.engine.distributed import SINGLE_PROCESS, World, serial_map
 from laya_eval.engine.effect_precision import float64_trace
 from laya_eval.engine.memory_budget import one_row_block_outputs, replacement_rows, row_chunks
 from laya_eval.models.layered import MIN_BATCH_ROWS, LayeredModel, padded_rows
@@ -257,9 +257,11 @@ def collect(plan: Plan, means: dict[str, list[Tensor]], start: int, stop: int, *
     return merge_records(parts)
 
 
-def summarize(records: Records, plan: Plan, *, world_size: int = 1) -> dict[str, EvaluationResult]:
-    """Metrics, intervals, tables and manifest per ablation, from merged records."""
-    return {a: build_result(records, plan, a, world_size=world_size) for a in plan.ablations}
+def summarize(records: Records, plan: Plan, *, world_size: int = 1, map_items=serial_map
+              ) -> dict[str, EvaluationResult]:
+    """Metrics, intervals, tables and manifest per ablation, from merged records; ``map_items`` computes the
+    per-method scores and the paired comparisons (:meth:`World.map` shares them over the ranks)."""
+    return {a: build_result(records, plan, a, world_size=world_size, map_items=map_items) for a in plan.ablations}
 
 
 def evaluate_ablations(
@@ -318,10 +320,12 @@ def evaluate_ablations(
         progress.refresh()
         tick = progress.update
     means = collect_statistics(plan, start, stop, world=world, partial=partial, progress=tick)
-    records = world.gather(collect(plan, means, start, stop, partial=partial, progress=tick))
-    if records is None:
-        return None
-    return summarize(records, plan, world_size=world.size)
+    if world.size == 1:
+        return summarize(collect(plan, means, start, stop, partial=partial, progress=tick), plan)
+    # Every rank gets the merged records and scores its share of the methods and pairs; rank 0 keeps the tables.
+    records = world.all_gather(collect(plan, means, start, stop, partial=partial, progress=tick))
+    results = summarize(records, plan, world_size=world.size, map_items=world.map)
+    return results if world.is_main else None
 
 
 def evaluate(

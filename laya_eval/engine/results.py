@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -163,18 +163,30 @@ def score_method(
     return MethodScore(spearman=rho, top1_hit=hit, summary=summary)
 
 
-def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int = 1) -> EvaluationResult:
-    """The tables and manifest of one ablation from merged per-sample records."""
+def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int = 1,
+                 map_items: Callable[[Callable, Sequence], list] | None = None) -> EvaluationResult:
+    """The tables and manifest of one ablation from merged per-sample records.
+
+    ``map_items(fn, items)`` returns ``[fn(x) for x in items]`` (the default); under torchrun
+    :meth:`~laya_eval.engine.distributed.World.map` shares the methods' scores and the paired comparisons over
+    the ranks. Each is seeded on its own, so the tables do not depend on how they are shared."""
+    map_items = map_items or (lambda fn, items: [fn(x) for x in items])
     options = dataclasses.replace(plan.options, ablation=ablation)
     model, n_layers = plan.model, plan.model.n_layers
     effects, n = records.effects[ablation], len(records)
     ties = tie_effects(effects, rtol=options.tie_rtol)
     sample = records.sample
+
+    def score(k: int) -> MethodScore:
+        name = plan.methods[k].name
+        return score_method(method_scores(records, name, ablation), effects, records.deletion[ablation][name],
+                            bootstrap=options.bootstrap, seed=[options.seed, k], ties=ties)
+
+    every_score = map_items(score, range(len(plan.methods)))
     layer_rows, sample_rows, summary_rows = [], [], []
     for k, m in enumerate(plan.methods):
         scores, deletion = method_scores(records, m.name, ablation), records.deletion[ablation][m.name]
-        scored = score_method(scores, effects, deletion, bootstrap=options.bootstrap, seed=[options.seed, k],
-                              ties=ties)
+        scored = every_score[k]
         layer_rows.append(pd.DataFrame({
             "sample": np.repeat(sample, n_layers), "method": m.name,
             "layer": np.tile(np.arange(1, n_layers + 1), n),
@@ -190,7 +202,7 @@ def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int
             "method": m.name, "ablation": ablation, "scope": options.scope, **scored.summary,
         })
     samples = pd.concat(sample_rows, ignore_index=True) if sample_rows else pd.DataFrame()
-    comparisons = (compare_methods(samples, n_resamples=options.bootstrap, seed=options.seed)
+    comparisons = (compare_methods(samples, n_resamples=options.bootstrap, seed=options.seed, map_rows=map_items)
                    if len(plan.methods) > 1 else pd.DataFrame(columns=COMPARISON_COLUMNS))
     warnings = _warnings(records, plan, ties, ablation)
     return EvaluationResult(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,7 +155,8 @@ def holm_adjust(p: np.ndarray) -> np.ndarray:
 
 
 def compare_methods(
-    per_sample: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0, methods: Sequence[str] | None = None
+    per_sample: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0, methods: Sequence[str] | None = None,
+    map_rows: Callable[[Callable, Sequence], list] | None = None,
 ) -> pd.DataFrame:
     """Every pair of methods on faithfulness (per-sample rho) and Deletion@1: the ``comparisons.csv`` table.
 
@@ -172,6 +173,9 @@ def compare_methods(
     methods : sequence of str, optional
         Methods and their order (default: order of first appearance in ``per_sample``). ``random`` is
         compared like any other method.
+    map_rows : callable, optional
+        ``map_rows(fn, items)`` returns ``[fn(x) for x in items]`` (the default); a distributed run passes one
+        that shares the rows over its processes (each row is seeded on its own, so the table is the same).
 
     Returns
     -------
@@ -194,17 +198,21 @@ def compare_methods(
     if unknown:
         raise ConfigError(f"methods must be among those in the per-sample table {{{', '.join(present)}}}; "
                           f"got {unknown[0]!r}.")
-    rows = []
-    for metric, column in COMPARED_METRICS.items():
-        wide = per_sample.pivot(index="sample", columns="method", values=column)
-        for a, b in itertools.combinations(names, 2):
-            row_seed = [seed, *(zlib.crc32(name.encode()) for name in (metric, a, b))]
-            result = paired_comparison(wide[a].to_numpy(), wide[b].to_numpy(), n_resamples=n_resamples,
-                                       seed=row_seed)
-            rows.append({"metric": metric, "method_a": a, "method_b": b, "n": result.n,
-                         "mean_difference": result.mean_difference, "ci_low": result.ci_low,
-                         "ci_high": result.ci_high, "ci_note": result.ci_note, "wilcoxon_statistic": result.wilcoxon_statistic,
-                         "p_value": result.p_value, "rank_biserial": result.rank_biserial})
+    wide = {metric: per_sample.pivot(index="sample", columns="method", values=column)
+            for metric, column in COMPARED_METRICS.items()}
+
+    def row(task: tuple[str, str, str]) -> dict:
+        metric, a, b = task
+        row_seed = [seed, *(zlib.crc32(name.encode()) for name in (metric, a, b))]
+        result = paired_comparison(wide[metric][a].to_numpy(), wide[metric][b].to_numpy(), n_resamples=n_resamples,
+                                   seed=row_seed)
+        return {"metric": metric, "method_a": a, "method_b": b, "n": result.n,
+                "mean_difference": result.mean_difference, "ci_low": result.ci_low,
+                "ci_high": result.ci_high, "ci_note": result.ci_note, "wilcoxon_statistic": result.wilcoxon_statistic,
+                "p_value": result.p_value, "rank_biserial": result.rank_biserial}
+
+    tasks = [(metric, a, b) for metric in COMPARED_METRICS for a, b in itertools.combinations(names, 2)]
+    rows = (map_rows or (lambda fn, items: [fn(x) for x in items]))(row, tasks)
     table = pd.DataFrame(rows, columns=[c for c in COMPARISON_COLUMNS if c != "p_holm"])
     table.insert(COMPARISON_COLUMNS.index("p_holm"), "p_holm", holm_adjust(table["p_value"].to_numpy()))
     return table
