@@ -106,3 +106,19 @@ def test_train_cli_refuses_head_options_and_bad_files_for_mixer_backbones(tmp_pa
     assert_one_line_error(run(*base, "--backbone-arg", "widths=[4]", "--out", tmp_path / "m.pt"),
                           r"--backbone-arg 'widths' is not an option of --backbone attnres")
     assert not (tmp_path / "m.pt").exists()
+
+
+@pytest.mark.parametrize("command", ["info", "faithfulness"])
+def test_a_mixer_model_file_given_as_a_checkpoint_points_to_the_mixers_command(tmp_path, command):
+    from laya_eval.mixers.reference import CHECKPOINT_FORMAT
+    from laya_eval.loading.checkpoints import MIXER_MODEL_FORMAT
+    from tests.cli_helpers import assert_one_line_error, run
+
+    assert MIXER_MODEL_FORMAT == CHECKPOINT_FORMAT
+    data = {"train": _texts(40, 0), "val": _texts(10, 1), "test": _texts(10, 2)}
+    fit = train_mixer_model("attnres", data, config={"dim": 8, "depth": 2, "max_len": 8, "min_count": 1},
+                            options=TrainOptions(epochs=1, batch_size=16, seed=0))
+    path = save_mixer_model(fit.model, tmp_path / "mixer.pt", info=fit.info)
+    assert_one_line_error(run(command, path),
+                          r"is a depth-mixer model file, not a layer-attribution checkpoint: audit its mixers with "
+                          r"`laya-eval mixers`\.")

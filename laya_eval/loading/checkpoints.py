@@ -67,6 +67,9 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "MAX_CHECKPOINT_TENSORS", "MAX_SAFETENSOR
 
 FORMAT = "laya-eval-checkpoint"
 FORMAT_VERSION = 1
+#: ``laya_eval.mixers.reference.CHECKPOINT_FORMAT`` (that room imports this one): named in the refusal of a mixer
+#: model file given where a checkpoint is expected.
+MIXER_MODEL_FORMAT = "laya-eval-depth-mixer-model"
 
 def _payload(model: LayeredModel) -> dict[str, Any]:
     from laya_eval.version import __version__
@@ -193,6 +196,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """
     path = Path(path)
     payload, size = read_payload(path)
+    if isinstance(payload, dict) and payload.get("format") == MIXER_MODEL_FORMAT:
+        raise CheckpointError(f"'{path}' is a depth-mixer model file, not a layer-attribution checkpoint: audit its "
+                              "mixers with `laya-eval mixers`.")
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise not_a_checkpoint(path, f"no format '{FORMAT}'")
     version = payload.get("format_version")
