@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from laya_eval.errors import ConfigError
+from laya_eval.models.layered import MIN_BATCH_ROWS
 
 if TYPE_CHECKING:
     from laya_eval.models.layered import LayeredModel
@@ -38,8 +39,9 @@ __all__ = ["FORWARD_FACTOR", "GRAD_FACTOR", "MIN_ROWS", "check_network_budget", 
 
 FORWARD_FACTOR = 3
 GRAD_FACTOR = 8
-#: The fewest rows a chunk holds (or the whole batch, if smaller): CPU kernels round differently below it.
-MIN_ROWS = 16
+#: Chunks hold multiples of this many rows (or the whole batch): the engine's batches are padded to multiples of
+#: it (:data:`~laya_eval.models.layered.MIN_BATCH_ROWS`), so a chunk never ends in a partial row tile.
+MIN_ROWS = MIN_BATCH_ROWS
 
 
 def one_row_block_outputs(model: "LayeredModel", inputs: Any) -> list[Tensor]:

@@ -27,6 +27,7 @@ from laya_eval.stats.metrics import (
     top1_hit,
 )
 from laya_eval.models.layered import LayeredModel
+from laya_eval.engine.distributed import serial_map
 from laya_eval.engine.ig_baselines import baseline_description
 from laya_eval.engine.plan import EvalOptions, Plan, plugin_sources, resolved_ig_baseline
 from laya_eval.engine.records import Records, method_diagnostic, method_scores
@@ -170,23 +171,23 @@ def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int
     ``map_items(fn, items)`` returns ``[fn(x) for x in items]`` (the default); under torchrun
     :meth:`~laya_eval.engine.distributed.World.map` shares the methods' scores and the paired comparisons over
     the ranks. Each is seeded on its own, so the tables do not depend on how they are shared."""
-    map_items = map_items or (lambda fn, items: [fn(x) for x in items])
+    map_items = map_items or serial_map
     options = dataclasses.replace(plan.options, ablation=ablation)
     model, n_layers = plan.model, plan.model.n_layers
     effects, n = records.effects[ablation], len(records)
     ties = tie_effects(effects, rtol=options.tie_rtol)
     sample = records.sample
 
+    inputs = [(method_scores(records, m.name, ablation), records.deletion[ablation][m.name]) for m in plan.methods]
+
     def score(k: int) -> MethodScore:
-        name = plan.methods[k].name
-        return score_method(method_scores(records, name, ablation), effects, records.deletion[ablation][name],
-                            bootstrap=options.bootstrap, seed=[options.seed, k], ties=ties)
+        scores, deletion = inputs[k]
+        return score_method(scores, effects, deletion, bootstrap=options.bootstrap, seed=[options.seed, k], ties=ties)
 
     every_score = map_items(score, range(len(plan.methods)))
     layer_rows, sample_rows, summary_rows = [], [], []
     for k, m in enumerate(plan.methods):
-        scores, deletion = method_scores(records, m.name, ablation), records.deletion[ablation][m.name]
-        scored = every_score[k]
+        (scores, deletion), scored = inputs[k], every_score[k]
         layer_rows.append(pd.DataFrame({
             "sample": np.repeat(sample, n_layers), "method": m.name,
             "layer": np.tile(np.arange(1, n_layers + 1), n),
