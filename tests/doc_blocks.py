@@ -37,6 +37,9 @@ RUN_LANGS = ("console", "python")
 FENCE = re.compile(r"^```([A-Za-z0-9_-]*)\n(.*?)^```\n", re.S | re.M)
 DIRECTIVE = re.compile(r"<!-- (file|requires|covered-by|shorten): (.*?) -->\s*$")
 DURATION = re.compile(r"\b\d+(?:\.\d+)? s\b")
+# A trained checkpoint's sha256: training is bit-reproducible on one CPU, but another CPU's float kernels (other
+# vector widths) round some sums differently, so the file's bytes, unlike its printed metrics, differ by machine.
+DIGEST = re.compile(r"\b[0-9a-f]{64}\b")
 
 
 @dataclass
@@ -87,8 +90,8 @@ def commands(body: str) -> list[str]:
 
 
 def normalise(text: str) -> list[str]:
-    """Lines without trailing blanks, durations masked, blank lines at the ends dropped."""
-    lines = [DURATION.sub("<t> s", line.rstrip()) for line in text.strip("\n").splitlines()]
+    """Lines without trailing blanks, durations and sha256 digests masked, blank lines at the ends dropped."""
+    lines = [DIGEST.sub("<sha256>", DURATION.sub("<t> s", line.rstrip())) for line in text.strip("\n").splitlines()]
     return lines
 
 
