@@ -18,6 +18,7 @@ from laya_eval.engine.methods import METHODS, MethodContext
 from laya_eval.errors import ConfigError
 from laya_eval.stats.metrics import spearman_per_sample
 from laya_eval.engine.removals import leave_one_out_masks, removal_effects
+from laya_eval.stats import null as null_module
 from laya_eval.stats import (
     COMPARISON_COLUMNS,
     across_seeds,
@@ -205,6 +206,24 @@ def test_p_value_equals_brute_force_enumeration(effects):
         got = faithfulness_p_value(rho, effects)
         # exact for one tie pattern; an upper bound within 1e-4 (relative) across patterns (common grid)
         assert want - 1e-12 <= got <= want * (1 + 1e-4) + 1e-12
+
+
+@pytest.mark.parametrize("direct_max", [0, 2**22], ids=["fft", "direct"])
+def test_both_convolution_routes_of_the_common_grid_equal_numpy(direct_max, monkeypatch):
+    # sparse non-negative bins, as binned group sums are; np.convolve sums every product directly
+    monkeypatch.setattr(null_module, "_DIRECT_MAX_PRODUCTS", direct_max)
+    rng = np.random.default_rng(3)
+    for nx, ny in ((1, 1), (7, 300), (2000, 5)):
+        x, y = np.zeros(5000), np.zeros(700)
+        x[rng.choice(5000, nx, replace=False)] = rng.random(nx)
+        y[rng.choice(700, ny, replace=False)] = rng.random(ny)
+        np.testing.assert_allclose(null_module._convolve(x, y), np.convolve(x, y), rtol=0, atol=1e-12)
+    # and the p-value across tie patterns (mixed lattices) through the FFT route against enumeration
+    effects = np.array([[0.1, 0.2, 0.3, 0.4], [0.2, 0.2, 0.3, 0.4], [0.2, 0.2, 0.4, 0.4]])
+    sums, probs = _brute_force_p(effects)
+    rho = spearman_per_sample(np.array([[1, 2, 3, 4], [2, 1, 3, 4], [1, 2, 4, 3]]), effects)
+    want = probs[sums >= rho.sum() - 1e-9].sum()
+    assert want - 1e-12 <= faithfulness_p_value(rho, effects) <= want * (1 + 1e-4) + 1e-12
 
 
 def test_tiny_p_values_keep_their_relative_accuracy():

@@ -18,7 +18,7 @@ distribution and ``P(S >= s) = M(theta)^n E_theta[exp(-theta S) 1{S >= s}]`` kee
 down to floating-point underflow. With one tie pattern the result is exact up to round-off. Groups live
 on different lattices (``1 / sqrt(|e|^2)`` differs), so with several groups their sums are placed on a
 common grid of ``2**20`` steps spanning the whole range of the sum, each value rounded *up*, and
-convolved. Rounding up can only raise the reported p-value (conservative, with the tilt's weight bounded
+convolved (directly over the non-zero bins when they are few, else by FFT). Rounding up can only raise the reported p-value (conservative, with the tilt's weight bounded
 accordingly): it exceeds the exact one by at most the probability that the mean lies within
 ``G * step / n`` below the observed mean (``G`` groups, ``step = range / 2**20``, about ``2 G / 2**20`` in
 units of rho), times a factor ``exp(theta G step)`` (below 1 + 1e-4 in the tests; larger only for p-values that
@@ -47,6 +47,7 @@ __all__ = ["EXACT_MAX_LAYERS", "SpearmanNull", "faithfulness_p_value", "spearman
 EXACT_MAX_LAYERS = 8
 _GRID = 2**20
 _CHUNK_ELEMENTS = 2**22  # permutation route: random numbers drawn at a time
+_DIRECT_MAX_PRODUCTS = 2**22  # common grid: convolve directly up to this many products of non-zero bins
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,18 @@ def _on_common_grid(sums: list) -> tuple[np.ndarray, np.ndarray, float]:
 
 
 def _convolve(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``x * y`` (full convolution, both non-negative).
+
+    Binned group sums are sparse on the common grid: a group of a few samples has a few hundred non-zero
+    bins. When the products of the non-zero bins are few (at most ``_DIRECT_MAX_PRODUCTS``) they are summed
+    directly, exactly up to the round-off of non-negative sums; otherwise by FFT, whose error is about 1e-16
+    of the largest entry on every bin. The choice depends on the data only.
+    """
     size = x.size + y.size - 1
+    nx, ny = np.flatnonzero(x), np.flatnonzero(y)
+    if nx.size * ny.size <= _DIRECT_MAX_PRODUCTS:
+        index = (nx[:, None] + ny[None, :]).ravel()
+        return np.bincount(index, weights=(x[nx][:, None] * y[ny][None, :]).ravel(), minlength=size)
     n_fft = 1 << max(1, (size - 1).bit_length())
     return np.clip(np.fft.irfft(np.fft.rfft(x, n_fft) * np.fft.rfft(y, n_fft), n_fft)[:size], 0.0, None)
 
