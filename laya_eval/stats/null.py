@@ -253,12 +253,17 @@ def _on_common_grid(sums: list) -> tuple[np.ndarray, np.ndarray, float]:
     """
     total_low = sum(low for _, low, _ in sums)
     grid = sum(step * (dist.size - 1) for dist, _, step in sums) / _GRID
-    combined = None
+    binned = []
     for dist, _, step in sums:
         # Rounding each group's sum up can only include more outcomes in the tail: a conservative p-value.
         index = np.ceil(step * np.arange(dist.size) / grid - 1e-9).astype(np.int64)
-        binned = np.bincount(index, weights=dist)
-        combined = binned if combined is None else _convolve(combined, binned)
+        binned.append(np.bincount(index, weights=dist))
+    # Sparsest first: the small groups' products are summed directly, and a large group (most samples share one
+    # tie pattern) joins by one FFT at the end instead of at every step.
+    binned.sort(key=np.count_nonzero)
+    combined = binned[0]
+    for other in binned[1:]:
+        combined = _convolve(combined, other)
     return combined, total_low + grid * np.arange(combined.size), grid * len(sums)
 
 
