@@ -175,8 +175,11 @@ def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device
         return model.to(device).eval(), {"path": None, "sha256": None}
     from laya_eval.loading.specs import load_model
 
+    # Through the feature cache where a head-scope run may read every pooled state from it (with_cached_features):
+    # a frozen hf: encoder is then loaded only if a state is missing.
+    cached = options.cache and options.scope == "head" and options.dtype == "float32"
     loaded = load_model(model, trust_code=options.trust_code, download=options.download, map_location=device,
-                        allow_unverified=options.allow_unverified)
+                        allow_unverified=options.allow_unverified, feature_cache=cached, cache_dir=options.cache_dir)
     return loaded.model, loaded.provenance
 
 

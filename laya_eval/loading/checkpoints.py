@@ -218,7 +218,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
-                    trust_code: bool = False, download: bool = False, allow_unverified: bool = False) -> LayeredModel:
+                    trust_code: bool = False, download: bool = False, allow_unverified: bool = False,
+                    feature_cache: bool = False, cache_dir: str | os.PathLike | None = None) -> LayeredModel:
     """Load a checkpoint into a :class:`LayeredModel` in eval mode.
 
     Parameters
@@ -233,6 +234,13 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     allow_unverified : bool
         Load a checkpoint without the probe, checksum or reference hashes laya-eval writes (CLI
         ``--allow-unverified``): nothing then checks that the rebuilt model is the saved one.
+    feature_cache : bool
+        A frozen Hugging Face backbone stored by reference is loaded on first use, and the probe check reads the
+        probe batch's pooled states through the feature cache (``cache_dir``; its key holds the weight and
+        tokenizer file hashes and the library versions): a run whose states are all cached never loads the
+        encoder. The check is the same: the head on those states must give the recorded logits.
+    cache_dir : path, optional
+        The feature cache folder (default: :func:`laya_eval.loading.feature_cache.cache_root`).
 
     Examples
     --------
@@ -245,7 +253,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     backbone = None
     if cfg["backbone"]["name"] in STORED_BY_REFERENCE:  # hf (weights hashed) or py: modules (--trust-code)
         try:
-            backbone = build_backbone(cfg["backbone"], trust_code=trust_code, download=download)
+            backbone = build_backbone(cfg["backbone"], trust_code=trust_code, download=download, lazy=feature_cache)
         except CheckpointError as exc:
             raise CheckpointError(f"{source}: {exc}") from None
         except LayaEvalError as exc:
@@ -275,5 +283,5 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
             f"{source} lacks {', '.join(missing)}: nothing can check that the model rebuilt from it is the one that "
             "was saved (an edited file, or one written by an older laya-eval). Re-save it with this version, or pass "
             "--allow-unverified (allow_unverified=True) to use it unverified.")
-    check_probe(model, payload.get("probe"), path)
+    check_probe(model, payload.get("probe"), path, feature_cache=feature_cache, cache_dir=cache_dir)
     return model.to(map_location)

@@ -6,8 +6,8 @@ everything that decides them: the backbone's reference (``backbone.config()``: t
 the layers and pooling, the sha256 of the weights and, for ``hf:`` models, of every config,
 tokenizer and processor file of the model folder, for ``py:`` factories of the module's source,
 the callable's source and any extra source files named with ``sources``), the data's name,
-split, size and preprocessing, a sha256 of the inputs and labels, the device type the backbone ran on
-and the rows per backbone call (text batches are padded to their longest sentence, so the batching
+split, size and preprocessing, a sha256 of the inputs and labels, the device type the backbone ran on,
+the versions of torch (and transformers and tokenizers for ``hf:``) and the rows per backbone call (text batches are padded to their longest sentence, so the batching
 decides the last bits). Batches are padded to a multiple of :data:`~laya_eval.models.layered.MIN_BATCH_ROWS` rows
 with copies of their own rows, as the evaluation engine pads them, so a state does not depend on where
 the split ends. A second request with the same key reads the files and does not run the backbone;
@@ -45,7 +45,7 @@ from laya_eval.output.files import data_content_sha256, file_sha256, json_sha256
 from laya_eval.output.reading import UnsafeFile, read_regular_file
 
 __all__ = ["FEATURE_BATCH_ROWS", "Features", "backbone_features", "cache_root", "caches_features", "extract_features",
-           "feature_key", "known_layer_dims", "remember_layer_dims"]
+           "feature_key", "known_layer_dims", "library_versions", "remember_layer_dims"]
 
 ENV_VAR = "LAYA_EVAL_CACHE"
 #: The largest ``meta.json`` read (the key and one record per array).
@@ -95,7 +95,7 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
 def feature_key(backbone_config: dict[str, Any], data: Any, *, device: str = "cpu",
                 batch_rows: int = FEATURE_BATCH_ROWS) -> dict[str, Any]:
     """The cache key: the backbone's reference (spec, weights hash, layers, pooling), the data split, the
-    device type and the rows per backbone call.
+    device type, the rows per backbone call and the versions of the libraries that compute the states.
 
     Parameters
     ----------
@@ -109,7 +109,23 @@ def feature_key(backbone_config: dict[str, Any], data: Any, *, device: str = "cp
     """
     return {"backbone": backbone_config, "data": data.name, "split": data.split, "n": len(data),
             "preprocessing": data.preprocessing, "content_sha256": _content_sha256(data), "device": device,
-            "batch_rows": int(batch_rows), "format": _FORMAT}
+            "batch_rows": int(batch_rows), "versions": library_versions(backbone_config), "format": _FORMAT}
+
+
+def library_versions(backbone_config: dict[str, Any]) -> dict[str, str | None]:
+    """The versions of the libraries that compute a backbone's states: torch, and for ``hf`` transformers and
+    tokenizers (None where one is not installed). Another version may round or tokenize differently, so it
+    keys another cache entry; a cached ``hf`` probe then never stands in for an encoder of another version."""
+    import importlib.metadata
+
+    names = ["torch"] + (["transformers", "tokenizers"] if backbone_config.get("name") == "hf" else [])
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 def _content_sha256(data: Any) -> str:

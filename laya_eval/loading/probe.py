@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from laya_eval.errors import CheckpointError
+from laya_eval.loading.feature_cache import backbone_features, caches_features
 from laya_eval.models.layered import LayeredModel
 
 __all__ = ["PROBE_TOLERANCE", "check_probe", "probe_inputs", "probe_record", "unverified_parts"]
@@ -95,10 +96,43 @@ def probe_record(model: LayeredModel) -> dict[str, Any] | None:
     return record
 
 
-def check_probe(model: LayeredModel, record: Any, path: str | os.PathLike) -> None:
+class _ProbeBatch:
+    """The probe inputs as the feature cache reads a dataset: inputs, labels (zeros), a name, a split."""
+
+    name = split = "probe"
+
+    def __init__(self, x: Any) -> None:
+        self.x, self.y, self.preprocessing = x, torch.zeros(len(x), dtype=torch.long), {}
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def subset(self, index: Any) -> _ProbeBatch:
+        if isinstance(self.x, torch.Tensor) or isinstance(index, slice):
+            return _ProbeBatch(self.x[index])
+        return _ProbeBatch([self.x[int(i)] for i in index])
+
+
+@torch.no_grad()
+def _cached_probe_logits(model: LayeredModel, inputs: Any, cache_dir: str | os.PathLike | None) -> torch.Tensor:
+    """The head's logits on the probe batch's pooled states, read through the feature cache (computed by the
+    backbone and stored on a miss)."""
+    device = next(model.head.parameters()).device
+    features = backbone_features(model.backbone, _ProbeBatch(inputs), device=str(device), cache_dir=cache_dir)
+    was_training = model.training
+    try:
+        return model.eval().head([h.to(device) for h in features.hidden]).detach().double().cpu()
+    finally:
+        model.train(was_training)
+
+
+def check_probe(model: LayeredModel, record: Any, path: str | os.PathLike, *, feature_cache: bool = False,
+                cache_dir: str | os.PathLike | None = None) -> None:
     """Recompute the probe logits and raise CheckpointError if they differ from ``record``.
 
-    ``record`` None checks nothing (whether that is allowed is the caller's decision).
+    ``record`` None checks nothing (whether that is allowed is the caller's decision). ``feature_cache``: a frozen
+    backbone stored by reference with vector states reads the probe batch's pooled states through the feature
+    cache (``cache_dir``), so a cached probe needs no backbone pass.
     """
     if record is None:
         return
@@ -107,7 +141,12 @@ def check_probe(model: LayeredModel, record: Any, path: str | os.PathLike) -> No
     except (KeyError, TypeError, ValueError):
         raise CheckpointError(f"'{path}': the probe record is malformed; re-save the checkpoint.") from None
     inputs = probe_inputs(model, record)
-    got = None if inputs is None else _probe_logits(model, inputs)
+    if inputs is None:
+        got = None
+    elif feature_cache and caches_features(model.backbone, vector_states=True):
+        got = _cached_probe_logits(model, inputs, cache_dir)
+    else:
+        got = _probe_logits(model, inputs)
     if got is None or got.shape != expected.shape:
         raise CheckpointError(f"'{path}': the probe logits have shape {tuple(expected.shape)}; the rebuilt model "
                               f"gives {None if got is None else tuple(got.shape)}.")

@@ -151,14 +151,16 @@ def call_factory(value: str) -> Any:
 
 
 
-def build_backbone(config: dict[str, Any], *, trust_code: bool = False, download: bool = False) -> nn.Module:
+def build_backbone(config: dict[str, Any], *, trust_code: bool = False, download: bool = False,
+                   lazy: bool = False) -> nn.Module:
     """Rebuild a checkpoint's backbone from its config ``{"name", "kwargs"}``.
 
     A reference is rebuilt from its resolved form (``resolved_spec`` of a ``py:`` spec, ``resolved_model`` of an
     ``hf:`` directory: absolute paths recorded when the checkpoint was saved), so the checkpoint loads from any
     working folder; the form given then is kept for display and saving. A ``modules`` backbone is a ``py:``
     reference: without ``trust_code`` nothing is imported and a CheckpointError names the module and
-    ``--trust-code``. A reference whose weights changed (sha256) is a CheckpointError too.
+    ``--trust-code``. A reference whose weights changed (sha256) is a CheckpointError too. ``lazy``: an ``hf:``
+    encoder is loaded on first use (its files are checked now).
     """
     from laya_eval.models.backbones import make_backbone
 
@@ -169,7 +171,7 @@ def build_backbone(config: dict[str, Any], *, trust_code: bool = False, download
         kwargs["local_files_only"] = not download
         given = kwargs["model"]
         kwargs["model"] = kwargs.pop("resolved_model", None) or given
-        backbone = make_backbone(name, **kwargs)
+        backbone = make_backbone(name, **kwargs, **({"lazy": True} if lazy else {}))
         backbone.model_ref = given
         return backbone
     return make_backbone(name, **kwargs)

