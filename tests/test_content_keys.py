@@ -487,3 +487,27 @@ def test_a_hand_built_module_backbone_records_its_code_when_saved(tmp_path):
     recorded = read_checkpoint(tmp_path / "c.pt")["config"]["backbone"]["kwargs"]["source_sha256"]
     assert recorded == {"module": file_sha256(path), "callable": file_sha256(path)}
     assert load_checkpoint(tmp_path / "c.pt", trust_code=True).n_layers == 2
+
+
+def test_an_entry_written_by_another_process_meanwhile_is_read_not_a_traceback(tmp_path, monkeypatch):
+    # Two runs filling the same entry at once: the second to finish finds the first one's folder in place.
+    import os
+
+    data = _data()
+    key = feature_key({"name": "toy-encoder"}, data)
+    cache = tmp_path / "cache"
+    calls = []
+
+    def encode_while_another_writes(x):
+        if not calls:
+            calls.append(1)
+            with monkeypatch.context() as other:  # the other process: its own pid, so its own temporary folder
+                other.setattr(os, "getpid", lambda: 1)
+                extract_features(_encode, data, key, cache_dir=cache, batch_size=7)
+        return _encode(x)
+
+    feats = extract_features(encode_while_another_writes, data, key, cache_dir=cache, batch_size=7)
+    assert feats.reused is False
+    for got, want in zip(feats.hidden, _encode(data.x)):
+        torch.testing.assert_close(got, want)
+    assert sorted(p.name for p in cache.iterdir()) == [feats.path.name]  # no temporary folder left

@@ -122,3 +122,21 @@ def test_a_lazy_backbone_equals_the_eager_one_and_follows_moves_made_before_it_l
     assert lazy.loaded and not lazy.model.training
     double = hf.HFBackbone(str(tmp / "bert"), lazy=True).to(torch.float64)
     assert {p.dtype for p in double.model.parameters()} == {torch.float64}
+
+
+def test_only_a_single_process_head_scope_float32_run_with_the_cache_loads_lazily(setup):
+    from laya_eval.engine.distributed import World
+    from laya_eval.engine.plan import _resolve_model
+
+    ckpt, _, tmp = setup
+    cpu = torch.device("cpu")
+
+    def loaded(world=World(), **kw):
+        model, _ = _resolve_model(str(ckpt), cpu, EvalOptions(cache_dir=tmp / "cache", **kw), world)
+        return model.backbone.loaded
+
+    assert loaded()  # the probe batch is not cached yet: its states are computed (and stored)
+    assert not loaded()
+    # torchrun ranks do not read the cache (nor fill the same entry at once); the others run the encoder anyway
+    assert loaded(World(rank=0, size=2)) and loaded(cache=False) and loaded(scope="network", ablation="zero")
+    assert loaded(dtype="float64")

@@ -168,8 +168,8 @@ class Plan:
         return run_key({"run": self.key(), "bootstrap": o.bootstrap, "tie_rtol": o.tie_rtol})
 
 
-def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device, options: EvalOptions
-                   ) -> tuple[LayeredModel, dict]:
+def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device, options: EvalOptions,
+                   world: World = SINGLE_PROCESS) -> tuple[LayeredModel, dict]:
     """A model in memory as it is, or a spec (checkpoint path, ``hf:``, ``py:``) through :func:`laya_eval.loading.specs.load_model`."""
     if isinstance(model, LayeredModel):
         return model.to(device).eval(), {"path": None, "sha256": None}
@@ -177,7 +177,7 @@ def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device
 
     # Through the feature cache where a head-scope run may read every pooled state from it (with_cached_features):
     # a frozen hf: encoder is then loaded only if a state is missing.
-    cached = options.cache and options.scope == "head" and options.dtype == "float32"
+    cached = options.cache and options.scope == "head" and options.dtype == "float32" and world.size == 1
     loaded = load_model(model, trust_code=options.trust_code, download=options.download, map_location=device,
                         allow_unverified=options.allow_unverified, feature_cache=cached, cache_dir=options.cache_dir)
     return loaded.model, loaded.provenance
@@ -286,7 +286,7 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
     extra = check_extra_methods(extra_methods)
     ablations = check_ablations(ablations, options.scope)
     device = resolve_device(world.device(options.device))
-    model, ckpt = _resolve_model(model, device, options)
+    model, ckpt = _resolve_model(model, device, options, world)
     if model.n_layers < 2:
         raise ConfigError("the model has a single hidden layer: faithfulness (a rank correlation across layers) is undefined.")
     data = _resolve_data(model, data, options, data_dir)

@@ -249,7 +249,12 @@ def extract_features(
                 "arrays": records, "format": _FORMAT}
         (tmp / "meta.json").write_text(json.dumps(meta, sort_keys=True, default=str))
         del arrays
-        os.replace(tmp, folder)
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if not os.path.lexists(folder):
+                raise
+            # Another process wrote the same entry meanwhile: its entry is read (and checked) below.
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     try:
