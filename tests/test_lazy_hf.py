@@ -140,3 +140,15 @@ def test_only_a_single_process_head_scope_float32_run_with_the_cache_loads_lazil
     # torchrun ranks do not read the cache (nor fill the same entry at once); the others run the encoder anyway
     assert loaded(World(rank=0, size=2)) and loaded(cache=False) and loaded(scope="network", ablation="zero")
     assert loaded(dtype="float64")
+
+
+def test_a_lazy_build_refuses_a_config_declaring_more_layers_than_a_checkpoint_may_hold(tmp_path):
+    import json
+
+    from laya_eval.errors import ConfigError
+
+    folder = _tiny_bert(tmp_path / "bert")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 10**9}))
+    with pytest.raises(ConfigError, match="declares 1000000000 layers of width 8; laya-eval reads at most 1024"):
+        hf.HFBackbone(str(folder), lazy=True)

@@ -31,6 +31,11 @@ __all__ = ["HFBackbone", "locate_hf_model", "model_file_hashes", "no_progress_ba
            "resolve_hf_model", "weight_file_hashes"]
 
 
+# As laya_eval.loading.schema bounds a checkpoint's config (MAX_LAYERS, MAX_SIZE): a config.json read for a lazy
+# build cannot make it allocate more than a checkpoint could.
+_MAX_LAYERS, _MAX_WIDTH = 1024, 1 << 20
+
+
 @contextlib.contextmanager
 def no_progress_bars() -> Iterator[None]:
     """Silence transformers' loading progress bars (the library never prints)."""
@@ -54,6 +59,9 @@ def config_sizes(path: str, local_files_only: bool) -> tuple[int, int]:
         data = json.loads(config_file.read_text(encoding="utf-8"))  # readable JSON: refuse_remote_code checked
         sizes = (data.get("num_hidden_layers"), data.get("hidden_size")) if isinstance(data, dict) else (None, None)
         if all(type(v) is int and v > 0 for v in sizes):
+            if sizes[0] > _MAX_LAYERS or sizes[1] > _MAX_WIDTH:  # the checkpoint schema's bounds
+                raise ConfigError(f"'{config_file}' declares {sizes[0]} layers of width {sizes[1]}; laya-eval reads "
+                                  f"at most {_MAX_LAYERS} layers of width {_MAX_WIDTH}.")
             return sizes
     from transformers import AutoConfig
 
