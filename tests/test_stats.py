@@ -51,6 +51,18 @@ def test_wilcoxon_equals_scipy_on_the_defined_pairs():
     assert got.mean_difference == pytest.approx(np.mean(a[keep] - b[keep]))
 
 
+@pytest.mark.parametrize("n", [1, 2, 5, 9, 13, 14])
+def test_wilcoxon_on_few_pairs_with_ties_or_zeros_is_scipys_to_the_bit(n):
+    # scipy enumerates all 2**n sign flips here (n <= 13); laya-eval runs the same permutation test vectorised
+    rng = np.random.default_rng(n)
+    for d in (rng.integers(-3, 4, n) * 0.5, rng.normal(size=n).round(1), rng.choice([0.0, 0.25, -0.5, 1.0], n)):
+        if not np.any(d != 0):
+            continue
+        want = sps.wilcoxon(d, zero_method="zsplit")
+        got = paired_comparison(d, np.zeros(n), n_resamples=0)
+        assert (got.wilcoxon_statistic, got.p_value) == (float(want.statistic), float(want.pvalue)), d
+
+
 def test_all_zero_differences_give_p_one_without_warnings():
     a = np.array([0.5, 1.0, -0.5, 1.0])
     with warnings.catch_warnings():
