@@ -110,9 +110,6 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
     allow_unverified : bool
         For a checkpoint: accept one without probe, checksum or reference hashes (see
         :func:`laya_eval.loading.checkpoints.load_checkpoint`).
-    feature_cache, cache_dir : bool, path
-        A checkpoint's frozen ``hf:`` backbone is loaded on first use and its probe read through the feature
-        cache (see :func:`laya_eval.loading.checkpoints.load_checkpoint`).
 
     Returns
     -------
