@@ -150,5 +150,20 @@ def test_a_lazy_build_refuses_a_config_declaring_more_layers_than_a_checkpoint_m
     folder = _tiny_bert(tmp_path / "bert")
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 10**9}))
-    with pytest.raises(ConfigError, match="declares 1000000000 layers of width 8; laya-eval reads at most 1024"):
+    with pytest.raises(ConfigError, match="declares 1000000000 layers of width 8; laya-eval reads 1 to 1024 layers"):
+        hf.HFBackbone(str(folder), lazy=True)
+
+
+def test_a_config_read_through_autoconfig_is_bounded_alike(tmp_path):
+    # DistilBERT names its sizes n_layers / dim: config.json lacks num_hidden_layers, so AutoConfig reads them
+    import json
+
+    from laya_eval.errors import ConfigError
+
+    pytest.importorskip("transformers")
+    folder = tmp_path / "distil"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "distilbert", "n_layers": 1025, "dim": 8,
+                                                    "n_heads": 2, "hidden_dim": 16, "vocab_size": 20}))
+    with pytest.raises(ConfigError, match="declares 1025 layers of width 8; laya-eval reads 1 to 1024 layers"):
         hf.HFBackbone(str(folder), lazy=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import importlib.metadata
 import importlib.util
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -50,28 +49,31 @@ def no_progress_bars() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def config_sizes(path: str, local_files_only: bool) -> tuple[int, int]:
+def _config_sizes(path: str, local_files_only: bool) -> tuple[int, int]:
     """``(num_hidden_layers, hidden_size)`` from the model's config alone (no weights, no model code): read from
-    ``config.json`` where it names both (BERT- and ViT-like models), else through transformers' ``AutoConfig``."""
+    ``config.json`` where it names both (BERT- and ViT-like models), else through transformers' ``AutoConfig``;
+    either way within the checkpoint schema's bounds."""
     refuse_remote_code(path)
     config_file = Path(path) / "config.json"
+    sizes: tuple = (None, None)
     if config_file.is_file():
         data = json.loads(config_file.read_text(encoding="utf-8"))  # readable JSON: refuse_remote_code checked
-        sizes = (data.get("num_hidden_layers"), data.get("hidden_size")) if isinstance(data, dict) else (None, None)
-        if all(type(v) is int and v > 0 for v in sizes):
-            if sizes[0] > _MAX_LAYERS or sizes[1] > _MAX_WIDTH:  # the checkpoint schema's bounds
-                raise ConfigError(f"'{config_file}' declares {sizes[0]} layers of width {sizes[1]}; laya-eval reads "
-                                  f"at most {_MAX_LAYERS} layers of width {_MAX_WIDTH}.")
-            return sizes
-    from transformers import AutoConfig
+        if isinstance(data, dict):
+            sizes = data.get("num_hidden_layers"), data.get("hidden_size")
+    if not all(type(v) is int and v > 0 for v in sizes):
+        from transformers import AutoConfig
 
-    try:
-        with no_progress_bars():
-            config = AutoConfig.from_pretrained(path, local_files_only=local_files_only, trust_remote_code=False)
-        return int(config.num_hidden_layers), int(config.hidden_size)
-    except (OSError, ValueError, AttributeError, TypeError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(f"could not read a Hugging Face model config from {path!r}: {first}") from None
+        try:
+            with no_progress_bars():
+                config = AutoConfig.from_pretrained(path, local_files_only=local_files_only, trust_remote_code=False)
+            sizes = int(config.num_hidden_layers), int(config.hidden_size)
+        except (OSError, ValueError, AttributeError, TypeError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ConfigError(f"could not read a Hugging Face model config from {path!r}: {first}") from None
+    if not (0 < sizes[0] <= _MAX_LAYERS and 0 < sizes[1] <= _MAX_WIDTH):
+        raise ConfigError(f"the config of {path!r} declares {sizes[0]} layers of width {sizes[1]}; laya-eval reads "
+                          f"1 to {_MAX_LAYERS} layers of width 1 to {_MAX_WIDTH}.")
+    return sizes
 
 
 def _load_pretrained(path: str, local_files_only: bool) -> tuple[nn.Module, Any]:
@@ -200,7 +202,7 @@ class HFBackbone(Backbone):
         # Follows .to() and dtype casts, so an encoder loaded later lands where the module was moved.
         self.register_buffer("_placement", torch.zeros(0), persistent=False)
         if lazy:
-            self._n_hidden_layers, width = config_sizes(path, self.local_files_only)
+            self._n_hidden_layers, width = _config_sizes(path, self.local_files_only)
             self._loaded = False
         else:
             self._load()
