@@ -1,18 +1,17 @@
 """An on-disk cache of a frozen backbone's pooled hidden states.
 
-A frozen backbone is encoded once: its hidden states (pooled to (N, d_i), as the heads pool
-them) are streamed batch by batch into ``.npy`` files under a folder named by a key over
-everything that decides them: the backbone's reference (``backbone.config()``: the model spec,
-the layers and pooling, the sha256 of the weights and, for ``hf:`` models, of every config,
-tokenizer and processor file of the model folder, for ``py:`` factories of the module's source,
-the callable's source and any extra source files named with ``sources``), the data's name,
-split, size and preprocessing, a sha256 of the inputs and labels, the device type the backbone ran on,
-the versions of torch (and transformers and tokenizers for ``hf:``) and the rows per backbone call (text batches are padded to their longest sentence, so the batching
-decides the last bits). Batches are padded to a multiple of :data:`~laya_eval.models.layered.MIN_BATCH_ROWS` rows
-with copies of their own rows, as the evaluation engine pads them, so a state does not depend on where
-the split ends. A second request with the same key reads the files and does not run the backbone;
-training a head, sanity checks, pruning, and ``faithfulness`` and ``profile`` at head scope reuse them
-(:func:`backbone_features`).
+A frozen backbone is encoded once: its hidden states (pooled to (N, d_i), as the heads pool them) are streamed
+batch by batch into ``.npy`` files under a folder named by a key over everything that decides them: the
+backbone's reference (``backbone.config()``: the model spec, the layers and pooling, the sha256 of the weights
+and, for ``hf:`` models, of every config, tokenizer and processor file of the model folder, for ``py:``
+factories of the module's source, the callable's source and any extra source files named with ``sources``),
+the data's name, split, size and preprocessing, a sha256 of the inputs and labels, the device type the
+backbone ran on, the versions of torch (and transformers and tokenizers for ``hf:``) and the rows per backbone
+call (text batches are padded to their longest sentence, so the batching decides the last bits). Batches are
+padded to a multiple of :data:`~laya_eval.models.layered.MIN_BATCH_ROWS` rows with copies of their own rows,
+as the evaluation engine pads them, so a state does not depend on where the split ends. A second request with
+the same key reads the files and does not run the backbone; training a head, sanity checks, pruning, and
+``faithfulness`` and ``profile`` at head scope reuse them (:func:`backbone_features`).
 
 The cache folder is ``cache_dir``, else ``$LAYA_EVAL_CACHE/features``, else
 ``~/.cache/laya-eval/features``. A folder is complete once its ``meta.json`` exists

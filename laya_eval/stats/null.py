@@ -6,23 +6,23 @@ uniformly random permutation, independently per sample. The effects stay as obse
 (average ranks), so each sample's null distribution of rho depends on its effects' tie pattern.
 
 Exact route (``L <= EXACT_MAX_LAYERS = 8``, at most 8! = 40,320 rankings). With ``e`` twice the centred
-average ranks of the effects (integers) and ``a`` twice the centred ranks of a permutation,
-``rho = (a . e) / sqrt(|a|^2 |e|^2)``: the numerator is an integer, so each tie pattern's null is an
-exact distribution on an integer lattice, found by enumerating the ``L!`` rankings. The null is the same
-for any reordering or negation of ``e``, so samples are grouped by the sorted pattern (up to sign). Within a
-group of ``m`` samples the sum of rho is the ``m``-fold convolution of that lattice distribution, computed
-by one FFT power. A plain FFT is accurate to about 1e-12 *absolute*, useless for the tiny p-values of good
-methods, so the null is first exponentially tilted (``p(v) exp(theta v) / M(theta)``, ``theta`` chosen so
-that the tilted mean is the observed sum): the observed value then lies in the bulk of the tilted
-distribution and ``P(S >= s) = M(theta)^n E_theta[exp(-theta S) 1{S >= s}]`` keeps its relative accuracy
-down to floating-point underflow. With one tie pattern the result is exact up to round-off. Groups live
-on different lattices (``1 / sqrt(|e|^2)`` differs), so with several groups their sums are placed on a
-common grid of ``2**20`` steps spanning the whole range of the sum, each value rounded *up*, and
-convolved (directly over the non-zero bins when they are few, else by FFT). Rounding up can only raise the reported p-value (conservative, with the tilt's weight bounded
-accordingly): it exceeds the exact one by at most the probability that the mean lies within
-``G * step / n`` below the observed mean (``G`` groups, ``step = range / 2**20``, about ``2 G / 2**20`` in
-units of rho), times a factor ``exp(theta G step)`` (below 1 + 1e-4 in the tests; larger only for p-values that
-are astronomically small anyway). The observed mean itself at the maximum (every sample at rho's largest
+average ranks of the effects (integers) and ``a`` twice the centred ranks of a permutation, ``rho = (a . e) /
+sqrt(|a|^2 |e|^2)``: the numerator is an integer, so each tie pattern's null is an exact distribution on an
+integer lattice, found by enumerating the ``L!`` rankings. The null is the same for any reordering or negation
+of ``e``, so samples are grouped by the sorted pattern (up to sign). Within a group of ``m`` samples the sum
+of rho is the ``m``-fold convolution of that lattice distribution, computed by one FFT power. A plain FFT is
+accurate to about 1e-12 *absolute*, useless for the tiny p-values of good methods, so the null is first
+exponentially tilted (``p(v) exp(theta v) / M(theta)``, ``theta`` chosen so that the tilted mean is the
+observed sum): the observed value then lies in the bulk of the tilted distribution and ``P(S >= s) =
+M(theta)^n E_theta[exp(-theta S) 1{S >= s}]`` keeps its relative accuracy down to floating-point underflow.
+With one tie pattern the result is exact up to round-off. Groups live on different lattices (``1 /
+sqrt(|e|^2)`` differs), so with several groups their sums are placed on a common grid of ``2**20`` steps
+spanning the whole range of the sum, each value rounded *up*, and convolved (directly over the non-zero bins
+when they are few, else by FFT). Rounding up can only raise the reported p-value (conservative, with the
+tilt's weight bounded accordingly): it exceeds the exact one by at most the probability that the mean lies
+within ``G * step / n`` below the observed mean (``G`` groups, ``step = range / 2**20``, about ``2 G / 2**20``
+in units of rho), times a factor ``exp(theta G step)`` (below 1 + 1e-4 in the tests; larger only for p-values
+that are astronomically small anyway). The observed mean itself at the maximum (every sample at rho's largest
 value) is answered exactly: the product of those probabilities.
 
 Permutation route (``L > 8``): ``n_resamples`` (default 2000) seeded null means, each drawing one

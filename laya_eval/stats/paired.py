@@ -126,10 +126,10 @@ def _wilcoxon(d: np.ndarray) -> tuple[float, float]:
     """
     if not np.any(d != 0):
         return d.size * (d.size + 1) / 4, 1.0
-    ranks = rankdata(np.abs(d), method="average")
     if d.size > _EXACT_FLIPS_MAX or (np.unique(np.abs(d)).size == d.size and np.all(d != 0)):
-        result = wilcoxon(d, zero_method=ZERO_METHOD, alternative="two-sided")
+        result = wilcoxon(d, zero_method=ZERO_METHOD, alternative="two-sided")  # exact or asymptotic: fast
         return float(result.statistic), float(result.pvalue)
+    ranks = rankdata(np.abs(d), method="average")
     half_zero = ((d == 0) * ranks).sum() / 2  # zsplit: half of each zero's rank to either side
 
     def positive_rank_sum(flipped: np.ndarray, axis: int = -1) -> np.ndarray:
