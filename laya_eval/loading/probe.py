@@ -75,12 +75,20 @@ def vocabulary_texts(tokenizer: Any) -> list[str]:
 
 
 @torch.no_grad()
-def _probe_logits(model: LayeredModel, inputs: Any) -> torch.Tensor:
+def _probe_logits(model: LayeredModel, inputs: Any, *, cached: bool = False,
+                  cache_dir: str | os.PathLike | None = None) -> torch.Tensor:
+    """The model's logits on the probe batch, in eval mode; ``cached``: the head on the batch's pooled states read
+    through the feature cache (computed by the backbone and stored on a miss)."""
     device = next(model.parameters()).device
-    x = inputs.to(device) if isinstance(inputs, torch.Tensor) else inputs
     was_training = model.training
     try:
-        return model.eval()(x).detach().double().cpu()
+        model.eval()
+        if cached:
+            features = backbone_features(model.backbone, _ProbeBatch(inputs), device=str(device), cache_dir=cache_dir)
+            logits = model.head([h.to(device) for h in features.hidden])
+        else:
+            logits = model(inputs.to(device) if isinstance(inputs, torch.Tensor) else inputs)
+        return logits.detach().double().cpu()
     finally:
         model.train(was_training)
 
@@ -113,19 +121,6 @@ class _ProbeBatch:
         return _ProbeBatch([self.x[int(i)] for i in index])
 
 
-@torch.no_grad()
-def _cached_probe_logits(model: LayeredModel, inputs: Any, cache_dir: str | os.PathLike | None) -> torch.Tensor:
-    """The head's logits on the probe batch's pooled states, read through the feature cache (computed by the
-    backbone and stored on a miss)."""
-    device = next(model.head.parameters()).device
-    features = backbone_features(model.backbone, _ProbeBatch(inputs), device=str(device), cache_dir=cache_dir)
-    was_training = model.training
-    try:
-        return model.eval().head([h.to(device) for h in features.hidden]).detach().double().cpu()
-    finally:
-        model.train(was_training)
-
-
 def check_probe(model: LayeredModel, record: Any, path: str | os.PathLike, *, feature_cache: bool = False,
                 cache_dir: str | os.PathLike | None = None) -> None:
     """Recompute the probe logits and raise CheckpointError if they differ from ``record``.
@@ -143,10 +138,9 @@ def check_probe(model: LayeredModel, record: Any, path: str | os.PathLike, *, fe
     inputs = probe_inputs(model, record)
     if inputs is None:
         got = None
-    elif feature_cache and caches_features(model.backbone, vector_states=True):
-        got = _cached_probe_logits(model, inputs, cache_dir)
     else:
-        got = _probe_logits(model, inputs)
+        got = _probe_logits(model, inputs, cached=feature_cache and caches_features(model.backbone, vector_states=True),
+                            cache_dir=cache_dir)
     if got is None or got.shape != expected.shape:
         raise CheckpointError(f"'{path}': the probe logits have shape {tuple(expected.shape)}; the rebuilt model "
                               f"gives {None if got is None else tuple(got.shape)}.")
