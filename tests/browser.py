@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
 import shutil
 import socket
 import struct
@@ -19,6 +20,11 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# After the load event a page counts as settled once no DevTools event arrived for QUIET_S (late console messages,
+# requests a script makes after loading, their responses), waiting at most SETTLE_MAX_S.
+QUIET_S = 0.1
+SETTLE_MAX_S = 3.0
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -193,6 +199,14 @@ class Browser:
                 raise TimeoutError(f"no {method} within {self.timeout} s")
             self.events.append(json.loads(self.ws.receive()))
 
+    def _settle(self) -> None:
+        """Read events until none arrived for :data:`QUIET_S` (at most :data:`SETTLE_MAX_S`)."""
+        deadline = time.monotonic() + SETTLE_MAX_S
+        while time.monotonic() < deadline:
+            if not self.ws.buffer and not select.select([self.ws.sock], [], [], QUIET_S)[0]:
+                return
+            self.events.append(json.loads(self.ws.receive()))
+
     def check(self, url: str, width: int, height: int = 900, screenshot: Path | None = None) -> PageCheck:
         """Load ``url`` in a window ``width`` pixels wide and inspect it (and save a screenshot if asked)."""
         self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
@@ -200,8 +214,7 @@ class Browser:
         self.events = []
         self.call("Page.navigate", url=url)
         self._wait_for("Page.loadEventFired")
-        time.sleep(0.3)  # late console messages and image decodes
-        self.call("Runtime.evaluate", expression="1")  # collects the events that arrived meanwhile
+        self._settle()
         found = self.call("Runtime.evaluate", expression=INSPECT, returnByValue=True)["result"]["value"]
         result = PageCheck(url, width, images=found["images"], links=found["links"], ids=found["ids"],
                            wide=found["wide"], scroll_width=found["scrollWidth"])

@@ -193,3 +193,19 @@ def test_docs_site_in_a_browser(browser, served_site, tmp_path):
                 _keep_shot(_shot(tmp_path, name))
             checked += 1
     assert checked == 2 * len(pages) and len(pages) >= 20
+
+
+@needs_chromium
+def test_the_browser_check_sees_errors_broken_images_and_overflow(browser, tmp_path):
+    """The checks can fail: a console error logged after the load event, a script exception, an image that does
+    not load and an element wider than the window are each reported."""
+    page = tmp_path / "bad.html"
+    page.write_text("<!doctype html><html><body><img src='missing.png' alt=''>"
+                    "<div style='width: 2000px'>wide</div>"
+                    "<script>setTimeout(() => console.error('late error'), 50);"
+                    "setTimeout(() => { throw new Error('late exception'); }, 60);</script></body></html>")
+    check = browser.check(page.as_uri(), 390)
+    assert any("late error" in e for e in check.errors), check.errors
+    assert any("late exception" in e for e in check.errors), check.errors
+    assert [i["src"] for i in check.images if not i["ok"]] == [(tmp_path / "missing.png").as_uri()]
+    assert check.scroll_width > 390 and any(w.startswith("div") for w in check.wide), check.wide
