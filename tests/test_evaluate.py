@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -275,3 +276,14 @@ def test_evaluate_ablations_rejects_bad_lists(digits_checkpoints):
     with pytest.raises(ConfigError, match="network"):
         evaluate_ablations(digits_checkpoints["laya"], ablations=("zero", "gate"),
                            options=EvalOptions(scope="network", ablation="zero"))
+
+
+def test_the_manifest_names_captums_version_without_importing_captum(monkeypatch):
+    """A run without gradient methods never imports Captum; its manifest still records the installed version."""
+    import captum
+
+    from laya_eval.output.files import provenance
+
+    monkeypatch.delitem(sys.modules, "captum")
+    assert provenance()["versions"]["captum"] == captum.__version__
+    assert "captum" not in sys.modules

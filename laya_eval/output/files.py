@@ -348,7 +348,6 @@ def verify_result_folder(folder: str | os.PathLike) -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str]:
-    import captum
     import numpy
     import pandas
     import scipy
@@ -357,8 +356,19 @@ def _versions() -> dict[str, str]:
     from laya_eval.version import __version__
 
     return {"laya_eval": __version__, "python": platform.python_version(), "torch": torch.__version__,
-            "captum": captum.__version__, "numpy": numpy.__version__, "scipy": scipy.__version__,
+            "captum": _captum_version(), "numpy": numpy.__version__, "scipy": scipy.__version__,
             "pandas": pandas.__version__}
+
+
+def _captum_version() -> str:
+    """Captum's version; read from its installed metadata where it is not imported yet (a run without gradient
+    methods never imports it, and importing it only to read the version costs most of a second)."""
+    captum = sys.modules.get("captum")
+    if captum is not None:
+        return captum.__version__
+    from importlib.metadata import version
+
+    return version("captum")
 
 
 def provenance(device: str | None = None) -> dict[str, Any]:
