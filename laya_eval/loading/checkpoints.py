@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from laya_eval.errors import CheckpointError, LayaEvalError
 from laya_eval.loading.checkpoint_files import (MAX_CHECKPOINT_TENSORS, MAX_SAFETENSORS_HEADER, SAFETENSORS_KEY,
@@ -269,8 +270,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         training=dict(payload.get("training") or {}),
         metrics=dict(payload.get("metrics") or {}),
     )
-    head = meta.head.to_empty(device="cpu")
-    model = LayeredModel(backbone if backbone is not None else meta.backbone.to_empty(device="cpu"), head, info)
+    head = _allocate(meta.head)
+    model = LayeredModel(backbone if backbone is not None else _allocate(meta.backbone), head, info)
     result = model.load_state_dict(state, strict=False)
     missing = [k for k in result.missing_keys if not (backbone is not None and k.startswith("backbone."))]
     if missing or result.unexpected_keys:  # check_state_shapes makes this unreachable; kept as a guard
@@ -285,3 +286,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
             "--allow-unverified (allow_unverified=True) to use it unverified.")
     check_probe(model, payload.get("probe"), path, feature_cache=feature_cache, cache_dir=cache_dir)
     return model.to(map_location)
+
+
+def _allocate(module: nn.Module) -> nn.Module:
+    """``module.to_empty(device="cpu")`` for a module built on the meta device: uninitialised CPU storage of the
+    same sizes, strides and dtypes. ``to_empty`` goes through ``torch.empty_like``, whose meta-to-CPU route
+    imports torch's symbolic-shape machinery on first use (about 0.4 s of every command's start-up)."""
+    return module._apply(lambda t: torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="cpu"))
