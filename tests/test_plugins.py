@@ -127,7 +127,9 @@ def test_installed_plugin_runs_through_every_command(tmp_path, digits_checkpoint
     package = write_package(tmp_path / "pkg")
     venv = tmp_path / "venv"
     base = Path(sys.executable)
-    subprocess.run([str(base), "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    # No pip inside the new environment (ensurepip costs seconds): the test environment's pip installs into it.
+    subprocess.run([str(base), "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
+                   timeout=300)
     python = str(venv / "bin" / "python")
     # --system-site-packages exposes the base interpreter's packages; a .pth file adds those of the environment
     # running the tests (torch and the rest), so only the plug-in is installed.
@@ -136,8 +138,8 @@ def test_installed_plugin_runs_through_every_command(tmp_path, digits_checkpoint
     import sysconfig
 
     Path(new_site, "test-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", str(package)],
-                   check=True, timeout=600, capture_output=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps",
+                    "--no-build-isolation", str(package)], check=True, timeout=600, capture_output=True)
     marker = tmp_path / "imported.txt"
     env = _env(tmp_path, marker)
     ckpt = digits_checkpoints["laya"]
