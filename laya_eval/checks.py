@@ -23,6 +23,8 @@ from typing import Any
 from laya_eval.errors import ConfigError
 
 __all__ = [
+    "MAX_LAYERS",
+    "MAX_SIZE",
     "SEED_MAX",
     "check_choice",
     "check_fields",
@@ -35,6 +37,11 @@ __all__ = [
     "fail",
     "is_int",
 ]
+
+#: The largest width, dim, channel count or token length a stored config (a checkpoint's, a model folder's
+#: config.json) may declare, and the most layers (blocks, hidden states): what a file can make laya-eval build.
+MAX_SIZE = 1 << 20
+MAX_LAYERS = 1024
 
 #: Seeds are non-negative integers below 2**64 (NumPy's and the per-sample hash's range).
 SEED_MAX = 2**64 - 1

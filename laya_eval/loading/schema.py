@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from laya_eval.checks import is_int
+from laya_eval.checks import MAX_LAYERS, MAX_SIZE, is_int
 from laya_eval.errors import CheckpointError
 from laya_eval.output.files import json_sha256, state_dict_sha256
 
@@ -48,8 +48,6 @@ __all__ = [
     "validate_payload",
 ]
 
-MAX_SIZE = 1 << 20  # any width, dim, channel count or token length a config may declare
-MAX_LAYERS = 1024  # blocks / hidden states (bounds the Python modules built)
 MAX_CLASSES = 1 << 16
 MAX_STRING = 4096  # characters of any string stored in a config
 MAX_JSON_DEPTH = 8  # nesting of the free-form training / metrics / preprocessing records

@@ -23,16 +23,11 @@ from torch import Tensor, nn
 from laya_eval.models.backbones.base import Backbone, Replacement, _check_replace, _replace_in_output
 from laya_eval.models.backbones.hf_files import (locate_hf_model, model_file_hashes, refuse_remote_code,
                                                  resolve_hf_model, weight_file_hashes)
-from laya_eval.checks import check_positive_int
+from laya_eval.checks import MAX_LAYERS, MAX_SIZE, check_positive_int
 from laya_eval.errors import CheckpointError, ConfigError, DataError
 
 __all__ = ["HFBackbone", "locate_hf_model", "model_file_hashes", "no_progress_bars", "refuse_remote_code",
            "resolve_hf_model", "weight_file_hashes"]
-
-
-# As laya_eval.loading.schema bounds a checkpoint's config (MAX_LAYERS, MAX_SIZE): a config.json read for a lazy
-# build cannot make it allocate more than a checkpoint could.
-_MAX_LAYERS, _MAX_WIDTH = 1024, 1 << 20
 
 
 @contextlib.contextmanager
@@ -70,9 +65,10 @@ def _config_sizes(path: str, local_files_only: bool) -> tuple[int, int]:
         except (OSError, ValueError, AttributeError, TypeError) as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ConfigError(f"could not read a Hugging Face model config from {path!r}: {first}") from None
-    if not (0 < sizes[0] <= _MAX_LAYERS and 0 < sizes[1] <= _MAX_WIDTH):
+    # The bounds of a checkpoint's config: a config.json read for a lazy build cannot make laya-eval allocate more.
+    if not (0 < sizes[0] <= MAX_LAYERS and 0 < sizes[1] <= MAX_SIZE):
         raise ConfigError(f"the config of {path!r} declares {sizes[0]} layers of width {sizes[1]}; laya-eval reads "
-                          f"1 to {_MAX_LAYERS} layers of width 1 to {_MAX_WIDTH}.")
+                          f"1 to {MAX_LAYERS} layers of width 1 to {MAX_SIZE}.")
     return sizes
 
 
