@@ -15,7 +15,8 @@ Routes (n inputs, one batch; the rows of the CSV are per model and thread count)
 plain              ``model(x)`` under no_grad: one backbone pass and one head pass.
 floor              one backbone pass + L head passes on its states: the least any LOLO at head scope can cost.
 lolo_head          laya-eval leave-one-layer-out at head scope, zero ablation: ``trace`` + ``removal_effects``.
-faith_no_ig        ``laya_eval.engine.evaluation.evaluate`` with every method but ig, zero ablation, head scope.
+faith_no_ig        ``laya_eval.engine.evaluation.evaluate`` with every method but ig, zero ablation, head scope, the
+                   feature cache off (the encoder runs on every call).
 faith_ig32         the same with every method and IG at 32 steps.
 ig32               the same with ig alone (32 steps).
 lolo_network       laya-eval network-scope removal: ``trace`` + ``removal_effects(scope="network")``, zero
@@ -181,8 +182,10 @@ def routes(model, data: Dataset, n: int, n_captum: int) -> dict[str, tuple[int, 
         return removal_effects(tr, model, lolo, ablation="zero", scope="head")
 
     def faith(methods, n_steps=50, data_=sub):
+        # cache=False: the encoder runs on every call, as in the Captum routes (a warm feature cache would serve
+        # the pooled states of the warm-up call instead).
         return lambda: evaluate(model, data_, options=EvalOptions(methods=methods, ablation="zero", bootstrap=0,
-                                                                  n_steps=n_steps, batch_size=256))
+                                                                  n_steps=n_steps, batch_size=256, cache=False))
 
     def lolo_network():
         tr = trace(model, xc)
