@@ -221,6 +221,35 @@ def test_hf_vision_fit_head_matches_transformers_and_round_trips(digits_splits, 
         load_checkpoint(path)
 
 
+@needs_transformers
+def test_hf_vit_block_replacement_equals_a_hook_on_transformers_own_model(tmp_path):
+    """Network scope on a ViT: replacing block 1's output gives the states transformers' own model gives with that
+    block's output zeroed by a forward hook (whatever the version calls its block stack)."""
+    from laya_eval.models.backbones import HFBackbone
+
+    vit = _tiny_vit(tmp_path / "vit")
+    backbone = HFBackbone(str(tmp_path / "vit"))
+    x = torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    stack = vit.layers if hasattr(vit, "layers") else vit.encoder.layer
+    assert len(backbone.layer_modules()) == 1 + len(stack)
+
+    def zero(module, args, output):
+        return torch.zeros_like(output) if isinstance(output, torch.Tensor) else (torch.zeros_like(output[0]),
+                                                                                  *output[1:])
+
+    with torch.no_grad():
+        got = backbone(x, replace={1: torch.zeros_like})
+        handle = stack[0].register_forward_hook(zero, prepend=True)
+        try:
+            states = vit(pixel_values=x, output_hidden_states=True).hidden_states
+        finally:
+            handle.remove()
+    assert len(got) == len(states) == 3
+    assert torch.count_nonzero(got[1]) == 0
+    for g, state in zip(got, states):
+        torch.testing.assert_close(g, state.mean(1), rtol=0, atol=1e-6)
+
+
 DIST_INFO = "Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n"
 
 

@@ -91,7 +91,10 @@ def _load_pretrained(path: str, local_files_only: bool) -> tuple[nn.Module, Any]
 
 
 # Where encoders keep their embedding module and their layer list.
-_HF_LAYOUTS = (("embeddings", "encoder.layer"), ("embeddings", "transformer.layer"), ("embeddings", "encoder.layers"))
+# Where an encoder keeps its embeddings and its block stack: BERT-like (encoder.layer), DistilBERT
+# (transformer.layer), others (encoder.layers), and models whose stack sits at the top (layers: ViT in transformers 5).
+_HF_LAYOUTS = (("embeddings", "encoder.layer"), ("embeddings", "transformer.layer"), ("embeddings", "encoder.layers"),
+               ("embeddings", "layers"))
 
 
 def _glob_match(name: str, pattern: str) -> bool:
@@ -288,8 +291,8 @@ class HFBackbone(Backbone):
                 every = [emb, *stack]
                 return [every[i] for i in self._keep]
         raise ConfigError(
-            f"replace and layer modules need an encoder with embeddings + encoder.layer; "
-            f"got {type(self.model).__name__}."
+            "replace and layer modules need an encoder with embeddings and a block stack (encoder.layer, "
+            f"transformer.layer, encoder.layers or layers); got {type(self.model).__name__}."
         )
 
     @contextlib.contextmanager
