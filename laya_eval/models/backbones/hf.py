@@ -90,7 +90,6 @@ def _load_pretrained(path: str, local_files_only: bool) -> tuple[nn.Module, Any]
     return encoder, tokenizer
 
 
-# Where encoders keep their embedding module and their layer list.
 # Where an encoder keeps its embeddings and its block stack: BERT-like (encoder.layer), DistilBERT
 # (transformer.layer), others (encoder.layers), and models whose stack sits at the top (layers: ViT in transformers 5).
 _HF_LAYOUTS = (("embeddings", "encoder.layer"), ("embeddings", "transformer.layer"), ("embeddings", "encoder.layers"),
