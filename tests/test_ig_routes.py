@@ -124,3 +124,42 @@ def test_removals_reusing_the_trace_equal_the_recomputation(case):
     reused = head.removal_logits(pooled, keep, fill, terms=tr.terms, adapted=tr.adapted)
     torch.testing.assert_close(reused, head.removal_logits(pooled, keep, fill), rtol=0, atol=0)
     torch.testing.assert_close(reused, recompute_removal_logits(head, pooled, keep, fill), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["gausslegendre", "riemann_left", "riemann_right", "riemann_middle",
+                                    "riemann_trapezoid"])
+def test_the_quadrature_is_captums_to_the_bit(method):
+    """The head routes integrate at Captum's points with Captum's weights, equal as floats, without Captum."""
+    from captum.attr._utils.approximation_methods import approximation_parameters
+
+    from laya_eval.engine.integrated_gradients import _quadrature
+
+    step_sizes, alphas = approximation_parameters(method)
+    for n in (2, 3, 7, 32, 50, 51, 128, 300):
+        assert _quadrature(method, n) == (step_sizes(n), alphas(n)), (method, n)
+
+
+def test_the_quadrature_names_a_bad_rule_or_step_count():
+    from laya_eval.engine.integrated_gradients import _quadrature
+    from laya_eval.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"IG method must be among \{gausslegendre, riemann_left, .*\}; "
+                                          r"got 'simpson'"):
+        _quadrature("simpson", 10)
+    with pytest.raises(ConfigError, match="riemann_trapezoid needs at least 2 steps; got 1"):
+        _quadrature("riemann_trapezoid", 1)
+    assert _quadrature("gausslegendre", 1) == ([1.0], [0.5])  # one node: the midpoint, the whole weight
+
+
+def test_head_scope_ig_runs_without_importing_captum(monkeypatch):
+    """IG through a LAYA head's adapters leaves Captum unimported (the CLI starts faster), with Captum's scores."""
+    import sys
+
+    head = _head("laya", CASES["laya-identity"][1], torch.float32)
+    tr = trace_from_hidden(head, _hidden(torch.float32))
+    expected = head_ig_captum(head, tr.hidden, tr.pred, n_steps=8)
+    for name in [m for m in sys.modules if m == "captum" or m.startswith("captum.")]:
+        monkeypatch.delitem(sys.modules, name)
+    got = head_ig(head, tr.hidden, tr.pred, n_steps=8)
+    assert "captum" not in sys.modules
+    assert float((got - expected).abs().max()) <= 1e-6 * float(expected.abs().max())

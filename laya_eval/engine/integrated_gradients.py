@@ -20,9 +20,11 @@ Captum's, so both routes integrate at the same points.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
+from laya_eval.errors import ConfigError
 from laya_eval.models.heads import ConcatHead, LastLayerHead, LayerHead, pool_hidden
 from laya_eval.models.removal import fast_path_unchanged
 
@@ -94,12 +96,33 @@ def _ig_over_adapted(head: nn.Module, z: Tensor, base: Tensor, target: Tensor, n
     return (diff * total).sum(-1).detach()
 
 
-def _quadrature(method: str, n_steps: int) -> tuple[list[float], list[float]]:
-    """Captum's quadrature for ``method``: (weights, points in [0, 1]), ``n_steps`` of each."""
-    from captum.attr._utils.approximation_methods import approximation_parameters
+# Captum's integration rules: Riemann points on [0, 1] by rule (as Captum lays them out), Gauss-Legendre besides.
+_RIEMANN_ENDS = {"riemann_left": lambda n: (0, 1 - 1 / n), "riemann_right": lambda n: (1 / n, 1),
+                 "riemann_middle": lambda n: (1 / (2 * n), 1 - 1 / (2 * n)), "riemann_trapezoid": lambda n: (0, 1)}
+IG_METHODS = ("gausslegendre", *_RIEMANN_ENDS)
 
-    step_sizes, alphas = approximation_parameters(method)
-    return list(step_sizes(n_steps)), list(alphas(n_steps))
+
+def _quadrature(method: str, n_steps: int) -> tuple[list[float], list[float]]:
+    """Captum's quadrature for ``method``: (weights, points in [0, 1]), ``n_steps`` of each.
+
+    The numbers Captum's ``IntegratedGradients`` integrates with (the tests compare them with Captum's own), made
+    here so that the head routes run without importing Captum: numpy's Gauss-Legendre nodes and weights moved from
+    [-1, 1] to [0, 1]; for the Riemann rules equal weights ``1/n`` (halved at both ends for the trapezoid) at points
+    spaced evenly by ``torch.linspace``, as Captum spaces them.
+    """
+    if method not in IG_METHODS:
+        raise ConfigError(f"IG method must be among {{{', '.join(IG_METHODS)}}}; got {method!r}.")
+    if n_steps < (1 if method == "gausslegendre" else 2):
+        raise ConfigError(f"IG with {method} needs at least {1 if method == 'gausslegendre' else 2} steps; "
+                          f"got {n_steps}.")
+    if method == "gausslegendre":
+        nodes, weights = np.polynomial.legendre.leggauss(n_steps)
+        return (0.5 * weights).tolist(), (0.5 * (1 + nodes)).tolist()
+    weights = [1 / n_steps] * n_steps
+    if method == "riemann_trapezoid":
+        weights[0] /= 2
+        weights[-1] /= 2
+    return weights, torch.linspace(*_RIEMANN_ENDS[method](n_steps), n_steps).tolist()
 
 
 def _touching_all(head: LayerHead, hidden: tuple[Tensor, ...]) -> Tensor:

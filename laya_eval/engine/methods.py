@@ -236,8 +236,6 @@ def _gradcam(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodC
 
 
 def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
-    from captum.attr import IntegratedGradients
-
     options = dict(target=target, n_steps=context.n_steps, method=context.ig_method,
                    internal_batch_size=context.internal_batch_size)
     if context.scope == "head" and context.layer_baseline is not None:
@@ -247,6 +245,8 @@ def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContex
         # Through the affine adapters where the head has them (laya_eval.engine.integrated_gradients).
         return head_ig(model.head, tr.hidden, target, n_steps=context.n_steps, method=context.ig_method,
                        internal_batch_size=context.internal_batch_size, terms=tr.terms, adapted=tr.adapted)
+    from captum.attr import IntegratedGradients  # here: the head routes above run without Captum
+
     with torch.enable_grad():
         if not isinstance(tr.inputs, Tensor):
             raise ConfigError("network-scope IG needs tensor inputs; use --scope head for text models.")
