@@ -131,6 +131,30 @@ def test_default_style_keeps_the_title_and_writes_no_caption_file(tmp_path):
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".png"] * 8
 
 
+def _savefig_png(fig) -> bytes:
+    """matplotlib's own route: savefig to PNG under the figure's theme, read back, 256 colours (median cut, no
+    dither), written optimised at the style's resolution."""
+    from laya_eval.figures.style import _theme
+
+    dpi = F.PAPER_DPI if F.figure_style(fig) == "paper" else F.DPI
+    buf = io.BytesIO()
+    with _theme(figure_style=F.figure_style(fig)):
+        fig.savefig(buf, format="png", dpi=dpi)
+    with Image.open(buf) as img:
+        small = img.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    small.save(out, format="png", optimize=True, dpi=(dpi, dpi))
+    return out.getvalue()
+
+
+def test_png_bytes_are_those_of_matplotlibs_savefig():
+    """PNGs are drawn straight from the canvas, not written by savefig and read back: the same bytes. (Two sets of
+    the same figures: drawing a constrained-layout figure may move its layout by a pixel for the next draw.)"""
+    ours, theirs = every_figure("default"), every_figure("default")
+    for name in ours:
+        assert F.figure_bytes(ours[name], "png") == _savefig_png(theirs[name]), name
+
+
 def test_paper_style_defaults_to_pdf_with_embedded_truetype_fonts(tmp_path):
     fig = every_figure("paper")["faithfulness"]
     path = F.save_figure(fig, tmp_path / "f.pdf")

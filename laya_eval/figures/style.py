@@ -291,16 +291,31 @@ def _save_kwargs(fmt: str, dpi: int) -> dict[str, Any]:
     return {"format": fmt, "dpi": dpi, "metadata": metadata}
 
 
-def _quantized_png(data: bytes, dpi: int) -> bytes:
-    """Re-encode a PNG with a 256-colour palette: plots rarely need more, and the files shrink ~3x."""
+def _quantized_png(img, dpi: int) -> bytes:
+    """``img`` (a PIL image) as a PNG with a 256-colour palette: plots rarely need more, and the files shrink ~3x."""
     from PIL import Image
 
-    with Image.open(io.BytesIO(data)) as img:
-        small = img.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT,
-                                            dither=Image.Dither.NONE)
+    small = img.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
     out = io.BytesIO()
     small.save(out, format="png", optimize=True, dpi=(dpi, dpi))
     return out.getvalue()
+
+
+def _drawn_as_saved(fig, dpi: int):
+    """The pixels ``savefig`` would encode as PNG, straight from the Agg canvas (no PNG written and read back);
+    None where saving could draw otherwise (another canvas or resolution, a save setting the canvas lacks)."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from PIL import Image
+
+    rc = matplotlib.rcParams
+    if (type(fig.canvas) is not FigureCanvasAgg or fig.dpi != dpi or rc["savefig.bbox"] is not None
+            or rc["savefig.transparent"] or rc["savefig.facecolor"] != "auto" or rc["savefig.edgecolor"] != "auto"):
+        return None
+    # One draw lays the figure out and renders it: savefig's layout pass and rendering with the layout then held.
+    fig.canvas.draw()
+    return Image.frombuffer("RGBA", fig.canvas.get_width_height(physical=True), fig.canvas.buffer_rgba(),
+                            "raw", "RGBA", 0, 1)
 
 
 def figure_bytes(fig, fmt: str = "png") -> bytes:
@@ -308,12 +323,22 @@ def figure_bytes(fig, fmt: str = "png") -> bytes:
 
     A paper-style figure is written at :data:`PAPER_DPI` (its PNG records it), any other at :data:`DPI`.
     """
-    buf = io.BytesIO()
+    from PIL import Image
+
+    check_format(fmt)
     style = figure_style(fig)
     dpi = PAPER_DPI if style == "paper" else DPI
     with _theme(figure_style=style):
-        fig.savefig(buf, **_save_kwargs(check_format(fmt), dpi))
-    return _quantized_png(buf.getvalue(), dpi) if fmt == "png" else buf.getvalue()
+        img = _drawn_as_saved(fig, dpi) if fmt == "png" else None
+        if img is None:
+            buf = io.BytesIO()
+            fig.savefig(buf, **_save_kwargs(fmt, dpi))
+    if fmt != "png":
+        return buf.getvalue()
+    if img is None:
+        with Image.open(io.BytesIO(buf.getvalue())) as saved:
+            return _quantized_png(saved, dpi)
+    return _quantized_png(img, dpi)
 
 
 def caption_path(path: str | os.PathLike) -> Path:
