@@ -287,3 +287,17 @@ def test_the_manifest_names_captums_version_without_importing_captum(monkeypatch
     monkeypatch.delitem(sys.modules, "captum")
     assert provenance()["versions"]["captum"] == captum.__version__
     assert "captum" not in sys.modules
+
+
+def test_without_paired_tests_only_the_comparisons_are_left_out(digits_checkpoints):
+    """``paired_tests=False`` (what ``meta`` asks for) empties ``comparisons`` and changes no other table."""
+    options = EvalOptions(limit=40, bootstrap=100, methods=("laya", "contribution", "random"))
+    full = evaluate_ablations(digits_checkpoints["laya"], ablations=("gate", "zero"), options=options)
+    lean = evaluate_ablations(digits_checkpoints["laya"], ablations=("gate", "zero"), options=options,
+                              paired_tests=False)
+    for ablation in ("gate", "zero"):
+        assert len(full[ablation].comparisons) == 6  # 3 pairs x 2 metrics
+        assert lean[ablation].comparisons.empty
+        assert list(lean[ablation].comparisons.columns) == list(full[ablation].comparisons.columns)
+        for table in ("layers", "samples", "summary"):
+            pd.testing.assert_frame_equal(getattr(lean[ablation], table), getattr(full[ablation], table))

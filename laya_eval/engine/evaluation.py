@@ -257,11 +257,12 @@ def collect(plan: Plan, means: dict[str, list[Tensor]], start: int, stop: int, *
     return merge_records(parts)
 
 
-def summarize(records: Records, plan: Plan, *, world_size: int = 1, map_items=serial_map
+def summarize(records: Records, plan: Plan, *, world_size: int = 1, map_items=serial_map, paired_tests: bool = True
               ) -> dict[str, EvaluationResult]:
     """Metrics, intervals, tables and manifest per ablation, from merged records; ``map_items`` computes the
     per-method scores and the paired comparisons (:meth:`World.map` shares them over the ranks)."""
-    return {a: build_result(records, plan, a, world_size=world_size, map_items=map_items) for a in plan.ablations}
+    return {a: build_result(records, plan, a, world_size=world_size, map_items=map_items, paired_tests=paired_tests)
+            for a in plan.ablations}
 
 
 def evaluate_ablations(
@@ -276,6 +277,7 @@ def evaluate_ablations(
     partial_dir: str | os.PathLike | None = None,
     resume: bool = False,
     extra_methods: Sequence[AttributionMethod] = (),
+    paired_tests: bool = True,
 ) -> dict[str, EvaluationResult] | None:
     """Score several ablations from one pass: attributions (IG above all) are computed once.
 
@@ -294,6 +296,9 @@ def evaluate_ablations(
     extra_methods : sequence of AttributionMethod
         Attributions computed in code, scored after the registered methods exactly like them. Their code is
         not part of a run key, so they cannot be combined with ``partial_dir``.
+    paired_tests : bool
+        Compare every pair of methods (``comparisons``, the paired tests). False leaves that table empty, for a
+        caller that reads none of it; every other table is the same.
 
     Returns
     -------
@@ -321,10 +326,11 @@ def evaluate_ablations(
         tick = progress.update
     means = collect_statistics(plan, start, stop, world=world, partial=partial, progress=tick)
     if world.size == 1:
-        return summarize(collect(plan, means, start, stop, partial=partial, progress=tick), plan)
+        return summarize(collect(plan, means, start, stop, partial=partial, progress=tick), plan,
+                         paired_tests=paired_tests)
     # Every rank gets the merged records and scores its share of the methods and pairs; rank 0 keeps the tables.
     records = world.all_gather(collect(plan, means, start, stop, partial=partial, progress=tick))
-    results = summarize(records, plan, world_size=world.size, map_items=world.map)
+    results = summarize(records, plan, world_size=world.size, map_items=world.map, paired_tests=paired_tests)
     return results if world.is_main else None
 
 

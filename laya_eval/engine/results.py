@@ -165,8 +165,10 @@ def score_method(
 
 
 def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int = 1,
-                 map_items: Callable[[Callable, Sequence], list] | None = None) -> EvaluationResult:
-    """The tables and manifest of one ablation from merged per-sample records.
+                 map_items: Callable[[Callable, Sequence], list] | None = None,
+                 paired_tests: bool = True) -> EvaluationResult:
+    """The tables and manifest of one ablation from merged per-sample records (``comparisons`` empty unless
+    ``paired_tests``).
 
     ``map_items(fn, items)`` returns ``[fn(x) for x in items]`` (the default); under torchrun
     :meth:`~laya_eval.engine.distributed.World.map` shares the methods' scores and the paired comparisons over
@@ -204,7 +206,7 @@ def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int
         })
     samples = pd.concat(sample_rows, ignore_index=True) if sample_rows else pd.DataFrame()
     comparisons = (compare_methods(samples, n_resamples=options.bootstrap, seed=options.seed, map_rows=map_items)
-                   if len(plan.methods) > 1 else pd.DataFrame(columns=COMPARISON_COLUMNS))
+                   if paired_tests and len(plan.methods) > 1 else pd.DataFrame(columns=COMPARISON_COLUMNS))
     warnings = _warnings(records, plan, ties, ablation)
     return EvaluationResult(
         layers=pd.concat(layer_rows, ignore_index=True) if layer_rows else pd.DataFrame(),

@@ -154,8 +154,9 @@ def _model_row(pm: PlantedModel, result) -> dict[str, Any]:
 def _evaluate(pm: PlantedModel, test, options: MetaOptions) -> dict:
     eval_options = EvalOptions(methods=options.methods, batch_size=options.batch_size, seed=pm.seed, bootstrap=0,
                                n_steps=options.n_steps, limit=options.limit)
+    # meta reads the per-method tables only: no paired tests between the methods.
     return evaluate_ablations(pm.model, test, options.ablations, options=eval_options,
-                              extra_methods=reference_methods(pm.relevance))
+                              extra_methods=reference_methods(pm.relevance), paired_tests=False)
 
 
 def meta(out_dir: str | os.PathLike | None = None, options: MetaOptions | None = None, *,
