@@ -38,38 +38,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
-    "BOOTSTRAP_RESAMPLES",
-    "MIXER_METHODS", "MIXER_MODEL_KINDS", "MIXER_REMOVALS",
-    "MIN_BOOTSTRAP_RESAMPLES",
-    "CHUNK_SIZE",
-    "EVAL_BATCH_SIZE",
-    "RETRAIN_PATIENCE",
-    "TIE_RTOL",
-    "TRAIN_BATCH_SIZE",
-    "TRAIN_EPOCHS",
-    "TRAIN_LR",
-    "TRAIN_PATIENCE",
-    "TRAIN_SEED",
-    "ABLATIONS",
-    "BACKBONE_NAMES",
-    "DISTANCE_SPECS",
-    "DistanceSpec",
-    "PLANTED_FAMILY_SPECS",
-    "PLANTED_REFERENCES",
-    "PlantedFamilySpec",
-    "HEAD_NAMES",
-    "METHOD_SPECS",
-    "ABLATION_SPECS",
-    "SCOPES",
-    "AblationSpec",
-    "MethodSpec",
-    "BUILTIN_ABLATIONS", "BUILTIN_METHODS", "IG_BASELINES", "add_ablation_spec", "add_method_spec",
-    "ablation_names",
-    "fixed_ablation_names",
-    "distance_names",
-    "in_registry_order",
-    "method_names",
-    "planted_family_names",
+    "ABLATIONS", "ABLATION_SPECS", "BACKBONE_NAMES", "BOOTSTRAP_RESAMPLES", "BUILTIN_ABLATIONS", "BUILTIN_METHODS",
+    "CHUNK_SIZE", "DISTANCE_SPECS", "EVAL_BATCH_SIZE", "HEAD_NAMES", "IG_BASELINES", "LAYER_ROAR_COLUMNS",
+    "METHOD_SPECS", "MIN_BOOTSTRAP_RESAMPLES", "MIXER_METHODS", "MIXER_MODEL_KINDS", "MIXER_REMOVALS",
+    "PLANTED_FAMILY_SPECS", "PLANTED_REFERENCES", "RANDOMISATION_COLUMNS", "RETRAIN_PATIENCE",
+    "ROAR_AGREEMENT_COLUMNS", "SANITY_FILES", "SCOPES", "TIE_RTOL", "TRAIN_BATCH_SIZE", "TRAIN_EPOCHS", "TRAIN_LR",
+    "TRAIN_PATIENCE", "TRAIN_SEED", "AblationSpec", "DistanceSpec", "MethodSpec", "PlantedFamilySpec",
+    "ablation_names", "add_ablation_spec", "add_method_spec", "distance_names", "fixed_ablation_names",
+    "in_registry_order", "method_names", "planted_family_names",
 ]
 
 SCOPES = ("head", "network")
@@ -90,6 +66,14 @@ CHUNK_SIZE = 1024
 TIE_RTOL = 1e-4
 #: Samples per batch of an evaluation.
 EVAL_BATCH_SIZE = 256
+
+# What a `laya-eval sanity` folder holds (its writer and the report, which reads it without torch, share these).
+SANITY_FILES = ("randomisation.csv", "data_randomisation.csv", "layer_roar.csv", "roar_agreement.csv",
+                "sanity.json")
+RANDOMISATION_COLUMNS = ["check", "step", "params", "method", "similarity", "similarity_ci_low",
+                         "similarity_ci_high", "similarity_ci_note", "faithfulness"]
+LAYER_ROAR_COLUMNS = ["layer", "seed", "accuracy", "accuracy_drop"]
+ROAR_AGREEMENT_COLUMNS = ["method", "spearman", "ci_low", "ci_high", "ci_note"]
 
 
 @dataclass(frozen=True)

@@ -191,3 +191,18 @@ def test_the_cli_reads_choices_from_the_catalog_without_torch():
             "print('torch' in sys.modules, 'laya_eval.catalog' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "True"]
+
+
+def test_the_report_reads_result_folders_without_torch(tmp_path):
+    """``report`` recognises and checks a sanity folder from the catalog's schema, not by importing the sanity
+    package (which loads torch): the report command starts about two seconds sooner."""
+    import subprocess
+    import sys
+
+    (tmp_path / "randomisation.csv").write_text("x\n")
+    code = ("import sys; from laya_eval.reporting.sanity_verdicts import is_sanity_folder, load_sanity; "
+            f"print(is_sanity_folder({str(tmp_path)!r}));\n"
+            f"try: load_sanity({str(tmp_path)!r})\nexcept Exception as e: print(type(e).__name__)\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "ResultsError", "False"]

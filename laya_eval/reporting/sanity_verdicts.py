@@ -1,6 +1,6 @@
 """``laya-eval sanity`` output folders in a report: reading them and the verdict per method.
 
-A sanity folder holds :data:`laya_eval.sanity_checks.SANITY_FILES` (randomisation.csv, data_randomisation.csv,
+A sanity folder holds :data:`laya_eval.catalog.SANITY_FILES` (randomisation.csv, data_randomisation.csv,
 layer_roar.csv, roar_agreement.csv, sanity.json) and a figure; it is recognised by those files.
 
 Verdict rules (:func:`sanity_table`), per method:
@@ -61,7 +61,7 @@ class SanityRun:
 
 
 def _files() -> tuple[str, ...]:
-    from laya_eval.sanity_checks.output import SANITY_FILES
+    from laya_eval.catalog import SANITY_FILES  # not from laya_eval.sanity_checks: that package loads torch
 
     return SANITY_FILES
 
@@ -93,7 +93,7 @@ def load_sanity(folder: str | os.PathLike) -> SanityRun:
         and the column: :func:`laya_eval.reporting.validate.check_sanity_tables`), or ``sanity.json`` is not a
         JSON object.
     """
-    from laya_eval.sanity_checks.options import LAYER_ROAR_COLUMNS, RANDOMISATION_COLUMNS, ROAR_AGREEMENT_COLUMNS
+    from laya_eval.catalog import LAYER_ROAR_COLUMNS, RANDOMISATION_COLUMNS, ROAR_AGREEMENT_COLUMNS
 
     folder = Path(folder)
     missing = [name for name in _files() if not (folder / name).is_file()]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from laya_eval.catalog import BOOTSTRAP_RESAMPLES, RETRAIN_PATIENCE
+from laya_eval.catalog import (BOOTSTRAP_RESAMPLES, LAYER_ROAR_COLUMNS, RANDOMISATION_COLUMNS, RETRAIN_PATIENCE,
+                               ROAR_AGREEMENT_COLUMNS)
 from laya_eval.engine.methods import method_names as registered_methods, resolve_methods
 from laya_eval.engine.plan import check_target
 from laya_eval.checks import check_choice, check_fields, check_non_negative_int, check_positive_int, check_seed
@@ -14,10 +15,6 @@ from laya_eval.training.trainer import TrainOptions
 __all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "RETRAIN_PATIENCE", "ROAR_AGREEMENT_COLUMNS", "SIMILARITIES",
            "SanityOptions", "method_names"]
 
-RANDOMISATION_COLUMNS = ["check", "step", "params", "method", "similarity", "similarity_ci_low",
-                         "similarity_ci_high", "similarity_ci_note", "faithfulness"]
-LAYER_ROAR_COLUMNS = ["layer", "seed", "accuracy", "accuracy_drop"]
-ROAR_AGREEMENT_COLUMNS = ["method", "spearman", "ci_low", "ci_high", "ci_note"]
 SIMILARITIES = ("across_samples", "per_sample")
 #: Early-stopping patience of the heads the checks retrain (the reference protocol's otherwise: Adam, lr 3e-4,
 #: batch 128, at most 50 epochs). A fresh head on cached features is within half a point of its best validation

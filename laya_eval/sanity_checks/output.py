@@ -10,10 +10,10 @@ from typing import Any
 
 import pandas as pd
 
+from laya_eval.catalog import SANITY_FILES
+
 __all__ = ["SANITY_FILES", "write_sanity"]
 
-SANITY_FILES = ("randomisation.csv", "data_randomisation.csv", "layer_roar.csv", "roar_agreement.csv",
-                "sanity.json")
 
 
 def write_sanity(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any], fmt: str | None = None,
