@@ -112,9 +112,9 @@ def _quadrature(method: str, n_steps: int) -> tuple[list[float], list[float]]:
     """
     if method not in IG_METHODS:
         raise ConfigError(f"IG method must be among {{{', '.join(IG_METHODS)}}}; got {method!r}.")
-    if n_steps < (1 if method == "gausslegendre" else 2):
-        raise ConfigError(f"IG with {method} needs at least {1 if method == 'gausslegendre' else 2} steps; "
-                          f"got {n_steps}.")
+    fewest = 1 if method == "gausslegendre" else 2
+    if n_steps < fewest:
+        raise ConfigError(f"IG with {method} needs at least {fewest} steps; got {n_steps}.")
     if method == "gausslegendre":
         nodes, weights = np.polynomial.legendre.leggauss(n_steps)
         return (0.5 * weights).tolist(), (0.5 * (1 + nodes)).tolist()

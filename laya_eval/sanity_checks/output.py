@@ -15,7 +15,6 @@ from laya_eval.catalog import SANITY_FILES
 __all__ = ["SANITY_FILES", "write_sanity"]
 
 
-
 def write_sanity(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any], fmt: str | None = None,
                  style: str = "default") -> list[Path]:
     """Write :data:`SANITY_FILES`, ``sanity.<fmt>`` (similarity per step and method) and ``manifest.json``
