@@ -155,6 +155,21 @@ def test_png_bytes_are_those_of_matplotlibs_savefig():
         assert F.figure_bytes(ours[name], "png") == _savefig_png(theirs[name]), name
 
 
+def test_a_figure_at_another_resolution_is_saved_through_savefig_at_the_style_resolution():
+    """A figure not drawn at laya-eval's resolution (here 72 dpi) takes savefig's route: 2 x 1 inches come out as
+    220 x 110 pixels at 110 dpi, in 256 colours."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(2, 1), dpi=72)
+    FigureCanvasAgg(fig)
+    fig.subplots().plot([0, 1], [1, 0])
+    with Image.open(io.BytesIO(F.figure_bytes(fig, "png"))) as img:
+        assert img.size == (220, 110) and img.mode == "P"
+        assert img.info["dpi"] == pytest.approx((110, 110), abs=0.01)
+    assert fig.dpi == 72  # saving does not change the figure
+
+
 def test_paper_style_defaults_to_pdf_with_embedded_truetype_fonts(tmp_path):
     fig = every_figure("paper")["faithfulness"]
     path = F.save_figure(fig, tmp_path / "f.pdf")
