@@ -4,6 +4,8 @@
 matplotlib or transformers, and sets the variables of :data:`REDIRECTS` in ``os.environ``, so that
 subprocesses (torchrun, the CLI's own entry point, notebook kernels) inherit them. Under pytest-xdist
 the controller makes the folder and the workers reuse it (they inherit :data:`SANDBOX_VAR`).
+Temporary files go there too (``TMPDIR``), pytest's ``tmp_path`` folders included, and are removed with the
+sandbox when the session ends; ``pytest --basetemp DIR`` keeps a run's ``tmp_path`` folders for inspection.
 
 The hooks at the bottom (imported by ``tests/conftest.py``) snapshot the real HOME when the session
 starts and fail the session if anything appeared or changed there by the end. The snapshot covers the
@@ -46,6 +48,9 @@ REDIRECTS = {
     "JUPYTER_RUNTIME_DIR": "jupyter/runtime",
     "PIP_CACHE_DIR": "pip-cache",
     "HYPOTHESIS_STORAGE_DIRECTORY": "hypothesis",  # else ./.hypothesis in the repository
+    # Temporary files: what subprocesses leave behind (Chromium's org.chromium.* folders, torchrun's
+    # torchelastic_* folders, the notebooks' mkdtemp folders) goes when the sandbox goes.
+    "TMPDIR": "tmp",
 }
 # Modules that read their cache folders when they are imported: too late once they are loaded.
 EARLY_READERS = ("matplotlib", "torch", "transformers", "huggingface_hub", "IPython")
@@ -69,6 +74,7 @@ def activate() -> tuple[Path, Path, bool]:
     for var, sub in REDIRECTS.items():
         (root / sub).mkdir(parents=True, exist_ok=True)
         os.environ[var] = str(root / sub)
+    tempfile.tempdir = None  # read TMPDIR again: this process's temporary files (pytest's tmp_path) go there too
     return root, Path(os.environ[REAL_HOME_VAR]), made
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,17 @@ def test_home_and_the_caches_point_into_the_sandbox():
     assert _inside(torch.hub.get_dir(), sandbox.SANDBOX)
     assert _inside(Path("~/.cache").expanduser(), sandbox.SANDBOX)
     assert not _inside(sandbox.SANDBOX, sandbox.REAL_HOME)
+
+
+def test_temporary_files_of_the_tests_and_their_subprocesses_go_into_the_sandbox(tmp_path):
+    """What a subprocess leaves in its temporary folder (Chromium, torchrun, a notebook's mkdtemp) goes with the
+    sandbox rather than piling up in the system's temporary folder."""
+    assert _inside(tmp_path, sandbox.SANDBOX)
+    assert _inside(tempfile.gettempdir(), sandbox.SANDBOX)
+    child = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.mkdtemp())"],
+                           capture_output=True, text=True, check=True)
+    made = Path(child.stdout.strip())
+    assert made.is_dir() and _inside(made, sandbox.SANDBOX / "tmp")
 
 
 def test_home_snapshot_finds_new_and_changed_paths(tmp_path):
@@ -89,14 +101,18 @@ def test_a_session_that_writes_to_the_real_home_fails(tmp_path):
 
 @pytest.mark.slow
 def test_the_cli_writes_nothing_to_home(tmp_path):
-    """`train` and `faithfulness` as real processes, HOME an empty folder: it stays empty and unchanged."""
+    """`train` and `faithfulness` as real processes, HOME an empty read-only folder: it stays empty and unchanged.
+
+    Read-only refuses a write for any user but root (root writes anyway), so the emptiness and the folder's
+    unchanged mtime are checked too."""
     home = tmp_path / "home"
-    home.mkdir()
+    home.mkdir(mode=0o555)
     stamp = home.stat().st_mtime_ns
     env = {**os.environ, "HOME": str(home), "LAYA_EVAL_THREADS": "1"}
     for var, sub in sandbox.REDIRECTS.items():  # every redirected folder fresh for this run, outside HOME
         if var != "HOME":
             env[var] = str(tmp_path / "redirected" / sub.replace("home/", "home-"))
+    Path(env["TMPDIR"]).mkdir(parents=True)
     commands = [["train", "--dataset", "digits", "--backbone", "mlp", "--head", "laya", "--epochs", "1",
                  "--out", str(tmp_path / "m.pt"), "--quiet"],
                 ["faithfulness", str(tmp_path / "m.pt"), "--limit", "20", "--bootstrap", "10",
@@ -107,3 +123,4 @@ def test_the_cli_writes_nothing_to_home(tmp_path):
         assert proc.returncode == 0, (args[0], proc.stderr[-2000:])
     assert (tmp_path / "res" / "summary.csv").is_file()
     assert list(home.iterdir()) == [] and home.stat().st_mtime_ns == stamp
+    assert home.stat().st_mode & 0o777 == 0o555
