@@ -9,8 +9,11 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from tests.cli_helpers import assert_one_line_error, run
+from laya_eval import load_model
+from laya_eval.data import load_dataset
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.reporting.runs import load_runs
 from laya_eval.sweeps.config import load_config
@@ -183,6 +186,17 @@ def _with(path: tuple, value, drop: bool = False) -> dict:
     (_with(("evaluation", "ablations"), ["gate", "erase"]),
      "evaluation.ablations must be one of {gate, gate-renorm, zero, mean, resample, noise}; got 'erase'."),
     (_with(("evaluation", "bootstrap"), True), "evaluation.bootstrap must be a non-negative integer; got True."),
+    (_with(("evaluation", "scope"), "nope"), "evaluation.scope must be one of {head, network}; got 'nope'."),
+    (_with(("evaluation", "scope"), "network"),
+     "evaluation.ablations must be ablations defined at network scope (zero, mean, resample, noise) when "
+     "evaluation.scope is 'network'; got ['gate', 'mean']."),
+    (_with(("evaluation", "seed"), 2**63),
+     "evaluation.seed must be an integer from 0 to 9223372036854775807; got 9223372036854775808."),
+    (_with(("evaluation", "device"), "quantum"), "evaluation.device must be 'cpu', 'cuda' or 'cuda:N'; got 'quantum'."),
+    (_with(("evaluation", "target"), "label"), "evaluation: unknown key 'target'; expected among {ablations, "
+     "batch_size, bootstrap, device, limit, methods, n_steps, scope, seed}."),
+    (_with(("training", "device"), "tpu"), "training.device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'."),
+    (_with(("training", "lr"), 0.0), "training.lr must be a finite number > 0; got 0.0."),
     (_with(("outdir",), "x"),
      "the sweep config: unknown key 'outdir'; expected among {cache_dir, data, evaluation, grid, head_kwargs, "
      "training}."),
@@ -200,6 +214,13 @@ def test_cli_bad_config_is_one_line_before_any_work(tmp_path):
     out = tmp_path / "out"
     assert_one_line_error(run("sweep", config, "--out", out),
                           re.escape("evaluation.limit must be a positive integer; got -5."))
+    assert not out.exists()
+    # Refused by the options the cells build, still before the first cell is trained.
+    config.write_text(config.read_text().replace("limit = -5", "scope = 'network'\nablations = ['zero']\n"
+                                                                 "seed = 9223372036854775808"))
+    assert_one_line_error(run("sweep", config, "--out", out),
+                          re.escape("evaluation.seed must be an integer from 0 to 9223372036854775807; got "
+                                    "9223372036854775808."))
     assert not out.exists()
     config.write_text("[grid\n")
     assert_one_line_error(run("sweep", config, "--out", out), "is not valid TOML")
@@ -237,6 +258,32 @@ def test_changed_data_content_redoes_the_cells(tmp_path):
     assert len(sweep(config, tmp_path / "out").reused) == 1
     write(1.0)
     assert len(sweep(config, tmp_path / "out").computed) == 1
+
+
+def test_a_network_scope_sweep_scores_the_removals_inside_the_backbone(tmp_path):
+    """``scope = "network"`` with a network ablation runs (the options carry the config's first ablation), and the
+    effects are those of zeroing each block's output inside the backbone, computed here by hand."""
+    config = {"grid": {"datasets": ["digits"], "heads": ["laya"], "seeds": [0],
+                       "backbones": [{"name": "mlp", "kwargs": {"widths": [8, 8]}}]},
+              "data": {"train_limit": 200, "val_limit": 60, "test_limit": 60}, "training": {"epochs": 1},
+              "evaluation": {"scope": "network", "ablations": ["zero"], "methods": ["random"], "limit": 20,
+                             "bootstrap": 0}}
+    done = sweep(config, tmp_path / "out")
+    assert len(done.computed) == 1
+    cell = tmp_path / "out" / "cells" / "digits-mlp-laya-seed0"
+    manifest = json.loads((cell / "eval" / "manifest.json").read_text())
+    assert manifest["options"]["scope"] == "network" and manifest["options"]["ablation"] == "zero"
+    model = load_model(cell / "digits-mlp-laya-seed0.pt").model
+    x = load_dataset("digits", "test").x[:20]
+    with torch.no_grad():
+        probs = torch.softmax(model.head(model.hidden_states(x)), -1)
+        pred = probs.argmax(-1)
+        expected = [probs.gather(1, pred[:, None])[:, 0]
+                    - torch.softmax(model.head(model.hidden_states(x, {i: torch.zeros_like})), -1)
+                    .gather(1, pred[:, None])[:, 0] for i in range(model.n_layers)]
+    layers = pd.read_csv(cell / "eval" / "layers.csv").query("method == 'random'").sort_values(["sample", "layer"])
+    got = layers["effect"].to_numpy().reshape(20, model.n_layers)
+    np.testing.assert_allclose(got, torch.stack(expected, 1).numpy(), rtol=0, atol=1e-6)
 
 
 def test_cell_names_are_folder_names():

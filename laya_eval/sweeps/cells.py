@@ -20,7 +20,7 @@ from laya_eval.errors import LayaEvalError
 from laya_eval.models.layered import LayeredModel
 from laya_eval.output.files import (atomic_write_text, data_content_sha256, file_sha256, json_sha256,
                                     package_source_sha256, verify_result_folder)
-from laya_eval.sweeps.config import Cell
+from laya_eval.sweeps.config import Cell, evaluation_options, training_options
 from laya_eval.version import __version__
 
 __all__ = ["CELL_FILE", "cell_key", "data_digests", "finished", "load_splits", "mean_layer_weights", "run_cell"]
@@ -111,10 +111,9 @@ def load_splits(dataset: str, data: dict[str, Any], loaded: dict) -> tuple[dict[
 
 def _fit(cell: Cell, splits: dict[str, Dataset], cache_dir: Any):
     from laya_eval.training.head_fit import fit_head, train_model
-    from laya_eval.training.trainer import TrainOptions
 
     cfg = cell.config
-    options = TrainOptions(seed=cell.seed, **cfg["training"])
+    options = training_options(cfg["training"], cell.seed)
     b = cell.backbone
     if b["kind"] == "built-in":
         return train_model(b["name"], cell.head, splits, backbone_kwargs=b["kwargs"], head_kwargs=cfg["head_kwargs"],
@@ -129,7 +128,6 @@ def run_cell(cell: Cell, folder: Path, splits: dict[str, Dataset], data: dict[st
              cache_dir: Any = None) -> dict[str, Any]:
     """Compute the cell from scratch into ``folder`` (replaced) and return its record."""
     from laya_eval.engine.evaluation import evaluate_to_folder
-    from laya_eval.engine.plan import EvalOptions
     from laya_eval.loading.checkpoints import save_checkpoint
 
     if folder.exists():
@@ -139,13 +137,7 @@ def run_cell(cell: Cell, folder: Path, splits: dict[str, Dataset], data: dict[st
     result = _fit(cell, splits, cache_dir)
     train_s = time.perf_counter() - start
     ckpt = save_checkpoint(result.model, folder / f"{cell.name}.pt")
-    evaluation = dict(cell.config["evaluation"])
-    ablations = list(evaluation.pop("ablations", ["gate"]))
-    if evaluation.get("limit") is not None and evaluation["limit"] > len(splits["test"]):
-        evaluation["limit"] = len(splits["test"])  # "at most": one limit serves datasets of every size
-    if "methods" in evaluation:
-        evaluation["methods"] = tuple(evaluation["methods"])
-    options = EvalOptions(**{"seed": 0, **evaluation})
+    ablations, options = evaluation_options(cell.config["evaluation"], len(splits["test"]))
     evaluate_to_folder(result.model, splits["test"], ablations, folder / "eval", options=options)
     cached = result.features.get("test")
     weights = mean_layer_weights(result.model, splits["test"], hidden=None if cached is None else cached.hidden)

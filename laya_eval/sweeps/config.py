@@ -37,13 +37,13 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from laya_eval.catalog import BACKBONE_NAMES, HEAD_NAMES, ablation_names, method_names
+from laya_eval.catalog import ABLATION_SPECS, BACKBONE_NAMES, HEAD_NAMES, SCOPES, ablation_names, method_names
 from laya_eval.checks import check_choice, check_non_negative_int, check_positive_int, check_seed, fail
 from laya_eval.errors import ConfigError
 
-__all__ = ["Cell", "SweepConfig", "load_config"]
+__all__ = ["Cell", "SweepConfig", "evaluation_options", "load_config", "training_options"]
 
 _TOP = {"grid", "head_kwargs", "data", "training", "evaluation", "cache_dir"}
 _GRID = {"datasets", "backbones", "heads", "seeds"}
@@ -135,18 +135,64 @@ def _check_sections(raw: dict[str, Any]) -> None:
     ev = _keys("evaluation", raw.get("evaluation", {}), _EVALUATION)
     if "methods" in ev:
         _names("evaluation.methods", ev["methods"], method_names())
-    _names("evaluation.ablations", ev.get("ablations", ["gate"]), ablation_names())
+    ablations = _names("evaluation.ablations", ev.get("ablations", ["gate"]), ablation_names())
+    scope = check_choice("evaluation.scope", ev.get("scope", "head"), SCOPES)
+    outside = [a for a in ablations if scope not in ABLATION_SPECS[a].scopes]
+    if outside:
+        allowed = [a for a in ablation_names() if scope in ABLATION_SPECS[a].scopes]
+        raise fail("evaluation.ablations", f"ablations defined at {scope} scope ({', '.join(allowed)}) "
+                                           f"when evaluation.scope is {scope!r}", ablations)
     for key in ("limit", "batch_size", "n_steps"):
         if key in ev:
             check_positive_int(f"evaluation.{key}", ev[key])
     if "bootstrap" in ev:
         check_non_negative_int("evaluation.bootstrap", ev["bootstrap"])
-    if "seed" in ev:
-        check_seed("evaluation.seed", ev["seed"])
     heads = _keys("head_kwargs", raw.get("head_kwargs", {}), set(HEAD_NAMES))
     for name, kwargs in heads.items():
         if not isinstance(kwargs, Mapping):
             raise fail(f"head_kwargs.{name}", "a table", kwargs)
+    # What the options the cells build refuse (a seed out of range, a device this machine lacks) is refused here,
+    # before the first cell is trained, under its key in the config.
+    _named("training", training, lambda: training_options(training, 0))
+    _named("evaluation", ev, lambda: evaluation_options(ev))
+
+
+def _named(section: str, values: Mapping[str, Any], build: Callable[[], Any]) -> None:
+    try:
+        build()
+    except ConfigError as err:
+        message = str(err)
+        key = next((k for k in sorted(values, key=len, reverse=True) if message.startswith(f"{k} ")), None)
+        raise ConfigError(f"{section}.{message}" if key else f"{section}: {message}") from None
+
+
+def training_options(training: Mapping[str, Any], seed: int):
+    """The :class:`~laya_eval.training.trainer.TrainOptions` a cell of ``seed`` trains with: the config's
+    ``[training]`` section; its device is checked to exist on this machine."""
+    from laya_eval.models.devices import resolve_device
+    from laya_eval.training.trainer import TrainOptions
+
+    options = TrainOptions(seed=seed, **training)
+    resolve_device(options.device)
+    return options
+
+
+def evaluation_options(evaluation: Mapping[str, Any], n_test: int | None = None):
+    """The ablations and the :class:`~laya_eval.engine.plan.EvalOptions` a cell evaluates with: the config's
+    ``[evaluation]`` section (seed 0 and ablations ``["gate"]`` unless given), ``limit`` at most ``n_test`` (one
+    limit serves datasets of every size); the device is checked to exist on this machine."""
+    from laya_eval.engine.plan import EvalOptions
+    from laya_eval.models.devices import resolve_device
+
+    options = dict(evaluation)
+    ablations = list(options.pop("ablations", ["gate"]))
+    if n_test is not None and options.get("limit") is not None and options["limit"] > n_test:
+        options["limit"] = n_test
+    if "methods" in options:
+        options["methods"] = tuple(options["methods"])
+    built = EvalOptions(**{"seed": 0, "ablation": ablations[0], **options})
+    resolve_device(built.device)
+    return ablations, built
 
 
 def _dataset_label(dataset: str) -> str:
