@@ -38,14 +38,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
-    "ABLATIONS", "ABLATION_SPECS", "BACKBONE_NAMES", "BOOTSTRAP_RESAMPLES", "BUILTIN_ABLATIONS", "BUILTIN_METHODS",
-    "CHUNK_SIZE", "DISTANCE_SPECS", "EVAL_BATCH_SIZE", "HEAD_NAMES", "IG_BASELINES", "LAYER_ROAR_COLUMNS",
-    "METHOD_SPECS", "MIN_BOOTSTRAP_RESAMPLES", "MIXER_METHODS", "MIXER_MODEL_KINDS", "MIXER_REMOVALS",
-    "PLANTED_FAMILY_SPECS", "PLANTED_REFERENCES", "RANDOMISATION_COLUMNS", "RETRAIN_PATIENCE",
-    "ROAR_AGREEMENT_COLUMNS", "SANITY_FILES", "SCOPES", "TIE_RTOL", "TRAIN_BATCH_SIZE", "TRAIN_EPOCHS", "TRAIN_LR",
-    "TRAIN_PATIENCE", "TRAIN_SEED", "AblationSpec", "DistanceSpec", "MethodSpec", "PlantedFamilySpec",
-    "ablation_names", "add_ablation_spec", "add_method_spec", "distance_names", "fixed_ablation_names",
-    "in_registry_order", "method_names", "planted_family_names",
+    "ABLATIONS", "ABLATION_DRAWS", "ABLATION_SPECS", "ANGULAR_SPAN", "BACKBONE_NAMES", "BOOTSTRAP_RESAMPLES",
+    "BUILTIN_ABLATIONS", "BUILTIN_METHODS", "CHUNK_SIZE", "DISTANCE_SPECS", "D_STAR", "EVAL_BATCH_SIZE", "HEAD_NAMES",
+    "IG_BASELINES", "IG_STEPS", "LAYA_TAU", "LAYER_ROAR_COLUMNS", "MAX_MEMORY_MB", "META_SEEDS", "METHOD_SPECS",
+    "MIN_BOOTSTRAP_RESAMPLES", "MIXER_METHODS", "MIXER_MODEL_KINDS", "MIXER_REMOVALS", "PLANTED_FAMILY_SPECS",
+    "PLANTED_REFERENCES", "PRUNE_RANDOM_REFITS", "PRUNE_RANDOM_RANKINGS", "PRUNE_SEEDS", "RANDOMISATION_COLUMNS",
+    "RETRAIN_PATIENCE", "ROAR_AGREEMENT_COLUMNS", "ROAR_SEEDS", "SANITY_FILES", "SCOPES", "SCORER_HIDDEN",
+    "TIE_RTOL", "TRAIN_BATCH_SIZE", "TRAIN_EPOCHS", "TRAIN_LR", "TRAIN_PATIENCE", "TRAIN_SEED", "AblationSpec",
+    "DistanceSpec", "MethodSpec", "PlantedFamilySpec", "ablation_names", "add_ablation_spec", "add_method_spec",
+    "distance_names", "fixed_ablation_names", "in_registry_order", "method_names", "planted_family_names",
 ]
 
 SCOPES = ("head", "network")
@@ -64,8 +65,15 @@ MIN_BOOTSTRAP_RESAMPLES = 100
 CHUNK_SIZE = 1024
 #: Effects of a sample closer than this share of its largest effect are ranked as tied.
 TIE_RTOL = 1e-4
-#: Samples per batch of an evaluation.
+#: Samples per batch of an evaluation (and of sanity's and the mixer audit's passes).
 EVAL_BATCH_SIZE = 256
+#: Evaluation: Integrated Gradients steps, the network-scope memory budget (MiB), seeded draws per sample of the
+#: random ablations (and of the mixer audit's resample), the angular-distance baseline's span in layers.
+IG_STEPS, MAX_MEMORY_MB, ABLATION_DRAWS, ANGULAR_SPAN = 50, 2048, 8, 1
+#: LAYA and ScalarMix heads: the shared space size d*; LAYA's softmax temperature and scorer width.
+D_STAR, LAYA_TAU, SCORER_HIDDEN = 96, 1.5, 192
+#: Repetitions: sanity's layer-ROAR seeds; prune's refit seeds, random rankings and refits; meta's seeds.
+ROAR_SEEDS, PRUNE_SEEDS, PRUNE_RANDOM_RANKINGS, PRUNE_RANDOM_REFITS, META_SEEDS = 3, 3, 20, 3, 5
 
 # What a `laya-eval sanity` folder holds (its writer and the report, which reads it without torch, share these).
 SANITY_FILES = ("randomisation.csv", "data_randomisation.csv", "layer_roar.csv", "roar_agreement.csv",

@@ -46,11 +46,11 @@ HEAD_NAMES = list(catalog.HEAD_NAMES)
 def head_options(func):
     """``--d-star``, ``--tau``, ``--scorer-hidden``, ``--psi``: the hyper-parameters of the standard heads."""
     for option in reversed([
-        click.option("--d-star", default=96, show_default=True, type=click.IntRange(min=1),
+        click.option("--d-star", default=catalog.D_STAR, show_default=True, type=click.IntRange(min=1),
                      help="Shared space size (ScalarMix, LAYA)."),
-        click.option("--tau", default=1.5, show_default=True, type=click.FloatRange(min=0, min_open=True),
+        click.option("--tau", default=catalog.LAYA_TAU, show_default=True, type=click.FloatRange(min=0, min_open=True),
                      help="LAYA softmax temperature."),
-        click.option("--scorer-hidden", default=192, show_default=True, type=click.IntRange(min=1),
+        click.option("--scorer-hidden", default=catalog.SCORER_HIDDEN, show_default=True, type=click.IntRange(min=1),
                      help="LAYA scorer width."),
         click.option("--psi", default="identity", show_default=True, type=click.Choice(["identity", "mlp"]),
                      help="LAYA psi."),
@@ -231,7 +231,7 @@ def attribution_options(func):
     Integrated Gradients integrates."""
     for option in reversed([
         target_option,
-        click.option("--ig-steps", default=50, show_default=True, type=click.IntRange(min=1),
+        click.option("--ig-steps", default=catalog.IG_STEPS, show_default=True, type=click.IntRange(min=1),
                      help="Integrated Gradients steps (Gauss-Legendre)."),
         click.option("--ig-baseline", default=None, type=click.Choice(list(catalog.IG_BASELINES)),
                      help="Where Integrated Gradients starts: zero states, the dataset mean, or the state the "

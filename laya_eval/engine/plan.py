@@ -17,7 +17,8 @@ import torch
 
 from laya_eval.engine.methods import (METHODS, AttributionMethod, applicable, baseline_needs, resolve_methods,
                                      resolved_baseline)
-from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, BOOTSTRAP_RESAMPLES, CHUNK_SIZE, EVAL_BATCH_SIZE, IG_BASELINES
+from laya_eval.catalog import (ABLATION_DRAWS, ABLATION_SPECS, ABLATIONS, ANGULAR_SPAN, BOOTSTRAP_RESAMPLES, CHUNK_SIZE,
+                               EVAL_BATCH_SIZE, IG_BASELINES, IG_STEPS, MAX_MEMORY_MB, SCOPES)
 from laya_eval.checks import (check_fields, check_int, check_non_negative_int, check_number, check_optional,
                               check_positive_int)
 from laya_eval.data import Dataset, check_finite, load_dataset
@@ -51,14 +52,14 @@ class EvalOptions:
 
     methods: tuple[str, ...] | None = None
     ablation: str = ABLATIONS[0]
-    scope: str = "head"
+    scope: str = SCOPES[0]
     split: str = "test"
     limit: int | None = None
     batch_size: int = EVAL_BATCH_SIZE
     seed: int = 0
     bootstrap: int = BOOTSTRAP_RESAMPLES
     device: str = "cpu"
-    n_steps: int = 50
+    n_steps: int = IG_STEPS
     internal_batch_size: int | None = None
     ig_baseline: str | None = None
     target: str | int = "pred"
@@ -69,9 +70,9 @@ class EvalOptions:
     download: bool = False
     allow_nonfinite: bool = False
     allow_unverified: bool = False
-    max_memory_mb: int = 2048
-    draws: int = 8
-    angular_span: int = 1
+    max_memory_mb: int = MAX_MEMORY_MB
+    draws: int = ABLATION_DRAWS
+    angular_span: int = ANGULAR_SPAN
     cache: bool = True
     cache_dir: str | None = None
 

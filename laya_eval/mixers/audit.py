@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from laya_eval.catalog import BOOTSTRAP_RESAMPLES
+from laya_eval.catalog import ABLATION_DRAWS, BOOTSTRAP_RESAMPLES, EVAL_BATCH_SIZE
 from laya_eval.checks import check_choice, check_non_negative_int, check_optional, check_positive_int, check_seed
 from laya_eval.data import SPLITS, Dataset, load_dataset
 from laya_eval.models.layered import padded_rows
@@ -57,11 +57,11 @@ class MixerOptions:
     methods: tuple[str, ...] = tuple(MIXER_METHODS)
     split: str = "test"
     limit: int | None = 500
-    batch_size: int = 64
+    batch_size: int = EVAL_BATCH_SIZE
     seed: int = 0
     bootstrap: int = BOOTSTRAP_RESAMPLES
     ig_steps: int = 16
-    draws: int = 8
+    draws: int = ABLATION_DRAWS
     trust_code: bool = False
 
     def check(self) -> MixerOptions:

@@ -20,7 +20,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from laya_eval.catalog import HEAD_NAMES
+from laya_eval.catalog import D_STAR, HEAD_NAMES, LAYA_TAU, SCORER_HIDDEN
 from laya_eval.errors import ConfigError
 from laya_eval.models.removal import (
     AFFINE_FAST_PATH,
@@ -258,7 +258,7 @@ class ScalarMixHead(_AdaptedHead):
 
     name = "scalarmix"
 
-    def __init__(self, layer_dims: Sequence[int], num_classes: int, d_star: int = 96) -> None:
+    def __init__(self, layer_dims: Sequence[int], num_classes: int, d_star: int = D_STAR) -> None:
         super().__init__(layer_dims, num_classes, d_star)
         self.scalar_weights = nn.Parameter(torch.zeros(self.n_layers))
         self.gamma = nn.Parameter(torch.ones(()))
@@ -305,9 +305,9 @@ class LayaHead(_AdaptedHead):
         self,
         layer_dims: Sequence[int],
         num_classes: int,
-        d_star: int = 96,
-        tau: float = 1.5,
-        scorer_hidden: int = 192,
+        d_star: int = D_STAR,
+        tau: float = LAYA_TAU,
+        scorer_hidden: int = SCORER_HIDDEN,
         psi: str = "identity",
     ) -> None:
         super().__init__(layer_dims, num_classes, d_star)

@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 from laya_eval.catalog import (ABLATION_SPECS, fixed_ablation_names, BOOTSTRAP_RESAMPLES, EVAL_BATCH_SIZE, PLANTED_FAMILY_SPECS,
-                               PLANTED_REFERENCES, MethodSpec)
+                               IG_STEPS, META_SEEDS, PLANTED_REFERENCES, MethodSpec)
 from laya_eval.checks import (check_choice, check_fields, check_int, check_non_negative_int, check_optional,
                               check_positive_int, fail, is_int)
 from laya_eval.data import load_dataset
@@ -89,12 +89,12 @@ class MetaOptions:
     families: tuple[str, ...] = tuple(PLANTED_FAMILY_SPECS)
     ablations: tuple[str, ...] = tuple(a for a in fixed_ablation_names() if "head" in ABLATION_SPECS[a].scopes)
     methods: tuple[str, ...] | None = None
-    seeds: int = 5
+    seeds: int = META_SEEDS
     first_seed: int = 0
     n_layers: int = 6
     limit: int | None = None
     batch_size: int = EVAL_BATCH_SIZE
-    n_steps: int = 50
+    n_steps: int = IG_STEPS
     bootstrap: int = BOOTSTRAP_RESAMPLES
     fmt: str = "png"
 

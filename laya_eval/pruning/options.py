@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from laya_eval.catalog import BOOTSTRAP_RESAMPLES
+from laya_eval.catalog import BOOTSTRAP_RESAMPLES, PRUNE_RANDOM_RANKINGS, PRUNE_RANDOM_REFITS, PRUNE_SEEDS
 from laya_eval.engine.methods import resolve_methods
 from laya_eval.engine.plan import check_target
 from laya_eval.catalog import fixed_ablation_names
@@ -62,9 +62,9 @@ class PruneOptions:
 
     methods: tuple[str, ...] | None = None
     ablations: tuple[str, ...] = tuple(fixed_ablation_names())
-    seeds: int = 3
-    n_random: int = 20
-    n_random_refit: int = 3
+    seeds: int = PRUNE_SEEDS
+    n_random: int = PRUNE_RANDOM_RANKINGS
+    n_random_refit: int = PRUNE_RANDOM_REFITS
     seed: int = 0
     batch_size: int = 256
     bootstrap: int = BOOTSTRAP_RESAMPLES

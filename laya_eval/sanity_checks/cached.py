@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from laya_eval.catalog import EVAL_BATCH_SIZE
 from laya_eval.engine.methods import MethodContext, applicable, resolve_methods
 from laya_eval.engine.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.loading.feature_cache import Features
@@ -28,7 +29,7 @@ def head_model(model: LayeredModel, head: LayerHead) -> LayeredModel:
 
 def attribute_features(
     model: LayeredModel, features: Features, methods: Sequence[str], *, ablation: str = "gate",
-    seed: int = 0, batch_size: int = 512, target: str | int = "pred",
+    seed: int = 0, batch_size: int = EVAL_BATCH_SIZE, target: str | int = "pred",
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Head-scope attributions and leave-one-layer-out effects from cached features (no backbone pass).
 

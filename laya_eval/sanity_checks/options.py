@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from laya_eval.catalog import (BOOTSTRAP_RESAMPLES, LAYER_ROAR_COLUMNS, RANDOMISATION_COLUMNS, RETRAIN_PATIENCE,
-                               ROAR_AGREEMENT_COLUMNS)
+from laya_eval.catalog import (BOOTSTRAP_RESAMPLES, EVAL_BATCH_SIZE, LAYER_ROAR_COLUMNS, RANDOMISATION_COLUMNS,
+                               RETRAIN_PATIENCE, ROAR_AGREEMENT_COLUMNS, ROAR_SEEDS)
 from laya_eval.engine.methods import method_names as registered_methods, resolve_methods
 from laya_eval.engine.plan import check_target
 from laya_eval.checks import check_choice, check_fields, check_non_negative_int, check_positive_int, check_seed
@@ -38,10 +38,10 @@ class SanityOptions:
     methods: tuple[str, ...] | None = None
     ablation: str = "gate"
     similarity: str = "across_samples"
-    roar_seeds: int = 3
+    roar_seeds: int = ROAR_SEEDS
     bootstrap: int = BOOTSTRAP_RESAMPLES
     seed: int = 0
-    batch_size: int = 512
+    batch_size: int = EVAL_BATCH_SIZE
     train: TrainOptions = field(default_factory=lambda: TrainOptions(patience=RETRAIN_PATIENCE))
     target: str | int = "pred"
 

@@ -6,7 +6,8 @@ import time
 
 import click
 
-from laya_eval.catalog import ABLATIONS, CHUNK_SIZE, TIE_RTOL, method_names
+from laya_eval.catalog import (ABLATION_DRAWS, ABLATIONS, ANGULAR_SPAN, CHUNK_SIZE, MAX_MEMORY_MB, SCOPES, TIE_RTOL,
+                               method_names)
 from laya_eval_cli.options import (
     attribution_options,
     plugin_option,
@@ -72,16 +73,16 @@ def _table(summary) -> str:
 @split_option
 @methods_option
 @attribution_options
-@click.option("--ablation", default="gate", show_default=True,
+@click.option("--ablation", default=ABLATIONS[0], show_default=True,
               help=f"How a layer is removed: {', '.join(ABLATIONS)} or a plug-in's (docs/concepts/ablations.md). Several, comma-separated, "
                    "share one pass (attributions are computed once), write one subfolder of --out each and "
                    "operators.csv, how much each method's verdict depends on the operator.")
-@click.option("--draws", default=8, show_default=True, type=click.IntRange(min=1),
+@click.option("--draws", default=ABLATION_DRAWS, show_default=True, type=click.IntRange(min=1),
               help="Seeded draws per sample of the random ablations (resample: donors; noise: noise draws); "
                    "their effects are averaged.")
-@click.option("--angular-span", default=1, show_default=True, type=click.IntRange(min=1),
+@click.option("--angular-span", default=ANGULAR_SPAN, show_default=True, type=click.IntRange(min=1),
               help="n of angular_distance: the number of layers in each block whose angular distance is taken.")
-@click.option("--scope", default="head", show_default=True, type=click.Choice(["head", "network"]),
+@click.option("--scope", default=SCOPES[0], show_default=True, type=click.Choice(SCOPES),
               help="head: direct effect on cached hidden states; network: replace inside the backbone.")
 @limit_option
 @batch_size_option
@@ -102,7 +103,7 @@ def _table(summary) -> str:
               help="Evaluate inputs holding NaN/inf instead of refusing them (their metrics are then undefined).")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]),
               help="Precision of the backbone pass (autocast; effects and metrics stay float32 or better).")
-@click.option("--max-memory", "max_memory", default=2048, show_default=True, type=click.IntRange(min=1),
+@click.option("--max-memory", "max_memory", default=MAX_MEMORY_MB, show_default=True, type=click.IntRange(min=1),
               help="MB for the working set of network-scope work (block replacements and IG run in row chunks within "
                    "it); a model whose single rows cannot fit is refused before any work.")
 @cache_dir_option

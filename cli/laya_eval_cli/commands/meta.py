@@ -6,7 +6,7 @@ import time
 
 import click
 
-from laya_eval.catalog import ABLATION_SPECS, fixed_ablation_names, planted_family_names
+from laya_eval.catalog import ABLATION_SPECS, META_SEEDS, fixed_ablation_names, planted_family_names
 from laya_eval_cli.commands.faithfulness import METHOD_NAMES
 from laya_eval_cli.options import (
     batch_size_option,
@@ -65,7 +65,7 @@ def _verdict_table(metrics) -> str:
               help=f"Comma-separated head-scope ablations among {', '.join(HEAD_ABLATIONS)} (default: "
                    f"{', '.join(DEFAULT_ABLATIONS)}).")
 @methods_option
-@click.option("--seeds", default=5, show_default=True, type=click.IntRange(min=1),
+@click.option("--seeds", default=META_SEEDS, show_default=True, type=click.IntRange(min=1),
               help="Planted models per family (seeds FIRST-SEED, FIRST-SEED + 1, ...).")
 @click.option("--first-seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
 @click.option("--layers", "n_layers", default=6, show_default=True, type=click.IntRange(4, 10),

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from laya_eval.catalog import BOOTSTRAP_RESAMPLES, MIXER_METHODS, MIXER_REMOVALS
+from laya_eval.catalog import ABLATION_DRAWS, BOOTSTRAP_RESAMPLES, MIXER_METHODS, MIXER_REMOVALS
 from laya_eval_cli.options import (batch_size_option, choice_list, data_dir_option, progress_bar, quiet_option,
                                    seed_option, split_option, trust_code_option)
 
@@ -37,7 +37,7 @@ def _table(summary) -> str:
               help="weight: the source's weight zeroed (logit -inf before a softmax); mean: the source replaced by "
                    "its mean over the evaluated data; resample: by the same source of another sample (a seeded "
                    "donor), averaged over --draws.")
-@click.option("--draws", default=8, show_default=True, type=click.IntRange(min=1),
+@click.option("--draws", default=ABLATION_DRAWS, show_default=True, type=click.IntRange(min=1),
               help="Seeded donors per sample with --removal resample; their effects are averaged (donors.csv).")
 @click.option("--limit", type=click.IntRange(min=1), default=500, show_default=True,
               help="Use only the first N samples.")

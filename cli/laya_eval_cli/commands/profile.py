@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from laya_eval.catalog import BOOTSTRAP_RESAMPLES, DISTANCE_SPECS, distance_names
+from laya_eval.catalog import BOOTSTRAP_RESAMPLES, DISTANCE_SPECS, SCOPES, distance_names
 from laya_eval_cli.commands.faithfulness import METHOD_NAMES
 from laya_eval_cli.options import (
     attribution_options,
@@ -89,7 +89,7 @@ def _diagnosis_line(diag) -> str:
                    "(laya, static), cosine_minmax otherwise.")
 @click.option("--bootstrap", default=BOOTSTRAP_RESAMPLES, show_default=True, type=click.IntRange(min=0),
               help="Bootstrap resamples for the 95% interval of the diagnosis AUC.")
-@click.option("--scope", default="head", show_default=True, type=click.Choice(["head", "network"]),
+@click.option("--scope", default=SCOPES[0], show_default=True, type=click.Choice(SCOPES),
               help="For gradient methods: head (direct effect) or network (total effect).")
 @limit_option
 @batch_size_option

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from laya_eval.catalog import fixed_ablation_names
+from laya_eval.catalog import PRUNE_RANDOM_REFITS, PRUNE_RANDOM_RANKINGS, PRUNE_SEEDS, fixed_ablation_names
 
 ABLATIONS = tuple(fixed_ablation_names())
 from laya_eval_cli.options import (
@@ -73,11 +73,11 @@ def _table(result) -> str:
 @target_option
 @click.option("--ablation", "ablations", default=",".join(ABLATIONS), show_default=True,
               help="Comma-separated removals for the no-retraining accuracy (head scope).")
-@click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=0),
+@click.option("--seeds", default=PRUNE_SEEDS, show_default=True, type=click.IntRange(min=0),
               help="Training seeds of every refit head (0: no refit).")
-@click.option("--random-rankings", default=20, show_default=True, type=click.IntRange(min=1),
+@click.option("--random-rankings", default=PRUNE_RANDOM_RANKINGS, show_default=True, type=click.IntRange(min=1),
               help="Seeded random layer orders averaged into the random row.")
-@click.option("--random-refits", default=3, show_default=True, type=click.IntRange(min=0),
+@click.option("--random-refits", default=PRUNE_RANDOM_REFITS, show_default=True, type=click.IntRange(min=0),
               help="How many of the random orders are also refit.")
 @retrain_options("refit head")
 @click.option("--timing/--no-timing", default=True, show_default=True,

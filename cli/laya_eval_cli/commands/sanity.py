@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from laya_eval.catalog import RETRAIN_PATIENCE
-from laya_eval.catalog import fixed_ablation_names
+from laya_eval.catalog import ABLATIONS, RETRAIN_PATIENCE, ROAR_SEEDS, fixed_ablation_names
 
 ABLATIONS = tuple(fixed_ablation_names())
 from laya_eval_cli.options import (
@@ -62,14 +61,14 @@ def _table(result) -> str:
 @recorded_data_option
 @methods_option
 @target_option
-@click.option("--ablation", default="gate", show_default=True,
+@click.option("--ablation", default=ABLATIONS[0], show_default=True,
               help=f"How a layer is removed for the faithfulness column (head scope): {', '.join(ABLATIONS)} or a "
                    "plug-in's.")
 @click.option("--similarity", default="across_samples", show_default=True,
               type=click.Choice(["across_samples", "per_sample"]),
               help="across_samples: per layer, rho over samples, averaged over layers; per_sample: rho over layers "
                    "within each sample, averaged over samples (docs/concepts/sanity.md).")
-@click.option("--roar-seeds", default=3, show_default=True, type=click.IntRange(min=1),
+@click.option("--roar-seeds", default=ROAR_SEEDS, show_default=True, type=click.IntRange(min=1),
               help="Training seeds for layer-ROAR.")
 @retrain_options("retrained head", patience=RETRAIN_PATIENCE)
 @limit_option
