@@ -36,6 +36,7 @@ __all__ = [
     "check_seed",
     "fail",
     "is_int",
+    "offset_seed",
 ]
 
 #: The largest width, dim, channel count or token length a stored config (a checkpoint's, a model folder's
@@ -43,8 +44,10 @@ __all__ = [
 MAX_SIZE = 1 << 20
 MAX_LAYERS = 1024
 
-#: Seeds are non-negative integers below 2**64 (NumPy's and the per-sample hash's range).
-SEED_MAX = 2**64 - 1
+#: Seeds are integers from 0 to 2**63 - 1, in every option class and command: they are stored and passed on as
+#: signed 64-bit integers (evaluation manifests, partial results), within what NumPy, torch and the per-sample
+#: hash take.
+SEED_MAX = 2**63 - 1
 
 
 def fail(name: str, what: str, value: Any) -> ConfigError:
@@ -87,10 +90,16 @@ def check_non_negative_int(name: str, value: Any) -> int:
 
 
 def check_seed(name: str, value: Any) -> int:
-    """A seed: an integer from 0 to 2**64 - 1."""
+    """A seed: an integer from 0 to :data:`SEED_MAX` (2**63 - 1)."""
     if not is_int(value) or not 0 <= value <= SEED_MAX:
-        raise fail(name, "an integer from 0 to 2**64 - 1", value)
+        raise fail(name, "an integer from 0 to 2**63 - 1", value)
     return value
+
+
+def offset_seed(seed: int, offset: int) -> int:
+    """``seed + offset``, wrapped into the seed range: the seeds of repeated runs (``seed``, ``seed + 1``, ...)
+    stay seeds when ``seed`` is near :data:`SEED_MAX` (below it nothing changes)."""
+    return (seed + offset) % (SEED_MAX + 1)
 
 
 def check_number(name: str, value: Any, *, low: float | None = None, high: float | None = None,

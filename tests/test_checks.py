@@ -7,7 +7,7 @@ import re
 import pytest
 
 from laya_eval.checks import (SEED_MAX, check_choice, check_fields, check_int, check_non_negative_int, check_number,
-                              check_optional, check_positive_int, check_seed, is_int)
+                              check_optional, check_positive_int, check_seed, is_int, offset_seed)
 from laya_eval.errors import ConfigError
 
 
@@ -53,13 +53,38 @@ def test_int_bounds_are_closed_and_worded():
         check_int("k", "x")
 
 
-def test_seed_range_is_zero_to_two_to_the_64_minus_one():
-    assert SEED_MAX == 18446744073709551615
+def test_seed_range_is_zero_to_two_to_the_63_minus_one():
+    assert SEED_MAX == 9223372036854775807  # the largest signed 64-bit integer
     assert check_seed("seed", 0) == 0 and check_seed("seed", SEED_MAX) == SEED_MAX
-    with _raises("seed must be an integer from 0 to 2**64 - 1; got 18446744073709551616."):
-        check_seed("seed", 2**64)
-    with _raises("seed must be an integer from 0 to 2**64 - 1; got -1."):
+    with _raises("seed must be an integer from 0 to 2**63 - 1; got 9223372036854775808."):
+        check_seed("seed", 2**63)
+    with _raises("seed must be an integer from 0 to 2**63 - 1; got -1."):
         check_seed("seed", -1)
+
+
+def test_offset_seeds_wrap_into_the_range_and_are_unchanged_below_it():
+    assert [offset_seed(5, r) for r in range(3)] == [5, 6, 7]
+    assert [offset_seed(9223372036854775806, r) for r in range(3)] == [9223372036854775806, 9223372036854775807, 0]
+
+
+def test_every_seed_takes_the_same_range():
+    """The CLI's --seed, evaluation, training and sanity options, and a sweep's seeds accept SEED_MAX and refuse
+    one more, with the same words."""
+    from tests.cli_helpers import run
+    from laya_eval.engine.plan import EvalOptions
+    from laya_eval.sanity_checks.options import SanityOptions
+    from laya_eval.sweeps.config import load_config
+    from laya_eval.training.trainer import TrainOptions
+
+    for make in (EvalOptions, TrainOptions, SanityOptions):
+        assert make(seed=9223372036854775807).seed == 9223372036854775807
+        with _raises("seed must be an integer from 0 to 2**63 - 1; got 9223372036854775808."):
+            make(seed=9223372036854775808)
+    grid = {"grid": {"datasets": ["digits"], "heads": ["laya"], "backbones": [{"name": "mlp"}], "seeds": [2**63]}}
+    with _raises("grid.seeds must be an integer from 0 to 2**63 - 1; got 9223372036854775808."):
+        load_config(grid)
+    result = run("faithfulness", "unused.pt", "--seed", 9223372036854775808)
+    assert result.exit_code == 2 and "9223372036854775808 is not in the range 0<=x<=9223372036854775807" in result.output
 
 
 def test_number_bounds_open_and_closed():
@@ -101,7 +126,7 @@ def test_fields_apply_each_rule_to_its_field():
     seen = []
     check_fields(Options(), {"batch_size": lambda n, v: seen.append((n, v))})
     assert seen == [("batch_size", 4)]
-    with _raises("seed must be an integer from 0 to 2**64 - 1; got -2."):
+    with _raises("seed must be an integer from 0 to 2**63 - 1; got -2."):
         check_fields(Options(), {"batch_size": check_positive_int, "seed": check_seed})
 
 
@@ -109,11 +134,11 @@ def test_fields_apply_each_rule_to_its_field():
     ("EvalOptions(bootstrap=-1)", "bootstrap must be a non-negative integer; got -1."),
     ("EvalOptions(batch_size=True)", "batch_size must be a positive integer; got True."),
     ("EvalOptions(tie_rtol=1)", "tie_rtol must be a finite number >= 0 and < 1; got 1."),
-    ("EvalOptions(seed=2**63)", "seed must be an integer from 0 to 9223372036854775807; got 9223372036854775808."),
+    ("EvalOptions(seed=2**63)", "seed must be an integer from 0 to 2**63 - 1; got 9223372036854775808."),
     ("EvalOptions(limit=0)", "limit must be a positive integer; got 0."),
     ("TrainOptions(patience=0)", "patience must be a positive integer; got 0."),
     ("TrainOptions(epochs=2.0)", "epochs must be a positive integer; got 2.0."),
-    ("TrainOptions(seed=-1)", "seed must be an integer from 0 to 2**64 - 1; got -1."),
+    ("TrainOptions(seed=-1)", "seed must be an integer from 0 to 2**63 - 1; got -1."),
     ("SanityOptions(batch_size=0)", "batch_size must be a positive integer; got 0."),
     ("SanityOptions(bootstrap=-3)", "bootstrap must be a non-negative integer; got -3."),
     ("PruneOptions(n_random_refit=-1)", "n_random_refit must be a non-negative integer; got -1."),

@@ -56,7 +56,7 @@ def test_threads_beyond_the_machine_are_refused(digits_checkpoints):
 def test_negative_seed_is_one_line(digits_checkpoints, tmp_path, command):
     args = (["train", "--dataset", "digits", "--out", tmp_path / "x.pt"] if command == "train"
             else ["faithfulness", digits_checkpoints["laya"], "--out", tmp_path / "o"])
-    assert_one_line_error(run(*args, "--seed", -1), r"--seed.*-1 is not in the range 0<=x<=4294967295")
+    assert_one_line_error(run(*args, "--seed", -1), r"--seed.*-1 is not in the range 0<=x<=9223372036854775807")
 
 
 @pytest.mark.parametrize("lr", ["inf", "1e30"])

@@ -174,7 +174,7 @@ def _with(path: tuple, value, drop: bool = False) -> dict:
     (_with(("grid", "seeds"), None, drop=True), "grid: missing key 'seeds'."),
     (_with(("grid", "heads"), ["laya", "lasso"]),
      "grid.heads must be one of {lastlayer, concat, scalarmix, laya}; got 'lasso'."),
-    (_with(("grid", "seeds"), [0, -1]), "grid.seeds must be an integer from 0 to 2**64 - 1; got -1."),
+    (_with(("grid", "seeds"), [0, -1]), "grid.seeds must be an integer from 0 to 2**63 - 1; got -1."),
     (_with(("grid", "seeds"), []), "grid.seeds must be a non-empty list; got []."),
     (_with(("grid", "backbones"), [{"name": "resnet"}]),
      "grid.backbones[0].name must be one of {mlp, cnn, vit, hf}; got 'resnet'."),
@@ -191,7 +191,7 @@ def _with(path: tuple, value, drop: bool = False) -> dict:
      "evaluation.ablations must be ablations defined at network scope (zero, mean, resample, noise) when "
      "evaluation.scope is 'network'; got ['gate', 'mean']."),
     (_with(("evaluation", "seed"), 2**63),
-     "evaluation.seed must be an integer from 0 to 9223372036854775807; got 9223372036854775808."),
+     "evaluation.seed must be an integer from 0 to 2**63 - 1; got 9223372036854775808."),
     (_with(("evaluation", "device"), "quantum"), "evaluation.device must be 'cpu', 'cuda' or 'cuda:N'; got 'quantum'."),
     (_with(("evaluation", "target"), "label"), "evaluation: unknown key 'target'; expected among {ablations, "
      "batch_size, bootstrap, device, limit, methods, n_steps, scope, seed}."),
@@ -219,7 +219,7 @@ def test_cli_bad_config_is_one_line_before_any_work(tmp_path):
     config.write_text(config.read_text().replace("limit = -5", "scope = 'network'\nablations = ['zero']\n"
                                                                  "seed = 9223372036854775808"))
     assert_one_line_error(run("sweep", config, "--out", out),
-                          re.escape("evaluation.seed must be an integer from 0 to 9223372036854775807; got "
+                          re.escape("evaluation.seed must be an integer from 0 to 2**63 - 1; got "
                                     "9223372036854775808."))
     assert not out.exists()
     config.write_text("[grid\n")

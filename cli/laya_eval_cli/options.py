@@ -7,14 +7,16 @@ import json
 import click
 
 from laya_eval import catalog
+from laya_eval.checks import SEED_MAX
 
 device_option = click.option(
     "--device", default="cpu", show_default=True, help="Where to run: cpu, cuda or cuda:N."
 )
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
-# numpy and torch take seeds in [0, 2**32 - 1] (torch more, numpy not); one range for every command.
-SEED_RANGE = click.IntRange(0, 2**32 - 1)
-seed_option = click.option("--seed", default=0, show_default=True, type=SEED_RANGE, help="Random seed (0 to 2**32 - 1).")
+# The library's seed range (laya_eval.checks.SEED_MAX), one range for every command.
+SEED_RANGE = click.IntRange(0, SEED_MAX)
+seed_option = click.option("--seed", default=0, show_default=True, type=SEED_RANGE,
+                           help="Random seed (0 to 2**63 - 1).")
 data_dir_option = click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=str),

@@ -19,8 +19,8 @@ from laya_eval.engine.methods import (METHODS, AttributionMethod, applicable, ba
                                      resolved_baseline)
 from laya_eval.catalog import (ABLATION_DRAWS, ABLATION_SPECS, ABLATIONS, ANGULAR_SPAN, BOOTSTRAP_RESAMPLES, CHUNK_SIZE,
                                EVAL_BATCH_SIZE, IG_BASELINES, IG_STEPS, MAX_MEMORY_MB, SCOPES)
-from laya_eval.checks import (check_fields, check_int, check_non_negative_int, check_number, check_optional,
-                              check_positive_int)
+from laya_eval.checks import (check_fields, check_non_negative_int, check_number, check_optional,
+                              check_positive_int, check_seed)
 from laya_eval.data import Dataset, check_finite, load_dataset
 from laya_eval.models.devices import resolve_device
 from laya_eval.engine.distributed import SINGLE_PROCESS, World
@@ -36,10 +36,6 @@ from laya_eval.stats import DEFAULT_RTOL
 
 __all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "check_extra_methods", "check_target", "check_target_class", "explained_classes", "make_plan",
            "plugin_sources", "resolved_ig_baseline", "with_cached_features"]
-
-#: Evaluation seeds stay below 2**63 (they are stored and passed on as signed 64-bit integers).
-EVAL_SEED_MAX = 2**63 - 1
-
 
 @dataclass(frozen=True)
 class EvalOptions:
@@ -95,7 +91,7 @@ _EVAL_RULES = {
     "draws": check_positive_int,
     "angular_span": check_positive_int,
     "bootstrap": check_non_negative_int,
-    "seed": lambda name, value: check_int(name, value, low=0, high=EVAL_SEED_MAX),
+    "seed": check_seed,
     "tie_rtol": lambda name, value: check_number(name, value, low=0, high=1, high_open=True),
 }
 

@@ -35,7 +35,7 @@ def per_sample_uniform(seed: int, sample_ids: Tensor, n: int) -> Tensor:
     Parameters
     ----------
     seed : int
-        Non-negative, below 2**64.
+        A seed (:func:`laya_eval.checks.check_seed`).
     sample_ids : Tensor of int64, (B,)
         Global sample indices (non-negative).
     n : int

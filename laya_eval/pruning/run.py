@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from laya_eval.checks import offset_seed
 from laya_eval.engine.methods import method_names
 from laya_eval.engine.plan import check_target_class
 from laya_eval.data import Dataset
@@ -63,7 +64,7 @@ class _Context:
         self.labels = features["test"].y.numpy()
         self.refit = RefitCache(model.head, features["train"], features["val"], features["test"], options.train,
                                 on_train=on_head)
-        self.seeds = [options.train.seed + r for r in range(options.seeds)]
+        self.seeds = [offset_seed(options.train.seed, r) for r in range(options.seeds)]
 
     def depth_cost(self, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean deepest kept layer and mean latency ratio per k, over the inputs; NaN unless a chain."""

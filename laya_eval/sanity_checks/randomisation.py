@@ -11,6 +11,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from laya_eval.checks import offset_seed
 from laya_eval.data import Dataset
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import (
@@ -87,10 +88,10 @@ def _rows(check: str, step: int, params: str, base: dict, scores: dict, effects:
           options: SanityOptions) -> list[dict]:
     rows = []
     # One set of bootstrap resamples per step, shared by the methods (the same draws as one call per method).
-    resamples = Resamples(len(effects), options.bootstrap, options.seed + step)
+    resamples = Resamples(len(effects), options.bootstrap, offset_seed(options.seed, step))
     for name, s in scores.items():
         sim = attribution_similarity(base[name], s, similarity=options.similarity, n_resamples=options.bootstrap,
-                                     seed=options.seed + step, resamples=resamples)
+                                     seed=offset_seed(options.seed, step), resamples=resamples)
         rows.append({"check": check, "step": step, "params": params, "method": name, "similarity": sim.mean,
                      "similarity_ci_low": sim.low, "similarity_ci_high": sim.high, "similarity_ci_note": sim.note,
                      "faithfulness": mean_faithfulness(s, effects)})
@@ -142,13 +143,13 @@ def cascading_randomisation(model: LayeredModel, features: Features, options: Sa
 
     def score(step: int, feats: Features) -> None:
         scores, eff = attribute_features(randomised, feats, list(base), ablation=options.ablation,
-                                         seed=options.seed + step, batch_size=options.batch_size,
+                                         seed=offset_seed(options.seed, step), batch_size=options.batch_size,
                                          target=options.target)
         rows.extend(_rows("cascading", step, "+".join(done), base, scores, eff, options))
 
     groups = head_parameter_groups(randomised.head)
     for step, (group, modules) in enumerate(groups, 1):
-        _reinitialise(randomised.head, group, modules, options.seed + step)
+        _reinitialise(randomised.head, group, modules, offset_seed(options.seed, step))
         done.append(group)
         score(step, features)
     if data is None or not backbone_is_trainable(model):
@@ -156,7 +157,7 @@ def cascading_randomisation(model: LayeredModel, features: Features, options: Sa
     randomised.backbone = copy.deepcopy(model.backbone).eval()
     blocks = randomised.backbone.layer_modules()
     for step, index in enumerate(reversed(range(len(blocks))), len(groups) + 1):
-        _reinitialise(None, "block", [blocks[index]], options.seed + step)
+        _reinitialise(None, "block", [blocks[index]], offset_seed(options.seed, step))
         done.append(f"block{index + 1}")
         # Encoded in memory, never through the feature cache: the cache would key these randomised
         # weights as the original backbone's.
@@ -184,7 +185,8 @@ def data_randomisation(model: LayeredModel, train: Features, val: Features, test
     shuffled = [replace(f, y=f.y[torch.randperm(len(f), generator=gen)]) for f in (train, val)]
     head = retrained_head(model.head, model.head.layer_dims, *shuffled, options.train)
     scores, eff = attribute_features(head_model(model, head), test, list(base), ablation=options.ablation,
-                                     seed=options.seed + 1, batch_size=options.batch_size, target=options.target)
+                                     seed=offset_seed(options.seed, 1), batch_size=options.batch_size,
+                                     target=options.target)
     rows = [{**r, "accuracy": accuracy(model.head, test)} for r in _rows("data", 0, "none", base, base, effects, options)]
     rows += [{**r, "accuracy": accuracy(head, test)} for r in _rows("data", 1, "labels", base, scores, eff, options)]
     return pd.DataFrame(rows, columns=[*RANDOMISATION_COLUMNS, "accuracy"])

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from laya_eval.checks import offset_seed
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import LayerHead
 from laya_eval.stats.metrics import bootstrap_mean, spearman_per_sample
@@ -66,7 +67,7 @@ def layer_roar(model: LayeredModel, train: Features, val: Features, test: Featur
         raise ConfigError(f"layer-ROAR needs at least 2 layers to remove one; the head has {len(dims)}.")
     rows = []
     for r in range(options.roar_seeds):
-        train_options = replace(options.train, seed=options.train.seed + r)
+        train_options = replace(options.train, seed=offset_seed(options.train.seed, r))
         full = retrained_head(model.head, dims, train, val, train_options)
         full_acc = accuracy(full, test)
         for layer in range(len(dims)):
