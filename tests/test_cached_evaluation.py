@@ -15,7 +15,7 @@ import torch
 
 from laya_eval.data import load_dataset
 from laya_eval.engine.evaluation import EvalOptions, evaluate_ablations, evaluate_to_folder
-from laya_eval.engine.plan import make_plan, with_cached_features
+from laya_eval.engine.plan import KeptStates, make_plan, with_cached_features
 from laya_eval.loading.specs import load_backbone
 from laya_eval.profiling.profiles import layer_profile
 from laya_eval.training.head_fit import fit_head
@@ -147,3 +147,66 @@ def test_the_cached_states_equal_the_backbone_on_a_split_whose_last_batch_is_sma
     for i, h in enumerate(features.hidden):
         assert torch.equal(h[:256], direct[0][i])
         assert torch.equal(h[256:], direct[1][i][16:])
+
+
+@contextmanager
+def backbone_rows(model):
+    """Count the rows of every forward call of ``model.backbone`` inside the block."""
+    rows = []
+    handle = model.backbone.register_forward_pre_hook(lambda module, args: rows.append(len(args[0])))
+    try:
+        yield rows
+    finally:
+        handle.remove()
+
+
+def _without_kept_states(monkeypatch):
+    """The engine as it runs where no state is kept: the main pass runs the backbone again (the oracle)."""
+    monkeypatch.setattr(KeptStates, "for_plan", classmethod(lambda cls, plan, world=None: None))
+
+
+@pytest.mark.parametrize("head", ["laya", "concat"])
+def test_a_trainable_backbone_runs_once_its_states_kept_between_the_passes(digits_models, digits, tmp_path,
+                                                                            monkeypatch, head):
+    """Without a feature cache, a run that needs a dataset statistic keeps the statistics pass's pooled states for
+    the main pass: the backbone sees each sample once (40 samples in batches of 16: 16 + 16 + 8 padded to 16), and
+    the tables are the bytes of the run that runs the backbone in both passes."""
+    model, ablations = digits_models[head], ["gate", "mean", "resample"]
+    options = _options(limit=40, batch_size=16, methods=("laya", "static", "contribution", "ig", "random")
+                       if head == "laya" else ("contribution", "ig", "random"))
+    with backbone_rows(model) as kept:
+        evaluate_to_folder(model, digits["test"], ablations, tmp_path / "kept", options=options)
+    _without_kept_states(monkeypatch)
+    with backbone_rows(model) as twice:
+        evaluate_to_folder(model, digits["test"], ablations, tmp_path / "twice", options=options)
+    assert kept == [16, 16, 16] and sum(twice) > 2 * sum(kept)  # twice: both passes and the resample donors
+    for a in ablations:
+        assert _tables(tmp_path / "kept", a) == _tables(tmp_path / "twice", a)
+
+
+def test_states_are_not_kept_when_they_are_maps_or_exceed_the_memory_budget(digits):
+    from laya_eval.data import Dataset
+    from laya_eval.training.trainer import build_model
+
+    def images(d):
+        return Dataset(d.x.view(-1, 1, 8, 8), d.y, d.class_names, "digits-8x8", d.split)
+
+    train, test = digits["train"], digits["test"]
+    cnn = build_model("cnn", "concat", images(train), seed=0).eval()
+    test = images(test)
+    plan = make_plan(cnn, test, ["mean"], options=_options(limit=40, methods=("contribution",)))
+    keep = KeptStates.for_plan(plan)
+    with backbone_rows(cnn) as rows:
+        evaluate_ablations(cnn, test, ["mean"], options=_options(limit=40, methods=("contribution",), bootstrap=0))
+    assert keep is not None and sum(rows) == 2 * 48  # maps (B, C, H, W) at head scope: the backbone runs twice
+    from laya_eval.engine.evaluation import _batches, _trace
+
+    for x, y, ids, index in _batches(plan, 0, 40):
+        keep.add(_trace(plan, x, y, ids, index)[0].hidden, ids, index)
+    assert keep.into(plan) is plan
+    # 360 samples x (2048 + 2048) float32 states = 5.6 MiB: kept within 2048 MiB, not within 1 MiB
+    test = digits["test"]
+    wide = build_model("mlp", "concat", train, backbone_kwargs={"widths": [2048, 2048]}, seed=0).eval()
+    every = dict(methods=("contribution",), limit=None)
+    assert KeptStates.for_plan(make_plan(wide, test, ["mean"], options=_options(**every))) is not None
+    assert KeptStates.for_plan(make_plan(wide, test, ["mean"], options=_options(**every, max_memory_mb=1))) is None

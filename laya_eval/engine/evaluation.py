@@ -14,7 +14,8 @@ At head scope a frozen backbone stored by reference whose states are vectors (``
 model) is not run batch by batch: its pooled states come from the on-disk feature cache that ``fit-head``,
 ``sanity`` and ``prune`` share (:func:`laya_eval.loading.feature_cache.backbone_features`), encoded into it once
 when missing. The cache encodes in batches of the default batch size, padded as here, so the tables are the
-same bytes with and without it.
+same bytes with and without it. Other backbones with vector states run once: the statistics pass keeps their states
+for the main pass where they fit in ``max_memory_mb`` (:class:`~laya_eval.engine.plan.KeptStates`).
 
 Batch-size invariance: every model call sees a multiple of :data:`MIN_BATCH_ROWS` rows (batches
 are padded with copies of their own samples, marked with sample id -1 and dropped), because
@@ -45,15 +46,9 @@ from laya_eval.engine.memory_budget import one_row_block_outputs, replacement_ro
 from laya_eval.models.layered import MIN_BATCH_ROWS, LayeredModel, padded_rows
 from laya_eval.engine.partial import PartialStore
 from laya_eval.engine.interventions import SampleFills, donor_ids
-from laya_eval.engine.removals import (
-    batch_fill,
-    deletion_masks,
-    layer_ranking,
-    leave_one_out_masks,
-    removal_effects,
-)
-from laya_eval.engine.plan import (CHUNK_SIZE, EvalOptions, Plan, explained_classes, make_plan, resolved_ig_baseline,
-                                   with_cached_features)
+from laya_eval.engine.removals import batch_fill, deletion_masks, layer_ranking, leave_one_out_masks, removal_effects
+from laya_eval.engine.plan import (CHUNK_SIZE, EvalOptions, KeptStates, Plan, explained_classes, make_plan,
+                                   resolved_ig_baseline, with_cached_features)
 from laya_eval.engine.records import Records, merge_records
 from laya_eval.engine.results import (
     SUMMARY_COLUMNS,
@@ -119,8 +114,10 @@ def _chunks(start: int, stop: int, size: int) -> Iterator[tuple[int, int]]:
 
 
 def collect_statistics(plan: Plan, start: int, stop: int, *, world: World = SINGLE_PROCESS,
-                       partial: PartialStore | None = None, progress: Any = None) -> dict[str, list[Tensor]]:
-    """The dataset statistics the plan needs, over every process's shard; ``{}`` when none is needed."""
+                       partial: PartialStore | None = None, progress: Any = None, keep: KeptStates | None = None
+                       ) -> dict[str, list[Tensor]]:
+    """The dataset statistics the plan needs, over every process's shard; ``{}`` when none is needed; ``keep``
+    keeps the pass's states (none when the statistics come from ``partial``)."""
     if not plan.statistics:
         return {}
     stats = partial.load_statistics() if partial is not None else None
@@ -129,6 +126,8 @@ def collect_statistics(plan: Plan, start: int, stop: int, *, world: World = SING
         for x, y, ids, index in _batches(plan, start, stop):
             network = plan.options.scope == "network"
             tr, outputs = _trace(plan, x, y, ids, index, record_blocks=network)
+            if keep is not None:
+                keep.add(tr.hidden, ids, index)
             with torch.no_grad():
                 stats = stats.merged(batch_statistics(plan.statistics, tr, plan.model, plan.options.scope, outputs))
             if progress is not None:
@@ -324,10 +323,11 @@ def evaluate_ablations(
         progress.total = (stop - start) * (2 if plan.statistics else 1)
         progress.refresh()
         tick = progress.update
-    means = collect_statistics(plan, start, stop, world=world, partial=partial, progress=tick)
-    if world.size == 1:
-        return summarize(collect(plan, means, start, stop, partial=partial, progress=tick), plan,
-                         paired_tests=paired_tests)
+    keep = KeptStates.for_plan(plan, world)
+    means = collect_statistics(plan, start, stop, world=world, partial=partial, progress=tick, keep=keep)
+    if world.size == 1:  # the main pass reads the kept states; the manifest records only the feature cache
+        records = collect(plan if keep is None else keep.into(plan), means, start, stop, partial=partial, progress=tick)
+        return summarize(records, plan, paired_tests=paired_tests)
     # Every rank gets the merged records and scores its share of the methods and pairs; rank 0 keeps the tables.
     records = world.all_gather(collect(plan, means, start, stop, partial=partial, progress=tick))
     results = summarize(records, plan, world_size=world.size, map_items=world.map, paired_tests=paired_tests)

@@ -43,7 +43,8 @@ class EvalOptions:
 
     ``cache`` and ``cache_dir``: at head scope, read (and fill) the feature cache of a frozen backbone stored by
     reference instead of running it batch by batch (:func:`with_cached_features`);
-    the results are the same bytes either way, so neither joins a run key.
+    the results are the same bytes either way, so neither joins a run key. ``max_memory_mb``: the working set of
+    network-scope work; at head scope, the most the states kept between the two passes may take (:class:`KeptStates`).
     """
 
     methods: tuple[str, ...] | None = None
@@ -305,6 +306,42 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
         _check_network_budget(model, data, device, options, gradients=backward)
     return Plan(model, data, tuple(methods), ablations, options, device, stats, ckpt, tuple(notes),
                 effect_model=float64_view(model))
+
+
+class KeptStates:
+    """The pooled states of the statistics pass, kept for the main pass so that it does not run the backbone a
+    second time: head scope, one process, no feature cache in use, every state a vector (B, d_i) in float32, all of
+    them within ``options.max_memory_mb``. The main pass reads them as it reads the feature cache; they are the
+    rows of the same batches, so the tables are the same bytes."""
+
+    def __init__(self, n: int, dims: Sequence[int]) -> None:
+        self.hidden = [torch.empty(n, d, device="cpu") for d in dims]
+        self.left, self.whole = n, True
+
+    @classmethod
+    def for_plan(cls, plan: Plan, world: World = SINGLE_PROCESS) -> KeptStates | None:
+        """A store for ``plan``'s states, or None where they are not kept."""
+        dims = list(plan.model.head.layer_dims)
+        fits = len(plan.data) * sum(dims) * 4 <= plan.options.max_memory_mb * 2**20
+        if not plan.statistics or plan.features is not None or plan.options.scope != "head" or world.size != 1:
+            return None
+        return cls(len(plan.data), dims) if fits else None
+
+    def add(self, hidden: Sequence[torch.Tensor], ids: torch.Tensor, index: torch.Tensor) -> None:
+        """Keep the real rows (``ids`` >= 0) of a batch's states at their rows ``index`` (CPU) of the data."""
+        self.whole = self.whole and all(h.dim() == 2 and h.dtype == torch.float32 and h.shape[1] == s.shape[1]
+                                        for h, s in zip(hidden, self.hidden))
+        if self.whole:
+            real = ids >= 0
+            for store, h in zip(self.hidden, hidden):
+                store[index[real.cpu()]] = h[real].cpu()
+            self.left -= int(real.sum())
+
+    def into(self, plan: Plan) -> Plan:
+        """``plan`` reading the kept states, once every row is kept; else ``plan``."""
+        if not self.whole or self.left:
+            return plan
+        return dataclasses.replace(plan, features=Features(hidden=self.hidden, y=plan.data.y))
 
 
 def with_cached_features(plan: Plan, world: World = SINGLE_PROCESS) -> Plan:

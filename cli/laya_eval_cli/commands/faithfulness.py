@@ -105,7 +105,8 @@ def _table(summary) -> str:
               help="Precision of the backbone pass (autocast; effects and metrics stay float32 or better).")
 @click.option("--max-memory", "max_memory", default=MAX_MEMORY_MB, show_default=True, type=click.IntRange(min=1),
               help="MB for the working set of network-scope work (block replacements and IG run in row chunks within "
-                   "it); a model whose single rows cannot fit is refused before any work.")
+                   "it); a model whose single rows cannot fit is refused before any work. At head scope, the most the "
+                   "pooled states kept from the statistics pass for the main pass may take.")
 @cache_dir_option
 @no_cache_option
 @data_dir_option
