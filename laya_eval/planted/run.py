@@ -33,7 +33,7 @@ import torch
 
 from laya_eval.catalog import (ABLATION_SPECS, fixed_ablation_names, BOOTSTRAP_RESAMPLES, EVAL_BATCH_SIZE, PLANTED_FAMILY_SPECS,
                                IG_STEPS, META_SEEDS, PLANTED_REFERENCES, MethodSpec)
-from laya_eval.checks import (check_choice, check_fields, check_int, check_non_negative_int, check_optional,
+from laya_eval.checks import (SEED_MAX, check_choice, check_fields, check_int, check_non_negative_int, check_optional,
                               check_positive_int, fail, is_int)
 from laya_eval.data import load_dataset
 from laya_eval.engine.evaluation import evaluate_ablations
@@ -45,8 +45,8 @@ from laya_eval.planted.scoring import metric_verdicts, over_seeds, seed_rows
 
 __all__ = ["MetaOptions", "MetaResult", "meta", "reference_methods"]
 
-#: The largest seed a run may use (the CLI's seed range).
-FIRST_SEED_MAX = 2**32 - 1
+#: The largest seed a run may use (the seed range, laya_eval.checks.SEED_MAX).
+FIRST_SEED_MAX = SEED_MAX
 #: Most layers a planted model may have (the exact null of faithfulness is enumerated up to this size).
 MAX_LAYERS = 10
 

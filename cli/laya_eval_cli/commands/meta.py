@@ -9,6 +9,7 @@ import click
 from laya_eval.catalog import ABLATION_SPECS, META_SEEDS, fixed_ablation_names, planted_family_names
 from laya_eval_cli.commands.faithfulness import METHOD_NAMES
 from laya_eval_cli.options import (
+    SEED_RANGE,
     batch_size_option,
     bootstrap_option,
     choice_list,
@@ -67,7 +68,7 @@ def _verdict_table(metrics) -> str:
 @methods_option
 @click.option("--seeds", default=META_SEEDS, show_default=True, type=click.IntRange(min=1),
               help="Planted models per family (seeds FIRST-SEED, FIRST-SEED + 1, ...).")
-@click.option("--first-seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
+@click.option("--first-seed", default=0, show_default=True, type=SEED_RANGE)
 @click.option("--layers", "n_layers", default=6, show_default=True, type=click.IntRange(4, 10),
               help="Layers of every planted model.")
 @limit_option
