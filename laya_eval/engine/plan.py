@@ -34,8 +34,8 @@ from laya_eval.engine.plugins import code_identity
 from laya_eval.engine.removals import ABLATION_REGISTRY, check_ablations
 from laya_eval.stats import DEFAULT_RTOL
 
-__all__ = ["CHUNK_SIZE", "EvalOptions", "Plan", "check_extra_methods", "check_target", "check_target_class", "explained_classes", "make_plan",
-           "plugin_sources", "resolved_ig_baseline", "with_cached_features"]
+__all__ = ["CHUNK_SIZE", "EvalOptions", "KeptStates", "Plan", "check_extra_methods", "check_target", "check_target_class",
+           "explained_classes", "make_plan", "plugin_sources", "resolved_ig_baseline", "with_cached_features"]
 
 @dataclass(frozen=True)
 class EvalOptions:
