@@ -1,14 +1,16 @@
 """Which laya-eval source files a reader opens following one command: every file of ``laya_eval/`` and ``cli/``
 that holds a function the command runs, in the order first entered.
 
-Module bodies run at import are not counted (a reader does not follow an import into a file it never
-calls), functions they call at import are. Writes ``benchmarks/results/main_job_files.md``.
+Module and class bodies run at import are not counted (a reader does not follow an import into a file it never
+calls; which imports happen inside the run depends on what was imported before it), functions they call at import
+are. Writes ``benchmarks/results/main_job_files.md``.
 
     python benchmarks/main_job_files.py            # trains a digits LAYA checkpoint, follows `faithfulness`
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -24,7 +26,7 @@ def follow(argv: list[str]) -> list[str]:
     seen: list[str] = []
 
     def profile(frame, event, arg):
-        if event != "call" or frame.f_code.co_name == "<module>":
+        if event != "call" or not frame.f_code.co_flags & inspect.CO_OPTIMIZED:  # module and class bodies
             return
         name = frame.f_code.co_filename
         if name.startswith(ROOTS) and name not in seen:
