@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from laya_eval.catalog import ABLATION_SPECS, BACKBONE_NAMES, HEAD_NAMES, SCOPES, ablation_names, method_names
-from laya_eval.checks import check_choice, check_non_negative_int, check_positive_int, check_seed, fail
+from laya_eval.checks import check_choice, check_positive_int, check_seed, fail
 from laya_eval.errors import ConfigError
 
 __all__ = ["Cell", "SweepConfig", "evaluation_options", "load_config", "training_options"]
@@ -129,9 +129,6 @@ def _check_sections(raw: dict[str, Any]) -> None:
         if key in data:
             check_positive_int(f"data.{key}", data[key])
     training = _keys("training", raw.get("training", {}), _TRAINING)
-    for key in ("epochs", "batch_size", "patience"):
-        if key in training:
-            check_positive_int(f"training.{key}", training[key])
     ev = _keys("evaluation", raw.get("evaluation", {}), _EVALUATION)
     if "methods" in ev:
         _names("evaluation.methods", ev["methods"], method_names())
@@ -142,17 +139,12 @@ def _check_sections(raw: dict[str, Any]) -> None:
         allowed = [a for a in ablation_names() if scope in ABLATION_SPECS[a].scopes]
         raise fail("evaluation.ablations", f"ablations defined at {scope} scope ({', '.join(allowed)}) "
                                            f"when evaluation.scope is {scope!r}", ablations)
-    for key in ("limit", "batch_size", "n_steps"):
-        if key in ev:
-            check_positive_int(f"evaluation.{key}", ev[key])
-    if "bootstrap" in ev:
-        check_non_negative_int("evaluation.bootstrap", ev["bootstrap"])
     heads = _keys("head_kwargs", raw.get("head_kwargs", {}), set(HEAD_NAMES))
     for name, kwargs in heads.items():
         if not isinstance(kwargs, Mapping):
             raise fail(f"head_kwargs.{name}", "a table", kwargs)
-    # What the options the cells build refuse (a seed out of range, a device this machine lacks) is refused here,
-    # before the first cell is trained, under its key in the config.
+    # Every value the options the cells build refuse (a count, a seed out of range, a device this machine lacks)
+    # is refused here, before the first cell is trained, under its key in the config.
     _named("training", training, lambda: training_options(training, 0))
     _named("evaluation", ev, lambda: evaluation_options(ev))
 
