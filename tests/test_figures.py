@@ -133,7 +133,7 @@ def test_default_style_keeps_the_title_and_writes_no_caption_file(tmp_path):
 
 def _savefig_png(fig) -> bytes:
     """matplotlib's own route: savefig to PNG under the figure's theme, read back, 256 colours (median cut, no
-    dither), written optimised at the style's resolution."""
+    dither), written at zlib level 6 at the style's resolution."""
     from laya_eval.figures.style import _theme
 
     dpi = F.PAPER_DPI if F.figure_style(fig) == "paper" else F.DPI
@@ -143,7 +143,7 @@ def _savefig_png(fig) -> bytes:
     with Image.open(buf) as img:
         small = img.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
     out = io.BytesIO()
-    small.save(out, format="png", optimize=True, dpi=(dpi, dpi))
+    small.save(out, format="png", compress_level=6, dpi=(dpi, dpi))
     return out.getvalue()
 
 

@@ -214,8 +214,9 @@ def _finish(fig, title: str, subtitle: str | None = None, note: str | None = Non
     if figure_style(fig) != "paper":
         fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10)
     fig.draw_without_rendering()  # materialise ticks and layout while the theme is active (nothing rasterised)
-    if _wrap_to_width(fig, fig._suptitle, fig.bbox.width) | _wrap_axes_titles(fig):
-        fig.draw_without_rendering()
+    # Titles wrapped here get their room when the figure is drawn (saving lays it out again).
+    _wrap_to_width(fig, fig._suptitle, fig.bbox.width)
+    _wrap_axes_titles(fig)
     return fig
 
 
@@ -292,12 +293,13 @@ def _save_kwargs(fmt: str, dpi: int) -> dict[str, Any]:
 
 
 def _quantized_png(img, dpi: int) -> bytes:
-    """``img`` (a PIL image) as a PNG with a 256-colour palette: plots rarely need more, and the files shrink ~3x."""
+    """``img`` (a PIL image) as a PNG with a 256-colour palette: plots rarely need more, and the files shrink ~3x.
+    zlib level 6: level 9 (``optimize``) made report figures 7% smaller at twice the encoding time."""
     from PIL import Image
 
     small = img.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
     out = io.BytesIO()
-    small.save(out, format="png", optimize=True, dpi=(dpi, dpi))
+    small.save(out, format="png", compress_level=6, dpi=(dpi, dpi))
     return out.getvalue()
 
 
