@@ -96,7 +96,7 @@ _NAMES = {
     "ABLATION_REGISTRY": "laya_eval.engine.removals",
     "Ablation": "laya_eval.engine.removals",
     "register_ablation": "laya_eval.engine.removals",
-    "network_replacement_logits": "laya_eval.engine.removals",
+    "network_replacement_logits": "laya_eval.engine.network_passes",
     "MethodSpec": "laya_eval.catalog",
     "AblationSpec": "laya_eval.catalog",
     "load_plugins": "laya_eval.engine.plugins",

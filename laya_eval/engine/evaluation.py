@@ -3,7 +3,7 @@
 ``plan`` resolves the model, the data, the applicable methods and what they and the
 ablations *need* (shared gradients, dataset statistics) from their catalog entries: no
 method or ablation is named here. ``collect`` runs a shard of the data batch by batch —
-one backbone pass per batch (network scope re-runs it per removal) — and returns
+one backbone pass per batch (network scope re-runs it once per distinct removal set of a sample) — and returns
 per-sample :class:`~laya_eval.engine.records.Records` keyed by global sample index, after a
 statistics pass when something needs a dataset statistic (reduced over every process).
 Records from batches, chunks, resumed runs and processes merge exactly;
@@ -44,20 +44,14 @@ from laya_eval.engine.distributed import SINGLE_PROCESS, World, serial_map
 from laya_eval.engine.effect_precision import float64_trace
 from laya_eval.engine.memory_budget import one_row_block_outputs, replacement_rows, row_chunks
 from laya_eval.models.layered import MIN_BATCH_ROWS, LayeredModel, padded_rows
-from laya_eval.engine.partial import PartialStore
+from laya_eval.engine.partial import PartialStore, chunk_grid
 from laya_eval.engine.interventions import SampleFills, donor_ids
 from laya_eval.engine.removals import batch_fill, deletion_masks, layer_ranking, leave_one_out_masks, removal_effects
 from laya_eval.engine.plan import (CHUNK_SIZE, EvalOptions, KeptStates, Plan, explained_classes, make_plan,
                                    resolved_ig_baseline, with_cached_features)
 from laya_eval.engine.records import Records, merge_records
-from laya_eval.engine.results import (
-    SUMMARY_COLUMNS,
-    EvaluationResult,
-    MethodScore,
-    build_result,
-    score_method,
-    write_results,
-)
+from laya_eval.engine.results import (SUMMARY_COLUMNS, EvaluationResult, MethodScore, build_result, score_method,
+                                      write_results)
 from laya_eval.output.tables import check_table_format
 from laya_eval.models.heads import pool_hidden
 from laya_eval.models.trace import Trace, trace_from_hidden
@@ -102,15 +96,6 @@ def _trace(plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, *, record_
             hidden = plan.model.hidden_states(x)
     hidden = [h.float() if h.is_floating_point() else h for h in hidden]
     return trace_from_hidden(plan.model.head, hidden, labels=y, inputs=x, sample_ids=ids), outputs
-
-
-def _chunks(start: int, stop: int, size: int) -> Iterator[tuple[int, int]]:
-    """The global grid of ``size`` samples cut to ``[start, stop)``: the same chunks for any sharding."""
-    lo = start
-    while lo < stop:
-        hi = min((lo // size + 1) * size, stop)
-        yield lo, hi
-        lo = hi
 
 
 def collect_statistics(plan: Plan, start: int, stop: int, *, world: World = SINGLE_PROCESS,
@@ -203,9 +188,12 @@ def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, me
     # Network scope: replacement passes in row chunks within --max-memory (laya_eval.engine.memory_budget).
     max_rows = (replacement_rows(one_row_block_outputs(model, tr.inputs), o.max_memory_mb)
                 if o.scope == "network" else None)
-    effects = {a: _to_numpy(removal_effects(tr64, model64, lolo, ablation=a, scope=o.scope, fill=fills[a],
-                                            max_rows=max_rows, target=target), rows)
-               for a in plan.ablations}
+    def effects_of(a: str, masks: Tensor) -> Tensor:
+        return removal_effects(tr64, model64, masks, ablation=a, scope=o.scope, fill=fills[a], max_rows=max_rows,
+                               target=target)
+    # Network scope: one call per ablation for the removals and every deletion curve (they share removal sets).
+    shared = {a: {"": lolo.expand(len(ids), *lolo.shape)} for a in plan.ablations} if o.scope == "network" else {}
+    effects = {} if shared else {a: _to_numpy(effects_of(a, lolo), rows) for a in plan.ablations}
     ctx = MethodContext(scope=o.scope, n_steps=o.n_steps, internal_batch_size=o.internal_batch_size, seed=o.seed,
                         statistics=means, max_memory_mb=o.max_memory_mb, angular_span=o.angular_span,
                         target=explained)
@@ -227,13 +215,18 @@ def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, me
             scores[key] = _to_numpy(s, rows)
             masks = deletion_masks(layer_ranking(s))
             for a in ([owner] if owner else plan.ablations):
-                curve = removal_effects(tr64, model64, masks, ablation=a, scope=o.scope, fill=fills[a],
-                                        max_rows=max_rows, target=target)
-                deletion[a][m.name] = _to_numpy(curve, rows)
+                if shared:
+                    shared[a][m.name] = masks
+                else:
+                    deletion[a][m.name] = _to_numpy(effects_of(a, masks), rows)
             if m.diagnostic is not None:
                 value = m.diagnostic(tr, model, s, mctx)
                 if value is not None:
                     diagnostics[key] = _to_numpy(value, rows)
+    for a, groups in shared.items():
+        effects[a], *curves = (_to_numpy(e, rows) for e in effects_of(a, torch.cat([*groups.values()], 1)).split(
+            model.n_layers, 1))
+        deletion[a].update(zip(list(groups)[1:], curves))
     return Records(sample=ids[rows].cpu().numpy(), label=y[rows].cpu().numpy().astype(np.int64),
                    pred=tr.pred[rows].cpu().numpy().astype(np.int64), confidence=_to_numpy(tr.confidence, rows),
                    scores=scores, effects=effects, deletion=deletion, diagnostics=diagnostics, donors=donors)
@@ -243,7 +236,7 @@ def collect(plan: Plan, means: dict[str, list[Tensor]], start: int, stop: int, *
             partial: PartialStore | None = None, progress: Any = None) -> Records:
     """Per-sample records of samples ``[start, stop)``, chunk by chunk (each kept in ``partial`` when given)."""
     parts = []
-    for lo, hi in _chunks(start, stop, plan.options.chunk_size):
+    for lo, hi in chunk_grid(start, stop, plan.options.chunk_size):
         chunk = partial.load_chunk(lo, hi) if partial is not None else None
         if chunk is None:
             chunk = merge_records(_batch_records(plan, x, y, ids, index, means)

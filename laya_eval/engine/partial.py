@@ -27,7 +27,7 @@ import shutil
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -38,7 +38,8 @@ from laya_eval.output.files import atomic_write_bytes, json_sha256
 from laya_eval.output.reading import UnsafeFile, read_regular_file
 from laya_eval.engine.records import Records
 
-__all__ = ["MAX_PARTIAL_ARRAYS", "PARTIAL_FOLDER", "PartialStore", "arrays_sha256", "max_chunk_bytes", "run_key"]
+__all__ = ["MAX_PARTIAL_ARRAYS", "PARTIAL_FOLDER", "PartialStore", "arrays_sha256", "chunk_grid", "max_chunk_bytes",
+           "run_key"]
 
 PARTIAL_FOLDER = ".partial"
 #: Arrays one partial file may hold (per-method scores, effects, deletion curves and diagnostics).
@@ -50,6 +51,15 @@ _INT_COLUMNS = ("sample", "label", "pred")
 def run_key(fields: dict[str, Any]) -> str:
     """A hex digest of the JSON of ``fields`` (sorted keys)."""
     return json_sha256(fields)
+
+
+def chunk_grid(start: int, stop: int, size: int) -> Iterator[tuple[int, int]]:
+    """The global grid of ``size`` samples cut to ``[start, stop)``: the same chunks for any sharding."""
+    lo = start
+    while lo < stop:
+        hi = min((lo // size + 1) * size, stop)
+        yield lo, hi
+        lo = hi
 
 
 def max_chunk_bytes(rows: int, n_layers: int) -> int:

@@ -29,7 +29,7 @@ from torch import Tensor
 from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, SCOPES, AblationSpec, add_ablation_spec, fixed_ablation_names
 from laya_eval.engine.interventions import (SampleFills, drawn_head_logits, drawn_network_logits, noise_fills,
                                             resample_fills, sample_fill_probs)
-from laya_eval.engine.memory_budget import row_chunks
+from laya_eval.engine.network_passes import network_replacement_logits
 from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import LayerHead, pool_hidden
@@ -203,34 +203,6 @@ def _mean_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor
     if fill is None or len(fill) != masks.shape[-1]:
         raise ConfigError("mean ablation needs the mean of every hidden state over the evaluated data.")
     return head.removal_logits(pooled, masks, list(fill), terms=tr.terms, adapted=tr.adapted)
-
-
-def network_replacement_logits(tr: Trace, model: LayeredModel, masks: Tensor,
-                               values: Sequence[Tensor | None] | None, max_rows: int | None = None) -> Tensor:
-    """Network-scope logits (B, K, C) after each removal in ``masks`` (B, K, L): block ``i``'s full output is
-    replaced by ``values[i]`` (broadcast to it; ``None`` or no ``values``: zeros) inside the backbone for the
-    samples that drop it, and every later block is recomputed; at most ``max_rows`` inputs per backbone pass."""
-    out = []
-    for k in range(masks.shape[1]):
-        parts = []
-        for sl in row_chunks(tr.n_samples, max_rows):  # row chunks within the memory budget
-            replace = {}
-            for i in range(masks.shape[2]):
-                drop = masks[sl, k, i] == 0
-                if bool(drop.any()):
-                    replace[i] = _replacer(drop, None if values is None else values[i])
-            parts.append(model.head(model.hidden_states(tr.inputs[sl], replace)))
-        out.append(torch.cat(parts))
-    return torch.stack(out, 1)
-
-
-def _replacer(drop: Tensor, value: Tensor | None):
-    def apply(t: Tensor) -> Tensor:
-        v = torch.zeros_like(t) if value is None else value.to(t).expand_as(t)
-        shape = (-1,) + (1,) * (t.dim() - 1)
-        return torch.where(drop.to(t.device).view(shape), v, t)
-
-    return apply
 
 
 def _zero_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None

@@ -1,0 +1,86 @@
+"""Network-scope replacement passes: each distinct removal of each sample runs through the backbone once.
+
+A network-scope removal re-runs the backbone from the input with the outputs of the removed blocks replaced.
+The leave-one-layer-out removals and the deletion curves of the methods ask for many of the same removal sets:
+deletion at k = 1 removes one layer, as a leave-one-out removal does; at k = L every method removes every layer;
+methods that agree on their top layers share more. :func:`network_replacement_logits` makes the sets unique per
+sample and runs each (sample, set) once. The rows are gathered into calls of the row count a pass without the
+sharing uses (the batch, or its first chunk within ``--max-memory``), the last call filled up with copies of its
+own rows, so that every call has the shape of an unshared one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from laya_eval.engine.memory_budget import row_chunks
+from laya_eval.models.layered import LayeredModel
+from laya_eval.models.trace import Trace
+
+__all__ = ["network_replacement_logits", "take_rows"]
+
+
+def take_rows(inputs: Any, index: Tensor) -> Any | None:
+    """Rows ``index`` of a batch's inputs: a tensor or a mapping of tensors (tokenized, padded to one length);
+    ``None`` for other inputs (a list of texts pads to its longest text, so its rows change with the company)."""
+    if isinstance(inputs, Tensor):
+        return inputs[index.to(inputs.device)]
+    if isinstance(inputs, Mapping) and all(isinstance(v, Tensor) for v in inputs.values()):
+        return {k: v[index.to(v.device)] for k, v in inputs.items()}
+    return None
+
+
+def network_replacement_logits(tr: Trace, model: LayeredModel, masks: Tensor,
+                               values: Sequence[Tensor | None] | None, max_rows: int | None = None) -> Tensor:
+    """Network-scope logits (B, K, C) after each removal in ``masks`` (B, K, L): block ``i``'s full output is
+    replaced by ``values[i]`` (broadcast to it; ``None`` or no ``values``: zeros) inside the backbone for the
+    samples that drop it, and every later block is recomputed; at most ``max_rows`` inputs per backbone pass.
+    A removal set a sample meets more than once runs once."""
+    n, k, n_layers = masks.shape
+    drop = (masks == 0).reshape(n * k, n_layers)
+    sample = torch.arange(n, device=masks.device).repeat_interleave(k)
+    unique, inverse = torch.unique(torch.cat([sample[:, None], drop.long()], 1), dim=0, return_inverse=True)
+    first = row_chunks(n, max_rows)[0]
+    size = first.stop - first.start
+    if take_rows(tr.inputs, unique[:1, 0]) is None:  # inputs whose rows cannot be gathered: one pass per removal
+        return _per_removal_logits(tr, model, masks, values, max_rows)
+    out = []
+    for lo in range(0, unique.shape[0], size):
+        part = unique[lo:lo + size]
+        real = part.shape[0]
+        if real < size:
+            part = torch.cat([part, part[torch.arange(size - real, device=part.device) % real]])
+        dropped = part[:, 1:].bool()
+        replace = {i: _replacer(dropped[:, i], None if values is None else values[i])
+                   for i in range(n_layers) if bool(dropped[:, i].any())}
+        out.append(model.head(model.hidden_states(take_rows(tr.inputs, part[:, 0]), replace))[:real])
+    return torch.cat(out)[inverse].reshape(n, k, -1)
+
+
+def _per_removal_logits(tr: Trace, model: LayeredModel, masks: Tensor, values: Sequence[Tensor | None] | None,
+                        max_rows: int | None) -> Tensor:
+    out = []
+    for k in range(masks.shape[1]):
+        parts = []
+        for sl in row_chunks(tr.n_samples, max_rows):  # row chunks within the memory budget
+            replace = {}
+            for i in range(masks.shape[2]):
+                drop = masks[sl, k, i] == 0
+                if bool(drop.any()):
+                    replace[i] = _replacer(drop, None if values is None else values[i])
+            parts.append(model.head(model.hidden_states(tr.inputs[sl], replace)))
+        out.append(torch.cat(parts))
+    return torch.stack(out, 1)
+
+
+def _replacer(drop: Tensor, value: Tensor | None) -> Callable[[Tensor], Tensor]:
+    def apply(t: Tensor) -> Tensor:
+        v = torch.zeros_like(t) if value is None else value.to(t).expand_as(t)
+        shape = (-1,) + (1,) * (t.dim() - 1)
+        return torch.where(drop.to(t.device).view(shape), v, t)
+
+    return apply
