@@ -105,3 +105,28 @@ def test_the_budget_of_a_pooled_backbone_counts_its_full_block_outputs():
     with pytest.raises(ConfigError, match="16 rows need about 2 MB"):
         evaluate_ablations(model, "digits", ["zero"], options=EvalOptions(
             limit=20, scope="network", ablation="zero", methods=("grad_x_act",), max_memory_mb=1))
+
+
+def test_a_batch_with_network_gradients_holds_no_more_rows_than_one_gradient_call(digits_models, monkeypatch):
+    """The methods read every block's output and its gradient for the whole batch: at network scope a batch is cut
+    to the rows of one gradient call within the budget, and gives what that batch size gives."""
+    import laya_eval.engine.evaluation as evaluation
+
+    model = digits_models["laya"]
+    kwargs = dict(limit=48, scope="network", ablation="zero", bootstrap=0, methods=("grad_x_act", "gradcam", "laya"),
+                  max_memory_mb=1)
+    small = evaluate_ablations(model, "digits", ["zero"], options=EvalOptions(**kwargs, batch_size=16))["zero"]
+    rows, gradients = [], evaluation.layer_gradients
+
+    def recording(tr, *args, **kw):
+        rows.append(tr.n_samples)
+        return gradients(tr, *args, **kw)
+
+    monkeypatch.setattr(evaluation, "layer_gradients", recording)
+    # a row's block outputs are 64 + 32 + 16 float32 = 448 bytes; at 100x that, 1 MiB holds 2**20 // 44800 = 23
+    # gradient rows, down to a multiple of 16: batches of 16 rows, not the 48 asked for
+    monkeypatch.setattr(budget, "GRAD_FACTOR", 100)
+    cut = evaluate_ablations(model, "digits", ["zero"], options=EvalOptions(**kwargs, batch_size=48))["zero"]
+    assert rows == [16, 16, 16]
+    for table in ("layers", "samples", "summary"):
+        pd.testing.assert_frame_equal(getattr(small, table), getattr(cut, table))

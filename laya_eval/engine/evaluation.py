@@ -64,7 +64,7 @@ __all__ = ["CHUNK_SIZE", "MIN_BATCH_ROWS", "SUMMARY_COLUMNS", "EvalOptions", "Ev
 def _batches(plan: Plan, start: int, stop: int) -> Iterator[tuple[Any, Tensor, Tensor, Tensor]]:
     """``(x, labels, sample_ids, index)``, each padded to a multiple of MIN_BATCH_ROWS rows (ids -1): the first three on
     the plan's device, ``index`` (the rows of ``plan.data``, padding included) on the CPU."""
-    data, size = plan.data, plan.options.batch_size
+    data, size = plan.data, plan.rows_per_batch
     for lo in range(start, stop, size):
         hi = min(lo + size, stop)
         index = torch.arange(lo, hi)

@@ -15,7 +15,8 @@ backbone applies to its hidden states, in the backbone's own precision). The fac
 convolutional and transformer blocks (convolution, normalisation, activation: a few saved tensors the size
 of the block output each); the budget covers this working set, not the model's weights, the batch's own
 trace or the Python runtime. A run whose single row cannot fit is refused before any work
-(:func:`check_network_budget`). Every call still sees at least :data:`MIN_ROWS` rows (or the whole batch);
+(:func:`check_network_budget`). Gradient methods read every block's output and its gradient for the whole batch,
+so where any network-scope work takes gradients the plan cuts batches to :func:`ig_rows` rows. Every call still sees at least :data:`MIN_ROWS` rows (or the whole batch);
 other row counts per call round differently in float32, so a smaller budget can move network-scope results
 by rounding (checked to 1e-6 in the tests), while the budget itself is not part of the resume key.
 """

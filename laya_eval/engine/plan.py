@@ -25,7 +25,7 @@ from laya_eval.data import Dataset, check_finite, load_dataset
 from laya_eval.models.devices import resolve_device
 from laya_eval.engine.distributed import SINGLE_PROCESS, World
 from laya_eval.engine.effect_precision import float64_view
-from laya_eval.engine.memory_budget import check_network_budget, one_row_block_outputs
+from laya_eval.engine.memory_budget import check_network_budget, ig_rows, one_row_block_outputs
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.loading.feature_cache import Features, backbone_features, caches_features
 from laya_eval.models.layered import LayeredModel
@@ -136,10 +136,16 @@ class Plan:
     notes: tuple[str, ...] = ()
     effect_model: LayeredModel | None = None
     features: Features | None = None
+    #: Rows per batch where the budget allows fewer than ``options.batch_size`` (see :func:`make_plan`).
+    batch_rows: int | None = None
 
     @property
     def needs_gradients(self) -> bool:
         return any("gradients" in m.needs for m in self.methods)
+
+    @property
+    def rows_per_batch(self) -> int:
+        return min(self.options.batch_size, self.batch_rows or self.options.batch_size)
 
     def key(self) -> str:
         """What changes a record (everything but batch size, chunk size, bootstrap, tie tolerance and process
@@ -209,12 +215,14 @@ def check_extra_methods(extra: Sequence[AttributionMethod]) -> tuple[Attribution
 
 
 def _check_network_budget(model: LayeredModel, data: Dataset, device: torch.device, options: EvalOptions, *,
-                          gradients: bool) -> None:
+                          gradients: bool) -> int | None:
     """One input's full block outputs sized against ``--max-memory`` (one backbone pass on one row), before any
-    work."""
+    work. With gradients, the rows a batch may have: the methods read every block's output and its gradient for the
+    whole batch, so a batch holds no more rows than one gradient call within the budget."""
     first = data.subset(slice(0, 1)).x
     outputs = one_row_block_outputs(model, first.to(device) if isinstance(first, torch.Tensor) else first)
     check_network_budget(outputs, options.max_memory_mb, gradients=gradients)
+    return ig_rows(outputs, options.max_memory_mb) if gradients else None
 
 
 def _check_ablation_needs(ablations: Sequence[str], data: Dataset, options: EvalOptions) -> None:
@@ -300,12 +308,13 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
     if any("baseline" in m.needs for m in methods):
         needs += baseline_needs(resolved_ig_baseline(options), ablations, explicit=options.ig_baseline is not None)
     stats = tuple(dict.fromkeys(n.split(":", 1)[1] for n in needs if n.startswith("stat:")))
+    batch_rows = None
     if options.scope == "network":
         # methods that need gradients or tensor inputs take gradients through the backbone at network scope
         backward = any({"gradients", "tensor_inputs"} & set(m.needs) for m in methods)
-        _check_network_budget(model, data, device, options, gradients=backward)
+        batch_rows = _check_network_budget(model, data, device, options, gradients=backward)
     return Plan(model, data, tuple(methods), ablations, options, device, stats, ckpt, tuple(notes),
-                effect_model=float64_view(model))
+                effect_model=float64_view(model), batch_rows=batch_rows)
 
 
 class KeptStates:
