@@ -7,7 +7,9 @@ The model is ``py:benchmarks/depthwise_cnn.py:depthwise_cnn_laya`` (random, seed
 uniform random images with random labels, written as an ``.npz`` into a temporary folder. Each run is one
 ``laya-eval faithfulness`` process under ``/usr/bin/time -f %M`` (peak RSS of the whole process: interpreter,
 torch, model, data, results); wall time is the process's, and the engine's own time is the "done in" it
-prints. Routes, each ``--reps`` times, interleaved, the median reported:
+prints. The head-scope runs pass ``--no-cache``: they run the backbone batch by batch, as a first run does and as
+network scope always must, rather than read pooled states an earlier run left in the feature cache (and they
+leave nothing there). Routes, each ``--reps`` times, interleaved, the median reported:
 
 head            ``--scope head`` on the first ``--n`` inputs;
 head@n_net      ``--scope head`` on the first ``--n-network`` inputs (the ratio's denominator);
@@ -84,9 +86,10 @@ def main() -> int:
         common = ["faithfulness", MODEL, "--data", f"npz:{data}", "--ablation", "zero", "--ig-steps", str(args.n_steps),
                   "-q"]
         routes = {
-            "head": (args.n, [*common, "--methods", ",".join(methods), "--scope", "head", "--limit", str(args.n)]),
+            "head": (args.n, [*common, "--methods", ",".join(methods), "--scope", "head", "--no-cache",
+                            "--limit", str(args.n)]),
             "head@n_net": (args.n_network, [*common, "--methods", ",".join(methods), "--scope", "head",
-                                            "--limit", str(args.n_network)]),
+                                            "--no-cache", "--limit", str(args.n_network)]),
             "network": (args.n_network, [*common, "--methods", ",".join(methods), "--scope", "network",
                                          "--max-memory", str(args.max_memory), "--limit", str(args.n_network)]),
             "network_no_ig": (args.n_network, [*common, "--methods", ",".join(no_ig), "--scope", "network",
@@ -174,10 +177,12 @@ def write_report(args, rows, load_start, load_end, elapsed, atomic_write_text, p
         f"{net.loc['network_no_ig', 'x_head_same_n']:.1f}x), a ratio the fixed costs of that small run flatter.",
         "",
         "Where the time goes: at head scope a batch costs one backbone pass (the head works on pooled states). At "
-        "network scope every removal re-runs the backbone from the input with one block's output replaced: L = 16 "
-        "passes for the leave-one-layer-out effects and 16 more for each method's deletion curve (k = 1..16), i.e. "
-        "16 x (1 + methods) passes; network IG adds n_steps forward-and-backward passes for each of the 16 blocks, "
-        "and its completeness check 16 more passes. These counts, not overheads, set the ratio.",
+        "network scope each distinct removal set of an input re-runs the backbone from the input with the removed "
+        "blocks' outputs replaced: the L = 16 leave-one-layer-out sets, then each method's deletion curve (k = "
+        "1..16), whose k = 1 set is a leave-one-out set and whose k = 16 set all methods share, i.e. at most "
+        "16 + 1 + 14 x methods passes per input, fewer where methods rank alike; network IG adds n_steps "
+        "forward-and-backward passes from the input for each of the 16 blocks, and its completeness check 16 more "
+        "passes. These counts, not overheads, set the ratio.",
         "" + (f"Note: {args.note}" if args.note else ""),
     ]
     atomic_write_text(out / "network_depth.md", "\n".join(md) + "\n")
