@@ -18,14 +18,17 @@ setup: $(STAMP)
 # torch==2.13.0 first, with pip: it is a local CPU wheel that pip's configuration points to; resolving torch from
 # scratch pulls a CUDA build. Then the project and its extras with uv (installed by pip beside torch), which
 # resolves and installs them in about a quarter of pip's time and keeps the torch already there; --compile-bytecode
-# as pip does, so that no test process compiles the site-packages it imports. Nothing is written to HOME: no
-# package caches, and pip's user-agent probe (`rustc --version`, also run by venv's ensurepip) leaves rustup's
-# settings file in the venv.
+# as pip does, so that no test process compiles the site-packages it imports. Nothing is written to HOME or the
+# system's temporary folder: no package caches; pip's user-agent probe (`rustc --version`, also run by venv's
+# ensurepip) leaves rustup's settings file, and uv's build its lock file, in the venv.
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check --no-cache-dir
 UV  := $(BIN)/uv pip install -q --no-cache --compile-bytecode --python $(BIN)/python
 
 $(STAMP) $(NB_STAMP): export RUSTUP_HOME := $(CURDIR)/$(VENV)/.rustup
+# uv's build of the project leaves a lock file in the temporary folder: that folder is the venv's own.
+$(STAMP) $(NB_STAMP): export TMPDIR := $(CURDIR)/$(VENV)/tmp
 $(STAMP): pyproject.toml
+	mkdir -p $(VENV)/tmp
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0 uv
 	$(UV) -e ".[dev]" torch==2.13.0
@@ -61,6 +64,7 @@ docs: $(STAMP)
 
 # The notebooks in JupyterLab, from the `notebook` extra (installed into the venv once).
 $(NB_STAMP): $(STAMP)
+	mkdir -p $(VENV)/tmp
 	test -x $(BIN)/uv || $(PIP) uv
 	$(UV) -e ".[dev,notebook]" torch==2.13.0
 	touch $@
