@@ -61,15 +61,9 @@ def test_a_budget_that_cannot_hold_a_chunk_is_refused_before_any_work(digits_mod
 
 def _drawn_replacement_rows(model, monkeypatch) -> list[int]:
     """Rows of every backbone pass that puts per-sample draws in place of a block output."""
-    seen, forward = [], model.backbone.forward
+    from tests.test_network_passes import backbone_rows
 
-    def recording(x, replace=None):
-        if replace and any("_per_sample_replacer" in fn.__qualname__ for fn in replace.values()):
-            seen.append(len(x))
-        return forward(x, replace=replace)
-
-    monkeypatch.setattr(model.backbone, "forward", recording)
-    return seen
+    return backbone_rows(model, monkeypatch, "_per_sample_replacer")
 
 
 @pytest.mark.parametrize("ablation", ["resample", "noise"])

@@ -15,12 +15,13 @@ from laya_eval.engine.network_passes import _per_removal_logits, network_replace
 from laya_eval.models.trace import trace_from_hidden
 
 
-def _backbone_rows(model, monkeypatch) -> list[int]:
-    """Rows of every backbone pass that replaces block outputs with a removal's values."""
+def backbone_rows(model, monkeypatch, replacer: str = "_replacer") -> list[int]:
+    """Rows of every backbone pass that replaces block outputs through ``replacer`` (a removal's values by default,
+    ``_per_sample_replacer``: per-sample draws)."""
     seen, forward = [], model.backbone.forward
 
     def recording(x, replace=None):
-        if replace and any("_replacer" in fn.__qualname__ for fn in replace.values()):
+        if replace and any(fn.__qualname__.startswith(replacer + ".") for fn in replace.values()):
             seen.append(len(x))
         return forward(x, replace=replace)
 
@@ -58,7 +59,7 @@ def test_each_distinct_removal_set_of_a_sample_runs_once(model64, digits, monkey
     masks[:5, 5] = torch.tensor([0.0, 0.0, 1.0])  # five samples drop 0 and 1 twice instead: 4 sets as well
     masks[5:10, 2] = torch.tensor([1.0, 1.0, 0.0])  # five samples drop 2 instead: 5 distinct sets
     values = [torch.full((1, d), 0.25 * (i + 1), dtype=torch.float64) for i, d in enumerate(model64.backbone.layer_dims)]
-    seen = _backbone_rows(model64, monkeypatch)
+    seen = backbone_rows(model64, monkeypatch)
     with torch.no_grad():
         logits = network_replacement_logits(tr, model64, masks, values)
     # 15 samples x 4 sets + 5 samples x 5 sets = 85 (sample, set) rows in passes of the 20-row batch: 5 passes
@@ -78,7 +79,7 @@ def test_network_scope_runs_fewer_passes_and_gives_the_per_removal_results(digit
     model = digits_models["laya"]
     options = EvalOptions(limit=48, batch_size=48, scope="network", ablation="zero", bootstrap=0,
                           methods=("contribution", "static", "random"))
-    seen = _backbone_rows(model, monkeypatch)
+    seen = backbone_rows(model, monkeypatch)
     shared = evaluate_ablations(model, "digits", ["zero", "mean"], options=options)
     shared_rows = sum(seen)
     seen.clear()
