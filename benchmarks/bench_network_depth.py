@@ -174,7 +174,8 @@ def write_report(args, rows, load_start, load_end, elapsed, atomic_write_text, p
         f"{net.loc['network', 'x_head_per_input']:.1f}x ({'met' if net.loc['network', 'x_head_per_input'] <= 25 else 'missed'})"
         f" and without IG {net.loc['network_no_ig', 'x_head_per_input']:.1f}x; against the head-scope run on the same "
         f"{args.n_network} inputs {net.loc['network', 'x_head_same_n']:.1f}x (without IG "
-        f"{net.loc['network_no_ig', 'x_head_same_n']:.1f}x), a ratio the fixed costs of that small run flatter.",
+        f"{net.loc['network_no_ig', 'x_head_same_n']:.1f}x)"
+        + (", a ratio the fixed costs of that small run flatter." if args.n_network < args.n else "."),
         "",
         "Where the time goes: at head scope a batch costs one backbone pass (the head works on pooled states). At "
         "network scope each distinct removal set of an input re-runs the backbone from the input with the removed "
