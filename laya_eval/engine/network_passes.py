@@ -40,14 +40,14 @@ def network_replacement_logits(tr: Trace, model: LayeredModel, masks: Tensor,
     replaced by ``values[i]`` (broadcast to it; ``None`` or no ``values``: zeros) inside the backbone for the
     samples that drop it, and every later block is recomputed; at most ``max_rows`` inputs per backbone pass.
     A removal set a sample meets more than once runs once."""
+    if take_rows(tr.inputs, torch.zeros(1, dtype=torch.long, device=masks.device)) is None:
+        return _per_removal_logits(tr, model, masks, values, max_rows)  # rows cannot be gathered: one pass per removal
     n, k, n_layers = masks.shape
     drop = (masks == 0).reshape(n * k, n_layers)
     sample = torch.arange(n, device=masks.device).repeat_interleave(k)
     unique, inverse = torch.unique(torch.cat([sample[:, None], drop.long()], 1), dim=0, return_inverse=True)
     first = row_chunks(n, max_rows)[0]
     size = first.stop - first.start
-    if take_rows(tr.inputs, unique[:1, 0]) is None:  # inputs whose rows cannot be gathered: one pass per removal
-        return _per_removal_logits(tr, model, masks, values, max_rows)
     out = []
     for lo in range(0, unique.shape[0], size):
         part = unique[lo:lo + size]
