@@ -285,3 +285,56 @@ def test_captions_are_sentences_and_a_question_keeps_its_mark():
     caption = F.figure_caption(fig)
     assert caption.startswith("Does the verdict depend on how a layer is removed? "), caption
     assert "?." not in caption and ".." not in caption and caption.endswith("."), caption
+
+
+def _two_panels(title: str | None = None):
+    """A constrained-layout figure whose second layout pass would move it: the y ticks of the left panel change
+    with the height the first pass gives it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5, 2.4), layout="constrained", dpi=F.DPI)
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    left.plot(np.linspace(0, 1, 50), np.linspace(-1234.5, 98765.4, 50))
+    left.set_ylabel("a long axis label\non two lines")
+    right.bar(["fc1", "fc2", "fc3"], [0.2, 0.5, 0.3])
+    right.set_title("panel")
+    if title is not None:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def test_a_finished_figure_keeps_the_one_layout_that_saving_would_give_it():
+    """Finishing lays the figure out once and removes its layout engine: the bytes are those matplotlib's savefig
+    writes for the same figure (one layout pass), and saving does not move a panel."""
+    from laya_eval.figures.style import _finish, _theme
+
+    with _theme(figure_style="default"):
+        ours = _finish(_two_panels(), "Title", "subtitle")
+        theirs = _two_panels("Title\nsubtitle")
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    assert not isinstance(ours.get_layout_engine(), ConstrainedLayoutEngine)
+    assert isinstance(theirs.get_layout_engine(), ConstrainedLayoutEngine)
+    before = [ax.get_position().bounds for ax in ours.axes]
+    assert F.figure_bytes(ours, "png") == _savefig_png(theirs)
+    assert [ax.get_position().bounds for ax in ours.axes] == before
+
+
+def test_a_wrapped_title_keeps_the_layout_engine_and_gets_its_room():
+    """A title too wide for the canvas is wrapped after the first layout; the figure keeps its engine, so saving
+    lays it out again and the panels move down below the wrapped lines."""
+    from laya_eval.figures.style import _finish, _theme
+
+    long = " ".join(["a title far wider than the canvas it is drawn on"] * 3)
+    with _theme(figure_style="default"):
+        fig = _finish(_two_panels(), long)
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    assert isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine)
+    assert fig._suptitle.get_text().count("\n") >= 2
+    F.figure_bytes(fig, "png")
+    renderer = fig.canvas.get_renderer()
+    title_bottom = fig._suptitle.get_window_extent(renderer).y0
+    assert all(ax.get_tightbbox(renderer).y1 <= title_bottom + 1 for ax in fig.axes)

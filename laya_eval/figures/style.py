@@ -207,16 +207,27 @@ def _finish(fig, title: str, subtitle: str | None = None, note: str | None = Non
     ``note`` (what the marks mean, how to read the figure) never goes on the figure: with the title and
     subtitle it makes the caption (:func:`figure_caption`), which the paper style writes beside the file and the
     report prints under the figure. A title line wider than the canvas is wrapped at word boundaries.
+
+    The figure is laid out here, once, as saving a constrained-layout figure would lay it out, and keeps that
+    layout (its layout engine is removed): saving it then renders it without a second layout pass, which took
+    about as long as the rendering. Where a title had to be wrapped the engine stays, so that saving lays the figure out again around
+    the wrapped lines. A caller that edits a finished figure lays it out again with
+    ``fig.set_layout_engine("constrained")``.
     """
     sub = subtitle.replace("\n", "; ") if subtitle else ""
     caption = " ".join(_sentence(part) for part in (title, sub, note or "") if part)
     fig._laya_caption = caption
     if figure_style(fig) != "paper":
         fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10)
-    fig.draw_without_rendering()  # materialise ticks and layout while the theme is active (nothing rasterised)
-    # Titles wrapped here get their room when the figure is drawn (saving lays it out again).
-    _wrap_to_width(fig, fig._suptitle, fig.bbox.width)
-    _wrap_axes_titles(fig)
+    engine = fig.get_layout_engine()
+    if engine is None:
+        fig.draw_without_rendering()  # materialise ticks while the theme is active (nothing rasterised)
+    else:
+        engine.execute(fig)  # ticks materialise while the theme is active; nothing is drawn
+    wrapped = _wrap_to_width(fig, fig._suptitle, fig.bbox.width)
+    wrapped |= _wrap_axes_titles(fig)
+    if engine is not None and not wrapped:
+        fig.set_layout_engine("none")
     return fig
 
 
@@ -314,7 +325,7 @@ def _drawn_as_saved(fig, dpi: int):
     if (type(fig.canvas) is not FigureCanvasAgg or fig.dpi != dpi or rc["savefig.bbox"] is not None
             or rc["savefig.transparent"] or rc["savefig.facecolor"] != "auto" or rc["savefig.edgecolor"] != "auto"):
         return None
-    # One draw lays the figure out and renders it: savefig's layout pass and rendering with the layout then held.
+    # One draw renders the figure (and lays it out first where it still has a layout engine), as savefig does.
     fig.canvas.draw()
     return Image.frombuffer("RGBA", fig.canvas.get_width_height(physical=True), fig.canvas.buffer_rgba(),
                             "raw", "RGBA", 0, 1)
