@@ -15,13 +15,14 @@ export LAYA_EVAL_THREADS ?= 1
 
 setup: $(STAMP)
 
-# torch==2.13.0 first, with pip: it is a local CPU wheel that pip's configuration points to; resolving torch from
-# scratch pulls a CUDA build. Then the project and its extras with uv (installed by pip beside torch), which
-# resolves and installs them in about a quarter of pip's time and keeps the torch already there; --compile-bytecode
-# as pip does, so that no test process compiles the site-packages it imports. Nothing is written to HOME or the
-# system's temporary folder: no package caches; pip's user-agent probe (`rustc --version`, also run by venv's
-# ensurepip) leaves rustup's settings file, and uv's build its lock file, in the venv.
-PIP := $(BIN)/python -m pip install -q --disable-pip-version-check --no-cache-dir
+# torch==2.13.0 is a local CPU wheel that pip's configuration points to (resolving torch from scratch pulls a CUDA
+# build): pip fetches that file (a copy where it is local) and uv, which pip installs, installs it by its path
+# with the project and its extras, in about half of pip's time; --compile-bytecode as pip does, so that no test
+# process compiles the site-packages it imports. Nothing is written to HOME or the system's temporary folder: no
+# package caches; pip's user-agent probe (`rustc --version`, also run by venv's ensurepip) leaves rustup's
+# settings file, and uv's build its lock file, in the venv.
+PIP_OPTS := -q --disable-pip-version-check --no-cache-dir
+PIP := $(BIN)/python -m pip install $(PIP_OPTS)
 UV  := $(BIN)/uv pip install -q --no-cache --compile-bytecode --python $(BIN)/python
 
 $(STAMP) $(NB_STAMP): export RUSTUP_HOME := $(CURDIR)/$(VENV)/.rustup
@@ -30,8 +31,11 @@ $(STAMP) $(NB_STAMP): export TMPDIR := $(CURDIR)/$(VENV)/tmp
 $(STAMP): pyproject.toml
 	mkdir -p $(VENV)/tmp
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) torch==2.13.0 uv
-	$(UV) -e ".[dev]" torch==2.13.0
+	$(PIP) uv
+	rm -rf $(VENV)/wheels
+	$(BIN)/python -m pip download $(PIP_OPTS) --no-deps torch==2.13.0 -d $(VENV)/wheels
+	$(UV) $(VENV)/wheels/torch-*.whl -e ".[dev]"
+	rm -rf $(VENV)/wheels
 	touch $@
 
 # One pytest worker per core; the torchrun tests share an xdist group (one at a time, --dist loadgroup).
