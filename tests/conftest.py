@@ -61,12 +61,25 @@ def pytest_collection_modifyitems(items):
     Tests that share a module-scoped fixture (a trained model, a built site, a pruning run) go to one xdist
     worker as a group (``--dist loadgroup``), so the fixture is built once rather than once per worker; a test
     with its own ``xdist_group`` mark (the torchrun tests) keeps it. ``tryfirst``: the marks must be in place
-    before xdist's worker hook reads them into the test ids."""
+    before xdist's worker hook reads them into the test ids.
+
+    The groups and the slow tests go first. xdist hands out work units largest first (groups of several tests) and
+    units of one test in this order, so a long single test (an installed plug-in, a documentation page run end to
+    end) starts while the other worker still has work, instead of running alone at the end of the suite."""
     for item in items:
         if item.path.name == "test_reproduce.py":
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("xdist_group") is None and _uses_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(f"module:{item.path.name}"))
+    items.sort(key=_start_order)  # stable: the collection order is kept otherwise
+
+
+def _start_order(item) -> int:
+    """Groups first (a module's grouped tests stay together, so its fixtures are built once in a serial run too),
+    then slow single tests, then the rest."""
+    if item.get_closest_marker("xdist_group") is not None:
+        return 0
+    return 1 if item.get_closest_marker("slow") is not None else 2
 
 
 def _uses_module_fixture(item) -> bool:
