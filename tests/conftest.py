@@ -12,27 +12,34 @@ import pytest
 # Tests never reach a model hub: the MiniLM encoder is read from its installed package.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-import torch
-
-# One intra-op thread per xdist worker (one worker per core), as LAYA_EVAL_THREADS pins the CLI: multi-threaded
-# kernels may split a reduction by the batch's size or the machine's load, and the byte-identity tests compare
-# runs at different batch sizes.
-torch.set_num_threads(int(os.environ.get("LAYA_EVAL_THREADS", "1")))
-
-from laya_eval.loading.checkpoints import save_checkpoint
-from laya_eval.data import load_dataset
-from laya_eval.training.trainer import TrainOptions, build_model, train
+# torch and laya_eval are imported where used: the xdist controller, which runs no test, never loads them.
 
 HEAD_NAMES = ("lastlayer", "concat", "scalarmix", "laya")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread():
+    """One intra-op thread per xdist worker (one worker per core), as LAYA_EVAL_THREADS pins the CLI: multi-threaded
+    kernels may split a reduction by the batch's size or the machine's load, and the byte-identity tests compare
+    runs at different batch sizes."""
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("LAYA_EVAL_THREADS", "1")))
 
 
 @pytest.fixture(scope="session")
 def digits():
     """The digits splits: {'train', 'val', 'test'}."""
+    from laya_eval.data import load_dataset
+
     return {s: load_dataset("digits", s) for s in ("train", "val", "test")}
 
 
 def _trained(head: str, digits, widths=(64, 32, 16)):
+    import torch
+
+    from laya_eval.training.trainer import TrainOptions, build_model, train
+
     torch.manual_seed(0)
     model = build_model("mlp", head, digits["train"], backbone_kwargs={"widths": list(widths)},
                         head_kwargs={"d_star": 16, "scorer_hidden": 16} if head == "laya" else
@@ -50,6 +57,8 @@ def digits_models(digits):
 @pytest.fixture(scope="session")
 def digits_checkpoints(digits_models, tmp_path_factory):
     """Each of :func:`digits_models` saved as a .pt checkpoint; {head: path}."""
+    from laya_eval.loading.checkpoints import save_checkpoint
+
     root = tmp_path_factory.mktemp("ckpt")
     return {h: save_checkpoint(m, root / f"digits-{h}.pt") for h, m in digits_models.items()}
 
