@@ -133,7 +133,8 @@ def faithfulness(checkpoint, trust_code, allow_unverified, plugins, download, da
     names = None if methods is None else choice_list(methods, registered_methods(), "--methods")
     options = EvalOptions(methods=names, ablation=ablations[0], scope=scope, split=split, limit=limit,
                           target=target, n_steps=ig_steps, ig_baseline=ig_baseline, internal_batch_size=ig_batch_size,
-                          batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device, dtype=dtype, chunk_size=chunk_size, tie_rtol=tie_rtol,
+                          batch_size=batch_size, seed=seed, bootstrap=bootstrap, device=device, dtype=dtype,
+                          chunk_size=chunk_size, tie_rtol=tie_rtol,
                           trust_code=trust_code, download=download, allow_nonfinite=allow_nonfinite,
                           allow_unverified=allow_unverified, max_memory_mb=max_memory, draws=draws,
                           angular_span=angular_span, cache=not no_cache, cache_dir=cache_dir)
