@@ -308,13 +308,13 @@ def _two_panels(title: str | None = None):
 def test_a_finished_figure_keeps_the_one_layout_that_saving_would_give_it():
     """Finishing lays the figure out once and removes its layout engine: the bytes are those matplotlib's savefig
     writes for the same figure (one layout pass), and saving does not move a panel."""
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
     from laya_eval.figures.style import _finish, _theme
 
     with _theme(figure_style="default"):
         ours = _finish(_two_panels(), "Title", "subtitle")
         theirs = _two_panels("Title\nsubtitle")
-    from matplotlib.layout_engine import ConstrainedLayoutEngine
-
     assert not isinstance(ours.get_layout_engine(), ConstrainedLayoutEngine)
     assert isinstance(theirs.get_layout_engine(), ConstrainedLayoutEngine)
     before = [ax.get_position().bounds for ax in ours.axes]
@@ -325,13 +325,13 @@ def test_a_finished_figure_keeps_the_one_layout_that_saving_would_give_it():
 def test_a_wrapped_title_keeps_the_layout_engine_and_gets_its_room():
     """A title too wide for the canvas is wrapped after the first layout; the figure keeps its engine, so saving
     lays it out again and the panels move down below the wrapped lines."""
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
     from laya_eval.figures.style import _finish, _theme
 
     long = " ".join(["a title far wider than the canvas it is drawn on"] * 3)
     with _theme(figure_style="default"):
         fig = _finish(_two_panels(), long)
-    from matplotlib.layout_engine import ConstrainedLayoutEngine
-
     assert isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine)
     assert fig._suptitle.get_text().count("\n") >= 2
     F.figure_bytes(fig, "png")

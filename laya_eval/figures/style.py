@@ -209,10 +209,9 @@ def _finish(fig, title: str, subtitle: str | None = None, note: str | None = Non
     report prints under the figure. A title line wider than the canvas is wrapped at word boundaries.
 
     The figure is laid out here, once, as saving a constrained-layout figure would lay it out, and keeps that
-    layout (its layout engine is removed): saving it then renders it without a second layout pass, which took
-    about as long as the rendering. Where a title had to be wrapped the engine stays, so that saving lays the figure out again around
-    the wrapped lines. A caller that edits a finished figure lays it out again with
-    ``fig.set_layout_engine("constrained")``.
+    layout (its layout engine is removed): saving it then renders it without a second layout pass. Where a title
+    had to be wrapped the engine stays, so that saving lays the figure out again around the wrapped lines. A
+    caller that edits a finished figure lays it out again with ``fig.set_layout_engine("constrained")``.
     """
     sub = subtitle.replace("\n", "; ") if subtitle else ""
     caption = " ".join(_sentence(part) for part in (title, sub, note or "") if part)
