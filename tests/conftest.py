@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 # First: HOME and every cache folder move into a temporary folder before torch or matplotlib load.
@@ -13,6 +14,13 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # torch and laya_eval are imported where used: the xdist controller, which runs no test, never loads them.
+
+# Fewer, larger garbage collections. A worker holds torch, pandas, matplotlib and the test modules, and the figure
+# and report tests allocate fast: with Python's defaults (700, 10, 10) the collections took 37 of a suite run's 500
+# CPU-s, 32 of them in full collections, each walking that whole heap; with these thresholds 11 CPU-s (side by side,
+# the suite 270 -> 246 s). A cycle now waits for 50,000 net allocations in the youngest generation (the oldest is
+# still collected, after 10 collections of the middle one); the largest worker peaked at 1.41 against 1.15 GB.
+gc.set_threshold(50_000, 20, 10)
 
 HEAD_NAMES = ("lastlayer", "concat", "scalarmix", "laya")
 
