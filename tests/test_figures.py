@@ -338,3 +338,69 @@ def test_a_wrapped_title_keeps_the_layout_engine_and_gets_its_room():
     renderer = fig.canvas.get_renderer()
     title_bottom = fig._suptitle.get_window_extent(renderer).y0
     assert all(ax.get_tightbbox(renderer).y1 <= title_bottom + 1 for ax in fig.axes)
+
+
+def _significance_panels(n_panels: int, methods=("laya", "static", "ig", "gradcam", "grad_x_act", "random")
+                         ) -> list[dict]:
+    """Panels as the report builds them: capped signed -log10 p over the whole colour range (light and dark cells),
+    NaN on the diagonal and where no test exists."""
+    rng = np.random.default_rng(3)
+    panels = []
+    for k in range(n_panels):
+        values = rng.permutation(np.linspace(-4.0, 4.0, len(methods) ** 2)).reshape(len(methods), len(methods))
+        np.fill_diagonal(values, np.nan)
+        values[0, -1] = np.nan
+        cells = np.where(np.isnan(values), "—", np.where(values > 1.3, "▲ 0.02", np.where(values < -1.3, "▼ 0.03",
+                                                                                          "· 0.4")))
+        panels.append({"meta": _meta(f"run{k}.pt"), "test": "Wilcoxon signed-rank",
+                       "values": pd.DataFrame(values, index=list(methods), columns=list(methods)),
+                       "cells": pd.DataFrame(cells, index=list(methods), columns=list(methods))})
+    return panels
+
+
+@pytest.mark.filterwarnings("ignore:The set_bad function:PendingDeprecationWarning")  # seaborn's own heatmap
+@pytest.mark.parametrize("style", ["default", "paper"])
+def test_significance_heat_map_draws_what_seaborns_heatmap_draws(style):
+    """Cell colours, annotations (text, place, colour) and labels against seaborn's own heatmap of the same matrix."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    panel = _significance_panels(1)[0]
+    fig = F.significance_figure([panel], style=style)
+    ax = fig.axes[0]
+    values, cells = panel["values"], panel["cells"]
+    ref_fig, ref_ax = plt.subplots()
+    sns.heatmap(values, ax=ref_ax, annot=cells.to_numpy(dtype=object), fmt="", cmap="vlag_r", vmin=-4, vmax=4,
+                center=0, square=True, linewidths=0.5, cbar=False)
+    ours, theirs = ax.collections[0], ref_ax.collections[0]
+    ours.update_scalarmappable()
+    theirs.update_scalarmappable()
+    np.testing.assert_allclose(ours.get_facecolors(), theirs.get_facecolors(), atol=1e-12)
+    assert np.array_equal(np.ma.getmaskarray(ours.get_array()).ravel(), np.isnan(values.to_numpy()).ravel())
+
+    def annotations(a):
+        return sorted((t.get_position(), t.get_text(), matplotlib.colors.to_hex(t.get_color())) for t in a.texts)
+
+    assert annotations(ax) == annotations(ref_ax)
+    assert len(ax.texts) == int(np.isfinite(values.to_numpy()).sum())  # no text on the diagonal or untested pairs
+    assert ax.get_xlim() == ref_ax.get_xlim() and ax.get_ylim() == ref_ax.get_ylim()  # row 0 at the top
+    assert list(ax.get_xticks()) == list(ref_ax.get_xticks()) == [k + 0.5 for k in range(len(values))]
+    assert all(t.get_rotation() == 90 for t in ax.get_xticklabels())
+    assert all(t.get_rotation() == 0 for t in ax.get_yticklabels())
+    plt.close(ref_fig)
+
+
+def test_a_significance_figure_is_not_rendered_before_it_is_saved():
+    """Eight panels, no render while the figure is built (seaborn's heatmap rendered the figure once per panel)."""
+    import matplotlib.figure
+
+    renders = []
+    original = matplotlib.figure.Figure.draw
+    try:
+        matplotlib.figure.Figure.draw = lambda self, renderer: (renders.append(1), original(self, renderer))[1]
+        fig = F.significance_figure(_significance_panels(8))
+        assert renders == []
+        F.figure_bytes(fig, "png")
+        assert len(renders) == 1
+    finally:
+        matplotlib.figure.Figure.draw = original
