@@ -179,3 +179,15 @@ def test_coinciding_pruning_lines_stay_visible(results):
     ax = fig.axes[0]
     xs = [tuple(np.round(line.get_xdata(), 6)) for line in ax.get_lines() if line.get_label()[:1] != "_"]
     assert len(xs) == len(set(xs)), "two lines share their markers' positions"
+
+
+@pytest.mark.parametrize("style", ["default", "paper"])
+def test_a_one_run_significance_matrix_fits_its_canvas(style):
+    """One panel (a one-run report): its colour bar's label stays on the canvas. One pass of constrained layout
+    left it past the right edge in the default style (the bar's ticks change as it is resized)."""
+    from tests.test_figures import _significance_panels
+
+    for n_methods in (2, 4, 6):
+        methods = ("laya", "static", "ig", "gradcam", "grad_x_act", "random")[:n_methods]
+        fig = F.significance_figure(_significance_panels(1, methods), style=style)
+        assert _problems(fig) == [], (n_methods, _problems(fig))

@@ -31,7 +31,8 @@ def significance_figure(panels: Sequence[Mapping[str, Any]], *, cap: float = 4.0
     check_style(style)
     paper = style == "paper"
     name = (lambda m: METHOD_SHORT_LABELS.get(m, m)) if paper else method_label
-    size = max(len(p["values"]) for p in panels)
+    # The canvas of at least a 4 x 4 matrix: a smaller one leaves no room for the colour bar's label.
+    size = max(4, max(len(p["values"]) for p in panels))
     ncols = min(len(panels), 2)
     nrows = -(-len(panels) // ncols)
     with _theme("white", figure_style=style):

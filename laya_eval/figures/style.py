@@ -208,14 +208,14 @@ def _finish(fig, title: str, subtitle: str | None = None, note: str | None = Non
     subtitle it makes the caption (:func:`figure_caption`), which the paper style writes beside the file and the
     report prints under the figure. A title line wider than the canvas is wrapped at word boundaries.
 
-    The figure is laid out here, once, as saving a constrained-layout figure would lay it out, and keeps that
-    layout (its layout engine is removed): saving it then renders it without a second layout pass. Where a title
-    had to be wrapped the engine stays, so that saving lays the figure out again around the wrapped lines. A
-    caller that edits a finished figure lays it out again with ``fig.set_layout_engine("constrained")``.
+    The figure is laid out here, as saving a constrained-layout figure would lay it out, and keeps that layout (its
+    layout engine is removed): saving it then renders it without another layout pass. Where that one pass leaves
+    anything past the canvas (constrained layout is not idempotent: a colour bar's ticks change as the bar is
+    resized) it is laid out a second time. Where a title had to be wrapped the engine stays, so that saving lays the
+    figure out again around the wrapped lines. An edited figure is laid out again with ``set_layout_engine``.
     """
     sub = subtitle.replace("\n", "; ") if subtitle else ""
-    caption = " ".join(_sentence(part) for part in (title, sub, note or "") if part)
-    fig._laya_caption = caption
+    fig._laya_caption = " ".join(_sentence(part) for part in (title, sub, note or "") if part)
     if figure_style(fig) != "paper":
         fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10)
     engine = fig.get_layout_engine()
@@ -223,11 +223,19 @@ def _finish(fig, title: str, subtitle: str | None = None, note: str | None = Non
         fig.draw_without_rendering()  # materialise ticks while the theme is active (nothing rasterised)
     else:
         engine.execute(fig)  # ticks materialise while the theme is active; nothing is drawn
+        if _past_the_edge(fig):
+            engine.execute(fig)  # constrained layout is not idempotent (see above): a second pass settles it
     wrapped = _wrap_to_width(fig, fig._suptitle, fig.bbox.width)
     wrapped |= _wrap_axes_titles(fig)
     if engine is not None and not wrapped:
         fig.set_layout_engine("none")
     return fig
+
+
+def _past_the_edge(fig) -> bool:
+    """Whether anything the figure draws reaches past its canvas (from the artists' extents; nothing drawn)."""
+    box, (width, height) = fig.get_tightbbox(fig.canvas.get_renderer()), fig.get_size_inches()
+    return box.x0 < 0 or box.y0 < 0 or box.x1 > width or box.y1 > height
 
 
 def _sentence(text: str) -> str:
