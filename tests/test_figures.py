@@ -387,20 +387,23 @@ def test_significance_heat_map_draws_what_seaborns_heatmap_draws(style):
     assert list(ax.get_xticks()) == list(ref_ax.get_xticks()) == [k + 0.5 for k in range(len(values))]
     assert all(t.get_rotation() == 90 for t in ax.get_xticklabels())
     assert all(t.get_rotation() == 0 for t in ax.get_yticklabels())
+    assert {k: v.get_visible() for k, v in ax.spines.items()} == {k: v.get_visible() for k, v in ref_ax.spines.items()}
     plt.close(ref_fig)
 
 
-def test_a_significance_figure_is_not_rendered_before_it_is_saved():
+def test_a_significance_figure_is_not_rendered_before_it_is_saved(monkeypatch):
     """Eight panels, no render while the figure is built (seaborn's heatmap rendered the figure once per panel)."""
     import matplotlib.figure
 
     renders = []
-    original = matplotlib.figure.Figure.draw
-    try:
-        matplotlib.figure.Figure.draw = lambda self, renderer: (renders.append(1), original(self, renderer))[1]
-        fig = F.significance_figure(_significance_panels(8))
-        assert renders == []
-        F.figure_bytes(fig, "png")
-        assert len(renders) == 1
-    finally:
-        matplotlib.figure.Figure.draw = original
+    draw = matplotlib.figure.Figure.draw
+
+    def counted(self, renderer):
+        renders.append(self)
+        return draw(self, renderer)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "draw", counted)
+    fig = F.significance_figure(_significance_panels(8))
+    assert renders == []
+    F.figure_bytes(fig, "png")
+    assert renders == [fig]
