@@ -191,3 +191,36 @@ def test_a_one_run_significance_matrix_fits_its_canvas(style):
         methods = ("laya", "static", "ig", "gradcam", "grad_x_act", "random")[:n_methods]
         fig = F.significance_figure(_significance_panels(1, methods), style=style)
         assert _problems(fig) == [], (n_methods, _problems(fig))
+
+
+@pytest.mark.parametrize("style", ["default", "paper"])
+def test_a_one_run_report_fits_its_canvas(results, style):
+    """The report of one result folder: its panels are the widest, so coinciding methods stack the most direct labels
+    on a deletion curve and the significance matrix gets the narrowest cells."""
+    figs = dict(report_figures(load_inputs([results["laya"]["folder"] / "gate"]).runs, style=style))
+    assert {"deletion_curves", "significance"} <= set(figs), sorted(figs)
+    problems = {name: p for name, fig in figs.items() if (p := _problems(fig))}
+    assert not problems, problems
+
+
+@pytest.mark.parametrize("style", ["default", "paper"])
+@pytest.mark.parametrize("top", [0.78, 0.4])
+def test_stacked_direct_labels_of_coinciding_methods_stay_apart_and_inside_their_panel(style, top):
+    """Seven methods on one curve at the top of the panel (four label lines), two others just below it: the label
+    blocks are stacked without touching one another or the panel title, whatever the panel's height."""
+    from tests.test_figures import _meta
+
+    shapes = {"top": [top, top, 0.78], "near": [top - 0.02, 0.5, 0.78], "low": [0.0, 0.0, 0.78]}
+    groups = {"top": ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "alpha_norm"],
+              "near": ["random"], "low": ["block_influence", "angular_distance"]}
+    rows = [{"run": "m.pt", "method": m, "k": k + 1, "deletion": shapes[g][k]}
+            for g, members in groups.items() for m in members for k in range(3)]
+    fig = F.deletion_curves_figure(pd.DataFrame(rows), [_meta()], style=style)
+    assert _problems(fig) == []
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    labels = [t for t in ax.texts if t.get_text().strip()]
+    assert len(labels) == 3 and labels[0].get_text().count("\n") == 3  # 7 names, two per line
+    for t in labels:  # inside the panel's height: nothing reaches into the title above or the tick labels below
+        box = t.get_window_extent(renderer)
+        assert ax.bbox.y0 - TOL <= box.y0 and box.y1 <= ax.bbox.y1 + TOL, (t.get_text(), box, ax.bbox)

@@ -185,10 +185,12 @@ def _spread(ys: Sequence[float], heights: Sequence[float], bounds: tuple[float, 
     h = np.array(heights, dtype=float)[order]
     for k in range(1, len(y)):  # push up from the lowest label
         y[k] = max(y[k], y[k - 1] + (h[k - 1] + h[k]) / 2)
-    y -= max(0.0, y[-1] + h[-1] / 2 - bounds[1])  # then down if the top one leaves the axis
+    y[-1] = min(y[-1], bounds[1] - h[-1] / 2)  # the top one back inside, and those below it down as far as needed
     for k in range(len(y) - 2, -1, -1):
         y[k] = min(y[k], y[k + 1] - (h[k + 1] + h[k]) / 2)
-    y += max(0.0, bounds[0] - (y[0] - h[0] / 2))  # and up again if the bottom one does
+    y[0] = max(y[0], bounds[0] + h[0] / 2)  # the bottom one inside (labels taller than the bounds cannot all fit)
+    for k in range(1, len(y)):
+        y[k] = max(y[k], y[k - 1] + (h[k - 1] + h[k]) / 2)
     out = np.empty_like(y)
     out[order] = y
     return out.tolist()
@@ -220,9 +222,10 @@ def _curves_panel(ax, part: pd.DataFrame, methods: Sequence[str], style: str) ->
     line = (0.085 if style == "paper" else 0.07) * (hi - lo)  # one text line, in data units
     heights = [line * (_group_label(g).count("\n") + 1) for g in groups]
     for group, y in zip(groups, _spread(y0, heights, (lo, hi))):
+        # Drawn even where labels taller than the panel push one past it (matplotlib would silently leave it out).
         ax.annotate(_group_label(group), (ks[0], y), xytext=(-9, 0), textcoords="offset points", ha="right",
                     va="center", color=method_color(group[0]), fontsize=6 if style == "paper" else 7.5,
-                    linespacing=0.95)
+                    linespacing=0.95, annotation_clip=False)
 
 
 def deletion_curves_figure(curves: pd.DataFrame, runs: Sequence[Mapping[str, Any]], *, style: str = "default",

@@ -6,6 +6,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from laya_eval.figures.layout import after_layout
 from laya_eval.figures.style import (METHOD_SHORT_LABELS, _facet_title, _facets, _finish, _new_figure, _theme,
                                      check_style, describe, method_color, method_label)
 
@@ -90,13 +91,25 @@ def _heatmap(ax, values: np.ndarray, cells: np.ndarray, labels: Sequence[str], c
     ax.set_xticks(np.arange(n_cols) + 0.5, labels, rotation=90)  # upright names would run into each other
     ax.set_yticks(np.arange(n_rows) + 0.5, labels, rotation=0, va="center")
     mesh.update_scalarmappable()
+    texts = []
     for k, (value, colour) in enumerate(zip(mesh.get_array().flat, mesh.get_facecolors())):
         if value is np.ma.masked:
             continue
         row, col = divmod(k, n_cols)
         # Dark text on light cells, white on dark ones, by relative luminance (WCAG 2.0).
-        ax.text(col + 0.5, row + 0.5, f"{cells[row, col]}", ha="center", va="center", fontsize=fontsize,
-                color=".15" if _relative_luminance(colour) > 0.408 else "w")
+        texts.append(ax.text(col + 0.5, row + 0.5, f"{cells[row, col]}", ha="center", va="center", fontsize=fontsize,
+                             color=".15" if _relative_luminance(colour) > 0.408 else "w"))
+    after_layout(ax.figure, lambda: _fit_cells(ax, texts))
+
+
+def _fit_cells(ax, texts: Sequence) -> None:
+    """Every cell's text on two lines (the mark above the p-value) where one line is wider than a cell (a one-column
+    paper figure of many methods): measured on the laid-out panel."""
+    renderer = ax.figure.canvas.get_renderer()
+    cell = abs(ax.transData.transform((1, 0))[0] - ax.transData.transform((0, 0))[0])
+    if any(t.get_window_extent(renderer).width > cell - 2 for t in texts):
+        for t in texts:
+            t.set_text(t.get_text().replace(" ", "\n", 1))
 
 
 def _relative_luminance(rgba) -> float:

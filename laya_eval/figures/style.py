@@ -18,6 +18,7 @@ from typing import Any, Iterator, Mapping
 
 from laya_eval.catalog import METHOD_SPECS
 from laya_eval.errors import ConfigError
+from laya_eval.figures.layout import past_the_edge, run_placements, wrap_axes_titles, wrap_to_width
 
 __all__ = ["COLUMN_WIDTHS", "DPI", "FORMATS", "METHOD_LABELS", "METHOD_SHORT_LABELS", "PALETTE", "PAPER_DPI",
            "RHO_BANDS", "STYLES", "caption_path", "check_format", "check_style", "default_format", "describe",
@@ -211,8 +212,10 @@ def _finish(fig, title: str, subtitle: str | None = None, note: str | None = Non
     The figure is laid out here, as saving a constrained-layout figure would lay it out, and keeps that layout (its
     layout engine is removed): saving it then renders it without another layout pass. Where that one pass leaves
     anything past the canvas (constrained layout is not idempotent: a colour bar's ticks change as the bar is
-    resized) it is laid out a second time. Where a title had to be wrapped the engine stays, so that saving lays the
-    figure out again around the wrapped lines. An edited figure is laid out again with ``set_layout_engine``.
+    resized) it is laid out a second time. After each pass the placements registered with
+    :func:`~laya_eval.figures.layout.after_layout` run. Where a title had to be wrapped the engine stays, so that
+    saving lays the figure out again around the wrapped lines. An edited figure is laid out again with
+    ``set_layout_engine``.
     """
     sub = subtitle.replace("\n", "; ") if subtitle else ""
     fig._laya_caption = " ".join(_sentence(part) for part in (title, sub, note or "") if part)
@@ -221,58 +224,24 @@ def _finish(fig, title: str, subtitle: str | None = None, note: str | None = Non
     engine = fig.get_layout_engine()
     if engine is None:
         fig.draw_without_rendering()  # materialise ticks while the theme is active (nothing rasterised)
+        run_placements(fig)
     else:
         engine.execute(fig)  # ticks materialise while the theme is active; nothing is drawn
-        if _past_the_edge(fig):
+        run_placements(fig)
+        if past_the_edge(fig):
             engine.execute(fig)  # constrained layout is not idempotent (see above): a second pass settles it
-    wrapped = _wrap_to_width(fig, fig._suptitle, fig.bbox.width)
-    wrapped |= _wrap_axes_titles(fig)
+            run_placements(fig)
+    wrapped = wrap_to_width(fig, fig._suptitle, fig.bbox.width)
+    wrapped |= wrap_axes_titles(fig)
     if engine is not None and not wrapped:
         fig.set_layout_engine("none")
     return fig
-
-
-def _past_the_edge(fig) -> bool:
-    """Whether anything the figure draws reaches past its canvas (from the artists' extents; nothing drawn)."""
-    box, (width, height) = fig.get_tightbbox(fig.canvas.get_renderer()), fig.get_size_inches()
-    return box.x0 < 0 or box.y0 < 0 or box.x1 > width or box.y1 > height
 
 
 def _sentence(text: str) -> str:
     """``text`` as a caption sentence: capitalised, ending in one full stop (a question keeps its mark)."""
     text = text[0].upper() + text[1:]
     return text if text.endswith(("?", "!")) else text.rstrip(".") + "."
-
-
-def _wrap_to_width(fig, text, width_px: float) -> bool:
-    """Wrap the lines of ``text`` (a Text artist) that are wider than ``width_px``; True if any was."""
-    import textwrap
-
-    if text is None or not text.get_text() or not text.get_visible():
-        return False
-    renderer = fig.canvas.get_renderer()
-    whole = text.get_text()
-    room = 0.97 * width_px
-    lines = []
-    for line in whole.split("\n"):
-        text.set_text(line)
-        wide = text.get_window_extent(renderer).width
-        if wide <= room or " " not in line:
-            lines.append(line)
-        else:
-            lines += textwrap.wrap(line, max(12, int(len(line) * room / wide)))
-    text.set_text("\n".join(lines))
-    return text.get_text() != whole
-
-
-def _wrap_axes_titles(fig) -> bool:
-    """Wrap every visible panel title to its panel's width (constrained layout then makes room)."""
-    changed = False
-    for ax in fig.axes:
-        if ax.get_visible():
-            for t in (ax.title, ax._left_title, ax._right_title):
-                changed |= _wrap_to_width(fig, t, ax.bbox.width)
-    return changed
 
 
 def _legend_below(fig, handles, labels, *, ncols: int, **kw):
