@@ -3,7 +3,8 @@
 Two checks per figure, each against what the pixels and the renderer say (not the code that placed things):
 the outermost pixel rows and columns of the PNG are background (nothing drawn reaches the edge), and the
 bounding boxes of all drawn texts (titles, axis and tick labels, legends, annotations, colour bars) lie inside
-the figure and do not intersect one another.
+the figure and do not intersect one another. An annotation matplotlib leaves out (its anchor outside its panel)
+counts as a problem too.
 """
 
 from __future__ import annotations
@@ -140,6 +141,9 @@ def _problems(fig) -> list[str]:
     renderer = fig.canvas.get_renderer()
     W, H = fig.bbox.width, fig.bbox.height
     boxes = [(t.get_text().replace("\n", " ")[:40], t.get_window_extent(renderer)) for t in drawn_texts(fig)]
+    # An annotation whose anchor lies outside its axes is not drawn at all (its extent is then the unit box at 0, 0).
+    problems += [f"{text!r} is not drawn (its anchor is outside its panel)" for text, b in boxes
+                 if tuple(b.bounds) == (0.0, 0.0, 1.0, 1.0)]
     for text, b in boxes:
         if b.x0 < -TOL or b.y0 < -TOL or b.x1 > W + TOL or b.y1 > H + TOL:
             problems.append(f"{text!r} leaves the canvas: {b.bounds} on {W:.0f}x{H:.0f}")
@@ -160,14 +164,18 @@ def test_every_figure_kind_fits_its_canvas_without_overlapping_labels(results, p
 
 
 def test_the_checks_see_a_title_past_the_edge_and_two_labels_on_each_other():
-    """The checks can fail: a text pushed past the right edge and a second label on top of a tick label."""
+    """The checks can fail: a text pushed past the right edge, a second label on top of a tick label and an annotation
+    matplotlib leaves out."""
     from tests.test_figures import _faith_table, _meta
 
     fig = F.faithfulness_figure(_faith_table({"laya": 0.85, "ig": 0.88, "random": 0.0}), [_meta()])
     fig.text(0.9, 0.5, "a label that runs far past the right edge of the canvas", bbox={"facecolor": "black"})
     box = fig.axes[0].get_yticklabels()[0].get_window_extent(fig.canvas.get_renderer())
     fig.text(box.x0 / fig.bbox.width, box.y0 / fig.bbox.height, "on top")
+    ax = fig.axes[0]
+    ax.annotate("anchored outside", (ax.get_xlim()[1] + 10, ax.get_ylim()[1]))
     problems = _problems(fig)
+    assert "'anchored outside' is not drawn (its anchor is outside its panel)" in problems, problems
     assert "drawing touches the right edge" in problems, problems
     assert any("leaves the canvas" in p for p in problems), problems
     assert any("'on top' overlaps" in p or "overlaps 'on top'" in p for p in problems), problems
