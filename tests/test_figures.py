@@ -391,6 +391,48 @@ def test_significance_heat_map_draws_what_seaborns_heatmap_draws(style):
     plt.close(ref_fig)
 
 
+@pytest.mark.filterwarnings("ignore:The set_bad function:PendingDeprecationWarning")  # seaborn's own heatmap
+@pytest.mark.parametrize("style", ["default", "paper"])
+def test_agreement_heat_map_draws_what_seaborns_heatmap_draws(style):
+    """Cells, annotations (two decimals, place, colour), colour bar and labels against seaborn's own heatmap."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    methods = ["laya", "static", "ig", "gradcam", "random"]
+    rng = np.random.default_rng(5)
+    values = rng.uniform(-1, 1, (5, 5))
+    values = (values + values.T) / 2
+    np.fill_diagonal(values, 1.0)
+    values[0, 4] = values[4, 0] = np.nan  # no sample where both are defined
+    matrix = pd.DataFrame(values, index=methods, columns=methods)
+    fig = F.agreement_figure(matrix, meta=_meta(), style=style)
+    ax = fig.axes[0]
+    ref_fig, ref_ax = plt.subplots()
+    sns.heatmap(matrix, ax=ref_ax, annot=True, fmt=".2f", cmap="vlag", vmin=-1, vmax=1, center=0, square=True,
+                linewidths=0.5, annot_kws={"fontsize": 4.5 if style == "paper" else 7})
+    ours, theirs = ax.collections[0], ref_ax.collections[0]
+    ours.update_scalarmappable()
+    theirs.update_scalarmappable()
+    np.testing.assert_allclose(ours.get_facecolors(), theirs.get_facecolors(), atol=1e-12)
+
+    def annotations(a):
+        return sorted((t.get_position(), t.get_text(), matplotlib.colors.to_hex(t.get_color()), t.get_fontsize())
+                      for t in a.texts)
+
+    assert annotations(ax) == annotations(ref_ax)
+    assert len(ax.texts) == 23 and "nan" not in {t.get_text() for t in ax.texts}
+    assert ax.get_xlim() == ref_ax.get_xlim() and ax.get_ylim() == ref_ax.get_ylim()  # row 0 at the top
+    assert [t.get_text() for t in ax.get_yticklabels()] == [F.METHOD_SHORT_LABELS[m] if style == "paper"
+                                                            else F.METHOD_LABELS[m] for m in methods]
+    assert all(t.get_rotation() == 90 for t in ax.get_xticklabels())
+    assert all(t.get_rotation() == 0 for t in ax.get_yticklabels())
+    ours_bar, theirs_bar = ours.colorbar, theirs.colorbar
+    assert ours_bar.ax.get_ylabel() == "mean Spearman ρ across layers"
+    assert (ours_bar.vmin, ours_bar.vmax) == (theirs_bar.vmin, theirs_bar.vmax) == (-1, 1)
+    assert ours_bar.outline.get_linewidth() == theirs_bar.outline.get_linewidth() == 0
+    plt.close(ref_fig)
+
+
 def test_a_significance_figure_is_not_rendered_before_it_is_saved(monkeypatch):
     """Eight panels, no render while the figure is built (seaborn's heatmap rendered the figure once per panel)."""
     import matplotlib.figure
@@ -404,6 +446,21 @@ def test_a_significance_figure_is_not_rendered_before_it_is_saved(monkeypatch):
 
     monkeypatch.setattr(matplotlib.figure.Figure, "draw", counted)
     fig = F.significance_figure(_significance_panels(8))
+    assert renders == []
+    F.figure_bytes(fig, "png")
+    assert renders == [fig]
+
+
+def test_an_agreement_figure_is_not_rendered_before_it_is_saved(monkeypatch):
+    """seaborn's heatmap rendered the figure to check its tick labels; the matplotlib heat map renders only on saving."""
+    import matplotlib.figure
+
+    renders = []
+    draw = matplotlib.figure.Figure.draw
+    monkeypatch.setattr(matplotlib.figure.Figure, "draw", lambda self, renderer: (renders.append(self),
+                                                                                  draw(self, renderer))[1])
+    methods = ["laya", "static", "ig"]
+    fig = F.agreement_figure(pd.DataFrame(np.eye(3), index=methods, columns=methods), meta=_meta())
     assert renders == []
     F.figure_bytes(fig, "png")
     assert renders == [fig]

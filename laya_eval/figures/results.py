@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from laya_eval.figures.heatmap import annotated_heatmap
 from laya_eval.figures.style import (METHOD_SHORT_LABELS, RHO_BANDS, _facet_title, _facets, _finish, _legend_below,
                                      _new_figure, _theme, check_style,
                                      describe, layer_names, method_color, method_label)
@@ -151,24 +152,23 @@ def agreement_figure(matrix: pd.DataFrame, *, meta: Mapping[str, Any], style: st
     style : {"default", "paper"}
     width : {"single", "double"} or float, optional
     """
-    import seaborn as sns
-
     check_style(style)
     paper = style == "paper"
     # A single paper column has no room for long names: the short ones (as on the curves' labels).
     name = (lambda m: METHOD_SHORT_LABELS.get(m, m)) if paper else method_label
     labels = [name(m) for m in matrix.index]
+    values = matrix.to_numpy(dtype=float)
     with _theme("white", figure_style=style):
         fig = _new_figure(0.75 * len(labels) + 3.6, 0.6 * len(labels) + 2.0, style=style, paper_width=width,
                           natural="single", paper_height=0.3 * len(labels) + 0.7)
         ax = fig.subplots()
-        sns.heatmap(matrix.set_axis(labels, axis=0).set_axis(labels, axis=1), ax=ax, annot=True, fmt=".2f",
-                    cmap="vlag", vmin=-1, vmax=1, center=0, square=True, linewidths=0.5,
-                    annot_kws={"fontsize": 4.5 if paper else 7},
-                    cbar_kws={"label": "mean Spearman ρ across layers", "shrink": 0.8 if paper else 1.0})
-        ax.tick_params(axis="x", rotation=90)  # upright names would run into each other
+        cells = np.array([[f"{v:.2f}" for v in row] for row in values], dtype=object)
+        mesh = annotated_heatmap(ax, values, cells, [name(m) for m in matrix.columns], labels, cmap="vlag", vmin=-1,
+                                 vmax=1, fontsize=4.5 if paper else 7)
+        bar = fig.colorbar(mesh, ax=ax, shrink=0.8 if paper else 1.0, label="mean Spearman ρ across layers")
+        bar.outline.set_linewidth(0)
         if paper:
-            ax.collections[0].colorbar.ax.tick_params(length=2, width=0.5)
+            bar.ax.tick_params(length=2, width=0.5)
         _color_method_ticks(ax, list(matrix.index), "y")
         _color_method_ticks(ax, list(matrix.columns), "x")
         return _finish(fig, "Method agreement", describe(meta),
