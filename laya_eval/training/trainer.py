@@ -239,10 +239,11 @@ def train_head(
 
     def train_batches(order: Tensor) -> Iterator[tuple[Tensor, Tensor]]:
         # One gather per chunk of consecutive batches instead of one per batch: the rows and their order
-        # are the same, so the batches hold the same values (and the trained head the same bits).
+        # are the same, so the batches hold the same values (and the trained head the same bits). index_select
+        # copies the same rows as h[rows], several times faster on CPU.
         for lo in range(0, len(order), rows_per_chunk):
             rows = order[lo:lo + rows_per_chunk].to(device)
-            hidden, y = [h[rows] for h in train_cache], labels[0][rows]
+            hidden, y = [h.index_select(0, rows) for h in train_cache], labels[0][rows]
             for sl in batch_slices(len(rows), options.batch_size):
                 yield head([h[sl] for h in hidden]), y[sl]
 
