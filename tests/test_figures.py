@@ -452,7 +452,7 @@ def test_a_significance_figure_is_not_rendered_before_it_is_saved(monkeypatch):
 
 
 def test_an_agreement_figure_is_not_rendered_before_it_is_saved(monkeypatch):
-    """seaborn's heatmap rendered the figure to check its tick labels; the matplotlib heat map renders only on saving."""
+    """seaborn's heatmap rendered the figure to check its tick labels; the heat map drawn now renders only on saving."""
     import matplotlib.figure
 
     renders = []
@@ -464,3 +464,14 @@ def test_an_agreement_figure_is_not_rendered_before_it_is_saved(monkeypatch):
     assert renders == []
     F.figure_bytes(fig, "png")
     assert renders == [fig]
+
+
+def test_a_finished_figure_pickles_and_draws_the_same_after_unpickling():
+    """matplotlib figures pickle; the significance figure's after-layout placements (closures) are dropped once it
+    is finished, so it does too."""
+    import pickle
+
+    fig = F.significance_figure(_significance_panels(1))
+    copy = pickle.loads(pickle.dumps(fig))
+    assert sorted(t.get_text() for t in copy.axes[0].texts) == sorted(t.get_text() for t in fig.axes[0].texts)
+    assert F.figure_bytes(copy, "png") == F.figure_bytes(fig, "png")

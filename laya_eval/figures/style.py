@@ -231,6 +231,7 @@ def _finish(fig, title: str, subtitle: str | None = None, note: str | None = Non
         if past_the_edge(fig):
             engine.execute(fig)  # constrained layout is not idempotent (see above): a second pass settles it
             run_placements(fig)
+    fig.__dict__.pop("_laya_after_layout", None)  # they run only here; a figure holding them would not pickle
     wrapped = wrap_to_width(fig, fig._suptitle, fig.bbox.width)
     wrapped |= wrap_axes_titles(fig)
     if engine is not None and not wrapped:
