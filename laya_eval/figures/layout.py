@@ -1,8 +1,8 @@
 """Laying out a finished figure: wrapping titles to the canvas, finding what reaches past it, and placements that
 need the laid-out figure (labels placed from their drawn extents).
 
-:func:`laya_eval.figures.style._finish` calls these after each pass of the figure's constrained layout. Nothing here is
-drawn: extents come from the Agg canvas's renderer.
+:func:`laya_eval.figures.style._finish` calls :func:`lay_out`, then wraps the titles. Nothing here is drawn:
+extents come from the Agg canvas's renderer.
 
 May import: nothing from laya_eval.
 """
@@ -12,22 +12,40 @@ from __future__ import annotations
 import textwrap
 from typing import Callable
 
-__all__ = ["after_layout", "past_the_edge", "run_placements", "wrap_axes_titles", "wrap_to_width"]
+__all__ = ["after_layout", "lay_out", "wrap_axes_titles", "wrap_to_width"]
+
+
+_PLACEMENTS = "_laya_after_layout"
 
 
 def after_layout(fig, placement: Callable[[], None]) -> None:
-    """Have the figure's finishing (:func:`laya_eval.figures.style._finish`) call ``placement`` after each layout
-    pass of ``fig``: labels placed from their drawn extents, which only a laid-out figure has."""
-    fig.__dict__.setdefault("_laya_after_layout", []).append(placement)
+    """Have :func:`lay_out` call ``placement`` after each layout pass of ``fig``: labels placed from their drawn
+    extents, which only a laid-out figure has."""
+    fig.__dict__.setdefault(_PLACEMENTS, []).append(placement)
 
 
-def run_placements(fig) -> None:
-    """Call the placements registered for ``fig``, in the order they were registered."""
-    for placement in getattr(fig, "_laya_after_layout", ()):
-        placement()
+def lay_out(fig) -> None:
+    """Lay ``fig`` out as saving it would (nothing drawn) and run its placements (:func:`after_layout`).
+
+    Where that pass leaves anything past the canvas it is laid out, and its placements run, a second time:
+    constrained layout is not idempotent (a colour bar's ticks change as the bar is resized). The placements are
+    dropped afterwards: they run only here, and a figure holding them (closures) would not pickle. A figure without
+    a layout engine is drawn without rendering instead, which materialises its ticks.
+    """
+    engine = fig.get_layout_engine()
+    for _ in range(2):
+        if engine is None:
+            fig.draw_without_rendering()
+        else:
+            engine.execute(fig)
+        for placement in getattr(fig, _PLACEMENTS, ()):
+            placement()
+        if engine is None or not _past_the_edge(fig):
+            break
+    fig.__dict__.pop(_PLACEMENTS, None)
 
 
-def past_the_edge(fig) -> bool:
+def _past_the_edge(fig) -> bool:
     """Whether anything the figure draws reaches past its canvas (from the artists' extents; nothing drawn)."""
     box, (width, height) = fig.get_tightbbox(fig.canvas.get_renderer()), fig.get_size_inches()
     return box.x0 < 0 or box.y0 < 0 or box.x1 > width or box.y1 > height

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Mapping
 
 from laya_eval.catalog import METHOD_SPECS
 from laya_eval.errors import ConfigError
-from laya_eval.figures.layout import past_the_edge, run_placements, wrap_axes_titles, wrap_to_width
+from laya_eval.figures.layout import lay_out, wrap_axes_titles, wrap_to_width
 
 __all__ = ["COLUMN_WIDTHS", "DPI", "FORMATS", "METHOD_LABELS", "METHOD_SHORT_LABELS", "PALETTE", "PAPER_DPI",
            "RHO_BANDS", "STYLES", "caption_path", "check_format", "check_style", "default_format", "describe",
@@ -209,29 +209,19 @@ def _finish(fig, title: str, subtitle: str | None = None, note: str | None = Non
     subtitle it makes the caption (:func:`figure_caption`), which the paper style writes beside the file and the
     report prints under the figure. A title line wider than the canvas is wrapped at word boundaries.
 
-    The figure is laid out here, as saving a constrained-layout figure would lay it out, and keeps that layout (its
-    layout engine is removed): saving it then renders it without another layout pass. Where that one pass leaves
-    anything past the canvas (constrained layout is not idempotent: a colour bar's ticks change as the bar is
-    resized) it is laid out a second time. After each pass the placements registered with
-    :func:`~laya_eval.figures.layout.after_layout` run. Where a title had to be wrapped the engine stays, so that
-    saving lays the figure out again around the wrapped lines. An edited figure is laid out again with
-    ``set_layout_engine``.
+    The figure is laid out here (:func:`~laya_eval.figures.layout.lay_out`: as saving a constrained-layout figure
+    would lay it out, a second time where the first pass leaves anything past the canvas, with the placements
+    registered by :func:`~laya_eval.figures.layout.after_layout`) and keeps that layout (its layout engine is
+    removed): saving it then renders it without another layout pass. Where a title had to be wrapped the engine
+    stays, so that saving lays the figure out again around the wrapped lines. An edited figure is laid out again
+    with ``set_layout_engine``.
     """
     sub = subtitle.replace("\n", "; ") if subtitle else ""
     fig._laya_caption = " ".join(_sentence(part) for part in (title, sub, note or "") if part)
     if figure_style(fig) != "paper":
         fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10)
     engine = fig.get_layout_engine()
-    if engine is None:
-        fig.draw_without_rendering()  # materialise ticks while the theme is active (nothing rasterised)
-        run_placements(fig)
-    else:
-        engine.execute(fig)  # ticks materialise while the theme is active; nothing is drawn
-        run_placements(fig)
-        if past_the_edge(fig):
-            engine.execute(fig)  # constrained layout is not idempotent (see above): a second pass settles it
-            run_placements(fig)
-    fig.__dict__.pop("_laya_after_layout", None)  # they run only here; a figure holding them would not pickle
+    lay_out(fig)  # while the theme is active: the ticks materialise in it
     wrapped = wrap_to_width(fig, fig._suptitle, fig.bbox.width)
     wrapped |= wrap_axes_titles(fig)
     if engine is not None and not wrapped:
