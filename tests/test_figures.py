@@ -433,8 +433,16 @@ def test_agreement_heat_map_draws_what_seaborns_heatmap_draws(style):
     plt.close(ref_fig)
 
 
-def test_a_significance_figure_is_not_rendered_before_it_is_saved(monkeypatch):
-    """Eight panels, no render while the figure is built (seaborn's heatmap rendered the figure once per panel)."""
+def _eye_agreement():
+    methods = ["laya", "static", "ig"]
+    return F.agreement_figure(pd.DataFrame(np.eye(3), index=methods, columns=methods), meta=_meta())
+
+
+@pytest.mark.parametrize("build", [lambda: F.significance_figure(_significance_panels(8)), _eye_agreement],
+                         ids=["significance-8-panels", "agreement"])
+def test_a_heat_map_figure_is_not_rendered_before_it_is_saved(monkeypatch, build):
+    """No render while the figure is built, one when it is saved: seaborn's heatmap rendered the figure to check
+    its tick labels, once per panel."""
     import matplotlib.figure
 
     renders = []
@@ -445,22 +453,7 @@ def test_a_significance_figure_is_not_rendered_before_it_is_saved(monkeypatch):
         return draw(self, renderer)
 
     monkeypatch.setattr(matplotlib.figure.Figure, "draw", counted)
-    fig = F.significance_figure(_significance_panels(8))
-    assert renders == []
-    F.figure_bytes(fig, "png")
-    assert renders == [fig]
-
-
-def test_an_agreement_figure_is_not_rendered_before_it_is_saved(monkeypatch):
-    """seaborn's heatmap rendered the figure to check its tick labels; the heat map drawn now renders only on saving."""
-    import matplotlib.figure
-
-    renders = []
-    draw = matplotlib.figure.Figure.draw
-    monkeypatch.setattr(matplotlib.figure.Figure, "draw", lambda self, renderer: (renders.append(self),
-                                                                                  draw(self, renderer))[1])
-    methods = ["laya", "static", "ig"]
-    fig = F.agreement_figure(pd.DataFrame(np.eye(3), index=methods, columns=methods), meta=_meta())
+    fig = build()
     assert renders == []
     F.figure_bytes(fig, "png")
     assert renders == [fig]
