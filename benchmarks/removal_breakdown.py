@@ -10,8 +10,9 @@ Needs the reference checkpoint ``runs/fmnist-laya-1337.pt`` and Fashion-MNIST. P
    repetitions: ``model(x)``; ``trace``; ``trace`` + the gate and the zero effects of the L removals; the effects
    alone from traces made beforehand;
 2. the zero effects step by step (the steps of :func:`laya_eval.models.removal.laya_removal_logits` and of
-   :func:`laya_eval.engine.removals.removal_probs`, written out here and checked to give the library's effects to the
-   bit before timing), median microseconds per batch;
+   :func:`laya_eval.engine.removals.removal_probs`, written out here with public calls only and checked to give the
+   library's effects to the bit before timing; the head's own check of its inputs is left out), median
+   microseconds per batch;
 3. torch's softmax over the last dimension of the (B x L, C) removal logits against the same softmax over dimension 0
    of the transposed tensor: the time of each and whether the results are bit-identical.
 
@@ -33,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_speed import FMNIST_CKPT  # noqa: E402
 
 from laya_eval.data import load_dataset  # noqa: E402
-from laya_eval.engine.removals import _expand_masks, leave_one_out_masks, removal_effects  # noqa: E402
+from laya_eval.engine.removals import leave_one_out_masks, removal_effects  # noqa: E402
 from laya_eval.loading.checkpoints import load_checkpoint  # noqa: E402
 from laya_eval.models.heads import pool_hidden  # noqa: E402
-from laya_eval.models.removal import _mix_layers, check_removal_inputs  # noqa: E402
+from laya_eval.models.removal import check_removal_inputs  # noqa: E402
 from laya_eval.models.trace import trace  # noqa: E402
 
 N, BATCH = 5120, 256
@@ -46,9 +47,9 @@ def zero_effects_in_steps(model, tr, masks, clock=None):
     """The zero effects (B, K) by the fast path's steps; ``clock(name)`` is called after each step."""
     tick = clock or (lambda name: None)
     head = model.head
-    keep = _expand_masks(masks.to(tr.terms.dtype), tr.n_samples)
+    keep = masks.to(tr.terms.dtype).expand(tr.n_samples, *masks.shape)  # one (K, L) mask per input, as the engine
     pooled = [pool_hidden(h) for h in tr.hidden]
-    keep, fill = check_removal_inputs(head._check(pooled), keep, [p.new_zeros(p.shape[-1]) for p in pooled])
+    keep, fill = check_removal_inputs(pooled, keep, [p.new_zeros(p.shape[-1]) for p in pooled])
     tick("inputs and checks")
     first, act, second = head.scorer[0], head.scorer[1], head.scorer[2]
     z = tr.adapted
@@ -58,7 +59,8 @@ def zero_effects_in_steps(model, tr, masks, clock=None):
     tick("adapters and scorer blocks of the fills")
     blocks = torch.einsum("bld,hld->blh", head.psi(z), w1)
     tick("scorer blocks W1_i psi(z_i), (B, L, hidden)")
-    pre = _mix_layers(keep, blocks, fill_blocks) + first.bias
+    pre = (torch.einsum("bkl,blf->bkf", keep, blocks) + torch.einsum("bkl,lf->bkf", 1 - keep, fill_blocks)
+           + first.bias)
     tick("pre-activation of each removal (two einsums)")
     alpha = torch.softmax(second(act(pre)) / head.tau, dim=-1)
     tick("GELU, Linear(hidden -> L), softmax over L")
