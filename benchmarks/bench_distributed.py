@@ -46,12 +46,12 @@ def worker(ckpt: str, limit: int, out: str, report: str, split: str) -> None:
 
     torch.set_num_threads(1)
     from laya_eval.engine.distributed import world_from_environment
-    from laya_eval.engine.evaluation import EvalOptions, evaluate_to_folder
+    from laya_eval.engine.evaluation import EvalOptions, evaluate
 
     world = world_from_environment("cpu")
     startup = _process_age()
     start = time.perf_counter()
-    evaluate_to_folder(ckpt, None, ["gate"], out, options=EvalOptions(limit=limit, split=split), world=world)
+    evaluate(ckpt, None, options=EvalOptions(limit=limit, split=split, ablation=("gate",)), out=out, world=world)
     wall = time.perf_counter() - start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     Path(f"{report}.{world.rank}.json").write_text(json.dumps({"rank": world.rank, "startup_s": startup,

@@ -36,7 +36,6 @@ from laya_eval.version import __version__
 #: The verbs: one library function per command.
 VERBS = {
     "evaluate": "laya_eval.engine.evaluation:evaluate",
-    "evaluate_to_folder": "laya_eval.engine.evaluation:evaluate_to_folder",
     "fit_head": "laya_eval.training.head_fit:fit_head",
     "train": "laya_eval.training.head_fit:train_model",
     "profile": "laya_eval.profiling.profiles:layer_profile",
@@ -104,8 +103,7 @@ _NAMES = {
     "METRICS": "laya_eval.stats.metrics",
     "EvalOptions": "laya_eval.engine.plan",
     "EvaluationResult": "laya_eval.engine.results",
-    "evaluate_ablations": "laya_eval.engine.evaluation",
-    "write_results": "laya_eval.engine.results",
+    "Evaluation": "laya_eval.engine.outcome",
     "write_profile": "laya_eval.profiling.output",
     "SanityOptions": "laya_eval.sanity_checks.options",
     "PruneOptions": "laya_eval.pruning.options",

@@ -45,7 +45,8 @@ __all__ = [
     "PLANTED_REFERENCES", "PRUNE_RANDOM_REFITS", "PRUNE_RANDOM_RANKINGS", "PRUNE_SEEDS", "RANDOMISATION_COLUMNS",
     "RETRAIN_PATIENCE", "ROAR_AGREEMENT_COLUMNS", "ROAR_SEEDS", "SANITY_FILES", "SCOPES", "SCORER_HIDDEN",
     "TIE_RTOL", "TRAIN_BATCH_SIZE", "TRAIN_EPOCHS", "TRAIN_LR", "TRAIN_PATIENCE", "TRAIN_SEED", "AblationSpec",
-    "DistanceSpec", "MethodSpec", "PlantedFamilySpec", "ablation_names", "add_ablation_spec", "add_method_spec",
+    "DistanceSpec", "MethodSpec", "SPLITS", "DTYPES", "TABLE_FORMATS", "FIGURE_FORMATS", "FIGURE_STYLES",
+    "PSI_CHOICES", "POOLS", "HF_POOLS", "MODULE_POOLS", "SIMILARITIES", "DEFAULT_ABLATION", "PlantedFamilySpec", "ablation_names", "add_ablation_spec", "add_method_spec",
     "distance_names", "fixed_ablation_names", "in_registry_order", "method_names", "planted_family_names",
 ]
 
@@ -339,6 +340,13 @@ PLANTED_REFERENCES: dict[str, str] = {
 # at import that they implement these; 'modules' wraps a Python object and is not a CLI choice).
 HEAD_NAMES = ("lastlayer", "concat", "scalarmix", "laya")
 BACKBONE_NAMES = ("mlp", "cnn", "vit", "hf")
+#: Choice lists of owners that import torch (devices, tables, figures, heads, data; POOLS: hf mean/cls, py the rest).
+SPLITS, DTYPES, TABLE_FORMATS = ("train", "val", "test"), ("float32", "bfloat16", "float16"), ("csv", "parquet")
+FIGURE_FORMATS, FIGURE_STYLES, PSI_CHOICES = ("png", "svg", "pdf"), ("default", "paper"), ("identity", "mlp")
+POOLS, HF_POOLS, MODULE_POOLS = ("avg", "cls", "mean", "flatten"), ("cls", "mean"), ("avg", "cls", "flatten")
+SIMILARITIES = ("across_samples", "per_sample")
+#: The ablation of a run that names none, per scope (network scope has no terms to gate).
+DEFAULT_ABLATION = {"head": "gate", "network": "zero"}
 #: Classifiers with depth mixers (laya_eval.mixers.reference), trained whole by `train`, audited by `mixers`.
 MIXER_MODEL_KINDS = ("denseformer", "attnres")
 

@@ -52,7 +52,7 @@ SEED_MAX = 2**63 - 1
 
 def fail(name: str, what: str, value: Any) -> ConfigError:
     """The one message template: ``{name} must be {what}; got {value!r}.``"""
-    return ConfigError(f"{name} must be {what}; got {value!r}.")
+    return ConfigError(f"{name} must be {what}; got {value!r}.", parameter=name)
 
 
 def is_int(value: Any) -> bool:

@@ -22,7 +22,15 @@ class DataError(LayaEvalError):
 
 
 class ConfigError(LayaEvalError, ValueError):
-    """An option, name or hyper-parameter is invalid."""
+    """An option, name or hyper-parameter is invalid.
+
+    ``parameter``: the option the message starts with, as a Python caller names it (``EvalOptions.seed``), where
+    one does; the CLI writes its flag there instead (``--seed``).
+    """
+
+    def __init__(self, message: str = "", *, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.parameter = parameter
 
 
 class ResultsError(DataError):

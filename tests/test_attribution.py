@@ -177,7 +177,7 @@ def test_applicability(digits_models):
 
 
 def test_unknown_method_lists_valid_ones():
-    with pytest.raises(ConfigError, match=r"methods must be among \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'"):
+    with pytest.raises(ConfigError, match=r"methods must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'"):
         resolve_methods(["ig", "gi"])
 
 

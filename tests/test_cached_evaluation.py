@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from laya_eval.data import load_dataset
-from laya_eval.engine.evaluation import EvalOptions, evaluate_ablations, evaluate_to_folder
+from laya_eval.engine.evaluation import EvalOptions, evaluate
 from laya_eval.engine.plan import KeptStates, make_plan, with_cached_features
 from laya_eval.loading.specs import load_backbone
 from laya_eval.profiling.profiles import layer_profile
@@ -66,7 +66,7 @@ def test_a_run_that_fills_the_cache_one_that_reads_it_and_one_without_it_write_t
                           ("read", _options(cache_dir=str(cache), batch_size=7)),
                           ("none", _options(cache=False, batch_size=13))):
         with backbone_calls(model) as calls:
-            evaluate_to_folder(model, test, ablations, tmp_path / name, options=options)
+            evaluate(model, test, options=dataclasses.replace(options, ablation=tuple(ablations)), out=tmp_path / name)
         runs[name] = len(calls)
     # fill: the 40 rows in one call; read: none; without the cache: per batch, statistics pass and donors included
     assert runs["fill"] == 1 and runs["read"] == 0 and runs["none"] > 1
@@ -95,13 +95,13 @@ def test_the_profile_reads_the_cache_and_matches_the_backbone_pass(frozen, tmp_p
 def test_changed_data_content_under_the_same_name_is_a_cache_miss(frozen, tmp_path):
     model, test = frozen
     options = _options(cache_dir=str(tmp_path / "cache"), bootstrap=0, limit=40, methods=("laya", "ig"))
-    evaluate_ablations(model, test, ["gate"], options=options)
+    evaluate(model, test, options=dataclasses.replace(options, ablation=("gate",)))
     changed = dataclasses.replace(test, x=test.x.clone())
     changed.x[5] = changed.x[5].flip(-1)  # one image mirrored: same name, split and size
     with backbone_calls(model) as calls:
-        cached = evaluate_ablations(model, changed, ["gate"], options=options)["gate"]
+        cached = evaluate(model, changed, options=dataclasses.replace(options, ablation=("gate",)))["gate"]
     assert len(calls) == 1  # encoded again (40 rows, one call), not read back
-    direct = evaluate_ablations(model, changed, ["gate"], options=dataclasses.replace(options, cache=False))["gate"]
+    direct = evaluate(model, changed, options=dataclasses.replace(options, cache=False, ablation=("gate",)))["gate"]
     assert cached.layers.equals(direct.layers)
     assert len(list((tmp_path / "cache").iterdir())) == 2
 
@@ -109,24 +109,24 @@ def test_changed_data_content_under_the_same_name_is_a_cache_miss(frozen, tmp_pa
 def test_network_scope_and_trainable_backbones_run_the_backbone(frozen, digits_models, digits, tmp_path):
     model, test = frozen
     cache = str(tmp_path / "cache")
-    head = make_plan(model, test, ["zero"], options=_options(cache_dir=cache, limit=20))
-    network = make_plan(model, test, ["zero"], options=_options(cache_dir=cache, limit=20, scope="network",
-                                                               ablation="zero"))
-    half = make_plan(model, test, ["zero"], options=_options(cache_dir=cache, limit=20, dtype="bfloat16"))
-    switched_off = make_plan(model, test, ["zero"], options=_options(cache=False, limit=20))
-    trainable = make_plan(digits_models["laya"], digits["test"], ["zero"], options=_options(cache_dir=cache, limit=20))
+    head = make_plan(model, test, options=_options(cache_dir=cache, limit=20, ablation=("zero",)))
+    network = make_plan(model, test, options=dataclasses.replace(_options(cache_dir=cache, limit=20, scope="network",
+                                                               ablation="zero"), ablation=("zero",)))
+    half = make_plan(model, test, options=_options(cache_dir=cache, limit=20, dtype="bfloat16", ablation=("zero",)))
+    switched_off = make_plan(model, test, options=_options(cache=False, limit=20, ablation=("zero",)))
+    trainable = make_plan(digits_models["laya"], digits["test"], options=_options(cache_dir=cache, limit=20, ablation=("zero",)))
     assert with_cached_features(head).features is not None
     for plan in (network, half, switched_off, trainable):
         assert with_cached_features(plan).features is None
     with backbone_calls(model) as calls:
-        evaluate_ablations(model, test, ["zero"], options=_options(cache_dir=cache, limit=20, scope="network",
-                                                                   ablation="zero", methods=("laya",), bootstrap=0))
+        evaluate(model, test, options=dataclasses.replace(_options(cache_dir=cache, limit=20, scope="network",
+                                                                   ablation="zero", methods=("laya",), bootstrap=0), ablation=("zero",)))
     assert len(calls) > 0
 
 
 def test_a_backbone_without_vector_states_is_not_read_from_the_cache(frozen):
     model, test = frozen
-    plan = make_plan(model, test, ["gate"], options=_options(limit=20))
+    plan = make_plan(model, test, options=_options(limit=20, ablation=("gate",)))
     model.backbone.vector_states = False  # e.g. a py: backbone without pooling: its maps reach the methods
     try:
         assert with_cached_features(plan).features is None
@@ -175,10 +175,10 @@ def test_a_trainable_backbone_runs_once_its_states_kept_between_the_passes(digit
     options = _options(limit=40, batch_size=16, methods=("laya", "static", "contribution", "ig", "random")
                        if head == "laya" else ("contribution", "ig", "random"))
     with backbone_rows(model) as kept:
-        evaluate_to_folder(model, digits["test"], ablations, tmp_path / "kept", options=options)
+        evaluate(model, digits["test"], options=dataclasses.replace(options, ablation=tuple(ablations)), out=tmp_path / "kept")
     _without_kept_states(monkeypatch)
     with backbone_rows(model) as twice:
-        evaluate_to_folder(model, digits["test"], ablations, tmp_path / "twice", options=options)
+        evaluate(model, digits["test"], options=dataclasses.replace(options, ablation=tuple(ablations)), out=tmp_path / "twice")
     assert kept == [16, 16, 16] and sum(twice) > 2 * sum(kept)  # twice: both passes and the resample donors
     for a in ablations:
         assert _tables(tmp_path / "kept", a) == _tables(tmp_path / "twice", a)
@@ -194,10 +194,10 @@ def test_states_are_not_kept_when_they_are_maps_or_exceed_the_memory_budget(digi
     train, test = digits["train"], digits["test"]
     cnn = build_model("cnn", "concat", images(train), seed=0).eval()
     test = images(test)
-    plan = make_plan(cnn, test, ["mean"], options=_options(limit=40, methods=("contribution",)))
+    plan = make_plan(cnn, test, options=_options(limit=40, methods=("contribution",), ablation=("mean",)))
     keep = KeptStates.for_plan(plan)
     with backbone_rows(cnn) as rows:
-        evaluate_ablations(cnn, test, ["mean"], options=_options(limit=40, methods=("contribution",), bootstrap=0))
+        evaluate(cnn, test, options=_options(limit=40, methods=("contribution",), bootstrap=0, ablation=("mean",)))
     assert keep is not None and sum(rows) == 2 * 48  # maps (B, C, H, W) at head scope: the backbone runs twice
     from laya_eval.engine.evaluation import _batches, _trace
 
@@ -208,5 +208,5 @@ def test_states_are_not_kept_when_they_are_maps_or_exceed_the_memory_budget(digi
     test = digits["test"]
     wide = build_model("mlp", "concat", train, backbone_kwargs={"widths": [2048, 2048]}, seed=0).eval()
     every = dict(methods=("contribution",), limit=None)
-    assert KeptStates.for_plan(make_plan(wide, test, ["mean"], options=_options(**every))) is not None
-    assert KeptStates.for_plan(make_plan(wide, test, ["mean"], options=_options(**every, max_memory_mb=1))) is None
+    assert KeptStates.for_plan(make_plan(wide, test, options=dataclasses.replace(_options(**every), ablation=("mean",)))) is not None
+    assert KeptStates.for_plan(make_plan(wide, test, options=dataclasses.replace(_options(**every, max_memory_mb=1), ablation=("mean",)))) is None

@@ -78,7 +78,7 @@ def test_every_seed_takes_the_same_range():
 
     for make in (EvalOptions, TrainOptions, SanityOptions):
         assert make(seed=9223372036854775807).seed == 9223372036854775807
-        with _raises("seed must be an integer from 0 to 2**63 - 1; got 9223372036854775808."):
+        with _raises(f"{make.__name__}.seed must be an integer from 0 to 2**63 - 1; got 9223372036854775808."):
             make(seed=9223372036854775808)
     grid = {"grid": {"datasets": ["digits"], "heads": ["laya"], "backbones": [{"name": "mlp"}], "seeds": [2**63]}}
     with _raises("grid.seeds must be an integer from 0 to 2**63 - 1; got 9223372036854775808."):
@@ -131,18 +131,18 @@ def test_fields_apply_each_rule_to_its_field():
 
 
 @pytest.mark.parametrize("make, message", [
-    ("EvalOptions(bootstrap=-1)", "bootstrap must be a non-negative integer; got -1."),
-    ("EvalOptions(batch_size=True)", "batch_size must be a positive integer; got True."),
-    ("EvalOptions(tie_rtol=1)", "tie_rtol must be a finite number >= 0 and < 1; got 1."),
-    ("EvalOptions(seed=2**63)", "seed must be an integer from 0 to 2**63 - 1; got 9223372036854775808."),
-    ("EvalOptions(limit=0)", "limit must be a positive integer; got 0."),
-    ("TrainOptions(patience=0)", "patience must be a positive integer; got 0."),
-    ("TrainOptions(epochs=2.0)", "epochs must be a positive integer; got 2.0."),
-    ("TrainOptions(seed=-1)", "seed must be an integer from 0 to 2**63 - 1; got -1."),
-    ("SanityOptions(batch_size=0)", "batch_size must be a positive integer; got 0."),
-    ("SanityOptions(bootstrap=-3)", "bootstrap must be a non-negative integer; got -3."),
-    ("PruneOptions(n_random_refit=-1)", "n_random_refit must be a non-negative integer; got -1."),
-    ("PruneOptions(timing_batch=0)", "timing_batch must be a positive integer; got 0."),
+    ("EvalOptions(bootstrap=-1)", "EvalOptions.bootstrap must be a non-negative integer; got -1."),
+    ("EvalOptions(batch_size=True)", "EvalOptions.batch_size must be a positive integer; got True."),
+    ("EvalOptions(tie_rtol=1)", "EvalOptions.tie_rtol must be a finite number >= 0 and < 1; got 1."),
+    ("EvalOptions(seed=2**63)", "EvalOptions.seed must be an integer from 0 to 2**63 - 1; got 9223372036854775808."),
+    ("EvalOptions(limit=0)", "EvalOptions.limit must be a positive integer; got 0."),
+    ("TrainOptions(patience=0)", "TrainOptions.patience must be a positive integer; got 0."),
+    ("TrainOptions(epochs=2.0)", "TrainOptions.epochs must be a positive integer; got 2.0."),
+    ("TrainOptions(seed=-1)", "TrainOptions.seed must be an integer from 0 to 2**63 - 1; got -1."),
+    ("SanityOptions(batch_size=0)", "SanityOptions.batch_size must be a positive integer; got 0."),
+    ("SanityOptions(bootstrap=-3)", "SanityOptions.bootstrap must be a non-negative integer; got -3."),
+    ("PruneOptions(n_random_refit=-1)", "PruneOptions.n_random_refit must be a non-negative integer; got -1."),
+    ("PruneOptions(timing_batch=0)", "PruneOptions.timing_batch must be a positive integer; got 0."),
     ("DiagnosisOptions(level=1.0)", "level must be a finite number > 0 and < 1; got 1.0."),
     ("DiagnosisOptions(n_resamples=False)", "n_resamples must be a non-negative integer; got False."),
 ])

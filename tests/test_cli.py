@@ -16,7 +16,6 @@ from laya_eval.models.backbones import BACKBONES
 from laya_eval.models.heads import HEADS
 from laya_eval.engine.removals import ABLATIONS
 from laya_eval_cli.commands import ALL
-from laya_eval_cli.commands import faithfulness as faith_cmd  # the module
 from laya_eval_cli.commands import train as train_cmd
 from tests.cli_helpers import assert_one_line_error, run
 
@@ -35,11 +34,16 @@ def test_every_command_has_help_and_is_in_the_readme(command):
 def test_cli_choices_come_from_the_registries():
     from laya_eval import catalog
 
-    assert faith_cmd.METHOD_NAMES == list(METHODS) == catalog.method_names()  # one owner: the catalog
-    assert faith_cmd.ABLATIONS is catalog.ABLATIONS and list(catalog.ABLATIONS) == list(ABLATIONS)
-    assert train_cmd._HEADS == list(catalog.HEAD_NAMES) == list(HEADS)
+    from laya_eval.options import option
+
+    # One owner: the catalog, read by the option records the CLI is built from and by the registries.
+    assert option("EvalOptions.methods").choice_list() == list(METHODS) == catalog.method_names()
+    assert option("EvalOptions.ablation").choice_list() == list(catalog.ABLATIONS) == list(ABLATIONS)
+    head = next(p for p in train_cmd.train.params if p.name == "head")
+    assert list(head.type.choices) == list(catalog.HEAD_NAMES) == list(HEADS)
     # 'modules' wraps a Python object; the depth-mixer classifiers are trained by train too (their own registry).
-    assert set(train_cmd._BACKBONES) == (set(BACKBONES) - {"modules"}) | set(MIXER_MODEL_KINDS)
+    backbone = next(p for p in train_cmd.train.params if p.name == "backbone")
+    assert set(backbone.type.choices) == (set(BACKBONES) - {"modules"}) | set(MIXER_MODEL_KINDS)
 
 
 def test_faithfulness_end_to_end(digits_checkpoints, tmp_path):
@@ -72,7 +76,7 @@ def test_faithfulness_with_several_ablations(digits_checkpoints, tmp_path):
         assert (a.ablation == ablation).all()
         assert f"ablation {ablation}, scope head" in both.output
     assert_one_line_error(run("faithfulness", digits_checkpoints["laya"], "--ablation", "gate,bogus", "--out",
-                              tmp_path / "bad"), r"--ablation.*must be among \{gate, gate-renorm, zero, mean, resample, noise\}.*got 'bogus'")
+                              tmp_path / "bad"), r"--ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; got 'bogus'")
     assert_one_line_error(run("faithfulness", digits_checkpoints["laya"], "--ablation", "zero,gate", "--scope", "network",
                               "--out", tmp_path / "bad"), r"network")
     assert not (tmp_path / "bad").exists()
@@ -127,11 +131,13 @@ def test_freeze_backbone_with_init(digits_checkpoints, tmp_path):
 def test_bad_input_gives_one_line_and_exit_2(digits_checkpoints, tmp_path):
     ckpt = digits_checkpoints["laya"]
     assert_one_line_error(run("faithfulness", ckpt, "--methods", "ig,gi"),
-                          r"--methods.*must be among \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'")
+                          r"--methods must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'")
     assert_one_line_error(run("faithfulness", tmp_path / "nope.pt"), r"checkpoint '.*nope.pt' does not exist")
     assert_one_line_error(run("faithfulness", ckpt, "--limit", 99999), r"limit 99999 is larger than the 360 samples")
     assert_one_line_error(run("faithfulness", ckpt, "--ablation", "drop"), r"--ablation")
-    assert_one_line_error(run("faithfulness", ckpt, "--scope", "network"), r"with --scope network use --ablation zero or mean")
+    assert_one_line_error(run("faithfulness", ckpt, "--scope", "network", "--ablation", "gate"),
+                          re.escape("--ablation must be an ablation defined at network scope (zero, mean, resample, noise: "
+                                    "gate acts on the head's terms, not inside the backbone); got 'gate'."))
     assert_one_line_error(run("faithfulness", ckpt, "--data", "imagenet"), r"dataset must be one of .*got 'imagenet'")
     assert_one_line_error(run("train", "--dataset", "digits", "--head", "lay", "--out", tmp_path / "x.pt"), r"--head")
     assert_one_line_error(run("train", "--dataset", "cifar10", "--backbone", "cnn", "--data-dir", tmp_path,

@@ -6,6 +6,8 @@ weights (a Linear then the activation, worked out with torch ops), or by a cache
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import warnings
@@ -408,7 +410,7 @@ def _npz_data(path, seed=0):
 
 def _killed_after(out, ckpt, data, options, n_chunks):
     from laya_eval.engine import partial
-    from laya_eval.engine.evaluation import evaluate_to_folder
+    from laya_eval.engine.evaluation import evaluate
 
     real, saved = partial.PartialStore.save_chunk, []
 
@@ -421,19 +423,19 @@ def _killed_after(out, ckpt, data, options, n_chunks):
     partial.PartialStore.save_chunk = save_then_stop
     try:
         with pytest.raises(KeyboardInterrupt):
-            evaluate_to_folder(ckpt, data, ["gate"], out, options=options)
+            evaluate(ckpt, data, options=dataclasses.replace(options, ablation=("gate",)), out=out)
     finally:
         partial.PartialStore.save_chunk = real
 
 
 def test_resume_by_content(tmp_path):
-    from laya_eval.engine.evaluation import evaluate_to_folder
+    from laya_eval.engine.evaluation import evaluate
     from laya_eval.engine.plan import EvalOptions
 
     ckpt = _mlp_checkpoint(tmp_path / "m.pt")
     data = _npz_data(tmp_path / "d.npz")
     options = EvalOptions(methods=("contribution", "random"), limit=40, chunk_size=10, bootstrap=20)
-    evaluate_to_folder(ckpt, data, ["gate"], tmp_path / "fresh", options=options)
+    evaluate(ckpt, data, options=dataclasses.replace(options, ablation=("gate",)), out=tmp_path / "fresh")
     fresh = (tmp_path / "fresh" / "layers.csv").read_bytes()
     # damaged chunks are recomputed: the resumed result is the fresh one, byte for byte
     _killed_after(tmp_path / "r", ckpt, data, options, 3)
@@ -441,18 +443,18 @@ def test_resume_by_content(tmp_path):
     _flip(chunks[0])
     chunks[1].write_bytes(chunks[1].read_bytes()[:100])
     with pytest.warns(RecomputedWarning):
-        evaluate_to_folder(ckpt, data, ["gate"], tmp_path / "r", options=options, resume=True)
+        evaluate(ckpt, data, options=dataclasses.replace(options, ablation=("gate",)), out=tmp_path / "r", resume=True)
     assert (tmp_path / "r" / "layers.csv").read_bytes() == fresh
     # the data rewritten in place (same name, same shapes): its partial results are refused
     _killed_after(tmp_path / "s", ckpt, data, options, 2)
     _npz_data(tmp_path / "d.npz", seed=1)
     with pytest.raises(ConfigError, match="other data"):
-        evaluate_to_folder(ckpt, data, ["gate"], tmp_path / "s", options=options, resume=True)
+        evaluate(ckpt, data, options=dataclasses.replace(options, ablation=("gate",)), out=tmp_path / "s", resume=True)
     # resuming onto a finished result of other options is refused; the result stays
     _npz_data(tmp_path / "d.npz", seed=0)
     other = EvalOptions(methods=("contribution",), limit=40, chunk_size=10, bootstrap=20)
     with pytest.raises(ConfigError, match="finished result made with other options"):
-        evaluate_to_folder(ckpt, data, ["gate"], tmp_path / "fresh", options=other, resume=True)
+        evaluate(ckpt, data, options=dataclasses.replace(other, ablation=("gate",)), out=tmp_path / "fresh", resume=True)
     assert (tmp_path / "fresh" / "layers.csv").read_bytes() == fresh
 
 

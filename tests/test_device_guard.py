@@ -21,7 +21,7 @@ import laya_eval.pruning.curves as curves
 import laya_eval.sanity_checks.cached as cached
 import laya_eval.training.trainer as trainer
 from laya_eval.data import Dataset, load_dataset
-from laya_eval.engine.evaluation import EvalOptions, evaluate_ablations
+from laya_eval.engine.evaluation import EvalOptions, evaluate
 from laya_eval.loading.specs import load_backbone
 from laya_eval.profiling.profiles import layer_profile
 from laya_eval.pruning import PruneOptions, prune
@@ -71,8 +71,7 @@ def by_reference(tmp_path_factory):
 def test_faithfulness_and_profile_under_the_guard(guard, digits_models):
     data = _host_splits(limit=40)["test"]
     with guard():
-        out = evaluate_ablations(digits_models["laya"], data, ["gate", "zero", "mean"],
-                                 options=EvalOptions(limit=40, batch_size=16, bootstrap=20, n_steps=4))
+        out = evaluate(digits_models["laya"], data, options=EvalOptions(limit=40, batch_size=16, bootstrap=20, n_steps=4, ablation=("gate", "zero", "mean")))
         profile = layer_profile(digits_models["scalarmix"], data, method="ig",
                                 options=EvalOptions(limit=40, batch_size=16, bootstrap=0, n_steps=4))
     assert set(out) == {"gate", "zero", "mean"}
@@ -85,7 +84,7 @@ def test_faithfulness_from_the_feature_cache_under_the_guard(guard, by_reference
     data = _host_splits(limit=40)["test"]
     options = EvalOptions(limit=40, batch_size=16, bootstrap=20, n_steps=4, cache_dir=str(cache))
     with guard():
-        out = evaluate_ablations(model, data, ["gate", "mean"], options=options)
+        out = evaluate(model, data, options=dataclasses.replace(options, ablation=("gate", "mean")))
     assert out["gate"].manifest["feature_cache"] is not None
 
 
@@ -94,8 +93,8 @@ def test_the_guard_catches_cached_states_handed_to_the_head_unmoved(guard, by_re
     data = _host_splits(limit=40)["test"]
     monkeypatch.setattr(engine, "_cached_states", lambda plan, rows: [h[rows] for h in plan.features.hidden])
     with guard(), pytest.raises(AssertionError, match="device mismatch"):
-        evaluate_ablations(model, data, ["gate"], options=EvalOptions(limit=40, batch_size=16, bootstrap=20,
-                                                                      n_steps=4, cache_dir=str(cache)))
+        evaluate(model, data, options=EvalOptions(limit=40, batch_size=16, bootstrap=20,
+                                                                      n_steps=4, cache_dir=str(cache), ablation=("gate",)))
 
 
 def test_fit_head_under_the_guard(guard, tmp_path):

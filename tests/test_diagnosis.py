@@ -137,7 +137,7 @@ def test_distance_choice_and_errors():
     with pytest.raises(ConfigError, match=r"distance 'jensen_shannon' needs scores that are non-negative and sum "
                                           r"to one per sample .*Use distance 'cosine_minmax' or 'auto'"):
         diagnose(signed, label, pred, distance="jensen_shannon")
-    with pytest.raises(ConfigError, match=r"distance must be among \{auto, jensen_shannon, cosine_minmax\}; got 'js'"):
+    with pytest.raises(ConfigError, match=r"distance must be one of \{auto, jensen_shannon, cosine_minmax\}; got 'js'"):
         DiagnosisOptions(distance="js")
     with pytest.raises(ConfigError, match=r"by must be 'pred' \(predicted class\) or 'label' \(true class\); got 'y'"):
         DiagnosisOptions(by="y")

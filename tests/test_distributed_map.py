@@ -7,6 +7,8 @@ seeded on its own, so computing them in another order, as ranks do, gives the sa
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 
@@ -53,7 +55,7 @@ def test_comparisons_do_not_depend_on_the_order_rows_are_computed():
 
 def test_summary_does_not_depend_on_the_order_methods_are_scored(digits_models, digits):
     options = EvalOptions(methods=("laya", "contribution", "random"), limit=40, bootstrap=200, seed=5)
-    plan = make_plan(digits_models["laya"], digits["test"], ["gate"], options=options)
+    plan = make_plan(digits_models["laya"], digits["test"], options=dataclasses.replace(options, ablation=("gate",)))
     records = collect(plan, {}, 0, len(plan.data))
     serial = summarize(records, plan)["gate"]
     shared = summarize(records, plan, map_items=_backwards)["gate"]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import laya_eval.engine.evaluation as engine
-from laya_eval.engine.evaluation import EvalOptions, evaluate_ablations, evaluate_to_folder
+from laya_eval.engine.evaluation import EvalOptions, evaluate
 from laya_eval.engine.partial import PartialStore
 from laya_eval.engine.records import Records, merge_records
 from tests.device_guard import guard_hot_loop
@@ -34,11 +34,9 @@ def device_guard(monkeypatch):
 @pytest.mark.parametrize("head", ["laya", "scalarmix", "lastlayer"])
 def test_batch_loop_creates_no_tensor_off_the_batch_device(device_guard, digits_models, head):
     model = digits_models[head]
-    out = evaluate_ablations(model, "digits", ["gate", "gate-renorm", "zero", "mean"],
-                             options=EvalOptions(limit=40, batch_size=16, **FAST))
+    out = evaluate(model, "digits", options=EvalOptions(limit=40, batch_size=16, **FAST, ablation=("gate", "gate-renorm", "zero", "mean")))
     assert set(out) == {"gate", "gate-renorm", "zero", "mean"}
-    net = evaluate_ablations(model, "digits", ["zero", "mean"],
-                             options=EvalOptions(limit=20, batch_size=16, scope="network", ablation="zero", **FAST))
+    net = evaluate(model, "digits", options=dataclasses.replace(EvalOptions(limit=20, batch_size=16, scope="network", ablation="zero", **FAST), ablation=("zero", "mean")))
     assert len(net["zero"].summary) >= 5
 
 
@@ -55,7 +53,7 @@ def test_the_guard_catches_a_cpu_arange(device_guard, digits_models, monkeypatch
     monkeypatch.setattr(perturb, "deletion_masks", cpu_masks)
     monkeypatch.setattr(engine, "deletion_masks", cpu_masks)
     with pytest.raises(AssertionError, match="arange without device"):
-        evaluate_ablations(digits_models["laya"], "digits", ["gate"], options=EvalOptions(limit=20, **FAST))
+        evaluate(digits_models["laya"], "digits", options=EvalOptions(limit=20, **FAST, ablation=("gate",)))
 
 
 def test_the_guard_catches_numpy_random_scores(device_guard, digits_models, monkeypatch):
@@ -68,15 +66,15 @@ def test_the_guard_catches_numpy_random_scores(device_guard, digits_models, monk
     monkeypatch.setitem(attribution.METHODS, "random",
                         dataclasses.replace(attribution.METHODS["random"], fn=numpy_random))
     with pytest.raises(AssertionError, match="from_numpy"):
-        evaluate_ablations(digits_models["laya"], "digits", ["gate"],
-                           options=EvalOptions(limit=20, methods=("random",), **FAST))
+        evaluate(digits_models["laya"], "digits", options=EvalOptions(limit=20, methods=("random",), **FAST, ablation=("gate",)))
 
 
 # ------------------------------------------------------------------ invariance
 def _write(tmp, name, model, **opts):
     out = tmp / name
-    evaluate_to_folder(model, "digits", opts.pop("ablations", ["gate"]), out,
-                       options=EvalOptions(limit=opts.pop("limit", 101), **FAST, **opts))
+    ablation = tuple(opts.pop("ablations", ["gate"]))
+    evaluate(model, "digits", options=EvalOptions(limit=opts.pop("limit", 101), ablation=ablation, **FAST, **opts),
+             out=out)
     return out
 
 
@@ -127,13 +125,13 @@ def test_resume_after_an_interruption_gives_the_same_bytes(tmp_path, digits_chec
     out = tmp_path / "resumed"
     options = EvalOptions(limit=101, chunk_size=20, **FAST)
     with pytest.raises(_Killed):
-        evaluate_to_folder(ckpt, "digits", ["gate", "mean"], out, options=options)
+        evaluate(ckpt, "digits", options=dataclasses.replace(options, ablation=("gate", "mean")), out=out)
     assert len(list((out / ".partial").glob("chunk-*.npz"))) == 3 and not (out / "gate").exists()
     monkeypatch.setattr(PartialStore, "save_chunk", real_save)
     computed = []
     real_batch = engine._batch_records
     monkeypatch.setattr(engine, "_batch_records", lambda *a, **k: computed.append(1) or real_batch(*a, **k))
-    evaluate_to_folder(ckpt, "digits", ["gate", "mean"], out, options=options, resume=True)
+    evaluate(ckpt, "digits", options=dataclasses.replace(options, ablation=("gate", "mean")), out=out, resume=True)
     assert len(computed) == 3  # only the chunks 60-79, 80-99 and 100 were left (batch 256 > chunk)
     for sub in ("gate", "mean"):
         _same_tables(ref, out, sub)
@@ -145,13 +143,13 @@ def test_resume_refuses_partial_files_of_other_options(tmp_path, digits_checkpoi
     out = tmp_path / "r"
     monkeypatch.setattr(PartialStore, "save_chunk", lambda *a: (_ for _ in ()).throw(_Killed()))
     with pytest.raises(_Killed):
-        evaluate_to_folder(ckpt, "digits", ["gate"], out, options=EvalOptions(limit=60, seed=1, **FAST))
+        evaluate(ckpt, "digits", options=EvalOptions(limit=60, seed=1, **FAST, ablation=("gate",)), out=out)
     monkeypatch.undo()
     store = PartialStore(out, "another-key", resume=False)
     store.save_chunk(0, 20, Records(sample=np.arange(20), label=np.zeros(20, int), pred=np.zeros(20, int),
                                     confidence=np.zeros(20)))
     with pytest.raises(Exception, match="other options"):
-        evaluate_to_folder(ckpt, "digits", ["gate"], out, options=EvalOptions(limit=60, seed=2, **FAST), resume=True)
+        evaluate(ckpt, "digits", options=EvalOptions(limit=60, seed=2, **FAST, ablation=("gate",)), out=out, resume=True)
 
 
 # ------------------------------------------------------------------ result folders
@@ -171,7 +169,7 @@ def test_a_result_replaces_its_folder_whole_and_keeps_a_complete_earlier_one_on_
 
     monkeypatch.setattr(fileio.os, "fsync", die_while_writing)
     with pytest.raises(_Killed):
-        evaluate_to_folder(ckpt, "digits", ["gate"], out, options=EvalOptions(limit=30, **FAST))
+        evaluate(ckpt, "digits", options=EvalOptions(limit=30, **FAST, ablation=("gate",)), out=out)
     monkeypatch.undo()
     after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and ".partial" not in p.parts}
     assert after == before
@@ -231,7 +229,7 @@ def test_parquet_tables_hold_the_csv_tables(tmp_path, digits_checkpoints):
     ckpt = digits_checkpoints["concat"]
     csv = _write(tmp_path, "csv", ckpt, limit=40)
     pq = tmp_path / "pq"
-    evaluate_to_folder(ckpt, "digits", ["gate"], pq, options=EvalOptions(limit=40, **FAST), table_format="parquet")
+    evaluate(ckpt, "digits", options=EvalOptions(limit=40, **FAST, ablation=("gate",), table_format="parquet"), out=pq)
     assert sorted(p.name for p in pq.iterdir()) == ["comparisons.csv", "layers.parquet", "manifest.json",
                                                     "samples.parquet", "summary.csv"]
     assert set(verify_result_folder(pq)["files"]) == {"layers.parquet", "samples.parquet", "summary.csv",
@@ -295,10 +293,9 @@ def test_parquet_without_pyarrow_fails_before_any_work(tmp_path, digits_checkpoi
     from laya_eval.errors import ConfigError
 
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if pyarrow were not installed
-    monkeypatch.setattr(engine, "evaluate_ablations", lambda *a, **k: pytest.fail("computed before checking"))
+    monkeypatch.setattr(engine, "_evaluate", lambda *a, **k: pytest.fail("computed before checking"))
     with pytest.raises(ConfigError, match="parquet tables need pyarrow"):
-        evaluate_to_folder(digits_checkpoints["laya"], "digits", ["gate"], tmp_path / "out",
-                           options=EvalOptions(limit=10, **FAST), table_format="parquet")
+        evaluate(digits_checkpoints["laya"], "digits", options=EvalOptions(limit=10, **FAST, ablation=("gate",), table_format="parquet"), out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -309,8 +306,8 @@ def test_network_statistics_pass_runs_the_backbone_once_per_batch(digits_models)
     calls = []
     handle = model.backbone.register_forward_hook(lambda *a: calls.append(1))
     try:
-        plan = make_plan(model, "digits", ["mean"], options=EvalOptions(limit=40, batch_size=16, scope="network",
-                                                                         ablation="mean", **FAST))
+        plan = make_plan(model, "digits", options=dataclasses.replace(EvalOptions(limit=40, batch_size=16, scope="network",
+                                                                         ablation="mean", **FAST), ablation=("mean",)))
         calls.clear()  # planning sizes one input's block outputs against the memory budget
         means = collect_statistics(plan, 0, 40)
     finally:

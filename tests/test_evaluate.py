@@ -15,7 +15,8 @@ from scipy import stats
 
 from laya_eval.data import Dataset
 from laya_eval.errors import ConfigError, DataError
-from laya_eval.engine.evaluation import SUMMARY_COLUMNS, EvalOptions, evaluate, evaluate_ablations, write_results
+from laya_eval.engine.evaluation import SUMMARY_COLUMNS, EvalOptions, evaluate
+from laya_eval.engine.outcome import write_evaluation
 from laya_eval.training.trainer import build_model
 
 FAST = dict(bootstrap=100, n_steps=8)
@@ -169,7 +170,7 @@ def test_same_seed_same_bytes(digits_checkpoints, tmp_path):
     outs = []
     for k in range(2):
         r = evaluate(digits_checkpoints["scalarmix"], options=EvalOptions(limit=30, seed=4, **FAST))
-        write_results(r, tmp_path / str(k))
+        write_evaluation(r, tmp_path / str(k))
         outs.append({p.name: p.read_bytes() for p in sorted((tmp_path / str(k)).iterdir())})
     assert outs[0] == outs[1]
     assert sorted(outs[0]) == ["comparisons.csv", "layers.csv", "manifest.json", "samples.csv", "summary.csv"]
@@ -178,7 +179,7 @@ def test_same_seed_same_bytes(digits_checkpoints, tmp_path):
 def test_interrupted_write_leaves_nothing_that_looks_complete(digits_checkpoints, tmp_path, monkeypatch):
     r = evaluate(digits_checkpoints["concat"], options=EvalOptions(limit=10, **FAST))
     old = evaluate(digits_checkpoints["concat"], options=EvalOptions(limit=12, **FAST))
-    write_results(old, tmp_path / "out")
+    write_evaluation(old, tmp_path / "out")
     before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
     import laya_eval.output.files as fileio
 
@@ -191,7 +192,7 @@ def test_interrupted_write_leaves_nothing_that_looks_complete(digits_checkpoints
 
     monkeypatch.setattr(fileio.os, "fsync", flaky)
     with pytest.raises(KeyboardInterrupt):
-        write_results(r, tmp_path / "out")
+        write_evaluation(r, tmp_path / "out")
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before  # nothing already written is lost
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # and no half-written set is left beside it
 
@@ -230,7 +231,7 @@ def test_network_scope_runs_end_to_end(digits_checkpoints):
 def test_evaluate_ablations_equals_one_evaluate_per_ablation(digits_checkpoints, head, scope, ablations):
     """The oracle is evaluate() called once per ablation (itself checked against scipy, Captum and slow loops)."""
     opts = EvalOptions(limit=40, batch_size=16, scope=scope, ablation=ablations[0], **FAST)
-    many = evaluate_ablations(digits_checkpoints[head], ablations=ablations, options=opts)
+    many = evaluate(digits_checkpoints[head], options=dataclasses.replace(opts, ablation=tuple(ablations)))
     assert list(many) == list(ablations)
     first = evaluate(digits_checkpoints[head], options=opts)
     for a in ablations:
@@ -264,18 +265,17 @@ def test_evaluate_ablations_computes_each_attribution_once(digits_checkpoints, m
 
     monkeypatch.setitem(attribution.METHODS, "ig", dataclasses.replace(ig, fn=counting))
     opts = EvalOptions(limit=40, batch_size=20, methods=("ig",), **FAST)
-    evaluate_ablations(digits_checkpoints["laya"], ablations=("gate", "zero", "mean"), options=opts)
+    evaluate(digits_checkpoints["laya"], options=dataclasses.replace(opts, ablation=("gate", "zero", "mean")))
     assert len(calls) == 2  # one call per batch of 20, not one per batch and ablation (6)
 
 
 def test_evaluate_ablations_rejects_bad_lists(digits_checkpoints):
     with pytest.raises(ConfigError, match=r"ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; got 'bogus'"):
-        evaluate_ablations(digits_checkpoints["laya"], ablations=("gate", "bogus"))
-    with pytest.raises(ConfigError, match="at least one ablation"):
-        evaluate_ablations(digits_checkpoints["laya"], ablations=())
+        evaluate(digits_checkpoints["laya"], options=EvalOptions(ablation=("gate", "bogus")))
+    with pytest.raises(ConfigError, match=r"EvalOptions.ablation must be a non-empty sequence of names; got \(\)"):
+        evaluate(digits_checkpoints["laya"], options=EvalOptions(ablation=()))
     with pytest.raises(ConfigError, match="network"):
-        evaluate_ablations(digits_checkpoints["laya"], ablations=("zero", "gate"),
-                           options=EvalOptions(scope="network", ablation="zero"))
+        evaluate(digits_checkpoints["laya"], options=dataclasses.replace(EvalOptions(scope="network", ablation="zero"), ablation=("zero", "gate")))
 
 
 def test_the_manifest_names_captums_version_without_importing_captum(monkeypatch):
@@ -292,9 +292,8 @@ def test_the_manifest_names_captums_version_without_importing_captum(monkeypatch
 def test_without_paired_tests_only_the_comparisons_are_left_out(digits_checkpoints):
     """``paired_tests=False`` (what ``meta`` asks for) empties ``comparisons`` and changes no other table."""
     options = EvalOptions(limit=40, bootstrap=100, methods=("laya", "contribution", "random"))
-    full = evaluate_ablations(digits_checkpoints["laya"], ablations=("gate", "zero"), options=options)
-    lean = evaluate_ablations(digits_checkpoints["laya"], ablations=("gate", "zero"), options=options,
-                              paired_tests=False)
+    full = evaluate(digits_checkpoints["laya"], options=dataclasses.replace(options, ablation=("gate", "zero")))
+    lean = evaluate(digits_checkpoints["laya"], options=dataclasses.replace(options, ablation=("gate", "zero")), paired_tests=False)
     for ablation in ("gate", "zero"):
         assert len(full[ablation].comparisons) == 6  # 3 pairs x 2 metrics
         assert lean[ablation].comparisons.empty

@@ -18,7 +18,7 @@ import pytest
 import torch
 from PIL import Image
 
-from laya_eval import evaluate_to_folder
+from laya_eval import evaluate
 from laya_eval import figures as F
 from laya_eval.engine.plan import EvalOptions
 from laya_eval.data import Dataset
@@ -62,7 +62,7 @@ def results(digits, digits_checkpoints, tmp_path_factory):
         folder = root / head
         # Two ablations for the LAYA model: its report gains the operator-sensitivity figure.
         ablations = ["gate", "zero"] if head == "laya" else ["gate"]
-        evaluate_to_folder(ckpt, None, ablations, folder, options=EvalOptions(limit=80, bootstrap=50))
+        evaluate(ckpt, None, options=EvalOptions(limit=80, bootstrap=50, ablation=tuple(ablations)), out=folder)
         info = {"label": ckpt.name, "head": head, "dataset": "digits", "split": "test", "n": 80,
                 "ablation": "gate", "scope": "head"}
         pruned = prune(model, digits["train"], digits["val"], digits["test"],

@@ -177,9 +177,9 @@ def test_paper_style_defaults_to_pdf_with_embedded_truetype_fonts(tmp_path):
     assert F.default_format("paper") == "pdf" and F.default_format("default") == "png"
     assert b"/FontFile2" in data and b"/Type3" not in data  # TrueType embedded, no type-3 bitmaps
     assert F.save_figure(fig, tmp_path / "f2.pdf").read_bytes() == data  # same figure, same bytes
-    with pytest.raises(ConfigError, match=r"figure style must be among \{default, paper\}; got 'journal'"):
+    with pytest.raises(ConfigError, match=r"style must be one of \{default, paper\}; got 'journal'"):
         F.faithfulness_figure(_faith_table({"laya": 0.8}), [_meta()], style="journal")
-    with pytest.raises(ConfigError, match=r"width must be among \{single, double\} or inches; got 'triple'"):
+    with pytest.raises(ConfigError, match=r"width must be one of \{single, double\} or a width in inches; got 'triple'"):
         F.faithfulness_figure(_faith_table({"laya": 0.8}), [_meta()], style="paper", width="triple")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import errno
 import json
 import os
@@ -65,7 +67,7 @@ def test_network_scope_on_text_skips_gradient_methods_while_planning(text_model)
     from laya_eval.engine.evaluation import EvalOptions, make_plan
 
     options = EvalOptions(scope="network", ablation="zero", bootstrap=0)
-    plan = make_plan(text_model, _texts(), ["zero"], options=options)
+    plan = make_plan(text_model, _texts(), options=dataclasses.replace(options, ablation=("zero",)))
     needing = sorted(n for n, spec in METHOD_SPECS.items() if "tensor_inputs" in spec.needs)
     assert needing == ["grad_x_act", "gradcam", "ig"]
     assert not {m.name for m in plan.methods} & set(needing) and plan.methods
@@ -77,9 +79,8 @@ def test_network_scope_on_text_refuses_a_requested_gradient_method_by_name(text_
     from laya_eval.engine.evaluation import EvalOptions, make_plan
 
     with pytest.raises(ConfigError, match=r"^method 'gradcam': it needs tensor inputs at network scope; 'texts' is text"):
-        make_plan(text_model, _texts(), ["zero"],
-                  options=EvalOptions(scope="network", ablation="zero", methods=("contribution", "gradcam"),
-                                      bootstrap=0))
+        make_plan(text_model, _texts(), options=dataclasses.replace(EvalOptions(scope="network", ablation="zero", methods=("contribution", "gradcam"),
+                                      bootstrap=0), ablation=("zero",)))
 
 
 # ------------------------------------------------------------------------------------------ full disk

@@ -143,7 +143,7 @@ def test_the_quadrature_names_a_bad_rule_or_step_count():
     from laya_eval.engine.integrated_gradients import _quadrature
     from laya_eval.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"IG method must be among \{gausslegendre, riemann_left, .*\}; "
+    with pytest.raises(ConfigError, match=r"method must be one of \{gausslegendre, riemann_left, .*\}; "
                                           r"got 'simpson'"):
         _quadrature("simpson", 10)
     with pytest.raises(ConfigError, match="riemann_trapezoid needs at least 2 steps; got 1"):

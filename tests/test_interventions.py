@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
-from laya_eval.engine.evaluation import EvalOptions, evaluate_ablations
+from laya_eval.engine.evaluation import EvalOptions, evaluate
 from laya_eval.engine.interventions import NOISE_STREAM, donor_ids, noise_fills
 from laya_eval.engine.seeding import derived_seed, per_sample_normal
 from laya_eval.errors import ConfigError
@@ -18,7 +20,7 @@ N, DRAWS, SEED = 30, 3, 11
 def _run(model, data, ablations, scope, **kw):
     options = EvalOptions(methods=("contribution", "random"), ablation=ablations[0], scope=scope, limit=N,
                           draws=DRAWS, seed=SEED, bootstrap=0, **kw)
-    return evaluate_ablations(model, data, ablations, options=options)
+    return evaluate(model, data, options=dataclasses.replace(options, ablation=tuple(ablations)))
 
 
 def _effects(result):
@@ -150,7 +152,7 @@ def test_more_draws_change_the_estimate_and_the_run_key(digits_models, digits):
     model = digits_models["laya"]
     a = _run(model, digits["test"], ["noise"], "head")["noise"]
     options = EvalOptions(methods=("contribution",), ablation="noise", limit=N, draws=DRAWS + 2, seed=SEED, bootstrap=0)
-    b = evaluate_ablations(model, digits["test"], ["noise"], options=options)["noise"]
+    b = evaluate(model, digits["test"], options=dataclasses.replace(options, ablation=("noise",)))["noise"]
     assert not np.allclose(_effects(a), b.layers.effect.to_numpy().reshape(N, -1))
     assert a.manifest["options"]["draws"] == DRAWS and b.manifest["options"]["draws"] == DRAWS + 2
 
@@ -158,4 +160,4 @@ def test_more_draws_change_the_estimate_and_the_run_key(digits_models, digits):
 def test_a_single_sample_cannot_resample(digits_models, digits):
     options = EvalOptions(methods=("contribution",), ablation="resample", limit=1, bootstrap=0)
     with pytest.raises(ConfigError, match="draws donors from the other samples"):
-        evaluate_ablations(digits_models["laya"], digits["test"], ["resample"], options=options)
+        evaluate(digits_models["laya"], digits["test"], options=dataclasses.replace(options, ablation=("resample",)))

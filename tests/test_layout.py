@@ -101,7 +101,7 @@ def _room_violations(graph: dict[str, set[str]], declared: dict[str, set[str]]) 
         here = _room(module)
         for target in sorted(targets):
             there = _room(target)
-            if target == "laya_eval" and module != "laya_eval":
+            if target == "laya_eval" and here is not None:  # the CLI is a client of the public names; rooms are not
                 bad.append(f"{module} imports the package top (its public names); import from a room")
             elif here and there and here != there and there not in declared.get(here, set()):
                 bad.append(f"{module} imports {target}: room {here!r} may import only {sorted(declared[here])}")
@@ -161,7 +161,7 @@ def test_no_module_shares_a_verbs_name():
     assert not set(laya_eval.VERBS) & modules
 
 
-@pytest.mark.parametrize("verb", ["evaluate", "evaluate_to_folder", "fit_head", "train", "profile", "sanity",
+@pytest.mark.parametrize("verb", ["evaluate", "fit_head", "train", "profile", "sanity",
                                   "prune", "report", "sweep", "meta", "load_model", "save_checkpoint",
                                   "import_keras"])
 def test_every_verb_is_a_function_at_the_top(verb):

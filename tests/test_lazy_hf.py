@@ -6,12 +6,14 @@ backbone. Loading is observed by replacing ``_load_pretrained``, the one place t
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from laya_eval.data.dataset import Dataset
-from laya_eval.engine.evaluation import EvalOptions, evaluate_to_folder
+from laya_eval.engine.evaluation import EvalOptions, evaluate
 from laya_eval.errors import CheckpointError
 from laya_eval.loading import feature_cache
 from laya_eval.loading.checkpoints import load_checkpoint, save_checkpoint
@@ -39,7 +41,7 @@ def setup(tmp_path):
 
 def _run(ckpt, data, out, cache_dir, **kw):
     options = EvalOptions(bootstrap=100, n_steps=4, methods=("contribution", "ig", "random"), cache_dir=cache_dir, **kw)
-    evaluate_to_folder(ckpt, data, ["gate"], out, options=options)
+    evaluate(ckpt, data, options=dataclasses.replace(options, ablation=("gate",)), out=out)
     return {name: (out / name).read_bytes() for name in TABLES}
 
 
@@ -139,7 +141,7 @@ def test_only_a_single_process_head_scope_float32_run_with_the_cache_loads_lazil
     assert not loaded()
     # torchrun ranks do not read the cache (nor fill the same entry at once); the others run the encoder anyway
     assert loaded(World(rank=0, size=2)) and loaded(cache=False) and loaded(scope="network", ablation="zero")
-    assert loaded(dtype="float64")
+    assert loaded(dtype="bfloat16")
 
 
 def test_a_lazy_build_refuses_a_config_declaring_more_layers_than_a_checkpoint_may_hold(tmp_path):

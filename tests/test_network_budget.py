@@ -3,12 +3,14 @@ that cannot hold one chunk refused before any work."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 import torch
 
 import laya_eval.engine.memory_budget as budget
-from laya_eval.engine.evaluation import EvalOptions, evaluate_ablations
+from laya_eval.engine.evaluation import EvalOptions, evaluate
 from laya_eval.engine.memory_budget import check_network_budget, ig_rows, replacement_rows, row_chunks
 from laya_eval.errors import ConfigError
 
@@ -37,10 +39,9 @@ def test_rows_follow_the_budget_by_hand():
 def test_chunked_network_scope_equals_one_call_per_batch(digits_models, methods):
     model = digits_models["laya"]
     kwargs = dict(limit=40, batch_size=40, scope="network", ablation="zero", bootstrap=0, n_steps=4, methods=methods)
-    whole = evaluate_ablations(model, "digits", ["zero", "mean"], options=EvalOptions(**kwargs))
+    whole = evaluate(model, "digits", options=EvalOptions(**{**kwargs, "ablation": ("zero", "mean")}))
     # 16-row chunks for every IG call and gradient pass
-    chunked = evaluate_ablations(model, "digits", ["zero", "mean"],
-                                 options=EvalOptions(**kwargs, max_memory_mb=1, internal_batch_size=16))
+    chunked = evaluate(model, "digits", options=EvalOptions(**{**kwargs, "ablation": ("zero", "mean")}, max_memory_mb=1, internal_batch_size=16))
     for a in ("zero", "mean"):
         for table in ("layers", "samples", "summary"):
             # other row counts per backbone call round differently in float32: equal up to rounding
@@ -54,8 +55,7 @@ def test_a_budget_that_cannot_hold_a_chunk_is_refused_before_any_work(digits_mod
     monkeypatch.setattr(type(digits_models["laya"].head), "removal_logits",
                         lambda *a, **k: calls.append(1))  # any effect computed would be recorded here
     with pytest.raises(ConfigError, match="--max-memory 2048 MB cannot hold network-scope gradients"):
-        evaluate_ablations(digits_models["laya"], "digits", ["zero"],
-                           options=EvalOptions(limit=20, scope="network", ablation="zero", methods=("ig",)))
+        evaluate(digits_models["laya"], "digits", options=dataclasses.replace(EvalOptions(limit=20, scope="network", ablation="zero", methods=("ig",)), ablation=("zero",)))
     assert not calls
 
 
@@ -71,10 +71,10 @@ def test_drawn_network_removals_run_in_row_chunks(digits_models, monkeypatch, ab
     model = digits_models["laya"]
     kwargs = dict(limit=40, batch_size=40, scope="network", ablation=ablation, bootstrap=0, methods=("contribution",),
                   draws=2)
-    whole = evaluate_ablations(model, "digits", [ablation], options=EvalOptions(**kwargs))[ablation]
+    whole = evaluate(model, "digits", options=EvalOptions(**{**kwargs, "ablation": (ablation,)}))[ablation]
     seen = _drawn_replacement_rows(model, monkeypatch)
     monkeypatch.setattr(budget, "FORWARD_FACTOR", 100)
-    chunked = evaluate_ablations(model, "digits", [ablation], options=EvalOptions(**kwargs, max_memory_mb=1))[ablation]
+    chunked = evaluate(model, "digits", options=EvalOptions(**{**kwargs, "ablation": (ablation,)}, max_memory_mb=1))[ablation]
     # a row's block outputs are 64 + 32 + 16 float32 = 448 bytes; at 100x that, 1 MiB holds 2**20 // 44800 = 23
     # rows, down to a multiple of 16: the 40-row batch, padded to 48 rows, goes as [0, 16), [16, 32), [32, 48)
     assert seen and set(seen) == {16}
@@ -98,8 +98,8 @@ def test_the_budget_of_a_pooled_backbone_counts_its_full_block_outputs():
     # that for 16 rows: 16 * 10 * 16 KiB = 2.5 MiB, about 3 MB. (The pooled states alone, 2 * 32 * 4 bytes, would
     # fit in 1 MB.)
     with pytest.raises(ConfigError, match="16 rows need about 3 MB"):
-        evaluate_ablations(model, "digits", ["zero"], options=EvalOptions(
-            limit=20, scope="network", ablation="zero", methods=("grad_x_act",), max_memory_mb=1))
+        evaluate(model, "digits", options=dataclasses.replace(EvalOptions(
+            limit=20, scope="network", ablation="zero", methods=("grad_x_act",), max_memory_mb=1), ablation=("zero",)))
 
 
 def test_a_batch_with_network_gradients_holds_no_more_rows_than_one_gradient_call(digits_models, monkeypatch):
@@ -110,7 +110,7 @@ def test_a_batch_with_network_gradients_holds_no_more_rows_than_one_gradient_cal
     model = digits_models["laya"]
     kwargs = dict(limit=48, scope="network", ablation="zero", bootstrap=0, methods=("grad_x_act", "gradcam", "laya"),
                   max_memory_mb=1)
-    small = evaluate_ablations(model, "digits", ["zero"], options=EvalOptions(**kwargs, batch_size=16))["zero"]
+    small = evaluate(model, "digits", options=EvalOptions(**{**kwargs, "ablation": ("zero",)}, batch_size=16))["zero"]
     rows, gradients = [], evaluation.layer_gradients
 
     def recording(tr, *args, **kw):
@@ -121,7 +121,7 @@ def test_a_batch_with_network_gradients_holds_no_more_rows_than_one_gradient_cal
     # a row's block outputs are 64 + 32 + 16 float32 = 448 bytes; at 100x that, 1 MiB holds 2**20 // 44800 = 23
     # gradient rows, down to a multiple of 16: batches of 16 rows, not the 48 asked for
     monkeypatch.setattr(budget, "GRAD_FACTOR", 100)
-    cut = evaluate_ablations(model, "digits", ["zero"], options=EvalOptions(**kwargs, batch_size=48))["zero"]
+    cut = evaluate(model, "digits", options=EvalOptions(**{**kwargs, "ablation": ("zero",)}, batch_size=48))["zero"]
     assert rows == [16, 16, 16]
     for table in ("layers", "samples", "summary"):
         pd.testing.assert_frame_equal(getattr(small, table), getattr(cut, table))

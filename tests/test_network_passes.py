@@ -3,6 +3,8 @@ are those of one pass per removal (a slow reference loop, one sample and one rem
 
 from __future__ import annotations
 
+import dataclasses
+
 import copy
 
 import pandas as pd
@@ -10,7 +12,7 @@ import pytest
 import torch
 
 import laya_eval.engine.removals as removals
-from laya_eval.engine.evaluation import EvalOptions, evaluate_ablations
+from laya_eval.engine.evaluation import EvalOptions, evaluate
 from laya_eval.engine.network_passes import _per_removal_logits, network_replacement_logits
 from laya_eval.models.trace import trace_from_hidden
 
@@ -80,7 +82,7 @@ def test_network_scope_runs_fewer_passes_and_gives_the_per_removal_results(digit
     options = EvalOptions(limit=48, batch_size=48, scope="network", ablation="zero", bootstrap=0,
                           methods=("contribution", "static", "random"))
     seen = backbone_rows(model, monkeypatch)
-    shared = evaluate_ablations(model, "digits", ["zero", "mean"], options=options)
+    shared = evaluate(model, "digits", options=dataclasses.replace(options, ablation=("zero", "mean")))
     shared_rows = sum(seen)
     seen.clear()
 
@@ -88,7 +90,7 @@ def test_network_scope_runs_fewer_passes_and_gives_the_per_removal_results(digit
         return _per_removal_logits(tr, model, masks, values, max_rows)
 
     monkeypatch.setattr(removals, "network_replacement_logits", per_removal)
-    alone = evaluate_ablations(model, "digits", ["zero", "mean"], options=options)
+    alone = evaluate(model, "digits", options=dataclasses.replace(options, ablation=("zero", "mean")))
     # one pass per removal: per ablation, 3 leave-one-out removals and 3 deletion steps for each of 3 methods,
     # 12 passes of 48 rows; shared, each sample's distinct sets are at most 7: the 3 leave-one-out sets (deletion
     # at k = 1 is one of them), the all-layer set (k = 3) and one k = 2 set per method: at most 7 passes

@@ -168,7 +168,8 @@ def test_golden_effects_on_hand_built_head():
 def test_bad_ablation_and_scope():
     with pytest.raises(ConfigError, match=r"ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; got 'drop'"):
         removal_effects(None, None, leave_one_out_masks(2), ablation="drop")
-    with pytest.raises(ConfigError, match="with --scope network use --ablation zero or mean"):
+    with pytest.raises(ConfigError, match=r"ablation must be an ablation defined at network scope \(zero, mean, "
+                                          r"resample, noise: gate acts on the head's terms, not inside the backbone\)"):
         removal_effects(None, None, leave_one_out_masks(2), ablation="gate", scope="network")
     with pytest.raises(ConfigError, match=r"scope must be one of \{head, network\}; got 'model'"):
         removal_effects(None, None, leave_one_out_masks(2), scope="model")

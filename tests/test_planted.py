@@ -3,6 +3,8 @@ the engine), the scores against the truth match independent oracles, and ``laya-
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -206,7 +208,7 @@ def test_meta_scores_the_truth_ranking_at_auroc_one_and_its_inverse_at_zero(tmp_
 
 def test_extra_methods_are_scored_like_registered_ones(splits):
     from laya_eval.catalog import MethodSpec
-    from laya_eval.engine.evaluation import evaluate_ablations
+    from laya_eval.engine.evaluation import evaluate
     from laya_eval.engine.methods import METHODS, AttributionMethod
     from laya_eval.engine.plan import EvalOptions
     from laya_eval.errors import ConfigError
@@ -215,18 +217,18 @@ def test_extra_methods_are_scored_like_registered_ones(splits):
     model = build_planted("subset", 0, train).model
     twin = AttributionMethod(MethodSpec("contribution_twin", "the same function"), METHODS["contribution"].fn)
     options = EvalOptions(methods=("contribution",), bootstrap=0)
-    out = evaluate_ablations(model, test, ("gate",), options=options, extra_methods=(twin,))["gate"].summary
+    out = evaluate(model, test, options=dataclasses.replace(options, ablation=("gate",)), extra_methods=(twin,))["gate"].summary
     a, b = out.iloc[0].drop(["method"]), out.iloc[1].drop(["method"])
     assert list(out["method"]) == ["contribution", "contribution_twin"]
     cols = ["faithfulness", "deletion_at_1", "aopc", "top1_hit_rate", "n_undefined"]
     assert a[cols].tolist() == b[cols].tolist()
     clash = AttributionMethod(MethodSpec("random", "a clash"), METHODS["contribution"].fn)
     with pytest.raises(ConfigError, match="registered method's name; got 'random'"):
-        evaluate_ablations(model, test, ("gate",), options=options, extra_methods=(clash,))
+        evaluate(model, test, options=dataclasses.replace(options, ablation=("gate",)), extra_methods=(clash,))
     with pytest.raises(ConfigError, match="unique; got 'contribution_twin' twice"):
-        evaluate_ablations(model, test, ("gate",), options=options, extra_methods=(twin, twin))
+        evaluate(model, test, options=dataclasses.replace(options, ablation=("gate",)), extra_methods=(twin, twin))
     with pytest.raises(ConfigError, match="partial results"):
-        evaluate_ablations(model, test, ("gate",), options=options, extra_methods=(twin,), partial_dir=".")
+        evaluate(model, test, options=dataclasses.replace(options, ablation=("gate",)), extra_methods=(twin,), out=".")
 
 
 @pytest.mark.parametrize("args, pattern", [
@@ -264,11 +266,11 @@ def test_cli_runs_and_prints_the_tables(tmp_path):
 
 @pytest.mark.parametrize("kwargs, pattern", [
     ({"families": ("subset", "bogus")}, r"families must be one of \{subset, .*\}; got 'bogus'"),
-    ({"families": "subset"}, r"families must be a non-empty sequence of names"),
+    ({"families": ()}, r"MetaOptions.families must be a non-empty sequence of names; got \(\)"),
     ({"ablations": ("gate", "zero", "network")}, r"ablations must be one of \{gate, gate-renorm, zero, mean, resample, noise\}"),
     ({"n_layers": 3}, r"n_layers must be an integer from 4 to 10; got 3"),
     ({"seeds": 3, "first_seed": 2**63 - 2}, r"first_seed must be an integer from 0 to 9223372036854775805"),
-    ({"methods": ("gi",)}, r"methods must be among .*got 'gi'"),
+    ({"methods": ("gi",)}, r"MetaOptions.methods must be one of .*got 'gi'"),
 ])
 def test_meta_options_name_what_is_wrong(kwargs, pattern):
     from laya_eval.errors import ConfigError

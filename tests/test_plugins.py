@@ -119,7 +119,7 @@ def test_py_plugin_needs_trust_code_and_then_runs_as_a_built_in(tmp_path, digits
                                    "ablation:ones": f"py:{module}@{digest}"}
     # A name the registry does not know, without the plug-in: one line naming the choices.
     unknown = _cli(sys.executable, [*args[:2], "--methods", "state_norm", "--out", tmp_path / "x"], env)
-    assert unknown.returncode == 2 and "Error: Invalid value for --methods: must be among {laya," in unknown.stderr
+    assert unknown.returncode == 2 and "Error: --methods must be one of {laya," in unknown.stderr
 
 
 @pytest.mark.slow

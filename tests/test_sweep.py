@@ -26,7 +26,7 @@ GRID = {
                            {"name": "mlp", "label": "w16", "kwargs": {"widths": [16, 8]}}]},
     "data": {"train_limit": 200, "val_limit": 60, "test_limit": 60},
     "training": {"epochs": 1},
-    "evaluation": {"ablations": ["gate", "mean"], "methods": ["contribution", "random"], "limit": 40,
+    "evaluation": {"ablation": ["gate", "mean"], "methods": ["contribution", "random"], "limit": 40,
                    "bootstrap": 20, "n_steps": 4},
 }
 AGGREGATE = ("runs.csv", "sweep.csv", "sweep_summary.csv", "layer_weights.csv")
@@ -182,19 +182,21 @@ def _with(path: tuple, value, drop: bool = False) -> dict:
      "grid.backbones labels must be distinct (give each backbone a label); got ['mlp', 'mlp']."),
     (_with(("training", "epochs"), 0), "training.epochs must be a positive integer; got 0."),
     (_with(("training", "epoch"), 2),
-     "training: unknown key 'epoch'; expected among {batch_size, device, epochs, lr, patience}."),
-    (_with(("evaluation", "ablations"), ["gate", "erase"]),
-     "evaluation.ablations must be one of {gate, gate-renorm, zero, mean, resample, noise}; got 'erase'."),
+     "training: unknown key 'epoch'; expected among {batch_size, device, epochs, freeze_backbone, lr, patience}."),
+    (_with(("evaluation", "ablation"), ["gate", "erase"]),
+     "evaluation.ablation must be one of {gate, gate-renorm, zero, mean, resample, noise}; got 'erase'."),
     (_with(("evaluation", "bootstrap"), True), "evaluation.bootstrap must be a non-negative integer; got True."),
     (_with(("evaluation", "scope"), "nope"), "evaluation.scope must be one of {head, network}; got 'nope'."),
     (_with(("evaluation", "scope"), "network"),
-     "evaluation.ablations must be ablations defined at network scope (zero, mean, resample, noise) when "
-     "evaluation.scope is 'network'; got ['gate', 'mean']."),
+     "evaluation.ablation must be an ablation defined at network scope (zero, mean, resample, noise: gate acts on "
+     "the head's terms, not inside the backbone); got 'gate'."),
     (_with(("evaluation", "seed"), 2**63),
      "evaluation.seed must be an integer from 0 to 2**63 - 1; got 9223372036854775808."),
     (_with(("evaluation", "device"), "quantum"), "evaluation.device must be 'cpu', 'cuda' or 'cuda:N'; got 'quantum'."),
-    (_with(("evaluation", "target"), "label"), "evaluation: unknown key 'target'; expected among {ablations, "
-     "batch_size, bootstrap, device, limit, methods, n_steps, scope, seed}."),
+    (_with(("evaluation", "targets"), "label"), "evaluation: unknown key 'targets'; expected among {ablation, "
+     "allow_nonfinite, angular_span, batch_size, bootstrap, cache, chunk_size, device, draws, dtype, ig_baseline, "
+     "internal_batch_size, limit, max_memory_mb, methods, n_steps, scope, seed, split, table_format, target, "
+     "tie_rtol}."),
     (_with(("training", "device"), "tpu"), "training.device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'."),
     (_with(("training", "lr"), 0.0), "training.lr must be a finite number > 0; got 0.0."),
     (_with(("outdir",), "x"),
@@ -216,7 +218,7 @@ def test_cli_bad_config_is_one_line_before_any_work(tmp_path):
                           re.escape("evaluation.limit must be a positive integer; got -5."))
     assert not out.exists()
     # Refused by the options the cells build, still before the first cell is trained.
-    config.write_text(config.read_text().replace("limit = -5", "scope = 'network'\nablations = ['zero']\n"
+    config.write_text(config.read_text().replace("limit = -5", "scope = 'network'\nablation = ['zero']\n"
                                                                  "seed = 9223372036854775808"))
     assert_one_line_error(run("sweep", config, "--out", out),
                           re.escape("evaluation.seed must be an integer from 0 to 2**63 - 1; got "
@@ -266,7 +268,7 @@ def test_a_network_scope_sweep_scores_the_removals_inside_the_backbone(tmp_path)
     config = {"grid": {"datasets": ["digits"], "heads": ["laya"], "seeds": [0],
                        "backbones": [{"name": "mlp", "kwargs": {"widths": [8, 8]}}]},
               "data": {"train_limit": 200, "val_limit": 60, "test_limit": 60}, "training": {"epochs": 1},
-              "evaluation": {"scope": "network", "ablations": ["zero"], "methods": ["random"], "limit": 20,
+              "evaluation": {"scope": "network", "ablation": ["zero"], "methods": ["random"], "limit": 20,
                              "bootstrap": 0}}
     done = sweep(config, tmp_path / "out")
     assert len(done.computed) == 1

@@ -51,7 +51,7 @@ def test_parquet_bytes_are_deterministic(tmp_path):
 
 
 def test_table_errors(tmp_path, monkeypatch):
-    with pytest.raises(ConfigError, match=r"table format must be among \{csv, parquet\}; got 'xlsx'"):
+    with pytest.raises(ConfigError, match=r"table_format must be one of \{csv, parquet\}; got 'xlsx'"):
         write_table(_frame(), tmp_path / "t", "xlsx")
     with pytest.raises(ResultsError, match=r"no table '.*nope.csv' or '.*nope.parquet' found"):
         read_table(tmp_path / "nope")

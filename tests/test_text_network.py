@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -34,7 +36,7 @@ def _data():
 
 def test_network_mean_fill_is_the_mean_over_real_tokens(text_model):
     options = EvalOptions(scope="network", ablation="mean", batch_size=2, methods=("contribution",), bootstrap=0)
-    plan = make_plan(text_model, _data(), ["mean"], options=options)
+    plan = make_plan(text_model, _data(), options=dataclasses.replace(options, ablation=("mean",)))
     means = collect_statistics(plan, 0, len(TEXTS))["hidden_mean"]
     # Reference: each text alone (no padding at all), every block output summed over its tokens.
     sums, count = None, 0

@@ -20,6 +20,13 @@ from laya_eval_cli import commands
 class LayaGroup(click.Group):
     """A click group that turns user errors into one line and exit code 2."""
 
+    command: str | None = None
+
+    def resolve_command(self, ctx, args):  # noqa: D102
+        name, cmd, rest = super().resolve_command(ctx, args)
+        LayaGroup.command = cmd.name if cmd is not None else None
+        return name, cmd, rest
+
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: D102
         from laya_eval.errors import LayaEvalError
 
@@ -32,7 +39,9 @@ class LayaGroup(click.Group):
             click.echo(f"Error: {exc.format_message()}", err=True)
             sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
         except LayaEvalError as exc:
-            click.echo(f"Error: {exc}", err=True)
+            from laya_eval_cli.options import flag_spelling
+
+            click.echo(f"Error: {flag_spelling(exc, LayaGroup.command)}", err=True)
             sys.exit(2)
         except OSError as exc:
             # A write that failed outside the library's writers (a full disk, a quota, a read-only folder): one

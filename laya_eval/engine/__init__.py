@@ -5,5 +5,5 @@ tables, manifest). The method registry (:mod:`~laya_eval.engine.methods`), the r
 (:mod:`~laya_eval.engine.removals`), records, dataset statistics, partial runs and torchrun sharding live
 here too.
 
-May import: errors, checks, catalog, output, stats, data, models, loading.
+May import: errors, checks, catalog, options, output, stats, data, models, loading.
 """

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from laya_eval.engine.methods import AttributionMethod, MethodContext, baseline_states, layer_gradients
 from laya_eval.errors import ConfigError
-from laya_eval.catalog import ABLATION_SPECS, ABLATIONS
+from laya_eval.catalog import ABLATION_SPECS
 from laya_eval.data import Dataset
 from laya_eval.engine.dataset_stats import DatasetStatistics, batch_statistics
 from laya_eval.models.devices import backbone_precision
@@ -50,15 +50,14 @@ from laya_eval.engine.removals import batch_fill, deletion_masks, layer_ranking,
 from laya_eval.engine.plan import (CHUNK_SIZE, EvalOptions, KeptStates, Plan, explained_classes, make_plan,
                                    resolved_ig_baseline, with_cached_features)
 from laya_eval.engine.records import Records, merge_records
-from laya_eval.engine.results import (SUMMARY_COLUMNS, EvaluationResult, MethodScore, build_result, score_method,
-                                      write_results)
+from laya_eval.engine.outcome import Evaluation, operators_of, write_evaluation
+from laya_eval.engine.results import SUMMARY_COLUMNS, EvaluationResult, MethodScore, build_result, score_method
 from laya_eval.output.tables import check_table_format
 from laya_eval.models.heads import pool_hidden
 from laya_eval.models.trace import Trace, trace_from_hidden
 
-__all__ = ["CHUNK_SIZE", "MIN_BATCH_ROWS", "SUMMARY_COLUMNS", "EvalOptions", "EvaluationResult", "MethodScore",
-           "Plan", "collect", "evaluate", "evaluate_ablations", "evaluate_to_folder", "make_plan", "score_method",
-           "summarize", "write_results"]
+__all__ = ["CHUNK_SIZE", "MIN_BATCH_ROWS", "SUMMARY_COLUMNS", "EvalOptions", "Evaluation", "EvaluationResult",
+           "MethodScore", "Plan", "collect", "evaluate", "make_plan", "score_method", "summarize"]
 
 
 def _batches(plan: Plan, start: int, stop: int) -> Iterator[tuple[Any, Tensor, Tensor, Tensor]]:
@@ -257,56 +256,88 @@ def summarize(records: Records, plan: Plan, *, world_size: int = 1, map_items=se
             for a in plan.ablations}
 
 
-def evaluate_ablations(
+def evaluate(
     model: LayeredModel | str | os.PathLike,
     data: Dataset | str | None = None,
-    ablations: Sequence[str] = ABLATIONS[:1],
     *,
     options: EvalOptions | None = None,
+    out: str | os.PathLike | None = None,
+    resume: bool = False,
     data_dir: str | os.PathLike | None = None,
     progress: Any = None,
     world: World = SINGLE_PROCESS,
-    partial_dir: str | os.PathLike | None = None,
-    resume: bool = False,
     extra_methods: Sequence[AttributionMethod] = (),
     paired_tests: bool = True,
-) -> dict[str, EvaluationResult] | None:
-    """Score several ablations from one pass: attributions (IG above all) are computed once.
+) -> Evaluation | None:
+    """Score layer attributions against leave-one-layer-out effects, for one ablation or several from one pass
+    (attributions, IG above all, are computed once).
 
     Parameters
     ----------
-    model, data, options, data_dir, progress
-        As for :func:`evaluate`.
-    ablations : sequence of str
-        Among ``gate``, ``gate-renorm``, ``zero``, ``mean`` (network scope: ``zero``, ``mean``).
-    world : laya_eval.engine.distributed.World
-        This process's rank among several (torchrun); each evaluates its shard.
-    partial_dir : path, optional
-        Keep per-chunk records under ``partial_dir/.partial`` so that an interrupted run can resume.
+    model : LayeredModel or a model spec
+        A model in memory, a checkpoint path, ``hf:ID_OR_DIR`` or ``py:MODULE:CALLABLE``.
+    data : Dataset, dataset name, or None
+        ``None`` uses the dataset recorded in the model (split ``options.split``).
+    options : EvalOptions
+        Every option of ``laya-eval faithfulness`` (``options.ablation``: one ablation or several).
+    out : path, optional
+        Write the result folder there (checked before any work, replaced whole at the end; one subfolder per
+        ablation and ``operators.csv`` when several), keeping per-chunk records under ``out/.partial`` while the run
+        lasts so that an interrupted run can resume.
     resume : bool
-        Reuse the partial records of an earlier attempt with the same options.
+        With ``out``: reuse the partial records of an earlier attempt with the same deciding options (another
+        deciding option is refused; speed options such as ``batch_size`` may differ: the result is the same bytes).
+    data_dir : path, optional
+        Where to look for the dataset files.
+    progress : tqdm-like, optional
+        Its ``total`` is set to the number of samples times the number of passes, and ``update(n)`` is called as
+        the work advances.
+    world : laya_eval.engine.distributed.World
+        This process's rank among several (torchrun); each evaluates its shard and rank 0 writes.
     extra_methods : sequence of AttributionMethod
-        Attributions computed in code, scored after the registered methods exactly like them. Their code is
-        not part of a run key, so they cannot be combined with ``partial_dir``.
+        Attributions computed in code, scored after the registered methods exactly like them. Their code is not
+        part of a run key, so they cannot be combined with ``out``.
     paired_tests : bool
-        Compare every pair of methods (``comparisons``, the paired tests). False leaves that table empty, for a
-        caller that reads none of it; every other table is the same.
+        Compare every pair of methods (``comparisons``); False leaves that table empty, every other table the same.
 
     Returns
     -------
-    dict of str to EvaluationResult, or None
-        One result per ablation, in the order given; ``None`` on ranks other than 0.
+    Evaluation or None
+        One result per ablation (with one ablation its tables read directly: ``evaluation.summary``); ``None`` on
+        ranks other than 0.
 
     Examples
     --------
-    >>> results = evaluate_ablations("ckpt.pt", ablations=["gate", "mean"])  # doctest: +SKIP
-    >>> results["mean"].summary[["method", "faithfulness"]]  # doctest: +SKIP
+    >>> result = evaluate("ckpt.pt", options=EvalOptions(limit=500))  # doctest: +SKIP
+    >>> result.summary[["method", "faithfulness", "deletion_at_1"]]  # doctest: +SKIP
+    >>> both = evaluate("ckpt.pt", options=EvalOptions(ablation=("gate", "mean")), out="runs/both")  # doctest: +SKIP
+    >>> both["mean"].summary, both.operators.kendall_w  # doctest: +SKIP
     """
     options = options or EvalOptions()
-    if extra_methods and partial_dir is not None:
-        raise ConfigError("extra methods cannot be kept as partial results: their code is not part of the run key.")
-    plan = make_plan(model, data, ablations, options=options, data_dir=data_dir, world=world,
-                     extra_methods=extra_methods)
+    if out is not None:
+        from laya_eval.output.files import check_output_folder
+
+        if extra_methods:
+            raise ConfigError("extra methods cannot be kept as partial results (their code is not part of the run "
+                              "key): evaluate them without out and write the tables yourself.")
+        check_output_folder(out)
+        check_table_format(options.table_format)  # an unusable table format fails before any work
+    results = _evaluate(model, data, options=options, data_dir=data_dir, progress=progress, world=world,
+                        partial_dir=out, resume=resume, extra_methods=extra_methods, paired_tests=paired_tests)
+    evaluation = None
+    if results is not None:
+        evaluation = Evaluation(results, operators=operators_of(results))
+        if out is not None:
+            evaluation.files = write_evaluation(evaluation, out, table_format=options.table_format)
+    if out is not None:
+        world.barrier()
+    return evaluation
+
+
+def _evaluate(model, data, *, options: EvalOptions, data_dir, progress, world: World, partial_dir, resume: bool,
+              extra_methods: Sequence[AttributionMethod], paired_tests: bool) -> dict[str, EvaluationResult] | None:
+    """Plan, collect (with partial records under ``partial_dir``), merge over the ranks and summarize."""
+    plan = make_plan(model, data, options=options, data_dir=data_dir, world=world, extra_methods=extra_methods)
     plan = with_cached_features(plan, world)
     start, stop = world.shard(len(plan.data))
     partial = None if partial_dir is None else PartialStore(partial_dir, plan.key(), resume=resume,
@@ -325,69 +356,3 @@ def evaluate_ablations(
     records = world.all_gather(collect(plan, means, start, stop, partial=partial, progress=tick))
     results = summarize(records, plan, world_size=world.size, map_items=world.map, paired_tests=paired_tests)
     return results if world.is_main else None
-
-
-def evaluate(
-    model: LayeredModel | str | os.PathLike,
-    data: Dataset | str | None = None,
-    *,
-    options: EvalOptions | None = None,
-    data_dir: str | os.PathLike | None = None,
-    progress: Any = None,
-) -> EvaluationResult:
-    """Score layer attributions against leave-one-layer-out effects (one ablation: ``options.ablation``).
-
-    Parameters
-    ----------
-    model : LayeredModel or path to a checkpoint
-    data : Dataset, dataset name, or None
-        ``None`` uses the dataset recorded in the checkpoint (split ``options.split``).
-    options : EvalOptions
-    data_dir : path, optional
-        Where to look for the dataset files.
-    progress : tqdm-like, optional
-        Its ``total`` is set to the number of samples times the number of passes, and
-        ``update(n)`` is called as the work advances.
-
-    Returns
-    -------
-    EvaluationResult
-
-    Examples
-    --------
-    >>> result = evaluate("ckpt.pt", options=EvalOptions(limit=500))  # doctest: +SKIP
-    >>> result.summary[["method", "faithfulness", "deletion_at_1"]]  # doctest: +SKIP
-    """
-    options = options or EvalOptions()
-    return evaluate_ablations(model, data, (options.ablation,), options=options, data_dir=data_dir,
-                              progress=progress)[options.ablation]
-
-
-def evaluate_to_folder(
-    model: LayeredModel | str | os.PathLike,
-    data: Dataset | str | None,
-    ablations: Sequence[str],
-    out_dir: str | os.PathLike,
-    *,
-    options: EvalOptions,
-    data_dir: str | os.PathLike | None = None,
-    progress: Any = None,
-    world: World = SINGLE_PROCESS,
-    resume: bool = False,
-    table_format: str = "csv",
-) -> dict[str, EvaluationResult] | None:
-    """:func:`evaluate_ablations` with per-chunk partial results under ``out_dir/.partial`` and the finished
-    result written into ``out_dir`` as one set (one subfolder per ablation when several), by rank 0.
-
-    The output folder is checked before any work. Returns the results on rank 0, ``None`` elsewhere.
-    """
-    from laya_eval.output.files import check_output_folder
-
-    check_output_folder(out_dir)
-    check_table_format(table_format)  # an unusable --table-format fails before any work
-    results = evaluate_ablations(model, data, ablations, options=options, data_dir=data_dir, progress=progress,
-                                 world=world, partial_dir=out_dir, resume=resume)
-    if results is not None:
-        write_results(results, out_dir, table_format=table_format)
-    world.barrier()
-    return results

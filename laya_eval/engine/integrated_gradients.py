@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import ConcatHead, LastLayerHead, LayerHead, pool_hidden
 from laya_eval.models.removal import fast_path_unchanged
+from laya_eval.checks import check_choice
 
 __all__ = ["head_ig", "head_ig_captum", "head_ig_route"]
 
@@ -110,8 +111,7 @@ def _quadrature(method: str, n_steps: int) -> tuple[list[float], list[float]]:
     [-1, 1] to [0, 1]; for the Riemann rules equal weights ``1/n`` (halved at both ends for the trapezoid) at points
     spaced evenly by ``torch.linspace``, as Captum spaces them.
     """
-    if method not in IG_METHODS:
-        raise ConfigError(f"IG method must be among {{{', '.join(IG_METHODS)}}}; got {method!r}.")
+    check_choice("method", method, IG_METHODS)
     fewest = 1 if method == "gausslegendre" else 2
     if n_steps < fewest:
         raise ConfigError(f"IG with {method} needs at least {fewest} steps; got {n_steps}.")

@@ -34,6 +34,7 @@ from laya_eval.engine.memory_budget import ig_rows, one_row_block_outputs, row_c
 from laya_eval.engine.representation_scores import alpha_norm, angular_distance, block_influence, has_common_states
 from laya_eval.engine.seeding import per_sample_uniform
 from laya_eval.models.trace import Trace
+from laya_eval.checks import check_choice, fail
 
 __all__ = [
     "METHODS",
@@ -368,10 +369,8 @@ def resolve_methods(names: list[str] | None) -> list[AttributionMethod]:
     load_installed_plugins()
     if names is None:
         return list(METHODS.values())
-    unknown = [n for n in names if n not in METHODS]
-    if unknown:
-        raise ConfigError(f"methods must be among {{{', '.join(METHODS)}}}; got {unknown[0]!r} (a plug-in's "
-                          "method needs --plugin or an installed laya_eval.plugins entry point).")
+    for n in names:
+        check_choice("methods", n, METHODS)
     if not names:
-        raise ConfigError(f"give at least one method among {{{', '.join(METHODS)}}}.")
+        raise fail("methods", f"at least one method among {{{', '.join(METHODS)}}}", names)
     return [METHODS[n] for n in dict.fromkeys(names)]

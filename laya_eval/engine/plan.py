@@ -17,10 +17,8 @@ import torch
 
 from laya_eval.engine.methods import (METHODS, AttributionMethod, applicable, baseline_needs, resolve_methods,
                                      resolved_baseline)
-from laya_eval.catalog import (ABLATION_DRAWS, ABLATION_SPECS, ABLATIONS, ANGULAR_SPAN, BOOTSTRAP_RESAMPLES, CHUNK_SIZE,
-                               EVAL_BATCH_SIZE, IG_BASELINES, IG_STEPS, MAX_MEMORY_MB, SCOPES)
-from laya_eval.checks import (check_fields, check_non_negative_int, check_number, check_optional,
-                              check_positive_int, check_seed)
+from laya_eval.catalog import ABLATION_SPECS, CHUNK_SIZE, DEFAULT_ABLATION
+from laya_eval.options import check_declared, check_option, declared, option, role_fields
 from laya_eval.data import Dataset, check_finite, load_dataset
 from laya_eval.models.devices import resolve_device
 from laya_eval.engine.distributed import SINGLE_PROCESS, World
@@ -30,71 +28,73 @@ from laya_eval.errors import ConfigError, DataError
 from laya_eval.loading.feature_cache import Features, backbone_features, caches_features
 from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.partial import run_key
-from laya_eval.engine.plugins import code_identity
+from laya_eval.engine.plugins import code_identity, load_installed_plugins
 from laya_eval.engine.removals import ABLATION_REGISTRY, check_ablations
-from laya_eval.stats import DEFAULT_RTOL
 
 __all__ = ["CHUNK_SIZE", "EvalOptions", "KeptStates", "Plan", "check_extra_methods", "check_target", "check_target_class",
            "explained_classes", "make_plan", "plugin_sources", "resolved_ig_baseline", "with_cached_features"]
 
-@dataclass(frozen=True)
+@declared
 class EvalOptions:
-    """Options of one evaluation (the CLI's flags).
+    """Options of one evaluation: one field per option of ``laya-eval faithfulness``, declared with its default,
+    checks and role in :mod:`laya_eval.options` (an invalid value raises ``ConfigError`` naming
+    ``EvalOptions.<field>``).
 
-    ``cache`` and ``cache_dir``: at head scope, read (and fill) the feature cache of a frozen backbone stored by
-    reference instead of running it batch by batch (:func:`with_cached_features`);
-    the results are the same bytes either way, so neither joins a run key. ``max_memory_mb``: the working set of
-    network-scope work; at head scope, the most the states kept between the two passes may take (:class:`KeptStates`).
+    The role decides the keys: what *decides* the numbers (model and data aside: ``methods``, ``ablation``,
+    ``scope``, ``split``, ``limit``, ``target``, the IG settings, ``draws``, ``angular_span``, ``seed``, ``dtype``,
+    ``device``, ``max_memory_mb``, ``allow_nonfinite``) joins every resume key (:meth:`Plan.key`) by itself; what
+    changes only the finished tables (``bootstrap``, ``tie_rtol``) joins the result key; speed (``batch_size``,
+    ``chunk_size``, ``cache``, ``cache_dir``), presentation (``table_format``) and permissions (``trust_code``,
+    ``download``, ``allow_unverified``) join none. ``device`` and ``max_memory_mb`` decide where and in which row
+    chunks the work runs, which changes floating-point rounding, so they are keyed with the numbers.
+
+    ``ablation``: one name or several (a tuple: one pass, one result each); ``None`` is ``gate`` at head scope and
+    ``zero`` at network scope. ``cache`` and ``cache_dir``: at head scope, read (and fill) the feature cache of a
+    frozen backbone stored by reference instead of running it batch by batch (:func:`with_cached_features`); the
+    results are the same bytes either way. ``max_memory_mb``: the working set of network-scope work; at head scope,
+    the most the states kept between the two passes may take (:class:`KeptStates`).
     """
 
-    methods: tuple[str, ...] | None = None
-    ablation: str = ABLATIONS[0]
-    scope: str = SCOPES[0]
-    split: str = "test"
-    limit: int | None = None
-    batch_size: int = EVAL_BATCH_SIZE
-    seed: int = 0
-    bootstrap: int = BOOTSTRAP_RESAMPLES
-    device: str = "cpu"
-    n_steps: int = IG_STEPS
-    internal_batch_size: int | None = None
-    ig_baseline: str | None = None
-    target: str | int = "pred"
-    dtype: str = "float32"
-    chunk_size: int = CHUNK_SIZE
-    tie_rtol: float = DEFAULT_RTOL
-    trust_code: bool = False
-    download: bool = False
-    allow_nonfinite: bool = False
-    allow_unverified: bool = False
-    max_memory_mb: int = MAX_MEMORY_MB
-    draws: int = ABLATION_DRAWS
-    angular_span: int = ANGULAR_SPAN
-    cache: bool = True
-    cache_dir: str | None = None
+    methods: tuple[str, ...] | None
+    ablation: str | tuple[str, ...] | None
+    scope: str
+    split: str
+    limit: int | None
+    batch_size: int
+    seed: int
+    bootstrap: int
+    device: str
+    n_steps: int
+    internal_batch_size: int | None
+    ig_baseline: str | None
+    target: str | int
+    dtype: str
+    chunk_size: int
+    tie_rtol: float
+    trust_code: bool
+    download: bool
+    allow_nonfinite: bool
+    allow_unverified: bool
+    max_memory_mb: int
+    draws: int
+    angular_span: int
+    cache: bool
+    cache_dir: str | None
+    table_format: str
 
     def __post_init__(self) -> None:
-        check_ablations(self.ablation, self.scope)
-        check_fields(self, _EVAL_RULES)
-        check_target(self.target)
-        if self.ig_baseline is not None and self.ig_baseline not in IG_BASELINES:
-            raise ConfigError(f"ig_baseline must be one of {{{', '.join(IG_BASELINES)}}}; got {self.ig_baseline!r}.")
-        resolve_methods(None if self.methods is None else list(self.methods))
+        load_installed_plugins()  # their methods and ablations are choices too
+        check_declared(self)
+        if self.ablation is None:
+            object.__setattr__(self, "ablation", DEFAULT_ABLATION[self.scope])
+        elif len(self.ablation) == 1:
+            object.__setattr__(self, "ablation", self.ablation[0])
+        check_ablations(self.ablation, self.scope, "EvalOptions.ablation")
 
-
-_EVAL_RULES = {
-    "batch_size": check_positive_int,
-    "n_steps": check_positive_int,
-    "chunk_size": check_positive_int,
-    "limit": check_optional(check_positive_int),
-    "internal_batch_size": check_optional(check_positive_int),
-    "max_memory_mb": check_positive_int,
-    "draws": check_positive_int,
-    "angular_span": check_positive_int,
-    "bootstrap": check_non_negative_int,
-    "seed": check_seed,
-    "tie_rtol": lambda name, value: check_number(name, value, low=0, high=1, high_open=True),
-}
+    @property
+    def ablations(self) -> tuple[str, ...]:
+        """The ablations evaluated, in the order given."""
+        return (self.ablation,) if isinstance(self.ablation, str) else tuple(self.ablation)
 
 
 def explained_classes(target: str | int, pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -107,12 +107,9 @@ def explained_classes(target: str | int, pred: torch.Tensor, labels: torch.Tenso
     return torch.full_like(pred, int(target))
 
 
-def check_target(target: Any) -> None:
+def check_target(target: Any, name: str = "target") -> None:
     """``pred``, ``label`` or a class index (an int >= 0; its upper bound is checked against the model)."""
-    if target in ("pred", "label"):
-        return
-    if isinstance(target, bool) or not isinstance(target, int) or target < 0:
-        raise ConfigError(f"target must be 'pred', 'label' or a class index (an integer >= 0); got {target!r}.")
+    check_option(option("EvalOptions.target"), target, name)
 
 
 def resolved_ig_baseline(options: EvalOptions) -> str:
@@ -148,28 +145,31 @@ class Plan:
         return min(self.options.batch_size, self.batch_rows or self.options.batch_size)
 
     def key(self) -> str:
-        """What changes a record (everything but batch size, chunk size, bootstrap, tie tolerance and process
-        count): the model's identity, the data's name, split, size and content sha256, and the options."""
+        """What changes a record: the model's identity, the data's name, size and content sha256, what the plan
+        resolved (methods, ablations, the IG baseline, the device type, the plug-ins' code) and every option whose
+        role is ``decides`` (:func:`laya_eval.options.deciding_fields`: a new deciding option joins the key
+        by its record alone). Speed, presentation and permission options stay out: batch size, chunk size, the
+        feature cache and the process count leave the records' bytes unchanged."""
         from laya_eval.output.files import data_content_sha256, module_state_sha256
 
         o = self.options
         model = self.checkpoint if self.checkpoint.get("sha256") or self.checkpoint.get("kind") else {
             "in_memory_state_sha256": module_state_sha256(self.model)}
-        return run_key({"checkpoint": self.checkpoint, "model": model, "data": self.data.name, "split": o.split,
-                        "n": len(self.data), "content_sha256": data_content_sha256(self.data.x, self.data.y),
+        return run_key({"checkpoint": self.checkpoint, "model": model, "data": self.data.name, "n": len(self.data),
+                        "content_sha256": data_content_sha256(self.data.x, self.data.y),
                         "methods": [m.name for m in self.methods], "ablations": self.ablations,
-                        "scope": o.scope, "seed": o.seed, "n_steps": o.n_steps, "dtype": o.dtype,
-                        "internal_batch_size": o.internal_batch_size, "device": self.device.type, "draws": o.draws,
-                        "angular_span": o.angular_span, "target": o.target, "ig_baseline": resolved_ig_baseline(o),
-                        "plugins": plugin_sources(self),
-                        # network scope runs in row chunks within the budget, which rounding can tell apart
-                        **({"max_memory_mb": o.max_memory_mb} if o.scope == "network" else {})})
+                        "device_type": self.device.type, "resolved_ig_baseline": resolved_ig_baseline(o),
+                        "plugins": plugin_sources(self), "options": _role_values(o, "decides")})
 
     def result_key(self) -> str:
-        """:meth:`key` plus every option that changes the finished tables (bootstrap, tie tolerance); a
-        result's manifest records it, and ``--resume`` onto a result with another one is refused."""
-        o = self.options
-        return run_key({"run": self.key(), "bootstrap": o.bootstrap, "tie_rtol": o.tie_rtol})
+        """:meth:`key` plus every option that changes only the finished tables (role ``summary``: bootstrap, tie
+        tolerance); a result's manifest records it, and ``--resume`` onto a result with another one is refused."""
+        return run_key({"run": self.key(), "options": _role_values(self.options, "summary")})
+
+
+def _role_values(options: EvalOptions, role: str) -> dict[str, Any]:
+    """``{field: value}`` of the fields of ``options`` whose role is ``role``."""
+    return {name: getattr(options, name) for name in role_fields("EvalOptions", role)}
 
 
 def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device, options: EvalOptions,
@@ -282,15 +282,14 @@ def plugin_sources(plan: Plan) -> dict[str, str]:
     return out
 
 
-def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | None, ablations: Sequence[str], *,
-              options: EvalOptions, data_dir: Any = None, world: World = SINGLE_PROCESS,
+def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | None, *, options: EvalOptions, data_dir: Any = None, world: World = SINGLE_PROCESS,
               extra_methods: Sequence[AttributionMethod] = ()) -> Plan:
     """Resolve model, data, methods and needs; every user error is raised here, before any work.
 
     ``extra_methods`` are scored after the registered ones, exactly like them (an attribution computed in code,
     e.g. a known ranking of the layers)."""
     extra = check_extra_methods(extra_methods)
-    ablations = check_ablations(ablations, options.scope)
+    ablations = options.ablations
     device = resolve_device(world.device(options.device))
     model, ckpt = _resolve_model(model, device, options, world)
     if model.n_layers < 2:

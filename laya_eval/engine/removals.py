@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, SCOPES, AblationSpec, add_ablation_spec, fixed_ablation_names
+from laya_eval.checks import check_choice, fail
 from laya_eval.engine.interventions import (SampleFills, drawn_head_logits, drawn_network_logits, noise_fills,
                                             resample_fills, sample_fill_probs)
 from laya_eval.engine.network_passes import network_replacement_logits
@@ -58,20 +59,15 @@ __all__ = [
 ]
 
 
-def check_ablation(ablation: str, scope: str) -> None:
-    """Validate an (ablation, scope) pair with a message that says how to fix it (installed plug-ins loaded first)."""
+def check_ablation(ablation: str, scope: str, name: str = "ablation") -> None:
+    """Validate an (ablation, scope) pair (installed plug-ins loaded first); errors name the ablation ``name``."""
     load_installed_plugins()
-    if scope not in SCOPES:
-        raise ConfigError(f"scope must be one of {{{', '.join(SCOPES)}}}; got {scope!r}.")
-    if ablation not in ABLATION_SPECS:
-        raise ConfigError(f"ablation must be one of {{{', '.join(ABLATION_SPECS)}}}; got {ablation!r} (a plug-in's "
-                          "ablation needs --plugin or an installed laya_eval.plugins entry point).")
+    check_choice("scope", scope, SCOPES)
+    check_choice(name, ablation, ABLATION_SPECS)
     if scope not in ABLATION_SPECS[ablation].scopes:
         allowed = [a for a, spec in ABLATION_SPECS.items() if scope in spec.scopes]
-        raise ConfigError(
-            f"ablation {ablation!r} is not defined at {scope} scope (it acts on the head's terms, not inside the "
-            f"backbone); with --scope {scope} use --ablation {' or '.join(allowed)}."
-        )
+        raise fail(name, f"an ablation defined at {scope} scope ({', '.join(allowed)}: {ablation} acts on the head's "
+                         "terms, not inside the backbone)", ablation)
 
 
 def check_fixed_ablation(ablation: str, where: str) -> None:
@@ -82,15 +78,15 @@ def check_fixed_ablation(ablation: str, where: str) -> None:
                           f"got {ablation!r} (random per-sample replacements are scored by faithfulness).")
 
 
-def check_ablations(ablations: Sequence[str] | str, scope: str) -> tuple[str, ...]:
+def check_ablations(ablations: Sequence[str] | str, scope: str, name: str = "ablations") -> tuple[str, ...]:
     """Validate a list of ablations (duplicates dropped, order kept); at least one."""
     if isinstance(ablations, str):
         ablations = (ablations,)
     ablations = tuple(dict.fromkeys(ablations))
     if not ablations:
-        raise ConfigError(f"give at least one ablation among {{{', '.join(ABLATION_SPECS)}}}.")
+        raise fail(name, f"at least one ablation among {{{', '.join(ABLATION_SPECS)}}}", ablations)
     for a in ablations:
-        check_ablation(a, scope)
+        check_ablation(a, scope, name)
     return ablations
 
 

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from laya_eval.output.files import sha256_bytes, write_result_folder
+from laya_eval.output.files import sha256_bytes
 from laya_eval.stats.metrics import (
     METRICS,
     bootstrap_mean,
@@ -41,7 +39,7 @@ from laya_eval.stats import (
 from laya_eval.output.tables import table_bytes
 
 __all__ = ["SUMMARY_COLUMNS", "EvaluationResult", "MethodScore", "build_result", "mean_faithfulness", "result_files",
-           "sample_faithfulness", "score_method", "write_results"]
+           "sample_faithfulness", "score_method"]
 
 SUMMARY_COLUMNS = [
     "checkpoint", "head", "dataset", "method", "ablation", "scope", "n", "n_undefined",
@@ -314,14 +312,15 @@ def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: in
     }
 
 
-def result_files(results: Mapping[str, EvaluationResult], *, run_id: str | None = None,
+def result_files(results: Mapping[str, EvaluationResult], *, operators: Any = None, run_id: str | None = None,
                  table_format: str = "csv") -> dict[str, bytes]:
     """Every file of a run as ``{relative path: bytes}``: one ablation in the folder itself, several in
     one subfolder each (``gate/layers.csv``, ...) and ``operators.csv`` beside them
     (:func:`laya_eval.engine.operators.operator_sensitivity`). Each manifest records the run id and the sha256 of
     its folder's files, so a folder mixing two runs is recognised. ``table_format="parquet"`` writes the two
     large tables, layers and samples, as Parquet (same columns and dtypes). An ablation that draws donors adds
-    ``donors.csv``."""
+    ``donors.csv``. ``operators``: the operator sensitivity of several ablations when already computed (else it is
+    computed here)."""
     big = "." + table_format
     base = (f"layers{big}", f"samples{big}", "summary.csv", "comparisons.csv")
     tables, folder_files = {}, {}
@@ -337,10 +336,12 @@ def result_files(results: Mapping[str, EvaluationResult], *, run_id: str | None 
             tables[prefix + f] = table_bytes(df, table_format if f.endswith(big) else "csv")
     run_level = {}
     if len(results) > 1:
-        from laya_eval.engine.operators import operator_sensitivity
+        if operators is None:
+            from laya_eval.engine.operators import operator_sensitivity
 
-        seed = next(iter(results.values())).manifest.get("seed", 0)
-        sensitivity = operator_sensitivity({a: r.summary for a, r in results.items()}, seed=seed)
+            seed = next(iter(results.values())).manifest.get("seed", 0)
+            operators = operator_sensitivity({a: r.summary for a, r in results.items()}, seed=seed)
+        sensitivity = operators
         run_level["operators.csv"] = table_bytes(sensitivity.table, "csv")
         tables.update(run_level)
     # The run id is a digest of everything the run wrote: the same run gives the same id (same bytes out).
@@ -356,14 +357,3 @@ def result_files(results: Mapping[str, EvaluationResult], *, run_id: str | None 
         files.update({prefix + f: b for f, b in part.items()})
     files.update(run_level)
     return files
-
-
-def write_results(result: EvaluationResult | Mapping[str, EvaluationResult], out_dir: str | os.PathLike, *,
-                  table_format: str = "csv") -> list[Path]:
-    """Write an evaluation (or several ablations of one) into ``out_dir``, replacing the folder whole.
-
-    Files: layers.csv, samples.csv, summary.csv and manifest.json (one subfolder per ablation
-    when several are given). See :func:`laya_eval.output.files.write_result_folder`.
-    """
-    results = {result.manifest["options"]["ablation"]: result} if isinstance(result, EvaluationResult) else result
-    return write_result_folder(out_dir, result_files(results, table_format=table_format))

@@ -12,7 +12,7 @@ built without pyplot: they never switch the global backend, so the same code
 serves scripts, tests and notebooks (``display(fig)``). matplotlib and seaborn
 are imported inside the functions, so importing this module is instant.
 
-May import: errors, catalog, output.
+May import: errors, checks, catalog, output.
 """
 
 from __future__ import annotations

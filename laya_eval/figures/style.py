@@ -19,6 +19,8 @@ from typing import Any, Iterator, Mapping
 from laya_eval.catalog import METHOD_SPECS
 from laya_eval.errors import ConfigError
 from laya_eval.figures.layout import lay_out, wrap_axes_titles, wrap_to_width
+from laya_eval.checks import check_choice, fail
+from laya_eval.catalog import FIGURE_FORMATS, FIGURE_STYLES
 
 __all__ = ["COLUMN_WIDTHS", "DPI", "FORMATS", "METHOD_LABELS", "METHOD_SHORT_LABELS", "PALETTE", "PAPER_DPI",
            "RHO_BANDS", "STYLES", "caption_path", "check_format", "check_style", "default_format", "describe",
@@ -48,8 +50,7 @@ _MARKERS = {"laya": "o", "static": "s", "contribution": "D", "ig": "^", "gradcam
 _DASHES = {"laya": (None, None), "static": (0, (5, 2)), "contribution": (0, (1, 1.5)), "ig": (0, (4, 1.5, 1, 1.5)),
            "gradcam": (0, (2, 2)), "grad_x_act": (0, (6, 1.5, 1, 1.5, 1, 1.5)), "random": (0, (1, 3)),
            "block_influence": (0, (8, 2)), "angular_distance": (0, (3, 1, 3, 3)), "alpha_norm": (0, (1, 1, 4, 1))}
-FORMATS = ("png", "svg", "pdf")
-STYLES = ("default", "paper")
+FORMATS, STYLES = FIGURE_FORMATS, FIGURE_STYLES
 DPI = 110
 PAPER_DPI = 300
 # Text widths of a two-column paper (NeurIPS/ICML/ACL are within 0.2 in of these).
@@ -89,8 +90,7 @@ def method_dashes(name: str):
 
 def check_style(style: str) -> str:
     """``style`` if it is one of :data:`STYLES`, else a :class:`ConfigError` naming the choices."""
-    if style not in STYLES:
-        raise ConfigError(f"figure style must be among {{{', '.join(STYLES)}}}; got {style!r}.")
+    check_choice("style", style, STYLES)
     return style
 
 
@@ -173,7 +173,7 @@ def _paper_width(width: str | float | None, natural: str) -> float:
     width = natural if width is None else width
     if isinstance(width, str):
         if width not in COLUMN_WIDTHS:
-            raise ConfigError(f"width must be among {{{', '.join(COLUMN_WIDTHS)}}} or inches; got {width!r}.")
+            raise fail("width", f"one of {{{', '.join(COLUMN_WIDTHS)}}} or a width in inches", width)
         return COLUMN_WIDTHS[width]
     if not 0.5 <= float(width) <= 20:
         raise ConfigError(f"width must be between 0.5 and 20 inches; got {width!r}.")
@@ -259,8 +259,7 @@ def figure_caption(fig) -> str:
 
 def check_format(fmt: str) -> str:
     """``fmt`` if it is one of :data:`FORMATS`, else a :class:`ConfigError` naming the choices."""
-    if fmt not in FORMATS:
-        raise ConfigError(f"figure format must be among {{{', '.join(FORMATS)}}}; got {fmt!r}.")
+    check_choice("format", fmt, FORMATS)
     return fmt
 
 

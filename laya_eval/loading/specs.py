@@ -28,6 +28,8 @@ from torch import nn
 from laya_eval.errors import ConfigError
 from laya_eval.loading.references import call_factory, source_hashes
 from laya_eval.models.layered import LayeredModel
+from laya_eval.checks import check_choice
+from laya_eval.catalog import HF_POOLS, POOLS
 
 __all__ = ["LoadedModel", "load_backbone", "load_model", "parse_spec"]
 
@@ -130,8 +132,8 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
     elif kind == "hf":
         if sources:
             raise ConfigError("--source applies to py: models; an hf: model's files are all hashed.")
-        if pool not in (None, "mean", "avg", "cls"):
-            raise ConfigError(f"pool for an hf: model must be one of {{cls, mean}}; got {pool!r}.")
+        if pool is not None and pool != "avg":  # avg: the default of every model kind
+            check_choice("pool (an hf: model)", pool, HF_POOLS)
         backbone = HFBackbone(value, pooling="cls" if pool == "cls" else "mean", local_files_only=not download,
                               layers=layers)
     else:
@@ -144,8 +146,8 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
             children = [n for n, _ in made.named_children()]
             raise ConfigError(f"py:{value} returns a {type(made).__name__}; name its layers with --layers "
                               f"(names or patterns, e.g. {','.join(children[:4]) or 'layer1,layer2'}).")
-        if pool not in (None, "avg", "mean", "cls", "flatten"):
-            raise ConfigError(f"pool must be one of {{avg, cls, flatten, mean}}; got {pool!r}.")
+        if pool is not None:
+            check_choice("pool", pool, POOLS)
         names = select_names(layers, _module_candidates(made), "layer")
         code = source_hashes(value, sources)
         backbone = _module_backbone(made, f"py:{value}", names, "avg" if pool in (None, "mean") else pool,

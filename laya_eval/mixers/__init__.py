@@ -6,5 +6,5 @@ built on it (over image patches or word tokens, :mod:`~laya_eval.mixers.vocabula
 :mod:`~laya_eval.mixers.training` trains them for ``laya-eval train``; :mod:`~laya_eval.mixers.audit` scores
 attributions over each mixer's sources against the effect of removing them, measured at the model output.
 
-May import: errors, checks, catalog, output, stats, data, models, loading, engine, training, figures.
+May import: errors, checks, catalog, options, output, stats, data, models, loading, engine, training, figures.
 """

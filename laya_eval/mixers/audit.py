@@ -18,16 +18,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from laya_eval.catalog import ABLATION_DRAWS, BOOTSTRAP_RESAMPLES, EVAL_BATCH_SIZE
-from laya_eval.checks import check_choice, check_non_negative_int, check_optional, check_positive_int, check_seed
-from laya_eval.data import SPLITS, Dataset, load_dataset
+from laya_eval.options import check_declared, declared
+from laya_eval.data import Dataset, load_dataset
 from laya_eval.models.layered import padded_rows
 from laya_eval.engine.interventions import donor_ids
 from laya_eval.engine.results import score_method
@@ -49,35 +48,24 @@ __all__ = ["MixerAudit", "MixerOptions", "audit_mixers", "audit_mixers_to_folder
 TABLES = ("sources", "samples", "summary", "comparisons", "map")
 
 
-@dataclass(frozen=True)
+@declared
 class MixerOptions:
-    """Options of a mixer audit; :meth:`check` says what is wrong before any work."""
+    """Options of a mixer audit (each declared in :mod:`laya_eval.options`); :meth:`check` says what is wrong before
+    any work."""
 
-    removal: str = "weight"
-    methods: tuple[str, ...] = tuple(MIXER_METHODS)
-    split: str = "test"
-    limit: int | None = 500
-    batch_size: int = EVAL_BATCH_SIZE
-    seed: int = 0
-    bootstrap: int = BOOTSTRAP_RESAMPLES
-    ig_steps: int = 16
-    draws: int = ABLATION_DRAWS
-    trust_code: bool = False
+    removal: str
+    methods: tuple[str, ...]
+    split: str
+    limit: int | None
+    batch_size: int
+    seed: int
+    bootstrap: int
+    ig_steps: int
+    draws: int
+    trust_code: bool
 
     def check(self) -> MixerOptions:
-        check_choice("removal", self.removal, REMOVALS)
-        if isinstance(self.methods, str) or not self.methods:
-            raise ConfigError(f"methods must be a non-empty list among {{{', '.join(MIXER_METHODS)}}}; "
-                              f"got {self.methods!r}.")
-        for m in self.methods:
-            check_choice("methods", m, MIXER_METHODS)
-        check_choice("split", self.split, SPLITS)
-        check_optional(check_positive_int)("limit", self.limit)
-        check_positive_int("batch_size", self.batch_size)
-        check_seed("seed", self.seed)
-        check_non_negative_int("bootstrap", self.bootstrap)
-        check_positive_int("ig_steps", self.ig_steps)
-        check_positive_int("draws", self.draws)
+        check_declared(self)
         return self
 
 

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from laya_eval.catalog import MIXER_REMOVALS
 from laya_eval.errors import ConfigError
+from laya_eval.checks import check_choice
 
 __all__ = ["REMOVALS", "DepthMixer", "MixerCall", "capture_mixers", "find_mixers", "is_depth_mixer", "masked_weights",
            "mix", "mixer_weights", "removed_sources", "set_weights"]
@@ -173,8 +174,7 @@ def removed_sources(mixer: nn.Module, keep: Tensor, removal: str,
     ``removal`` as :data:`REMOVALS`; ``fill`` (one tensor per source) is the replacement for ``"mean"`` (shaped
     like one sample's source) and ``"resample"`` (shaped like the source: row ``b`` is sample ``b``'s donor's state).
     """
-    if removal not in REMOVALS:
-        raise ConfigError(f"removal must be one of {{{', '.join(REMOVALS)}}}; got {removal!r}.")
+    check_choice("removal", removal, REMOVALS)
     if removal == "weight":
         def post(module, args, output):
             sources = _sources("mixer", args)

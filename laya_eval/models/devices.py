@@ -8,10 +8,13 @@ from typing import Iterator
 import torch
 
 from laya_eval.errors import ConfigError
+from laya_eval import catalog
+from laya_eval.checks import check_choice
 
 __all__ = ["DTYPES", "backbone_precision", "resolve_device"]
 
-DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: Autocast dtype of each choice of :data:`laya_eval.catalog.DTYPES` (float32: no autocast).
+DTYPES = dict(zip(catalog.DTYPES, (None, torch.bfloat16, torch.float16), strict=True))
 
 
 def resolve_device(device: str) -> torch.device:
@@ -33,8 +36,7 @@ def backbone_precision(device: torch.device, dtype: str) -> Iterator[None]:
 
     Effects, attributions and metrics are computed afterwards in float32 or better.
     """
-    if dtype not in DTYPES:
-        raise ConfigError(f"dtype must be one of {{{', '.join(DTYPES)}}}; got {dtype!r}.")
+    check_choice("dtype", dtype, DTYPES)
     if DTYPES[dtype] is None:
         yield
         return

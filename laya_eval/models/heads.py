@@ -20,7 +20,8 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from laya_eval.catalog import D_STAR, HEAD_NAMES, LAYA_TAU, SCORER_HIDDEN
+from laya_eval.catalog import D_STAR, HEAD_NAMES, LAYA_TAU, PSI_CHOICES, SCORER_HIDDEN
+from laya_eval.checks import check_choice
 from laya_eval.errors import ConfigError
 from laya_eval.models.removal import (
     AFFINE_FAST_PATH,
@@ -313,8 +314,7 @@ class LayaHead(_AdaptedHead):
         super().__init__(layer_dims, num_classes, d_star)
         if not float(tau) > 0:
             raise ConfigError(f"tau must be positive; got {tau}.")
-        if psi not in ("identity", "mlp"):
-            raise ConfigError(f"psi must be one of {{identity, mlp}}; got {psi!r}.")
+        check_choice("psi", psi, PSI_CHOICES)
         self.tau = float(tau)
         self.scorer_hidden = int(scorer_hidden)
         self.psi_kind = psi
@@ -390,8 +390,7 @@ def make_head(name: str, layer_dims: Sequence[int], num_classes: int, **kwargs) 
     **kwargs
         Head hyper-parameters (``d_star``, ``tau``, ``scorer_hidden``, ``psi``).
     """
-    if name not in HEADS:
-        raise ConfigError(f"head must be one of {{{', '.join(head_names())}}}; got {name!r}.")
+    check_choice("head", name, head_names())
     cls = HEADS[name]
     try:
         return cls(layer_dims, num_classes, **kwargs)

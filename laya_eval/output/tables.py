@@ -21,16 +21,17 @@ import pandas as pd
 
 from laya_eval.errors import ConfigError
 from laya_eval.output.files import ResultsError, atomic_write_bytes
+from laya_eval.checks import check_choice
+from laya_eval import catalog
 
 __all__ = ["TABLE_FORMATS", "check_table_format", "find_table", "read_table", "table_bytes", "table_path", "write_table"]
 
-TABLE_FORMATS = ("csv", "parquet")
+TABLE_FORMATS = catalog.TABLE_FORMATS
 _PARQUET_HINT = "install the parquet extra (pip install 'laya-eval[parquet]', which brings pyarrow) or use csv"
 
 
 def _check_format(fmt: str) -> str:
-    if fmt not in TABLE_FORMATS:
-        raise ConfigError(f"table format must be among {{{', '.join(TABLE_FORMATS)}}}; got {fmt!r}.")
+    check_choice("table_format", fmt, TABLE_FORMATS)
     return fmt
 
 

@@ -6,5 +6,5 @@ scores attributions against the planted relevance (AUROC, rank correlation) and 
 tell the planted-faithful attribution from planted-unfaithful ones; :mod:`~laya_eval.planted.run` runs every
 family and seed through the evaluation engine and writes the result folder.
 
-May import: errors, checks, catalog, version, output, stats, data, models, loading, engine, figures.
+May import: errors, checks, catalog, options, version, output, stats, data, models, loading, engine, figures.
 """

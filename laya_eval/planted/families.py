@@ -35,6 +35,7 @@ from laya_eval.errors import ConfigError
 from laya_eval.models.backbones.base import Backbone, Replacement, _apply_replacement, _check_replace
 from laya_eval.models.heads import LayaHead
 from laya_eval.models.layered import LayeredModel, ModelInfo
+from laya_eval.checks import check_choice
 
 __all__ = ["LAYER_WIDTH", "LOGIT_SCALE", "MIN_LAYERS", "NOISE_FREQUENCY", "UNREAD_SCORE", "PlantedBackbone",
            "PlantedModel", "build_planted", "layer_plan"]
@@ -136,8 +137,7 @@ if set(_PLANS) != set(PLANTED_FAMILY_SPECS):  # the catalog owns the names; this
 
 def layer_plan(family: str, seed: int, n_layers: int) -> LayerPlan:
     """What ``family`` plants in ``n_layers`` layers for ``seed`` (the draw depends on family, seed and L only)."""
-    if family not in _PLANS:
-        raise ConfigError(f"planted family must be among {{{', '.join(_PLANS)}}}; got {family!r}.")
+    check_choice("family", family, _PLANS)
     if n_layers < MIN_LAYERS:
         raise ConfigError(f"planted models need at least {MIN_LAYERS} layers; got {n_layers}.")
     rng = np.random.default_rng([int(seed), zlib.crc32(family.encode()), int(n_layers)])

@@ -1,7 +1,7 @@
 """``laya_eval.meta``: every planted family and seed through the evaluation engine, scored against the truth.
 
 For each family (``catalog.PLANTED_FAMILY_SPECS``) and seed, :func:`~laya_eval.planted.families.build_planted`
-builds a model on the digits training split; :func:`laya_eval.engine.evaluation.evaluate_ablations` evaluates it
+builds a model on the digits training split; :func:`laya_eval.engine.evaluation.evaluate` evaluates it
 on the test split under every ablation (head scope), with the three reference attributions of
 ``catalog.PLANTED_REFERENCES`` scored as extra methods beside the registered ones. The tables:
 
@@ -31,13 +31,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from laya_eval.catalog import (ABLATION_SPECS, fixed_ablation_names, BOOTSTRAP_RESAMPLES, EVAL_BATCH_SIZE, PLANTED_FAMILY_SPECS,
-                               IG_STEPS, META_SEEDS, PLANTED_REFERENCES, MethodSpec)
-from laya_eval.checks import (SEED_MAX, check_choice, check_fields, check_int, check_non_negative_int, check_optional,
-                              check_positive_int, fail, is_int)
+from laya_eval.catalog import (ABLATION_SPECS, PLANTED_FAMILY_SPECS,
+                               IG_STEPS, PLANTED_REFERENCES, MethodSpec)
+from laya_eval.checks import (SEED_MAX, check_int, check_positive_int, fail)
 from laya_eval.data import load_dataset
-from laya_eval.engine.evaluation import evaluate_ablations
-from laya_eval.engine.methods import AttributionMethod, resolve_methods
+from laya_eval.engine.evaluation import evaluate
+from laya_eval.engine.plugins import load_installed_plugins
+from laya_eval.options import check_declared, declared
+from laya_eval.engine.methods import AttributionMethod
 from laya_eval.engine.plan import EvalOptions
 from laya_eval.errors import ConfigError
 from laya_eval.planted.families import MIN_LAYERS, PlantedModel, build_planted
@@ -51,15 +52,7 @@ FIRST_SEED_MAX = SEED_MAX
 MAX_LAYERS = 10
 
 
-def _names(name: str, values: Any, choices) -> tuple[str, ...]:
-    if isinstance(values, str) or not values:
-        raise fail(name, f"a non-empty sequence of names among {{{', '.join(choices)}}}", values)
-    for v in values:
-        check_choice(name, v, choices)
-    return tuple(dict.fromkeys(values))
-
-
-@dataclass(frozen=True)
+@declared
 class MetaOptions:
     """Options of ``laya-eval meta``.
 
@@ -86,34 +79,29 @@ class MetaOptions:
         The figure's format.
     """
 
-    families: tuple[str, ...] = tuple(PLANTED_FAMILY_SPECS)
-    ablations: tuple[str, ...] = tuple(a for a in fixed_ablation_names() if "head" in ABLATION_SPECS[a].scopes)
-    methods: tuple[str, ...] | None = None
-    seeds: int = META_SEEDS
-    first_seed: int = 0
-    n_layers: int = 6
-    limit: int | None = None
-    batch_size: int = EVAL_BATCH_SIZE
+    families: tuple[str, ...]
+    ablations: tuple[str, ...]
+    methods: tuple[str, ...] | None
+    seeds: int
+    first_seed: int
+    n_layers: int
+    limit: int | None
+    batch_size: int
     n_steps: int = IG_STEPS
-    bootstrap: int = BOOTSTRAP_RESAMPLES
-    fmt: str = "png"
+    bootstrap: int
+    fmt: str
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "families", _names("families", self.families, list(PLANTED_FAMILY_SPECS)))
-        heads = [a for a, s in ABLATION_SPECS.items() if "head" in s.scopes]
-        object.__setattr__(self, "ablations", _names("ablations", self.ablations, heads))
-        if self.methods is not None:
-            object.__setattr__(self, "methods", tuple(m.name for m in resolve_methods(list(self.methods))))
-        check_fields(self, {
-            "seeds": check_positive_int, "batch_size": check_positive_int,
-            # every seed of the run stays within the CLI's (and numpy's legacy) seed range
-            "first_seed": lambda n, v: check_int(n, v, low=0, high=FIRST_SEED_MAX - self.seeds + 1)
-            if is_int(self.seeds) else v,
-            "n_steps": check_positive_int, "bootstrap": check_non_negative_int,
-            "limit": check_optional(check_positive_int),
-            "n_layers": lambda n, v: check_int(n, v, low=MIN_LAYERS, high=MAX_LAYERS),
-            "fmt": lambda n, v: check_choice(n, v, ("png", "svg", "pdf")),
-        })
+        load_installed_plugins()
+        check_declared(self)
+        outside = [a for a in self.ablations if "head" not in ABLATION_SPECS[a].scopes]
+        if outside:
+            heads = [a for a, s in ABLATION_SPECS.items() if "head" in s.scopes]
+            raise fail("MetaOptions.ablations", f"head-scope ablations among {{{', '.join(heads)}}}", outside[0])
+        # every seed of the run stays within the CLI's (and numpy's legacy) seed range
+        check_int("MetaOptions.first_seed", self.first_seed, low=0, high=FIRST_SEED_MAX - self.seeds + 1)
+        check_positive_int("MetaOptions.n_steps", self.n_steps)
+        check_int("MetaOptions.n_layers", self.n_layers, low=MIN_LAYERS, high=MAX_LAYERS)
 
 
 @dataclass
@@ -152,11 +140,11 @@ def _model_row(pm: PlantedModel, result) -> dict[str, Any]:
 
 
 def _evaluate(pm: PlantedModel, test, options: MetaOptions) -> dict:
-    eval_options = EvalOptions(methods=options.methods, batch_size=options.batch_size, seed=pm.seed, bootstrap=0,
-                               n_steps=options.n_steps, limit=options.limit)
+    eval_options = EvalOptions(methods=options.methods, ablation=options.ablations, batch_size=options.batch_size,
+                               seed=pm.seed, bootstrap=0, n_steps=options.n_steps, limit=options.limit)
     # meta reads the per-method tables only: no paired tests between the methods.
-    return evaluate_ablations(pm.model, test, options.ablations, options=eval_options,
-                              extra_methods=reference_methods(pm.relevance), paired_tests=False)
+    return evaluate(pm.model, test, options=eval_options, extra_methods=reference_methods(pm.relevance),
+                    paired_tests=False)
 
 
 def meta(out_dir: str | os.PathLike | None = None, options: MetaOptions | None = None, *,

@@ -1,5 +1,5 @@
 """Class-wise layer profiles of a method's scores (:mod:`~laya_eval.profiling.profiles`) and the
 diagnosis of errors from attention shift (:mod:`~laya_eval.profiling.diagnosis`).
 
-May import: errors, checks, catalog, output, stats, figures, engine.
+May import: errors, checks, catalog, options, output, stats, figures, engine.
 """

@@ -40,6 +40,7 @@ from laya_eval.stats.intervals import interval_note, percentile_interval
 from laya_eval.catalog import DISTANCE_SPECS
 from laya_eval.checks import check_fields, check_non_negative_int, check_number
 from laya_eval.errors import ConfigError
+from laya_eval.checks import check_choice
 
 __all__ = [
     "DIAGNOSIS_COLUMNS",
@@ -301,8 +302,7 @@ def _check_names(by: str, distance: str) -> None:
     if by not in _BY:
         raise ConfigError(f"by must be 'pred' (predicted class) or 'label' (true class); got {by!r}.")
     names = ("auto", *DISTANCE_SPECS)
-    if distance not in names:
-        raise ConfigError(f"distance must be among {{{', '.join(names)}}}; got {distance!r}.")
+    check_choice("distance", distance, names)
 
 
 def _check_options(by: str, distance: str, scores: np.ndarray) -> str:

@@ -32,6 +32,7 @@ import pandas as pd
 
 from laya_eval.profiling.diagnosis import Diagnosis, DiagnosisOptions, diagnose_scores
 from laya_eval.errors import ConfigError
+from laya_eval.checks import check_choice
 
 __all__ = [
     "LAYER_COLUMNS",
@@ -86,10 +87,9 @@ def _check_by(by: str) -> None:
 
 
 def _check_method(method: str) -> None:
-    from laya_eval.engine.methods import METHODS, method_names
+    from laya_eval.engine.methods import method_names
 
-    if method not in method_names():
-        raise ConfigError(f"method must be among {{{', '.join(METHODS)}}}; got {method!r}.")
+    check_choice("method", method, method_names())
 
 
 def _subset_masks(label: np.ndarray, pred: np.ndarray) -> dict[str, np.ndarray]:
@@ -275,15 +275,15 @@ def layer_profile(model, data=None, *, method: str = "laya", by: str = "label", 
         Unknown method, or a method that does not apply to the model's head.
     """
     from laya_eval.engine.distributed import SINGLE_PROCESS
-    from laya_eval.engine.evaluation import EvalOptions, evaluate_ablations
+    from laya_eval.engine.evaluation import EvalOptions, evaluate
 
     _check_method(method)
     _check_by(by)
     options = dataclasses.replace(options or EvalOptions(), methods=(method,), bootstrap=0)
-    results = evaluate_ablations(model, data, (options.ablation,), options=options, data_dir=data_dir,
-                                 progress=progress, world=world or SINGLE_PROCESS)
+    results = evaluate(model, data, options=options, data_dir=data_dir, progress=progress,
+                       world=world or SINGLE_PROCESS)
     if results is None:
         return None
-    result = results[options.ablation]  # a method that does not apply was refused while planning
+    result = results[options.ablations[0]]  # a method that does not apply was refused while planning
     return profile_from_result(result, method=method, class_names=tuple(result.manifest["class_names"]), by=by,
                                diagnosis=diagnosis)

@@ -17,7 +17,7 @@ seeded random dataset-level orders; per input, the ``random`` method's scores).
 The area under each accuracy-vs-k curve summarises a method; paired bootstrap intervals over test inputs
 compare methods (:mod:`laya_eval.pruning.auc`). The early-exit what-if is :mod:`laya_eval.pruning.early_exit`.
 
-May import: errors, checks, catalog, output, stats, data, models, loading, engine, training, figures, sanity_checks.
+May import: errors, checks, catalog, options, output, stats, data, models, loading, engine, training, figures, sanity_checks.
 """
 
 from laya_eval.pruning.auc import curve_area, pruning_comparisons, pruning_summary

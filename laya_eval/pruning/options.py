@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
-from laya_eval.catalog import BOOTSTRAP_RESAMPLES, PRUNE_RANDOM_RANKINGS, PRUNE_RANDOM_REFITS, PRUNE_SEEDS
-from laya_eval.engine.methods import resolve_methods
-from laya_eval.engine.plan import check_target
-from laya_eval.catalog import fixed_ablation_names
-from laya_eval.checks import check_fields, check_non_negative_int, check_positive_int, check_seed
+from laya_eval.checks import check_positive_int
+from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.engine.removals import check_ablations, check_fixed_ablation
+from laya_eval.options import check_declared, declared, defaults_of
 from laya_eval.training.trainer import TrainOptions
 
 __all__ = ["EARLY_EXIT_COLUMNS", "LATENCY_COLUMNS", "PRUNING_COLUMNS", "PRUNING_COMPARISON_COLUMNS",
@@ -29,7 +27,7 @@ CONFIDENCE_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 MASS_THRESHOLDS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 
 
-@dataclass(frozen=True)
+@declared
 class PruneOptions:
     """Options of :func:`laya_eval.pruning.prune` (the CLI's flags).
 
@@ -60,37 +58,26 @@ class PruneOptions:
         a fixed class index. The pruning curves themselves measure accuracy, whatever the target.
     """
 
-    methods: tuple[str, ...] | None = None
-    ablations: tuple[str, ...] = tuple(fixed_ablation_names())
-    seeds: int = PRUNE_SEEDS
-    n_random: int = PRUNE_RANDOM_RANKINGS
-    n_random_refit: int = PRUNE_RANDOM_REFITS
-    seed: int = 0
-    batch_size: int = 256
-    bootstrap: int = BOOTSTRAP_RESAMPLES
-    timing: bool = True
+    methods: tuple[str, ...] | None
+    ablations: tuple[str, ...]
+    seeds: int
+    n_random: int
+    n_random_refit: int
+    seed: int
+    batch_size: int
+    bootstrap: int
+    timing: bool
     timing_repeats: int = 15
     timing_batch: int = 512
-    early_exit: bool = True
-    train: TrainOptions = field(default_factory=TrainOptions)
-    target: str | int = "pred"
+    early_exit: bool
+    train: TrainOptions = field(default_factory=lambda: TrainOptions(**defaults_of("PruneOptions.train")))
+    target: str | int
 
     def __post_init__(self) -> None:
-        check_target(self.target)
-        object.__setattr__(self, "ablations", check_ablations(self.ablations, "head"))
+        load_installed_plugins()
+        check_declared(self)
+        object.__setattr__(self, "ablations", check_ablations(self.ablations, "head", "PruneOptions.ablations"))
         for a in self.ablations:
             check_fixed_ablation(a, "prune")
-        check_fields(self, _PRUNE_RULES)
-        resolve_methods(None if self.methods is None else list(self.methods))
-
-
-_PRUNE_RULES = {
-    "seeds": check_non_negative_int,
-    "n_random": check_positive_int,
-    "n_random_refit": check_non_negative_int,
-    "seed": check_seed,
-    "batch_size": check_positive_int,
-    "bootstrap": check_non_negative_int,
-    "timing_repeats": check_positive_int,
-    "timing_batch": check_positive_int,
-}
+        check_positive_int("PruneOptions.timing_repeats", self.timing_repeats)
+        check_positive_int("PruneOptions.timing_batch", self.timing_batch)

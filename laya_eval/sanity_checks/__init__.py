@@ -27,7 +27,7 @@ similarity is the chance level, about 0.
 Effects are computed in float64 at the head (cheap: the head is small) and tied with
 :func:`laya_eval.stats.tie_effects` (default tolerance) before faithfulness is scored.
 
-May import: errors, checks, catalog, output, stats, data, models, loading, engine, training, figures.
+May import: errors, checks, catalog, options, output, stats, data, models, loading, engine, training, figures.
 """
 
 from __future__ import annotations

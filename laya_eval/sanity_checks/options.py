@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
-from laya_eval.catalog import (BOOTSTRAP_RESAMPLES, EVAL_BATCH_SIZE, LAYER_ROAR_COLUMNS, RANDOMISATION_COLUMNS,
-                               RETRAIN_PATIENCE, ROAR_AGREEMENT_COLUMNS, ROAR_SEEDS)
-from laya_eval.engine.methods import method_names as registered_methods, resolve_methods
-from laya_eval.engine.plan import check_target
-from laya_eval.checks import check_choice, check_fields, check_non_negative_int, check_positive_int, check_seed
+from laya_eval.catalog import (LAYER_ROAR_COLUMNS, RANDOMISATION_COLUMNS, RETRAIN_PATIENCE, ROAR_AGREEMENT_COLUMNS,
+                               SIMILARITIES)
+from laya_eval.engine.methods import method_names as registered_methods
+from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.engine.removals import check_ablation, check_fixed_ablation
+from laya_eval.options import check_declared, declared, defaults_of
 from laya_eval.training.trainer import TrainOptions
 
 __all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "RETRAIN_PATIENCE", "ROAR_AGREEMENT_COLUMNS", "SIMILARITIES",
            "SanityOptions", "method_names"]
 
-SIMILARITIES = ("across_samples", "per_sample")
 #: Early-stopping patience of the heads the checks retrain (the reference protocol's otherwise: Adam, lr 3e-4,
 #: batch 128, at most 50 epochs). A fresh head on cached features is within half a point of its best validation
 #: accuracy after a few epochs; the reference protocol's patience 5 spends five more epochs per head confirming
@@ -24,9 +23,9 @@ SIMILARITIES = ("across_samples", "per_sample")
 #: restores it.
 
 
-@dataclass(frozen=True)
+@declared
 class SanityOptions:
-    """Options of :func:`sanity` (the CLI's flags).
+    """Options of :func:`sanity` (the CLI's flags; each declared in :mod:`laya_eval.options`).
 
     ``methods`` None: every registered method that applies to the head. ``train``: the protocol used to
     retrain heads (data randomisation, layer-ROAR): by default the reference protocol with early-stopping
@@ -35,31 +34,21 @@ class SanityOptions:
     probability the effects measure, as ``--target`` (``"pred"``, ``"label"`` or a class index).
     """
 
-    methods: tuple[str, ...] | None = None
-    ablation: str = "gate"
-    similarity: str = "across_samples"
-    roar_seeds: int = ROAR_SEEDS
-    bootstrap: int = BOOTSTRAP_RESAMPLES
-    seed: int = 0
-    batch_size: int = EVAL_BATCH_SIZE
-    train: TrainOptions = field(default_factory=lambda: TrainOptions(patience=RETRAIN_PATIENCE))
-    target: str | int = "pred"
+    methods: tuple[str, ...] | None
+    ablation: str
+    similarity: str
+    roar_seeds: int
+    bootstrap: int
+    seed: int
+    batch_size: int
+    train: TrainOptions = field(default_factory=lambda: TrainOptions(**defaults_of("SanityOptions.train")))
+    target: str | int
 
     def __post_init__(self) -> None:
-        check_target(self.target)
-        check_ablation(self.ablation, "head")
+        load_installed_plugins()
+        check_declared(self)
+        check_ablation(self.ablation, "head", "SanityOptions.ablation")
         check_fixed_ablation(self.ablation, "sanity")
-        check_fields(self, _SANITY_RULES)
-        resolve_methods(None if self.methods is None else list(self.methods))
-
-
-_SANITY_RULES = {
-    "similarity": lambda name, value: check_choice(name, value, SIMILARITIES),
-    "roar_seeds": check_positive_int,
-    "bootstrap": check_non_negative_int,
-    "seed": check_seed,
-    "batch_size": check_positive_int,
-}
 
 
 def method_names(options: SanityOptions) -> list[str]:

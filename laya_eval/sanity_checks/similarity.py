@@ -20,6 +20,7 @@ from laya_eval.errors import ConfigError
 from laya_eval.stats.intervals import interval_note, percentile_interval
 from laya_eval.stats.metrics import Interval, bootstrap_mean, spearman_per_sample
 from laya_eval.sanity_checks.options import SIMILARITIES
+from laya_eval.checks import check_choice
 
 __all__ = ["Resamples", "attribution_similarity"]
 
@@ -116,8 +117,7 @@ def attribution_similarity(
     """
     if similarity == "per_sample":
         return bootstrap_mean(spearman_per_sample(a, b), n_resamples=n_resamples, seed=seed)
-    if similarity not in SIMILARITIES:
-        raise ConfigError(f"similarity must be one of {{{', '.join(SIMILARITIES)}}}; got {similarity!r}.")
+    check_choice("similarity", similarity, SIMILARITIES)
     ra, rb = _centred_ranks(np.asarray(a, np.float64)), _centred_ranks(np.asarray(b, np.float64))
     defined = (np.abs(ra).sum(0) > 0) & (np.abs(rb).sum(0) > 0)
     n_undefined = int((~defined).sum())

@@ -7,5 +7,5 @@ checkpoint and evaluates it into the standard result folder. A finished cell who
 package version and the data's content) matches and whose files verify is not redone. The aggregate tables across cells and seeds
 are in :mod:`laya_eval.sweeps.aggregate`.
 
-May import: errors, checks, catalog, version, output, stats, data, models, loading, engine, training, figures, profiling, sanity_checks, pruning, reporting.
+May import: errors, checks, catalog, options, version, output, stats, data, models, loading, engine, training, figures, profiling, sanity_checks, pruning, reporting.
 """

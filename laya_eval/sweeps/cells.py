@@ -1,6 +1,6 @@
 """One sweep cell: train or fit the head, write the checkpoint, evaluate into the cell's result folder.
 
-A cell folder holds ``{cell}.pt``, ``eval/`` (the standard result folder of :func:`laya_eval.evaluate_to_folder`)
+A cell folder holds ``{cell}.pt``, ``eval/`` (the standard result folder of :func:`laya_eval.evaluate`)
 and, written last, ``cell.json``: the cell key, the test metrics, the mean layer weights and the sha256 of
 every file. A cell is finished exactly when ``cell.json`` has the expected key and every file verifies.
 """
@@ -127,7 +127,7 @@ def _fit(cell: Cell, splits: dict[str, Dataset], cache_dir: Any):
 def run_cell(cell: Cell, folder: Path, splits: dict[str, Dataset], data: dict[str, str], *,
              cache_dir: Any = None) -> dict[str, Any]:
     """Compute the cell from scratch into ``folder`` (replaced) and return its record."""
-    from laya_eval.engine.evaluation import evaluate_to_folder
+    from laya_eval.engine.evaluation import evaluate
     from laya_eval.loading.checkpoints import save_checkpoint
 
     if folder.exists():
@@ -137,8 +137,8 @@ def run_cell(cell: Cell, folder: Path, splits: dict[str, Dataset], data: dict[st
     result = _fit(cell, splits, cache_dir)
     train_s = time.perf_counter() - start
     ckpt = save_checkpoint(result.model, folder / f"{cell.name}.pt")
-    ablations, options = evaluation_options(cell.config["evaluation"], len(splits["test"]))
-    evaluate_to_folder(result.model, splits["test"], ablations, folder / "eval", options=options)
+    options = evaluation_options(cell.config["evaluation"], len(splits["test"]))
+    evaluate(result.model, splits["test"], options=options, out=folder / "eval")
     cached = result.features.get("test")
     weights = mean_layer_weights(result.model, splits["test"], hidden=None if cached is None else cached.hidden)
     names = list(result.model.layer_names)
@@ -146,7 +146,7 @@ def run_cell(cell: Cell, folder: Path, splits: dict[str, Dataset], data: dict[st
     record = {
         "key": cell_key(cell, data), "data_sha256": data, "cell": cell.name, "config": cell.config,
         "version": __version__,
-        "ablations": ablations,
+        "ablations": list(options.ablations),
         "metrics": {"accuracy": result.metrics["test_accuracy"], "macro_f1": result.metrics["test_macro_f1"],
                     "n_test": result.metrics["n_test"], "epochs_run": tr.epochs_run, "best_epoch": tr.best_epoch,
                     "best_val_accuracy": tr.best_val_accuracy},

@@ -21,8 +21,8 @@ Example::
     train_limit = 512                    # first rows of each split; optional
     [training]
     epochs = 2
-    [evaluation]
-    ablations = ["gate", "mean"]
+    [evaluation]                         # any option of EvalOptions (laya-eval faithfulness), by its field name
+    ablation = ["gate", "mean"]
     limit = 128                          # at most this many test samples are scored
     bootstrap = 100
 
@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from laya_eval.catalog import ABLATION_SPECS, BACKBONE_NAMES, HEAD_NAMES, SCOPES, ablation_names, method_names
+from laya_eval.catalog import BACKBONE_NAMES, HEAD_NAMES
 from laya_eval.checks import check_choice, check_positive_int, check_seed, fail
 from laya_eval.errors import ConfigError
+from laya_eval.options import options_of
 
 __all__ = ["Cell", "SweepConfig", "evaluation_options", "load_config", "training_options"]
 
@@ -50,8 +51,10 @@ _GRID = {"datasets", "backbones", "heads", "seeds"}
 _BUILT_IN = {"name", "label", "kwargs"}
 _SPEC = {"model", "label", "layers", "pool", "trust_code", "allow_unverified"}
 _DATA = {"train_limit", "val_limit", "test_limit", "data_dir", "download"}
-_TRAINING = {"epochs", "batch_size", "lr", "patience", "device"}
-_EVALUATION = {"methods", "ablations", "scope", "limit", "batch_size", "seed", "bootstrap", "n_steps", "device"}
+#: What [training] and [evaluation] accept: every option of TrainOptions (the grid gives the seed) and of
+#: EvalOptions (the model and data come from the cell; permissions from the backbone entry and [data]).
+_TRAINING = set(options_of("TrainOptions")) - {"seed"}
+_EVALUATION = {name for name, o in options_of("EvalOptions").items() if o.role != "permission"} - {"cache_dir"}
 
 
 @dataclass(frozen=True)
@@ -130,15 +133,9 @@ def _check_sections(raw: dict[str, Any]) -> None:
             check_positive_int(f"data.{key}", data[key])
     training = _keys("training", raw.get("training", {}), _TRAINING)
     ev = _keys("evaluation", raw.get("evaluation", {}), _EVALUATION)
-    if "methods" in ev:
-        _names("evaluation.methods", ev["methods"], method_names())
-    ablations = _names("evaluation.ablations", ev.get("ablations", ["gate"]), ablation_names())
-    scope = check_choice("evaluation.scope", ev.get("scope", "head"), SCOPES)
-    outside = [a for a in ablations if scope not in ABLATION_SPECS[a].scopes]
-    if outside:
-        allowed = [a for a in ablation_names() if scope in ABLATION_SPECS[a].scopes]
-        raise fail("evaluation.ablations", f"ablations defined at {scope} scope ({', '.join(allowed)}) "
-                                           f"when evaluation.scope is {scope!r}", ablations)
+    for key in ("methods", "ablation"):
+        if isinstance(ev.get(key), list):
+            _names(f"evaluation.{key}", ev[key])
     heads = _keys("head_kwargs", raw.get("head_kwargs", {}), set(HEAD_NAMES))
     for name, kwargs in heads.items():
         if not isinstance(kwargs, Mapping):
@@ -150,12 +147,17 @@ def _check_sections(raw: dict[str, Any]) -> None:
 
 
 def _named(section: str, values: Mapping[str, Any], build: Callable[[], Any]) -> None:
+    """``build()``, its error naming the option by its key in the config (``evaluation.draws``)."""
     try:
         build()
     except ConfigError as err:
         message = str(err)
-        key = next((k for k in sorted(values, key=len, reverse=True) if message.startswith(f"{k} ")), None)
-        raise ConfigError(f"{section}.{message}" if key else f"{section}: {message}") from None
+        parameter = err.parameter or next((k for k in sorted(values, key=len, reverse=True)
+                                           if message.startswith(f"{k} ")), "")
+        key = parameter.rpartition(".")[2]
+        if key in values and message.startswith(parameter):
+            raise ConfigError(f"{section}.{key}{message[len(parameter):]}", parameter=f"{section}.{key}") from None
+        raise ConfigError(f"{section}: {message}") from None
 
 
 def training_options(training: Mapping[str, Any], seed: int):
@@ -170,21 +172,18 @@ def training_options(training: Mapping[str, Any], seed: int):
 
 
 def evaluation_options(evaluation: Mapping[str, Any], n_test: int | None = None):
-    """The ablations and the :class:`~laya_eval.engine.plan.EvalOptions` a cell evaluates with: the config's
-    ``[evaluation]`` section (seed 0 and ablations ``["gate"]`` unless given), ``limit`` at most ``n_test`` (one
-    limit serves datasets of every size); the device is checked to exist on this machine."""
+    """The :class:`~laya_eval.engine.plan.EvalOptions` a cell evaluates with: the config's ``[evaluation]`` section
+    (EvalOptions' defaults for the rest), ``limit`` at most ``n_test`` (one limit serves datasets of every size);
+    the device is checked to exist on this machine."""
     from laya_eval.engine.plan import EvalOptions
     from laya_eval.models.devices import resolve_device
 
-    options = dict(evaluation)
-    ablations = list(options.pop("ablations", ["gate"]))
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in evaluation.items()}
     if n_test is not None and options.get("limit") is not None and options["limit"] > n_test:
         options["limit"] = n_test
-    if "methods" in options:
-        options["methods"] = tuple(options["methods"])
-    built = EvalOptions(**{"seed": 0, "ablation": ablations[0], **options})
+    built = EvalOptions(**options)
     resolve_device(built.device)
-    return ablations, built
+    return built
 
 
 def _dataset_label(dataset: str) -> str:

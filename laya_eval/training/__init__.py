@@ -3,5 +3,5 @@ states in memory or through the feature cache, :mod:`~laya_eval.training.feature
 the head trainer on cached features (:mod:`~laya_eval.training.trainer`), and ``fit_head`` on a frozen model
 (:mod:`~laya_eval.training.head_fit`).
 
-May import: errors, checks, catalog, data, models, loading.
+May import: errors, checks, catalog, options, data, models, loading.
 """

@@ -18,8 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from laya_eval.catalog import TRAIN_BATCH_SIZE, TRAIN_EPOCHS, TRAIN_LR, TRAIN_PATIENCE, TRAIN_SEED
-from laya_eval.checks import check_fields, check_number, check_positive_int, check_seed
+from laya_eval.options import check_declared, declared
 from laya_eval.training.build import build_model
 from laya_eval.training.features import batch_inputs as _inputs, batch_slices, encode_features
 from laya_eval.data import Dataset
@@ -42,31 +41,25 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@declared
 class TrainOptions:
-    """Training hyper-parameters; the defaults are the paper's reference protocol."""
+    """Training hyper-parameters; the defaults are the paper's reference protocol (each field declared with its
+    default and checks in :mod:`laya_eval.options`).
 
-    epochs: int = TRAIN_EPOCHS
-    batch_size: int = TRAIN_BATCH_SIZE
-    lr: float = TRAIN_LR
-    patience: int = TRAIN_PATIENCE
-    seed: int = TRAIN_SEED
-    device: str = "cpu"
-    #: None: frozen exactly when the backbone is pretrained (stored by reference, or a module
-    #: given to :func:`build_model`); True/False forces it.
-    freeze_backbone: bool | None = None
+    ``freeze_backbone``: None freezes the backbone exactly when it is pretrained (stored by reference, or a module
+    given to :func:`build_model`); True/False forces it.
+    """
+
+    epochs: int
+    batch_size: int
+    lr: float
+    patience: int
+    seed: int
+    device: str
+    freeze_backbone: bool | None
 
     def __post_init__(self) -> None:
-        check_fields(self, _TRAIN_RULES)
-
-
-_TRAIN_RULES = {
-    "epochs": check_positive_int,
-    "batch_size": check_positive_int,
-    "lr": lambda name, value: check_number(name, value, low=0, low_open=True),
-    "patience": check_positive_int,
-    "seed": check_seed,
-}
+        check_declared(self)
 
 
 @dataclass

@@ -4,55 +4,13 @@ from __future__ import annotations
 
 import click
 
-from laya_eval.catalog import TRAIN_SEED
-from laya_eval_cli.options import (
-    SEED_RANGE,
-    HEAD_NAMES,
-    cache_dir_option,
-    data_dir_option,
-    device_option,
-    download_option,
-    epoch_bar,
-    head_kwargs,
-    head_options,
-    limit_option,
-    progress_bar,
-    quiet_option,
-    training_options,
-    trust_code_option,
-    allow_unverified_option,
-)
+from laya_eval_cli.options import declared, epoch_bar, head_kwargs, progress_bar
 
 
 @click.command("fit-head")
-@click.option("--model", "spec", required=True,
-              help="hf:ID_OR_DIR, py:MODULE:CALLABLE (returns an nn.Module) or PATH.pt (its backbone).")
-@click.option("--layers", default=None,
-              help="Comma-separated submodule names or glob patterns (encoder.layer.*, blocks.*); hf: default: "
-                   "every hidden state (embeddings, layer1, ...).")
-@click.option("--pool", default=None, type=click.Choice(["avg", "cls", "mean", "flatten"]),
-              help="How a layer's output becomes one vector: hf: mean (default) or cls; py: avg (default), cls or "
-                   "flatten.")
-@click.option("--head", default="laya", show_default=True, type=click.Choice(HEAD_NAMES))
-@click.option("--source", "sources", multiple=True, type=click.Path(exists=True),
-              help="A file or folder of a py: model's package whose code decides the network (repeatable); its "
-                   "sha256 joins the module's in the checkpoint's reference and the feature cache key.")
-@head_options
-@click.option("--data", required=True, help="digits, fashion-mnist, cifar10, rotten-tomatoes or npz:PATH.")
-@training_options
-@click.option("--seed", default=TRAIN_SEED, show_default=True, type=SEED_RANGE, help="Seeds the head's weights and the batches.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Checkpoint to write (.pt or .safetensors).")
-@limit_option
-@cache_dir_option
-@data_dir_option
-@download_option
-@trust_code_option
-@allow_unverified_option
-@device_option
-@quiet_option
-def fit_head(spec, layers, pool, sources, head, d_star, tau, scorer_hidden, psi, data, epochs, batch_size, lr, patience, seed,
-             out, limit, cache_dir, data_dir, download, trust_code, allow_unverified, device,
-             quiet):
+@declared("fit-head")
+def fit_head(spec, layers, pool, sources, head, d_star, tau, scorer_hidden, psi, data, out, limit, cache_dir, data_dir,
+             download, trust_code, allow_unverified, quiet, **params):
     """Train a HEAD on the frozen layers of a model and write a checkpoint that refers to the model.
 
     The backbone's hidden states are computed once into a feature cache (a second
@@ -64,13 +22,13 @@ def fit_head(spec, layers, pool, sources, head, d_star, tau, scorer_hidden, psi,
     """
     from laya_eval.loading.checkpoints import save_checkpoint
     from laya_eval.training.head_fit import fit_head as fit
+    from laya_eval.options import values_for
     from laya_eval.training.trainer import TrainOptions, resolve_device
 
-    resolve_device(device)
-    options = TrainOptions(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed, device=device,
-                           freeze_backbone=True)
+    options = TrainOptions(**values_for("TrainOptions", params), freeze_backbone=True)
+    resolve_device(options.device)
     names = None if layers is None else [n.strip() for n in layers.split(",") if n.strip()]
-    bar, on_epoch = epoch_bar(quiet, epochs, f"fit {head}")
+    bar, on_epoch = epoch_bar(quiet, options.epochs, f"fit {head}")
     with bar:
         result = fit(spec, data, head=head, head_kwargs=head_kwargs(head, d_star, tau, scorer_hidden, psi),
                      layers=names, pool=pool, options=options, trust_code=trust_code, download=download,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from laya_eval_cli.options import declared
+
 
 def _shape(ctx, param, value):
     if value is None:
@@ -19,14 +21,7 @@ def _shape(ctx, param, value):
 
 @click.command("import-keras")
 @click.argument("keras_file", metavar="MODEL.keras", type=click.Path(dir_okay=False))
-@click.option("--out", required=True, type=click.Path(dir_okay=False),
-              help="Checkpoint to write (.pt or .safetensors).")
-@click.option("--tau", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="The head's temperature when the file stores none (the reference code keeps it in Python). "
-                   "[default: the file's, else 1.5]")
-@click.option("--input-shape", callback=_shape, default=None, metavar="SIZES",
-              help="Per-sample input shape to evaluate on, e.g. 1,28,28 for laya-eval's Fashion-MNIST (its product "
-                   "is the first Dense layer's input size). [default: the Keras Input's shape]")
+@declared("import-keras")
 def import_keras(keras_file, out, tau, input_shape):
     """Read a Keras 3 LAYA model (.keras or .weights.h5) as data and write a laya-eval checkpoint.
 

@@ -6,20 +6,8 @@ import time
 
 import click
 
-from laya_eval.catalog import ABLATION_SPECS, META_SEEDS, fixed_ablation_names, planted_family_names
-from laya_eval_cli.commands.faithfulness import METHOD_NAMES
-from laya_eval_cli.options import (
-    SEED_RANGE,
-    batch_size_option,
-    bootstrap_option,
-    choice_list,
-    data_dir_option,
-    limit_option,
-    methods_option,
-    png_format_option,
-    progress_bar,
-    quiet_option,
-)
+from laya_eval.catalog import ABLATION_SPECS, fixed_ablation_names, planted_family_names
+from laya_eval_cli.options import declared, progress_bar
 
 HEAD_ABLATIONS = [a for a, spec in ABLATION_SPECS.items() if "head" in spec.scopes]
 # The default leaves out the ablations drawn per sample (resample, noise): each costs K draws per removal.
@@ -57,26 +45,7 @@ def _verdict_table(metrics) -> str:
 
 
 @click.command()
-@click.option("--out", "out_dir", default="meta-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for meta.csv, metrics.csv, seeds.csv, models.csv, the figure and manifest.json "
-                   "(replaced whole).")
-@click.option("--families", default=None,
-              help=f"Comma-separated planted families (default: all): {', '.join(FAMILY_NAMES)}.")
-@click.option("--ablations", default=None,
-              help=f"Comma-separated head-scope ablations among {', '.join(HEAD_ABLATIONS)} (default: "
-                   f"{', '.join(DEFAULT_ABLATIONS)}).")
-@methods_option
-@click.option("--seeds", default=META_SEEDS, show_default=True, type=click.IntRange(min=1),
-              help="Planted models per family (seeds FIRST-SEED, FIRST-SEED + 1, ...).")
-@click.option("--first-seed", default=0, show_default=True, type=SEED_RANGE)
-@click.option("--layers", "n_layers", default=6, show_default=True, type=click.IntRange(4, 10),
-              help="Layers of every planted model.")
-@limit_option
-@batch_size_option
-@bootstrap_option
-@png_format_option
-@data_dir_option
-@quiet_option
+@declared("meta")
 def meta(out_dir, families, ablations, methods, seeds, first_seed, n_layers, limit, batch_size, bootstrap, fmt,
          data_dir, quiet):
     """Score every method, ablation and metric on models whose layer relevance is planted.
@@ -97,9 +66,7 @@ def meta(out_dir, families, ablations, methods, seeds, first_seed, n_layers, lim
     from laya_eval.planted.run import meta as run_meta
 
     options = MetaOptions(
-        families=choice_list(families, FAMILY_NAMES, "--families") if families else tuple(FAMILY_NAMES),
-        ablations=choice_list(ablations, HEAD_ABLATIONS, "--ablations") if ablations else tuple(DEFAULT_ABLATIONS),
-        methods=None if methods is None else choice_list(methods, METHOD_NAMES, "--methods"),
+        families=families, ablations=ablations, methods=methods,
         seeds=seeds, first_seed=first_seed, n_layers=n_layers, limit=limit, batch_size=batch_size,
         bootstrap=bootstrap, fmt=fmt)
     start = time.perf_counter()

@@ -6,9 +6,7 @@ import time
 
 import click
 
-from laya_eval.catalog import ABLATION_DRAWS, BOOTSTRAP_RESAMPLES, MIXER_METHODS, MIXER_REMOVALS
-from laya_eval_cli.options import (batch_size_option, choice_list, data_dir_option, progress_bar, quiet_option,
-                                   seed_option, split_option, trust_code_option)
+from laya_eval_cli.options import declared, progress_bar
 
 
 def _interval(low, high) -> str:
@@ -29,30 +27,7 @@ def _table(summary) -> str:
 
 @click.command()
 @click.argument("model", metavar="MODEL")
-@click.option("--data", default="fashion-mnist", show_default=True, help="Dataset name (or npz:PATH).")
-@split_option
-@click.option("--methods", default=",".join(MIXER_METHODS), show_default=True,
-              help=f"Comma-separated, among {', '.join(MIXER_METHODS)}.")
-@click.option("--removal", default="weight", show_default=True, type=click.Choice(list(MIXER_REMOVALS)),
-              help="weight: the source's weight zeroed (logit -inf before a softmax); mean: the source replaced by "
-                   "its mean over the evaluated data; resample: by the same source of another sample (a seeded "
-                   "donor), averaged over --draws.")
-@click.option("--draws", default=ABLATION_DRAWS, show_default=True, type=click.IntRange(min=1),
-              help="Seeded donors per sample with --removal resample; their effects are averaged (donors.csv).")
-@click.option("--limit", type=click.IntRange(min=1), default=500, show_default=True,
-              help="Use only the first N samples.")
-@batch_size_option
-@seed_option
-@click.option("--bootstrap", default=BOOTSTRAP_RESAMPLES, show_default=True, type=click.IntRange(min=0),
-              help="Bootstrap resamples for the 95% intervals.")
-@click.option("--ig-steps", default=16, show_default=True, type=click.IntRange(min=1),
-              help="Integration steps of ig over the weights.")
-@click.option("--out", "out_dir", default="mixers-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for sources.csv, samples.csv, summary.csv, comparisons.csv, map.csv, map.png, "
-                   "manifest.json and, with --removal resample, donors.csv (replaced whole).")
-@trust_code_option
-@data_dir_option
-@quiet_option
+@declared("mixers")
 def mixers(model, data, split, methods, removal, draws, limit, batch_size, seed, bootstrap, ig_steps, out_dir, trust_code,
            data_dir, quiet):
     """Audit the depth mixers of MODEL (a mixer model file or py:MODULE:CALLABLE): does each mixer's weight over
@@ -64,7 +39,7 @@ def mixers(model, data, split, methods, removal, draws, limit, batch_size, seed,
     """
     from laya_eval.mixers.audit import MixerOptions, audit_mixers_to_folder
 
-    options = MixerOptions(removal=removal, methods=choice_list(methods, list(MIXER_METHODS), "--methods"),
+    options = MixerOptions(removal=removal, methods=methods,
                            split=split, limit=limit, batch_size=batch_size, seed=seed, bootstrap=bootstrap,
                            ig_steps=ig_steps, draws=draws, trust_code=trust_code)
     start = time.perf_counter()

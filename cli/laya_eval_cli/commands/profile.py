@@ -5,31 +5,8 @@ from __future__ import annotations
 
 import click
 
-from laya_eval.catalog import BOOTSTRAP_RESAMPLES, DISTANCE_SPECS, SCOPES, distance_names
-from laya_eval_cli.commands.faithfulness import METHOD_NAMES
-from laya_eval_cli.options import (
-    attribution_options,
-    choice_list,
-    plugin_option,
-    registered_methods,
-    use_plugins,
-    batch_size_option,
-    cache_dir_option,
-    no_cache_option,
-    data_dir_option,
-    device_option,
-    download_option,
-    figure_format_option,
-    figure_style_option,
-    limit_option,
-    progress_bar,
-    quiet_option,
-    recorded_data_option,
-    seed_option,
-    split_option,
-    trust_code_option,
-    allow_unverified_option,
-)
+from laya_eval.catalog import DISTANCE_SPECS
+from laya_eval_cli.options import declared, progress_bar, use_plugins
 
 
 def _table(profile) -> str:
@@ -70,42 +47,9 @@ def _diagnosis_line(diag) -> str:
 
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
-@trust_code_option
-@allow_unverified_option
-@plugin_option
-@download_option
-@recorded_data_option
-@split_option
-@attribution_options
-@click.option("--method", default="laya", show_default=True,
-              help=f"Whose layer scores to profile: {', '.join(METHOD_NAMES)}.")
-@click.option("--by", default="label", show_default=True, type=click.Choice(["label", "pred"]),
-              help="Group samples by their true (label) or predicted (pred) class.")
-@click.option("--reference-by", default="pred", show_default=True, type=click.Choice(["pred", "label"]),
-              help="Diagnosis: compare each input with the correct-prediction profile of its predicted class (pred, "
-                   "the only class known at deployment) or of its true class (label).")
-@click.option("--distance", default="auto", show_default=True, type=click.Choice(["auto", *distance_names()]),
-              help="Diagnosis distance; auto: jensen_shannon for scores that are weights summing to one "
-                   "(laya, static), cosine_minmax otherwise.")
-@click.option("--bootstrap", default=BOOTSTRAP_RESAMPLES, show_default=True, type=click.IntRange(min=0),
-              help="Bootstrap resamples for the 95% interval of the diagnosis AUC.")
-@click.option("--scope", default=SCOPES[0], show_default=True, type=click.Choice(SCOPES),
-              help="For gradient methods: head (direct effect) or network (total effect).")
-@limit_option
-@batch_size_option
-@seed_option
-@click.option("--out", "out_dir", default="profile-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for profile.csv, profile_layers.csv, profile.json, diagnosis.csv, diagnosis_summary.csv, "
-                   "the figures and manifest.json (replaced whole).")
-@figure_format_option
-@figure_style_option
-@cache_dir_option
-@no_cache_option
-@data_dir_option
-@device_option
-@quiet_option
-def profile(checkpoint, trust_code, allow_unverified, plugins, download, data, split, target, ig_steps, ig_baseline, ig_batch_size, method, by, reference_by, distance, bootstrap, scope, limit,
-            batch_size, seed, out_dir, fmt, style, cache_dir, no_cache, data_dir, device, quiet):
+@declared("profile")
+def profile(checkpoint, trust_code, allow_unverified, plugins, download, data, split, target, ig_steps, ig_baseline, ig_batch_size, method, by, reference_by, distance, n_resamples, scope, limit,
+            batch_size, seed, out_dir, fmt, style, cache_dir, cache, data_dir, device, quiet):
     """Class-wise layer profile of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE): mean and std of a method's layer scores per class and layer.
 
     Computed separately for all, correct and incorrect predictions; writes
@@ -122,24 +66,25 @@ def profile(checkpoint, trust_code, allow_unverified, plugins, download, data, s
 
     Example: laya-eval profile ckpt.pt --method laya --out profile/
     """
+    from laya_eval.options import check_option, option
     from laya_eval.profiling.diagnosis import DiagnosisOptions
     from laya_eval.engine.distributed import world_from_environment
     from laya_eval.engine.evaluation import EvalOptions
     from laya_eval.profiling.output import profile_to_folder
 
     use_plugins(plugins, trust_code)
-    choice_list(method, registered_methods(), "--method")
+    check_option(option("profile.method"), method)
     # The ablation does not touch the scores; network scope only admits replacement ablations.
-    options = EvalOptions(ablation="gate" if scope == "head" else "zero", scope=scope, split=split, limit=limit,
+    options = EvalOptions(scope=scope, split=split, limit=limit,
                           target=target, n_steps=ig_steps, ig_baseline=ig_baseline, internal_batch_size=ig_batch_size,
                           batch_size=batch_size, seed=seed, bootstrap=0, device=device, trust_code=trust_code,
-                          download=download, cache=not no_cache, cache_dir=cache_dir,
+                          download=download, cache=cache, cache_dir=cache_dir,
                           allow_unverified=allow_unverified)
     world = world_from_environment(device)
     with progress_bar(quiet or not world.is_main, desc="profile", unit="sample") as bar:
         run = profile_to_folder(checkpoint, out_dir, data, method=method, by=by, options=options, data_dir=data_dir,
                                 progress=bar, world=world, fmt=fmt, style=style,
-                                diagnosis=DiagnosisOptions(by=reference_by, distance=distance, n_resamples=bootstrap))
+                                diagnosis=DiagnosisOptions(by=reference_by, distance=distance, n_resamples=n_resamples))
     if run is None:  # ranks other than 0 under torchrun
         return
     prof = run.profile

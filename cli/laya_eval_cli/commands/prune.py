@@ -5,34 +5,10 @@ from __future__ import annotations
 
 import click
 
-from laya_eval.catalog import PRUNE_RANDOM_REFITS, PRUNE_RANDOM_RANKINGS, PRUNE_SEEDS, fixed_ablation_names
+from laya_eval.catalog import fixed_ablation_names
 
 ABLATIONS = tuple(fixed_ablation_names())
-from laya_eval_cli.options import (
-    batch_size_option,
-    bootstrap_option,
-    cache_dir_option,
-    choice_list,
-    plugin_option,
-    registered_ablations,
-    registered_methods,
-    use_plugins,
-    data_dir_option,
-    device_option,
-    download_option,
-    limit_option,
-    methods_option,
-    figure_format_option,
-    figure_style_option,
-    progress_bar,
-    quiet_option,
-    recorded_data_option,
-    retrain_options,
-    seed_option,
-    target_option,
-    trust_code_option,
-    allow_unverified_option,
-)
+from laya_eval_cli.options import declared, progress_bar, use_plugins
 
 
 def _table(result) -> str:
@@ -64,40 +40,7 @@ def _table(result) -> str:
 
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
-@trust_code_option
-@allow_unverified_option
-@plugin_option
-@download_option
-@recorded_data_option
-@methods_option
-@target_option
-@click.option("--ablation", "ablations", default=",".join(ABLATIONS), show_default=True,
-              help="Comma-separated removals for the no-retraining accuracy (head scope).")
-@click.option("--seeds", default=PRUNE_SEEDS, show_default=True, type=click.IntRange(min=0),
-              help="Training seeds of every refit head (0: no refit).")
-@click.option("--random-rankings", default=PRUNE_RANDOM_RANKINGS, show_default=True, type=click.IntRange(min=1),
-              help="Seeded random layer orders averaged into the random row.")
-@click.option("--random-refits", default=PRUNE_RANDOM_REFITS, show_default=True, type=click.IntRange(min=0),
-              help="How many of the random orders are also refit.")
-@retrain_options("refit head")
-@click.option("--timing/--no-timing", default=True, show_default=True,
-              help="Time the backbone truncated at each depth (chain backbones); --no-timing leaves the latency "
-                   "columns empty, so the files are the same bytes on every run.")
-@click.option("--early-exit/--no-early-exit", default=True, show_default=True,
-              help="Also run the early-exit what-if (early_exit.csv and its figure).")
-@limit_option
-@batch_size_option
-@seed_option
-@bootstrap_option
-@click.option("--out", "out_dir", default="prune-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for pruning.csv, pruning_summary.csv, pruning_comparisons.csv, early_exit.csv, "
-                   "latency.csv, the figures and manifest.json (replaced whole).")
-@figure_format_option
-@figure_style_option
-@cache_dir_option
-@data_dir_option
-@device_option
-@quiet_option
+@declared("prune")
 def prune(checkpoint, trust_code, allow_unverified, plugins, download, data, methods, target, ablations, seeds, random_rankings, random_refits, epochs,
           patience, lr, train_seed, timing, early_exit, limit, batch_size, seed, bootstrap, out_dir, fmt, style, cache_dir,
           data_dir, device, quiet):
@@ -114,8 +57,7 @@ def prune(checkpoint, trust_code, allow_unverified, plugins, download, data, met
     from laya_eval.training.trainer import TrainOptions
 
     use_plugins(plugins, trust_code)
-    names = None if methods is None else choice_list(methods, registered_methods(), "--methods")
-    removal = choice_list(ablations, registered_ablations(), "--ablation")
+    names, removal = methods, ablations
     train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128,
                                  device=device)
     options = PruneOptions(methods=names, target=target, ablations=removal, seeds=seeds, n_random=random_rankings,

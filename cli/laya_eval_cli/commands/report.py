@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import click
 
-from laya_eval_cli.options import figure_format_option, figure_style_option
+from laya_eval_cli.options import declared
+
 
 
 def _table(faithfulness) -> str:
@@ -44,18 +45,7 @@ def _mixer_lines(table) -> str:
 
 @click.command()
 @click.argument("result_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
-@click.option("--out", "out_dir", default="report-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for report.md, report.html, the tables (CSV), figures/ and manifest.json (replaced whole).")
-@figure_format_option
-@figure_style_option
-@click.option("--title", default=None, help="Report title.")
-@click.option("--html/--no-html", "html_report", default=True, show_default=True,
-              help="Also write the self-contained report.html.")
-@click.option("--strict", is_flag=True,
-              help="Refuse a result folder whose manifest.json is missing or does not list a file read "
-                   "(without it such a folder is reported with one 'unverified' warning).")
-@click.option("--max-points", default=300, show_default=True, type=click.IntRange(min=1),
-              help="Samples drawn (seeded) per attribution-vs-effect scatter.")
+@declared("report")
 def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_points):
     """Report on one or several RESULT_DIRS written by `laya-eval faithfulness`, `laya-eval sanity` or
     `laya-eval mixers`.

@@ -4,32 +4,7 @@ from __future__ import annotations
 
 import click
 
-from laya_eval.catalog import ABLATIONS, RETRAIN_PATIENCE, ROAR_SEEDS, fixed_ablation_names
-
-ABLATIONS = tuple(fixed_ablation_names())
-from laya_eval_cli.options import (
-    batch_size_option,
-    bootstrap_option,
-    cache_dir_option,
-    choice_list,
-    plugin_option,
-    registered_ablations,
-    registered_methods,
-    trust_code_option,
-    allow_unverified_option,
-    use_plugins,
-    data_dir_option,
-    device_option,
-    limit_option,
-    methods_option,
-    figure_format_option,
-    figure_style_option,
-    quiet_option,
-    recorded_data_option,
-    retrain_options,
-    seed_option,
-    target_option,
-)
+from laya_eval_cli.options import declared, use_plugins
 
 
 def _table(result) -> str:
@@ -55,35 +30,7 @@ def _table(result) -> str:
 
 @click.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False))
-@trust_code_option
-@allow_unverified_option
-@plugin_option
-@recorded_data_option
-@methods_option
-@target_option
-@click.option("--ablation", default=ABLATIONS[0], show_default=True,
-              help=f"How a layer is removed for the faithfulness column (head scope): {', '.join(ABLATIONS)} or a "
-                   "plug-in's.")
-@click.option("--similarity", default="across_samples", show_default=True,
-              type=click.Choice(["across_samples", "per_sample"]),
-              help="across_samples: per layer, rho over samples, averaged over layers; per_sample: rho over layers "
-                   "within each sample, averaged over samples (docs/concepts/sanity.md).")
-@click.option("--roar-seeds", default=ROAR_SEEDS, show_default=True, type=click.IntRange(min=1),
-              help="Training seeds for layer-ROAR.")
-@retrain_options("retrained head", patience=RETRAIN_PATIENCE)
-@limit_option
-@batch_size_option
-@seed_option
-@bootstrap_option
-@click.option("--out", "out_dir", default="sanity-out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for randomisation.csv, data_randomisation.csv, layer_roar.csv, roar_agreement.csv, "
-                   "sanity.json, the figure and manifest.json (replaced whole).")
-@figure_format_option
-@figure_style_option
-@cache_dir_option
-@data_dir_option
-@device_option
-@quiet_option
+@declared("sanity")
 def sanity(checkpoint, trust_code, allow_unverified, plugins, data, methods, target, ablation, similarity, roar_seeds, epochs, patience, lr, train_seed, limit,
            batch_size, seed, bootstrap, out_dir, fmt, style, cache_dir, data_dir, device, quiet):
     """Layer-level sanity checks of CHECKPOINT's attribution methods.
@@ -100,8 +47,7 @@ def sanity(checkpoint, trust_code, allow_unverified, plugins, data, methods, tar
     from laya_eval.training.trainer import TrainOptions
 
     use_plugins(plugins, trust_code)
-    names = None if methods is None else choice_list(methods, registered_methods(), "--methods")
-    ablation = choice_list(ablation, registered_ablations(), "--ablation")[0]
+    names = methods
     train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128,
                                  device=device)
     options = SanityOptions(methods=names, target=target, ablation=ablation, similarity=similarity, roar_seeds=roar_seeds,

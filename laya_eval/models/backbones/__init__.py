@@ -36,6 +36,7 @@ from laya_eval.models.backbones.hf import HFBackbone
 from laya_eval.models.backbones.modules import ModuleBackbone
 from laya_eval.catalog import BACKBONE_NAMES
 from laya_eval.errors import ConfigError
+from laya_eval.checks import check_choice
 
 __all__ = [
     "BACKBONES",
@@ -69,8 +70,7 @@ def make_backbone(name: str, **kwargs: Any) -> Backbone:
     ConfigError
         Unknown name or invalid options.
     """
-    if not isinstance(name, str) or name not in BACKBONES:
-        raise ConfigError(f"backbone must be one of {{{', '.join(sorted(BACKBONES))}}}; got {name!r}.")
+    check_choice("backbone", name, sorted(BACKBONES))
     cls = BACKBONES[name]
     try:
         inspect.signature(cls).bind(**kwargs)

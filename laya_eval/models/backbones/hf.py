@@ -25,6 +25,8 @@ from laya_eval.models.backbones.hf_files import (locate_hf_model, model_file_has
                                                  resolve_hf_model, weight_file_hashes)
 from laya_eval.checks import MAX_LAYERS, MAX_SIZE, check_positive_int
 from laya_eval.errors import CheckpointError, ConfigError, DataError
+from laya_eval.checks import check_choice
+from laya_eval.catalog import HF_POOLS
 
 __all__ = ["HFBackbone", "locate_hf_model", "model_file_hashes", "no_progress_bars", "refuse_remote_code",
            "resolve_hf_model", "weight_file_hashes"]
@@ -174,8 +176,7 @@ class HFBackbone(Backbone):
         if importlib.util.find_spec("transformers") is None:  # found, not imported: a lazy build never imports it
             raise ConfigError(
                 "the 'hf' backbone needs Hugging Face transformers; install it with `pip install transformers`.")
-        if pooling not in ("mean", "cls"):
-            raise ConfigError(f"pooling must be one of {{cls, mean}}; got {pooling!r}.")
+        check_choice("pooling", pooling, HF_POOLS)
         self.model_ref, self.pooling = model, pooling
         #: What a checkpoint is rebuilt from: a directory as an absolute path; a package or Hub id as given.
         self.resolved_model = resolve_hf_model(model)

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from laya_eval.models.backbones.base import Backbone, Replacement, _check_replace, _positive_ints, _replace_in_output
 from laya_eval.errors import ConfigError
 from laya_eval.output.files import module_state_sha256
+from laya_eval.checks import check_choice
 
 
 # --------------------------------------------------------------------------- modules
@@ -71,8 +72,8 @@ class ModuleBackbone(Backbone):
             raise ConfigError(f"layer_names must be a non-empty list of submodule names; got {layer_names!r}.")
         if len(set(layer_names)) != len(layer_names):
             raise ConfigError(f"layer_names must not repeat a name; got {list(layer_names)!r}.")
-        if pool is not None and not callable(pool) and pool not in _POOLS:
-            raise ConfigError(f"pool must be None, a function or one of {{{', '.join(sorted(_POOLS))}}}; got {pool!r}.")
+        if pool is not None and not callable(pool):
+            check_choice("pool", pool, sorted(_POOLS))
         if spec is not None and (not isinstance(spec, str) or not spec.startswith("py:")):
             raise ConfigError(f"spec must be a 'py:MODULE:CALLABLE' string; got {spec!r}.")
         if spec is not None and pool is not None and not isinstance(pool, str):
