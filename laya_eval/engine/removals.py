@@ -27,12 +27,15 @@ import torch
 from torch import Tensor
 
 from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, SCOPES, AblationSpec, add_ablation_spec, fixed_ablation_names
+from laya_eval.engine.fixed_ablations import (fill_state, gate_logits, gate_renorm_logits, mean_head_logits,
+                                              mean_network_logits, zero_head_logits, zero_network_logits,
+                                              zero_state)
 from laya_eval.engine.interventions import (SampleFills, drawn_head_logits, drawn_network_logits, noise_fills,
                                             resample_fills, sample_fill_probs)
 from laya_eval.engine.network_passes import network_replacement_logits
 from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.errors import ConfigError
-from laya_eval.models.heads import LayerHead, pool_hidden
+from laya_eval.models.heads import LayerHead
 from laya_eval.models.layered import LayeredModel
 from laya_eval.models.trace import Trace
 
@@ -177,52 +180,6 @@ def head_removal_logits(
     return entry.head(tr, head, _expand_masks(masks.to(tr.terms.dtype), tr.n_samples), fill)
 
 
-def _gate_logits(tr: Trace, head: LayerHead, masks: Tensor, fill, *, renormalise: bool = False) -> Tensor:
-    logits = torch.einsum("blc,bkl->bkc", tr.terms, masks)
-    if renormalise and tr.layer_weights is not None:
-        mass = torch.einsum("bl,bkl->bk", tr.layer_weights, masks).unsqueeze(-1)
-        # With every layer removed no weight is left to renormalise: the logits are the bias alone.
-        logits = logits / torch.where(mass > 0, mass, torch.ones_like(mass))
-    return logits + head.bias
-
-
-def _gate_renorm_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
-    return _gate_logits(tr, head, masks, fill, renormalise=True)
-
-
-def _zero_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
-    # The heads pool maps first, so replacing the pooled state is exact; the head's removal_logits reuses
-    # what a removal does not touch (generic recomputation for custom heads).
-    pooled = [pool_hidden(h) for h in tr.hidden]
-    return head.removal_logits(pooled, masks, [p.new_zeros(p.shape[-1]) for p in pooled], terms=tr.terms,
-                               adapted=tr.adapted)
-
-
-def _mean_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
-    pooled = [pool_hidden(h) for h in tr.hidden]
-    if fill is None or len(fill) != masks.shape[-1]:
-        raise ConfigError("mean ablation needs the mean of every hidden state over the evaluated data.")
-    return head.removal_logits(pooled, masks, list(fill), terms=tr.terms, adapted=tr.adapted)
-
-
-def _zero_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
-                         ) -> Tensor:
-    return network_replacement_logits(tr, model, masks, None, max_rows)
-
-
-def _mean_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
-                         ) -> Tensor:
-    return network_replacement_logits(tr, model, masks, fill, max_rows)
-
-
-def _zero_state(state: Tensor, layer: int, fill) -> Tensor:
-    return torch.zeros_like(state)
-
-
-def _fill_state(state: Tensor, layer: int, fill) -> Tensor:
-    return fill[layer].to(state).expand_as(state)
-
-
 @dataclass(frozen=True)
 class Ablation:
     """A registered ablation: its catalog entry and its logits at each scope it is defined for.
@@ -287,17 +244,17 @@ def register_ablation(spec: AblationSpec, *, head: Callable[..., Tensor] | None 
     return entry
 
 
-register_ablation(ABLATION_SPECS["gate"], head=_gate_logits)
-register_ablation(ABLATION_SPECS["gate-renorm"], head=_gate_renorm_logits)
-register_ablation(ABLATION_SPECS["zero"], head=_zero_head_logits, network=_zero_network_logits,
-                  removed_state=_zero_state)
-register_ablation(ABLATION_SPECS["mean"], head=_mean_head_logits, network=_mean_network_logits,
-                  removed_state=_fill_state)
+register_ablation(ABLATION_SPECS["gate"], head=gate_logits)
+register_ablation(ABLATION_SPECS["gate-renorm"], head=gate_renorm_logits)
+register_ablation(ABLATION_SPECS["zero"], head=zero_head_logits, network=zero_network_logits,
+                  removed_state=zero_state)
+register_ablation(ABLATION_SPECS["mean"], head=mean_head_logits, network=mean_network_logits,
+                  removed_state=fill_state)
 # Drawn per sample: no single removed state, so IG at network scope starts from zeros for resample (refused with an
 # explicit --ig-baseline removed); noise's draws have the dataset mean as their expectation, where IG starts.
 register_ablation(ABLATION_SPECS["resample"], head=drawn_head_logits, network=drawn_network_logits)
 register_ablation(ABLATION_SPECS["noise"], head=drawn_head_logits, network=drawn_network_logits,
-                  removed_state=_fill_state)
+                  removed_state=fill_state)
 # Ablations come only through register_ablation; the catalog names each one the engine can run.
 if set(ABLATION_REGISTRY) != set(ABLATION_SPECS):
     raise ImportError(f"catalog ablations without logits: {sorted(set(ABLATION_SPECS) - set(ABLATION_REGISTRY))}")
