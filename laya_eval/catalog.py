@@ -124,13 +124,20 @@ class AblationSpec:
     scopes : tuple of str
         The scopes it is defined for.
     needs : tuple of str
-        Dataset statistics (``"stat:<name>"``) it needs before the effects.
+        Dataset statistics (``"stat:<name>"``) it needs before the effects; ``"draws"`` / ``"donors"`` for a
+        replacement drawn per sample.
     """
 
     name: str
     description: str
     scopes: tuple[str, ...] = SCOPES
     needs: tuple[str, ...] = ()
+
+    @property
+    def drawn_per_sample(self) -> bool:
+        """Whether its replacement is drawn per sample (``needs`` has ``"draws"`` or ``"donors"``): its fills then
+        come from the sample fill it is registered with, not from one value for every sample."""
+        return bool({"donors", "draws"} & set(self.needs))
 
 
 METHOD_SPECS: dict[str, MethodSpec] = {
@@ -367,7 +374,7 @@ def planted_family_names() -> list[str]:
 def fixed_ablation_names() -> list[str]:
     """Ablations whose replacement is the same for every sample (no donors, no random draws), in registry order:
     the ones that commands working on cached head inputs alone (``prune``, ``sanity``) can apply."""
-    return [a for a, spec in ABLATION_SPECS.items() if not {"donors", "draws"} & set(spec.needs)]
+    return [a for a, spec in ABLATION_SPECS.items() if not spec.drawn_per_sample]
 
 
 def distance_names() -> list[str]:
