@@ -55,19 +55,14 @@ SCOPES = ("head", "network")
 # Protocol defaults: the library's option classes and the CLI's options read these, so there is one copy.
 #: The reference training protocol (Adam, early stopping on validation accuracy).
 TRAIN_EPOCHS, TRAIN_BATCH_SIZE, TRAIN_LR, TRAIN_PATIENCE, TRAIN_SEED = 50, 128, 3e-4, 5, 1337
-#: Early-stopping patience of the heads ``sanity`` retrains on cached features (converged within it).
-RETRAIN_PATIENCE = 2
-#: Bootstrap resamples of every 95% interval.
-BOOTSTRAP_RESAMPLES = 1000
+#: Early-stopping patience of the heads ``sanity`` retrains on cached features; resamples of every 95% interval.
+RETRAIN_PATIENCE, BOOTSTRAP_RESAMPLES = 2, 1000
 #: Fewest resamples a 95% percentile interval is reported from: its 2.5% and 97.5% quantiles then rest on at
 #: least 2.5 resamples each; below it the interval columns stay empty and tables say "n/a".
 MIN_BOOTSTRAP_RESAMPLES = 100
-#: Samples per resumable chunk of an evaluation (results do not depend on it).
-CHUNK_SIZE = 1024
-#: Effects of a sample closer than this share of its largest effect are ranked as tied.
-TIE_RTOL = 1e-4
-#: Samples per batch of an evaluation (and of sanity's and the mixer audit's passes).
-EVAL_BATCH_SIZE = 256
+#: Samples per resumable chunk of an evaluation (results do not depend on it); effects of a sample closer than this
+#: share of its largest effect are ranked as tied; samples per batch of an evaluation (and of sanity's, mixers').
+CHUNK_SIZE, TIE_RTOL, EVAL_BATCH_SIZE = 1024, 1e-4, 256
 #: Evaluation: Integrated Gradients steps, the network-scope memory budget (MiB), seeded draws per sample of the
 #: random ablations (and of the mixer audit's resample), the angular-distance baseline's span in layers.
 IG_STEPS, MAX_MEMORY_MB, ABLATION_DRAWS, ANGULAR_SPAN = 50, 2048, 8, 1
@@ -77,8 +72,7 @@ D_STAR, LAYA_TAU, SCORER_HIDDEN = 96, 1.5, 192
 ROAR_SEEDS, PRUNE_SEEDS, PRUNE_RANDOM_RANKINGS, PRUNE_RANDOM_REFITS, META_SEEDS = 3, 3, 20, 3, 5
 
 # What a `laya-eval sanity` folder holds (its writer and the report, which reads it without torch, share these).
-SANITY_FILES = ("randomisation.csv", "data_randomisation.csv", "layer_roar.csv", "roar_agreement.csv",
-                "sanity.json")
+SANITY_FILES = ("randomisation.csv", "data_randomisation.csv", "layer_roar.csv", "roar_agreement.csv", "sanity.json")
 RANDOMISATION_COLUMNS = ["check", "step", "params", "method", "similarity", "similarity_ci_low",
                          "similarity_ci_high", "similarity_ci_note", "faithfulness"]
 LAYER_ROAR_COLUMNS = ["layer", "seed", "accuracy", "accuracy_drop"]
@@ -125,13 +119,20 @@ class AblationSpec:
     scopes : tuple of str
         The scopes it is defined for.
     needs : tuple of str
-        Dataset statistics (``"stat:<name>"``) it needs before the effects.
+        Dataset statistics (``"stat:<name>"``) it needs before the effects; ``"draws"`` / ``"donors"`` for a
+        replacement drawn per sample.
     """
 
     name: str
     description: str
     scopes: tuple[str, ...] = SCOPES
     needs: tuple[str, ...] = ()
+
+    @property
+    def drawn_per_sample(self) -> bool:
+        """Whether its replacement is drawn per sample (``needs`` has ``"draws"`` or ``"donors"``): its fills then
+        come from the sample fill it is registered with, not from one value for every sample."""
+        return bool({"donors", "draws"} & set(self.needs))
 
 
 METHOD_SPECS: dict[str, MethodSpec] = {
@@ -344,9 +345,8 @@ BACKBONE_NAMES = ("mlp", "cnn", "vit", "hf")
 SPLITS, DTYPES, TABLE_FORMATS = ("train", "val", "test"), ("float32", "bfloat16", "float16"), ("csv", "parquet")
 FIGURE_FORMATS, FIGURE_STYLES, PSI_CHOICES = ("png", "svg", "pdf"), ("default", "paper"), ("identity", "mlp")
 POOLS, HF_POOLS, MODULE_POOLS = ("avg", "cls", "mean", "flatten"), ("cls", "mean"), ("avg", "cls", "flatten")
-SIMILARITIES = ("across_samples", "per_sample")
-#: The ablation of a run that names none, per scope (network scope has no terms to gate).
-DEFAULT_ABLATION = {"head": "gate", "network": "zero"}
+#: Sanity's similarities; the ablation of a run that names none, per scope (network scope has no terms to gate).
+SIMILARITIES, DEFAULT_ABLATION = ("across_samples", "per_sample"), {"head": "gate", "network": "zero"}
 #: Classifiers with depth mixers (laya_eval.mixers.reference), trained whole by `train`, audited by `mixers`.
 MIXER_MODEL_KINDS = ("denseformer", "attnres")
 
@@ -375,7 +375,7 @@ def planted_family_names() -> list[str]:
 def fixed_ablation_names() -> list[str]:
     """Ablations whose replacement is the same for every sample (no donors, no random draws), in registry order:
     the ones that commands working on cached head inputs alone (``prune``, ``sanity``) can apply."""
-    return [a for a, spec in ABLATION_SPECS.items() if not {"donors", "draws"} & set(spec.needs)]
+    return [a for a, spec in ABLATION_SPECS.items() if not spec.drawn_per_sample]
 
 
 def distance_names() -> list[str]:

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-import laya_eval.engine.removals as removals
+import laya_eval.engine.fixed_ablations as fixed_ablations
 from laya_eval.engine.evaluation import EvalOptions, evaluate
 from laya_eval.engine.network_passes import _per_removal_logits, network_replacement_logits
 from laya_eval.models.trace import trace_from_hidden
@@ -89,7 +89,7 @@ def test_network_scope_runs_fewer_passes_and_gives_the_per_removal_results(digit
     def per_removal(tr, model, masks, values, max_rows=None):
         return _per_removal_logits(tr, model, masks, values, max_rows)
 
-    monkeypatch.setattr(removals, "network_replacement_logits", per_removal)
+    monkeypatch.setattr(fixed_ablations, "network_replacement_logits", per_removal)
     alone = evaluate(model, "digits", options=dataclasses.replace(options, ablation=("zero", "mean")))
     # one pass per removal: per ablation, 3 leave-one-out removals and 3 deletion steps for each of 3 methods,
     # 12 passes of 48 rows; shared, each sample's distinct sets are at most 7: the 3 leave-one-out sets (deletion

@@ -14,7 +14,9 @@ draws (``--draws``):
                 first two moments of every feature (not their correlations).
 
 :class:`SampleFills` carries the per-draw replacement states of one batch; :func:`sample_fill_probs` turns them
-into the mean ``p_c`` after each removal.
+into the mean ``p_c`` after each removal. :func:`resample_sample_fill` and :func:`noise_sample_fill` are the two
+ablations' *sample fills*, the callables they are registered with (:func:`laya_eval.register_ablation`, the
+protocol every ablation drawn per sample follows; ``docs/plugins.md``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from laya_eval.models.layered import LayeredModel
 from laya_eval.models.trace import Trace
 
 __all__ = ["DONOR_STREAM", "NOISE_STREAM", "SampleFills", "donor_ids", "drawn_class_probs", "drawn_head_logits",
-           "drawn_network_logits", "noise_fills", "resample_fills", "sample_fill_probs"]
+           "drawn_network_logits", "noise_fills", "noise_sample_fill", "resample_fills", "resample_sample_fill",
+           "sample_fill_probs"]
 
 #: The first part of every derived seed of each ablation, so donors and noise never share random numbers.
 DONOR_STREAM, NOISE_STREAM = 1, 2
@@ -49,7 +52,7 @@ class SampleFills:
         ``draws[j][i]``: draw ``j``'s replacement of layer ``i``, (B, d_i) at head scope, (B, *block output)
         at network scope.
     donors : Tensor of int64, (B, K), or None
-        For ``resample``: the global index of each draw's donor.
+        For an ablation that needs donors (``resample``): the global index of each draw's donor.
     """
 
     draws: tuple[list[Tensor], ...]
@@ -106,6 +109,18 @@ def noise_fills(mean: Sequence[Tensor], square_mean: Sequence[Tensor], sample_id
     return SampleFills(tuple(out))
 
 
+def resample_sample_fill(statistics: dict[str, list[Tensor]], sample_ids: Tensor, *, seed: int, draws: int,
+                         donor_states: Sequence[Tensor], donors: Tensor) -> SampleFills:
+    """``resample``'s sample fill: the states of the donors the engine drew (:func:`donor_ids`) and ran."""
+    return resample_fills(donor_states, donors)
+
+
+def noise_sample_fill(statistics: dict[str, list[Tensor]], sample_ids: Tensor, *, seed: int, draws: int,
+                      donor_states: None = None, donors: None = None) -> SampleFills:
+    """``noise``'s sample fill: :func:`noise_fills` from the ``hidden_mean`` and ``hidden_square_mean`` statistics."""
+    return noise_fills(statistics["hidden_mean"], statistics["hidden_square_mean"], sample_ids, seed=seed, draws=draws)
+
+
 def _expand(masks: Tensor, batch: int) -> Tensor:
     return masks.expand(batch, *masks.shape) if masks.dim() == 2 else masks
 
@@ -159,6 +174,9 @@ def drawn_class_probs(tr: Trace, head, model: LayeredModel | None, masks: Tensor
     masks = _expand(masks.to(tr.terms.dtype), tr.n_samples)
     total = None
     for values in fills.draws:
+        if len(values) != masks.shape[-1]:
+            raise ConfigError(f"each draw of a sample fill holds one replacement state per layer ({masks.shape[-1]}); "
+                              f"got {len(values)}.")
         if scope == "head":
             logits = _head_logits(tr, head, masks, values)
         else:

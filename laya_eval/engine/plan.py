@@ -273,7 +273,9 @@ def check_target_class(target: str | int, model: LayeredModel) -> None:
 def plugin_sources(plan: Plan) -> dict[str, str]:
     """The code identity (sha256 of the module source) of every plug-in method and ablation the plan uses."""
     names = [("method", m.name, m.fn) for m in plan.methods]
-    names += [("ablation", a, ABLATION_REGISTRY[a].head or ABLATION_REGISTRY[a].network) for a in plan.ablations]
+    # An ablation drawn per sample is its sample fill (its head and network logits are the engine's own).
+    names += [("ablation", a, ABLATION_REGISTRY[a].sample_fill or ABLATION_REGISTRY[a].head
+               or ABLATION_REGISTRY[a].network) for a in plan.ablations]
     out = {}
     for kind, name, fn in names:
         identity = code_identity(kind, name, fn)

@@ -10,6 +10,8 @@ The effect of removing a set of layers is ``p_c(x) - p_c(x with them removed)``,
                 ``h_i`` over the evaluated data, then recompute the whole head.
 ``resample``/``noise`` replace it with another sample's state / Gaussian noise of the layer's
                 own scale, per sample, averaged over seeded draws (:mod:`laya_eval.engine.interventions`).
+                An ablation drawn per sample (spec ``needs`` ``"draws"`` or ``"donors"``) is registered
+                with its *sample fill*, which draws one batch's replacement states (:func:`batch_fill`).
 
 With scope ``head`` every removal is computed from the cached trace: ``gate``
 and ``gate-renorm`` from the per-layer terms (no head call at all), ``zero``
@@ -28,12 +30,15 @@ from torch import Tensor
 
 from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, SCOPES, AblationSpec, add_ablation_spec, fixed_ablation_names
 from laya_eval.checks import check_choice, fail
-from laya_eval.engine.interventions import (SampleFills, drawn_head_logits, drawn_network_logits, noise_fills,
-                                            resample_fills, sample_fill_probs)
+from laya_eval.engine.fixed_ablations import (fill_state, gate_logits, gate_renorm_logits, mean_head_logits,
+                                              mean_network_logits, zero_head_logits, zero_network_logits,
+                                              zero_state)
+from laya_eval.engine.interventions import (SampleFills, drawn_head_logits, drawn_network_logits,
+                                            noise_sample_fill, resample_sample_fill, sample_fill_probs)
 from laya_eval.engine.network_passes import network_replacement_logits
 from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.errors import ConfigError
-from laya_eval.models.heads import LayerHead, pool_hidden
+from laya_eval.models.heads import LayerHead
 from laya_eval.models.layered import LayeredModel
 from laya_eval.models.trace import Trace
 
@@ -96,28 +101,31 @@ def ablation_fill(ablation: str, statistics: dict[str, list[Tensor]]) -> list[Te
     return statistics[stats[0]] if stats else None
 
 
-def _resample_fill(statistics, sample_ids, *, seed, draws, donor_states, donors) -> SampleFills:
-    return resample_fills(donor_states, donors)
-
-
-def _noise_fill(statistics, sample_ids, *, seed, draws, donor_states, donors) -> SampleFills:
-    return noise_fills(statistics["hidden_mean"], statistics["hidden_square_mean"], sample_ids, seed=seed, draws=draws)
-
-
-#: The ablations whose replacement is drawn per sample (catalog ``needs`` "draws"), by name.
-_SAMPLE_FILLS = {"resample": _resample_fill, "noise": _noise_fill}
-
-
 def batch_fill(ablation: str, statistics: dict[str, list[Tensor]], sample_ids: Tensor, *, seed: int, draws: int,
                donor_states: Sequence[Tensor] | None = None, donors: Tensor | None = None
                ) -> list[Tensor] | SampleFills | None:
-    """One batch's replacement values for ``ablation``: :func:`ablation_fill` for a fixed fill, the per-sample
-    draws (:class:`~laya_eval.engine.interventions.SampleFills`) for ``resample`` (from the donors' states the
-    engine computed, each (K * B, ...) draw-major, and their ids (B, K)) and ``noise``."""
-    if "draws" not in ABLATION_SPECS[ablation].needs:
+    """One batch's replacement values for ``ablation``: :func:`ablation_fill` for a fixed fill; for an ablation
+    drawn per sample, the :class:`~laya_eval.engine.interventions.SampleFills` its registered sample fill draws
+    (see :class:`Ablation`; ``donor_states``, each (K * B, ...) draw-major, and ``donors`` (B, K) are the donors
+    the engine drew and ran through the model when the spec needs ``"donors"``, else ``None``).
+
+    Raises
+    ------
+    ConfigError
+        If the sample fill returns anything but a ``SampleFills`` of ``draws`` draws.
+    """
+    entry = ABLATION_REGISTRY[ablation]
+    if entry.sample_fill is None:
         return ablation_fill(ablation, statistics)
-    return _SAMPLE_FILLS[ablation](statistics, sample_ids, seed=seed, draws=draws, donor_states=donor_states,
-                                   donors=donors)
+    fills = entry.sample_fill(statistics, sample_ids, seed=seed, draws=draws, donor_states=donor_states,
+                              donors=donors)
+    if not isinstance(fills, SampleFills):
+        raise ConfigError(f"ablation {ablation!r}: its sample_fill must return a SampleFills; got "
+                          f"{type(fills).__name__}.")
+    if len(fills.draws) != draws:
+        raise ConfigError(f"ablation {ablation!r}: its sample_fill must return {draws} draws (--draws); got "
+                          f"{len(fills.draws)}.")
+    return fills
 
 
 def leave_one_out_masks(n_layers: int, device: torch.device | str | None = None) -> Tensor:
@@ -173,55 +181,10 @@ def head_removal_logits(
     return entry.head(tr, head, _expand_masks(masks.to(tr.terms.dtype), tr.n_samples), fill)
 
 
-def _gate_logits(tr: Trace, head: LayerHead, masks: Tensor, fill, *, renormalise: bool = False) -> Tensor:
-    logits = torch.einsum("blc,bkl->bkc", tr.terms, masks)
-    if renormalise and tr.layer_weights is not None:
-        mass = torch.einsum("bl,bkl->bk", tr.layer_weights, masks).unsqueeze(-1)
-        # With every layer removed no weight is left to renormalise: the logits are the bias alone.
-        logits = logits / torch.where(mass > 0, mass, torch.ones_like(mass))
-    return logits + head.bias
-
-
-def _gate_renorm_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
-    return _gate_logits(tr, head, masks, fill, renormalise=True)
-
-
-def _zero_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
-    # The heads pool maps first, so replacing the pooled state is exact; the head's removal_logits reuses
-    # what a removal does not touch (generic recomputation for custom heads).
-    pooled = [pool_hidden(h) for h in tr.hidden]
-    return head.removal_logits(pooled, masks, [p.new_zeros(p.shape[-1]) for p in pooled], terms=tr.terms,
-                               adapted=tr.adapted)
-
-
-def _mean_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
-    pooled = [pool_hidden(h) for h in tr.hidden]
-    if fill is None or len(fill) != masks.shape[-1]:
-        raise ConfigError("mean ablation needs the mean of every hidden state over the evaluated data.")
-    return head.removal_logits(pooled, masks, list(fill), terms=tr.terms, adapted=tr.adapted)
-
-
-def _zero_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
-                         ) -> Tensor:
-    return network_replacement_logits(tr, model, masks, None, max_rows)
-
-
-def _mean_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
-                         ) -> Tensor:
-    return network_replacement_logits(tr, model, masks, fill, max_rows)
-
-
-def _zero_state(state: Tensor, layer: int, fill) -> Tensor:
-    return torch.zeros_like(state)
-
-
-def _fill_state(state: Tensor, layer: int, fill) -> Tensor:
-    return fill[layer].to(state).expand_as(state)
-
-
 @dataclass(frozen=True)
 class Ablation:
-    """A registered ablation: its catalog entry and its logits at each scope it is defined for.
+    """A registered ablation: its catalog entry, its logits at each scope it is defined for and, for one drawn
+    per sample, the sample fill that draws its replacement states.
 
     Attributes
     ----------
@@ -238,12 +201,23 @@ class Ablation:
         place of ``state`` (pooled (B, d) at head scope, the block output at network scope), where
         Integrated Gradients starts with ``ig_baseline="removed"``; ``None`` for an ablation that replaces no
         state (``gate``).
+    sample_fill : callable or None
+        For an ablation drawn per sample (``spec.drawn_per_sample``), ``sample_fill(statistics, sample_ids, *,
+        seed, draws, donor_states, donors) -> SampleFills``: one batch's replacement states, ``draws`` of them per
+        sample, each the same function of ``(seed, sample_ids[b])`` in any batch. ``statistics`` holds the run's
+        dataset statistics (``stat:<name>`` needs; per layer, pooled at head scope, full block outputs at
+        network scope); ``sample_ids`` (B,) are global indices, ``-1`` on padding rows (dropped later);
+        ``donor_states`` (each (draws * B, ...), draw-major) and ``donors`` (B, draws) are set when the spec
+        needs ``"donors"``, else ``None``. The engine puts each draw's states in place of the removed layers
+        (``head`` and ``network`` are then :mod:`laya_eval.engine.interventions`' drawn replacement) and
+        averages the probabilities over the draws. ``None`` for a fixed ablation.
     """
 
     spec: AblationSpec
     head: Callable[..., Tensor] | None = None
     network: Callable[..., Tensor] | None = None
     removed_state: Callable[..., Tensor] | None = None
+    sample_fill: Callable[..., SampleFills] | None = None
 
     @property
     def name(self) -> str:
@@ -256,17 +230,28 @@ ABLATION_REGISTRY: dict[str, Ablation] = {}
 
 def register_ablation(spec: AblationSpec, *, head: Callable[..., Tensor] | None = None,
                       network: Callable[..., Tensor] | None = None,
-                      removed_state: Callable[..., Tensor] | None = None) -> Ablation:
-    """Register an ablation: its catalog entry and one logits function per scope it declares (see
-    :class:`Ablation` for the signatures), the path every ablation takes.
+                      removed_state: Callable[..., Tensor] | None = None,
+                      sample_fill: Callable[..., SampleFills] | None = None) -> Ablation:
+    """Register an ablation, the path every ablation takes (see :class:`Ablation` for the signatures).
+
+    A fixed ablation gives one logits function per scope it declares (``head``, ``network``). An ablation drawn
+    per sample (``spec.needs`` has ``"draws"`` or ``"donors"``) gives its ``sample_fill`` instead: the engine puts
+    the drawn states in place of the removed layers at each declared scope.
 
     Raises
     ------
     ConfigError
-        If the name is taken, a declared scope has no function, or a function is given for an undeclared scope.
+        If the name is taken, a declared scope has no function, a function is given for an undeclared scope, a
+        spec drawn per sample comes without a sample fill (or with ``head``/``network``), or a sample fill comes
+        with a spec that draws nothing.
     """
     if not isinstance(spec, AblationSpec):
         raise ConfigError(f"an ablation is registered with a catalog.AblationSpec; got {type(spec).__name__}.")
+    if spec.drawn_per_sample:
+        head, network = _drawn_logits(spec, head, network, sample_fill)
+    elif sample_fill is not None:
+        raise ConfigError(f"ablation {spec.name!r}: sample_fill= is for an ablation drawn per sample (needs "
+                          f"'draws' or 'donors'); its needs are {tuple(spec.needs)!r}.")
     given = {"head": head, "network": network}
     for scope, fn in given.items():
         if (scope in tuple(spec.scopes)) != (fn is not None) or (fn is not None and not callable(fn)):
@@ -278,22 +263,38 @@ def register_ablation(spec: AblationSpec, *, head: Callable[..., Tensor] | None 
         raise ConfigError(str(err)) from None
     if spec.name in ABLATION_REGISTRY:
         raise ConfigError(f"ablation {spec.name!r} is already registered; choose another name.")
-    entry = Ablation(spec, head, network, removed_state)
+    entry = Ablation(spec, head, network, removed_state, sample_fill)
     ABLATION_REGISTRY[spec.name] = entry
     return entry
 
 
-register_ablation(ABLATION_SPECS["gate"], head=_gate_logits)
-register_ablation(ABLATION_SPECS["gate-renorm"], head=_gate_renorm_logits)
-register_ablation(ABLATION_SPECS["zero"], head=_zero_head_logits, network=_zero_network_logits,
-                  removed_state=_zero_state)
-register_ablation(ABLATION_SPECS["mean"], head=_mean_head_logits, network=_mean_network_logits,
-                  removed_state=_fill_state)
+def _drawn_logits(spec: AblationSpec, head, network, sample_fill) -> tuple[Callable | None, Callable | None]:
+    """The head and network logits of an ablation drawn per sample: the drawn replacement at each declared
+    scope, after checking that its sample fill, and nothing in place of it, was given."""
+    if sample_fill is None:
+        raise ConfigError(f"ablation {spec.name!r} needs {tuple(n for n in spec.needs if n in ('draws', 'donors'))!r}: "
+                          "register it with sample_fill=, the callable that draws each batch's replacement states; "
+                          "got none.")
+    if not callable(sample_fill):
+        raise ConfigError(f"ablation {spec.name!r}: sample_fill must be callable; got {type(sample_fill).__name__}.")
+    for scope, fn in (("head", head), ("network", network)):
+        if fn is not None:
+            raise ConfigError(f"ablation {spec.name!r} is drawn per sample: the engine puts its sample_fill's states "
+                              f"in place at every scope, so it takes no {scope}=; got {getattr(fn, '__name__', fn)!r}.")
+    return (drawn_head_logits if "head" in spec.scopes else None,
+            drawn_network_logits if "network" in spec.scopes else None)
+
+
+register_ablation(ABLATION_SPECS["gate"], head=gate_logits)
+register_ablation(ABLATION_SPECS["gate-renorm"], head=gate_renorm_logits)
+register_ablation(ABLATION_SPECS["zero"], head=zero_head_logits, network=zero_network_logits,
+                  removed_state=zero_state)
+register_ablation(ABLATION_SPECS["mean"], head=mean_head_logits, network=mean_network_logits,
+                  removed_state=fill_state)
 # Drawn per sample: no single removed state, so IG at network scope starts from zeros for resample (refused with an
 # explicit --ig-baseline removed); noise's draws have the dataset mean as their expectation, where IG starts.
-register_ablation(ABLATION_SPECS["resample"], head=drawn_head_logits, network=drawn_network_logits)
-register_ablation(ABLATION_SPECS["noise"], head=drawn_head_logits, network=drawn_network_logits,
-                  removed_state=_fill_state)
+register_ablation(ABLATION_SPECS["resample"], sample_fill=resample_sample_fill)
+register_ablation(ABLATION_SPECS["noise"], sample_fill=noise_sample_fill, removed_state=fill_state)
 # Ablations come only through register_ablation; the catalog names each one the engine can run.
 if set(ABLATION_REGISTRY) != set(ABLATION_SPECS):
     raise ImportError(f"catalog ablations without logits: {sorted(set(ABLATION_SPECS) - set(ABLATION_REGISTRY))}")
@@ -332,7 +333,8 @@ def removal_probs(
     fill : list of Tensor, or SampleFills, optional
         For ``mean``: the mean of each hidden state over the evaluated data
         (pooled, (d_i,), for scope head; the full block output for scope network).
-        For ``resample`` and ``noise``: the batch's per-sample draws; the result is their mean.
+        For an ablation drawn per sample (``resample``, ``noise``, a plug-in's): the batch's draws
+        (:func:`batch_fill`); the result is the mean over them.
     max_rows : int, optional
         At network scope, the most inputs one backbone pass carries (:mod:`laya_eval.engine.memory_budget`);
         all at once when ``None``.

@@ -2,8 +2,8 @@
 
 :func:`score_method` turns one method's attributions, effects and deletion curve into
 per-sample and summary metrics; :func:`build_result` assembles the tables of one
-ablation from merged :class:`~laya_eval.engine.records.Records`; :func:`write_results` writes a
-run (one subfolder per ablation when there are several) as one set.
+ablation from merged :class:`~laya_eval.engine.records.Records`; :func:`result_files` gives the bytes of a run
+(one subfolder per ablation when there are several), which :mod:`laya_eval.engine.outcome` writes as one set.
 """
 
 from __future__ import annotations
