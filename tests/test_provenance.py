@@ -1,5 +1,5 @@
 """What a manifest records about the code that wrote it: laya-eval's version, the sha256 of its code, the git
-commit."""
+commit; and what ``laya-eval report`` shows of them."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 import laya_eval
 from laya_eval.output.origin import (checkout_state, code_origin, package_source_sha256, provenance,
                                      python_files_sha256)
+from tests.cli_helpers import run
 
 PACKAGE = Path(laya_eval.__file__).resolve().parent
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -140,3 +141,34 @@ def test_a_changed_code_record_keeps_the_result_key_and_the_tables(tmp_path, dig
     assert after["result_key"] == json.loads(before["manifest.json"])["result_key"]
     assert all((out / name).read_bytes() == data for name, data in before.items() if name != "manifest.json")
 
+
+def test_report_prints_and_shows_each_folders_code(tmp_path, digits_checkpoints):
+    from laya_eval import evaluate_to_folder
+    from laya_eval.engine.evaluation import EvalOptions
+
+    options = EvalOptions(limit=30, bootstrap=20, n_steps=4, methods=("laya", "random"))
+    new, old = tmp_path / "new", tmp_path / "old"
+    evaluate_to_folder(digits_checkpoints["laya"], "digits", ["gate"], new, options=options)
+    shutil.copytree(new, old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["code"]  # as a folder written before the code was recorded
+    (old / "manifest.json").write_text(json.dumps(manifest))
+
+    result = run("report", new, old, "--out", tmp_path / "report", "--no-html", "--max-points", 20)
+    assert result.exit_code == 0, result.output
+    code = code_origin()
+    commit = "n/a" if code["commit"] is None else code["commit"][:12] + (" (modified)" if code["dirty"] else "")
+    version = laya_eval.__version__
+    lines = result.output.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("run ") and "code sha256" in line))
+    assert lines[start].split() == ["run", "kind", "laya-eval", "code", "sha256", "commit"]
+    assert lines[start + 1].split() == ["digits-laya.pt", "[new]", "faithfulness", version, code["sha256"][:12],
+                                        *commit.split()]
+    assert lines[start + 2].split() == ["digits-laya.pt", "[old]", "faithfulness", version, "not", "recorded",
+                                        "not", "recorded"]
+    md = (tmp_path / "report" / "report.md").read_text()
+    section = md.split("## Provenance\n", 1)[1]
+    assert f"| digits-laya.pt \\[new\\] | faithfulness | {version} | {code['sha256'][:12]} | {commit} |" in section
+    assert f"| digits-laya.pt \\[old\\] | faithfulness | {version} | not recorded | not recorded |" in section
+    assert "- [Provenance](#provenance)" in md
+    assert json.loads((tmp_path / "report" / "manifest.json").read_text())["code"] == code
