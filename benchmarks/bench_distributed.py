@@ -82,7 +82,8 @@ def main() -> None:
     parser.add_argument("--note", default="", help="free text added to distributed.md (e.g. the machine's load)")
     parser.add_argument("--out", default="benchmarks/results/distributed")
     args = parser.parse_args()
-    from laya_eval.output.files import atomic_write_text, provenance
+    from laya_eval.output.files import atomic_write_text
+    from laya_eval.output.origin import provenance
 
     rows = []
     for case in args.case:

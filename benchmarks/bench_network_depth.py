@@ -73,7 +73,8 @@ def main() -> int:
     parser.add_argument("--note", default="")
     args = parser.parse_args()
     from laya_eval.catalog import METHOD_SPECS
-    from laya_eval.output.files import atomic_write_text, provenance
+    from laya_eval.output.files import atomic_write_text
+    from laya_eval.output.origin import provenance
 
     methods = list(METHOD_SPECS)
     no_ig = [m for m in methods if m != "ig"]

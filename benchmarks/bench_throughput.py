@@ -62,7 +62,8 @@ from laya_eval.engine.evaluation import EvalOptions, evaluate  # noqa: E402
 from laya_eval.engine.memory_budget import one_row_block_outputs, replacement_rows  # noqa: E402
 from laya_eval.engine.removals import leave_one_out_masks, removal_effects  # noqa: E402
 from laya_eval.models.trace import trace  # noqa: E402
-from laya_eval.output.files import atomic_write_text, provenance  # noqa: E402
+from laya_eval.output.files import atomic_write_text  # noqa: E402
+from laya_eval.output.origin import provenance  # noqa: E402
 from laya_eval.training.build import build_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

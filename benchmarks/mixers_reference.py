@@ -19,7 +19,8 @@ import torch
 from laya_eval.data import load_dataset
 from laya_eval.mixers.audit import MixerOptions, audit_mixers_to_folder
 from laya_eval.mixers.reference import KINDS, accuracy, fit_mixer_model, save_mixer_model
-from laya_eval.output.files import atomic_write_text, provenance
+from laya_eval.output.files import atomic_write_text
+from laya_eval.output.origin import provenance
 
 
 def main() -> None:

@@ -20,7 +20,8 @@ from pathlib import Path
 from laya_eval.mixers.audit import MixerOptions, audit_mixers_to_folder
 from laya_eval.mixers.reference import KINDS, save_mixer_model
 from laya_eval.mixers.training import train_mixer_model
-from laya_eval.output.files import atomic_write_text, provenance
+from laya_eval.output.files import atomic_write_text
+from laya_eval.output.origin import provenance
 from laya_eval.training.trainer import TrainOptions
 
 SUMMARY = ["mixer", "method", "n", "n_undefined", "faithfulness", "faithfulness_ci_low", "faithfulness_ci_high",

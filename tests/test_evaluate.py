@@ -282,7 +282,7 @@ def test_the_manifest_names_captums_version_without_importing_captum(monkeypatch
     """A run without gradient methods never imports Captum; its manifest still records the installed version."""
     import captum
 
-    from laya_eval.output.files import provenance
+    from laya_eval.output.origin import provenance
 
     monkeypatch.delitem(sys.modules, "captum")
     assert provenance()["versions"]["captum"] == captum.__version__

@@ -189,6 +189,8 @@ def test_profile_folder_is_replaced_whole_with_a_manifest_and_a_foreign_folder_i
     import hashlib
     import json
 
+    from laya_eval.output.origin import code_origin
+
     out = tmp_path / "profile"
     assert run("profile", digits_checkpoints["laya"], "--limit", 60, "--out", out, "--quiet").exit_code == 0
     assert run("profile", digits_checkpoints["laya"], "--limit", 60, "--format", "svg", "--out", out,
@@ -196,7 +198,7 @@ def test_profile_folder_is_replaced_whole_with_a_manifest_and_a_foreign_folder_i
     names = {p.name for p in out.iterdir()}
     assert "profile_layers.svg" in names and not any(n.endswith(".png") for n in names)  # nothing of run 1 left
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["kind"] == "profile"
+    assert manifest["kind"] == "profile" and manifest["code"] == code_origin()
     assert manifest["files"] == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                                  for p in out.iterdir() if p.name != "manifest.json"}
     foreign = tmp_path / "mine"

@@ -9,8 +9,10 @@ import pandas as pd
 import pytest
 
 from laya_eval.loading.checkpoints import save_checkpoint
+from laya_eval.output.origin import code_origin
 from laya_eval.training.head_fit import train_model
 from laya_eval.training.trainer import TrainOptions
+from laya_eval.version import __version__
 from tests.cli_helpers import assert_one_line_error, run
 
 QUICK = ["--epochs", 2, "--seeds", 1, "--random-rankings", 3, "--random-refits", 1, "--bootstrap", 20]
@@ -39,6 +41,7 @@ def test_prune_writes_its_folder_and_is_byte_stable_without_timing(checkpoint, t
     assert len(table) and table["latency_ratio"].isna().all() and table["depth"].notna().all()
     manifest = json.loads((outs[0] / "manifest.json").read_text())
     assert manifest["kind"] == "prune" and set(manifest["files"]) == names - {"manifest.json"}
+    assert manifest["code"] == code_origin() and manifest["versions"]["laya_eval"] == __version__
     # A second run replaces the folder whole; with timing, latency.csv appears and ratios are filled.
     result = run("prune", checkpoint, *QUICK, "--limit", 120, "--out", outs[0], "--quiet", "--no-early-exit")
     assert result.exit_code == 0, result.output

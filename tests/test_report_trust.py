@@ -308,7 +308,7 @@ def test_sanity_only_report(sanity_dir, tmp_path):
     assert result.exit_code == 0, result.output
     assert "sanity run" in result.output and "verdict" in result.output
     md = (out / "report.md").read_text()
-    assert re.findall(r"^## (.+)$", md, flags=re.M) == ["Sanity checks"]
+    assert re.findall(r"^## (.+)$", md, flags=re.M) == ["Sanity checks", "Provenance"]
     assert md.startswith("# Layer-attribution sanity report")
     assert "passes when the interval's upper bound is below 0.5" in md
     expected = _verdicts_by_the_rule(sanity_dir)

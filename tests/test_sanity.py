@@ -320,6 +320,7 @@ def test_options_are_checked():
 
 
 def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
+    from laya_eval.output.origin import code_origin
     from tests.cli_helpers import run
 
     out = tmp_path / "sanity"
@@ -331,7 +332,7 @@ def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
     assert {p.name for p in out.iterdir()} == {"randomisation.csv", "data_randomisation.csv", "layer_roar.csv",
                                                "roar_agreement.csv", "sanity.json", "sanity.png", "manifest.json"}
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["kind"] == "sanity"
+    assert manifest["kind"] == "sanity" and manifest["code"] == code_origin()
     assert manifest["files"] == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                                  for p in out.iterdir() if p.name != "manifest.json"}
     table = pd.read_csv(out / "randomisation.csv")

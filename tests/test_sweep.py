@@ -112,6 +112,8 @@ def test_stopped_sweep_resumes_only_the_missing_cells(uninterrupted, tmp_path):
 def test_a_changed_or_damaged_cell_is_redone(uninterrupted, tmp_path):
     import shutil
 
+    from laya_eval.output.origin import code_origin
+
     out = tmp_path / "copy"
     shutil.copytree(uninterrupted.out_dir, out)
     summary = out / "cells" / CELLS[5] / "eval" / "gate" / "summary.csv"
@@ -126,20 +128,10 @@ def test_a_changed_or_damaged_cell_is_redone(uninterrupted, tmp_path):
 
 
 def test_changed_laya_eval_code_redoes_every_cell(uninterrupted, tmp_path, monkeypatch):
-    import hashlib
+    """The cell key holds the code's sha256 (worked out from the files in tests/test_provenance.py)."""
     import shutil
-    from pathlib import Path
 
-    import laya_eval
-    from laya_eval.output.files import package_source_sha256
-
-    # the digest is of the package's own .py files: worked out here from the files, path order
-    root = Path(laya_eval.__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        file_digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        digest.update(f"{path.relative_to(root).as_posix()}\0{file_digest}\0".encode())
-    assert package_source_sha256() == digest.hexdigest()
+    from laya_eval.output.origin import code_origin
 
     out = tmp_path / "copy"
     shutil.copytree(uninterrupted.out_dir, out)
@@ -147,6 +139,8 @@ def test_changed_laya_eval_code_redoes_every_cell(uninterrupted, tmp_path, monke
     monkeypatch.setattr("laya_eval.sweeps.cells.package_source_sha256", lambda: "0" * 64)  # as after an edit
     assert sweep(GRID, out).computed == CELLS
     assert (out / "sweep.csv").read_bytes() == (uninterrupted.out_dir / "sweep.csv").read_bytes()
+    record = json.loads((out / "cells" / CELLS[0] / "cell.json").read_text())
+    assert record["code"] == code_origin()  # the code recorded beside the key, which the edit changed
 
 
 def test_report_reads_a_sweep_folder(uninterrupted):

@@ -273,7 +273,7 @@ def _diagnostics(records: Records, plan: Plan, ablation: str) -> dict[str, Any]:
 
 
 def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: int) -> dict[str, Any]:
-    from laya_eval.output.files import provenance
+    from laya_eval.output.origin import provenance
 
     model = plan.model
     return {

@@ -14,7 +14,6 @@ refuses changed code.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -95,6 +94,7 @@ def _callable_file(factory: Any) -> str | None:
 
 def _extra_sha256(path: Path) -> str:
     from laya_eval.output.files import file_sha256
+    from laya_eval.output.origin import python_files_sha256
 
     if path.is_file():
         return file_sha256(path)
@@ -104,10 +104,7 @@ def _extra_sha256(path: Path) -> str:
     if len(files) > MAX_SOURCE_FILES:
         raise ConfigError(f"source folder '{path}' holds {len(files)} .py files; at most {MAX_SOURCE_FILES} are "
                           "hashed. Name the package's folder, not a parent of it.")
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f"{f.relative_to(path).as_posix()}\0{file_sha256(f)}\0".encode())
-    return digest.hexdigest()
+    return python_files_sha256(path, files)
 
 
 def source_hashes(value: str, sources: Sequence[str | os.PathLike] = ()) -> dict[str, str]:

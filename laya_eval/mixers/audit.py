@@ -38,8 +38,8 @@ from laya_eval.loading.specs import parse_spec
 from laya_eval.mixers.attributions import MIXER_METHODS, MixerContext, deletion_effects, leave_one_source_out
 from laya_eval.mixers.protocol import REMOVALS, capture_mixers, find_mixers
 from laya_eval.mixers.reference import load_mixer_model
-from laya_eval.output.files import (check_output_folder, file_sha256, provenance, sha256_bytes,
-                                   write_result_folder)
+from laya_eval.output.files import check_output_folder, file_sha256, sha256_bytes, write_result_folder
+from laya_eval.output.origin import provenance
 from laya_eval.output.tables import table_bytes
 from laya_eval.stats import COMPARISON_COLUMNS, compare_methods, tie_effects
 

@@ -1,4 +1,4 @@
-"""Files laya-eval writes: atomic writes, result folders written as one set, provenance.
+"""Files laya-eval writes: atomic writes, result folders written as one set, sha256 of files and tensors.
 
 The one owner of these chores:
 
@@ -19,7 +19,8 @@ The one owner of these chores:
 - :func:`check_output_folder`: output-path problems are found before any computation.
 - :func:`verify_result_folder`: the manifest lists the sha256 of every file of the run,
   so a folder whose files come from different runs is refused.
-- :func:`provenance`: versions, machine and command, recorded in every manifest.
+
+Provenance (versions, machine, command, laya-eval's code) is :mod:`laya_eval.output.origin`'s.
 """
 
 from __future__ import annotations
@@ -28,11 +29,9 @@ import contextlib
 import ctypes
 import errno
 import ctypes.util
-import functools
 import hashlib
 import json
 import os
-import platform
 import shutil
 import sys
 import uuid
@@ -51,8 +50,6 @@ __all__ = [
     "file_sha256",
     "json_sha256",
     "module_state_sha256",
-    "package_source_sha256",
-    "provenance",
     "sha256_bytes",
     "state_dict_sha256",
     "storage_error",
@@ -92,17 +89,6 @@ def state_dict_sha256(state: Mapping[str, Any]) -> str:
 def json_sha256(value: Any) -> str:
     """Hex SHA-256 of ``value``'s JSON (sorted keys; other objects as ``str``): the digest of a cache or run key."""
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
-
-
-@functools.lru_cache(maxsize=1)
-def package_source_sha256() -> str:
-    """Hex SHA-256 of laya-eval's own code: every ``.py`` file of the ``laya_eval`` package (relative path and
-    bytes, in path order). Computed once per process; a resume key holding it recomputes what changed code made."""
-    root = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(f"{path.relative_to(root).as_posix()}\0{file_sha256(path)}\0".encode())
-    return digest.hexdigest()
 
 
 def module_state_sha256(module: Any) -> str:
@@ -345,38 +331,3 @@ def verify_result_folder(folder: str | os.PathLike) -> dict[str, Any]:
             raise ResultsError(f"'{folder}/{rel}' is not the file run {manifest.get('run_id')} wrote "
                                "(files of different runs are mixed); rerun the evaluation.")
     return manifest
-
-
-def _versions() -> dict[str, str]:
-    import numpy
-    import pandas
-    import scipy
-    import torch
-
-    from laya_eval.version import __version__
-
-    return {"laya_eval": __version__, "python": platform.python_version(), "torch": torch.__version__,
-            "captum": _captum_version(), "numpy": numpy.__version__, "scipy": scipy.__version__,
-            "pandas": pandas.__version__}
-
-
-def _captum_version() -> str:
-    """Captum's version; read from its installed metadata where it is not imported yet (a run without gradient
-    methods never imports it, and importing it only to read the version costs most of a second)."""
-    captum = sys.modules.get("captum")
-    if captum is not None:
-        return captum.__version__
-    from importlib.metadata import version
-
-    return version("captum")
-
-
-def provenance(device: str | None = None) -> dict[str, Any]:
-    """Versions, machine and command line of this process, for a manifest or a benchmark result."""
-    import torch
-
-    machine = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-               "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
-    if device and str(device).startswith("cuda") and torch.cuda.is_available():
-        machine["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    return {"versions": _versions(), "machine": machine, "command": " ".join(sys.argv)}

@@ -204,7 +204,7 @@ def meta(out_dir: str | os.PathLike | None = None, options: MetaOptions | None =
 
 
 def _manifest(options: MetaOptions) -> dict[str, Any]:
-    from laya_eval.output.files import provenance
+    from laya_eval.output.origin import provenance
     from laya_eval.planted import families
 
     return {**provenance(), "kind": "meta", "options": asdict(options),

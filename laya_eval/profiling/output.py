@@ -51,6 +51,7 @@ def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str
     """
     from laya_eval.figures import figure_files
     from laya_eval.output.files import sha256_bytes, write_result_folder
+    from laya_eval.output.origin import provenance
 
     csv = dict(index=False, float_format="%.8g", lineterminator="\n")
     files = {"profile.csv": profile.table.to_csv(**csv).encode(),
@@ -60,7 +61,7 @@ def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str
         files["diagnosis.csv"] = profile.diagnosis.samples.to_csv(**csv).encode()
         files["diagnosis_summary.csv"] = profile.diagnosis.summary.to_csv(**csv).encode()
     files.update(figure_files(profile_figures(profile, style=style), fmt=fmt, style=style))
-    manifest = {"kind": "profile", "files": {name: sha256_bytes(data) for name, data in files.items()}}
+    manifest = {"kind": "profile", **provenance(), "files": {name: sha256_bytes(data) for name, data in files.items()}}
     files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
     return write_result_folder(out_dir, files)
 

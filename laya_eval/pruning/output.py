@@ -37,13 +37,14 @@ def write_prune(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any], 
     """
     from laya_eval.figures import figure_files
     from laya_eval.output.files import sha256_bytes, write_result_folder
+    from laya_eval.output.origin import provenance
 
     tables = dict(zip(PRUNE_FILES, (result.pruning, result.summary, result.comparisons, result.early_exit,
                                     result.latency)))
     files = {name: _csv(t) for name, t in tables.items() if t is not None}
     all_meta = {**dict(meta), **result.meta}
     files.update(figure_files(prune_figures(result, meta=all_meta, style=style), fmt=fmt, style=style))
-    manifest = {"kind": "prune", **all_meta, "files": {n: sha256_bytes(b) for n, b in files.items()}}
+    manifest = {"kind": "prune", **provenance(), **all_meta, "files": {n: sha256_bytes(b) for n, b in files.items()}}
     files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
     return write_result_folder(out_dir, files)
 

@@ -5,7 +5,8 @@ which add a "Sanity checks" section with a verdict per method (rules in :mod:`la
 and ``laya-eval mixers`` folders, which add a "Depth mixers" section: the map of mass and effect and, per mixer,
 whether mass predicts effect (:mod:`laya_eval.reporting.mixer_sections`).
 Runs that are seeds of one head get statistics across seeds (:mod:`laya_eval.reporting.seeds`), and every
-run with paired tests a compact significance matrix (:mod:`laya_eval.reporting.significance`).
+run with paired tests a compact significance matrix (:mod:`laya_eval.reporting.significance`). The last section,
+"Provenance", names the code that wrote each folder (:mod:`laya_eval.reporting.provenance_sections`).
 
 A *run* is one result folder (layers, samples, summary, optional comparisons.csv, manifest.json;
 layers and samples as CSV or Parquet)

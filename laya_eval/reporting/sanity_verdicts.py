@@ -49,7 +49,8 @@ _RUN_COLUMNS = ["sanity_run", "checkpoint", "sha256", "head", "dataset", "split"
 
 @dataclass(frozen=True)
 class SanityRun:
-    """One ``laya-eval sanity`` folder: its four tables and ``sanity.json``."""
+    """One ``laya-eval sanity`` folder: its four tables, ``sanity.json`` and ``manifest.json`` (empty when the
+    folder has none or it is unreadable: the report reads only its provenance)."""
 
     label: str
     randomisation: pd.DataFrame
@@ -58,6 +59,7 @@ class SanityRun:
     roar_agreement: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     folder: Path | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
 def _files() -> tuple[str, ...]:
@@ -111,7 +113,15 @@ def load_sanity(folder: str | os.PathLike) -> SanityRun:
     if not isinstance(meta, dict):
         raise ResultsError(f"'{folder / 'sanity.json'}' is not a JSON object.")
     label = Path(str(meta["label"])).name if meta.get("label") else folder.name
-    return SanityRun(label, *tables, meta=meta, folder=folder)
+    return SanityRun(label, *tables, meta=meta, folder=folder, manifest=_manifest(folder))
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
 
 
 def unique_sanity_labels(runs: Sequence[SanityRun]) -> list[SanityRun]:

@@ -157,11 +157,13 @@ def _agreement(runs: Sequence[Run], t: ReportTables, figure) -> list[tuple]:
 
 def _blocks(runs: Sequence[Run], t: ReportTables | None, files: Mapping[str, str], *, title: str | None,
             captions: Mapping[str, str] | None = None, sanity: tuple[pd.DataFrame, pd.DataFrame] | None = None,
-            mixers: tuple[list, pd.DataFrame] | None = None) -> list[tuple]:
+            mixers: tuple[list, pd.DataFrame] | None = None, provenance: pd.DataFrame | None = None) -> list[tuple]:
     """Every block of the report; ``t`` None for a report without faithfulness folders; ``mixers`` the
-    ``laya-eval mixers`` folders and their verdicts."""
+    ``laya-eval mixers`` folders and their verdicts; ``provenance`` the code of every folder
+    (:func:`~laya_eval.reporting.provenance_sections.provenance_table`), the last section."""
     from laya_eval.version import __version__
     from laya_eval.reporting.mixer_sections import MIXERS_TITLE, mixer_blocks
+    from laya_eval.reporting.provenance_sections import provenance_blocks
     from laya_eval.reporting.trust_sections import sanity_blocks
 
     def figure(name: str, caption: str) -> tuple:
@@ -172,6 +174,7 @@ def _blocks(runs: Sequence[Run], t: ReportTables | None, files: Mapping[str, str
     # The sanity section follows the summaries (the significance matrix is the last of them).
     cut = next((k for k, b in enumerate(head) if b[0] == "h2" and b[1] == SECTIONS["scores"]), len(head))
     body = head[:cut] + checks + head[cut:] + (mixer_blocks(*mixers, figure) if mixers is not None else [])
+    body += provenance_blocks(provenance) if provenance is not None else []
     toc = [b[1] for b in body if b[0] == "h2"]
     n_sanity = 0 if sanity is None else sanity[1].shape[0]
     n_mixers = 0 if mixers is None else len(mixers[0])

@@ -22,8 +22,10 @@ from laya_eval.reporting.operator_sections import find_operator_tables
 from laya_eval.reporting.render import _html, _markdown, _slug
 from laya_eval.reporting.sections import _blocks
 from laya_eval.output.files import MANIFEST, check_output_folder, sha256_bytes, write_result_folder
+from laya_eval.output.origin import provenance
 from laya_eval.errors import ConfigError, ResultsError
 from laya_eval.reporting.mixer_sections import MixerRun, mixer_verdicts
+from laya_eval.reporting.provenance_sections import provenance_table
 from laya_eval.reporting.runs import ReportInputs, Run, _unique_labels, load_inputs
 from laya_eval.reporting.sanity_verdicts import SanityRun, sanity_runs_table, sanity_table, unique_sanity_labels
 from laya_eval.reporting.tables import ReportTables, report_tables
@@ -184,12 +186,14 @@ def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | 
                      for m in mixers})
     files, embeds, captions = _write_figures(figs, written, fmt=fmt, style=style, html_report=html_report)
     blocks = _blocks(runs, as_written, files, title=title, captions=captions, sanity=checks,
-                     mixers=(list(mixers), verdicts) if mixers else None)
+                     mixers=(list(mixers), verdicts) if mixers else None,
+                     provenance=provenance_table(runs, sanity, mixers))
     written["report.md"] = _markdown(blocks).encode()
     if html_report:
         written["report.html"] = _html(blocks, embeds).encode()
-    manifest = {"kind": "report", "runs": [r.label for r in runs], "sanity": [s.label for s in sanity],
-                "mixers": [m.label for m in mixers], "files": {name: sha256_bytes(data) for name, data in written.items()}}
+    manifest = {"kind": "report", **provenance(), "runs": [r.label for r in runs],
+                "sanity": [s.label for s in sanity], "mixers": [m.label for m in mixers],
+                "files": {name: sha256_bytes(data) for name, data in written.items()}}
     written[MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
     return write_result_folder(out_dir, written)
 
@@ -241,6 +245,9 @@ class ReportRun:
         The sanity verdicts (None without sanity folders).
     mixers : DataFrame or None
         Per mixer, whether mass predicts effect (None without mixers folders).
+    provenance : DataFrame or None
+        Per folder read, the code that wrote it
+        (:func:`~laya_eval.reporting.provenance_sections.provenance_table`).
     """
 
     inputs: ReportInputs
@@ -248,6 +255,7 @@ class ReportRun:
     faithfulness: pd.DataFrame | None = None
     sanity: pd.DataFrame | None = None
     mixers: pd.DataFrame | None = None
+    provenance: pd.DataFrame | None = None
 
 
 def report_to_folder(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *, strict: bool = False,
@@ -269,6 +277,7 @@ def report_to_folder(folders: Sequence[str | os.PathLike], out_dir: str | os.Pat
         run.sanity = sanity_table(inputs.sanity)
     if inputs.mixers:
         run.mixers = pd.concat([mixer_verdicts(m) for m in inputs.mixers], ignore_index=True)
+    run.provenance = provenance_table(inputs.runs, inputs.sanity, inputs.mixers)
     run.files = write_report(inputs.runs, out_dir, sanity=inputs.sanity, mixers=inputs.mixers, tables=tables,
                              **options)
     return run

@@ -41,6 +41,7 @@ def write_sanity(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any],
     from laya_eval.figures import figure_files
     from laya_eval.figures.sanity_checks import randomisation_figure
     from laya_eval.output.files import sha256_bytes, write_result_folder
+    from laya_eval.output.origin import provenance
 
     csv = {"index": False, "float_format": "%.8g", "lineterminator": "\n"}
     tables = (result.randomisation, result.data_randomisation, result.layer_roar, result.roar_agreement)
@@ -48,7 +49,7 @@ def write_sanity(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any],
     files["sanity.json"] = (json.dumps(dict(meta), indent=2, sort_keys=True, default=str) + "\n").encode()
     fig = randomisation_figure(pd.concat([result.randomisation, result.data_randomisation]), meta=meta, style=style)
     files.update(figure_files({"sanity": fig}, fmt=fmt, style=style))
-    manifest = {"kind": "sanity", "files": {name: sha256_bytes(data) for name, data in files.items()}}
+    manifest = {"kind": "sanity", **provenance(), "files": {name: sha256_bytes(data) for name, data in files.items()}}
     files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
     return write_result_folder(out_dir, files)
 

@@ -1,8 +1,10 @@
 """One sweep cell: train or fit the head, write the checkpoint, evaluate into the cell's result folder.
 
 A cell folder holds ``{cell}.pt``, ``eval/`` (the standard result folder of :func:`laya_eval.evaluate`)
-and, written last, ``cell.json``: the cell key, the test metrics, the mean layer weights and the sha256 of
-every file. A cell is finished exactly when ``cell.json`` has the expected key and every file verifies.
+and, written last, ``cell.json``: the cell key, the test metrics, the mean layer weights, the sha256 of
+every file, and laya-eval's version and code (``code``: :func:`~laya_eval.output.origin.code_origin`, a record
+only; the key holds the code's sha256 on its own). A cell is finished exactly when ``cell.json`` has the
+expected key and every file verifies.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from laya_eval.data import Dataset, load_dataset
 from laya_eval.errors import LayaEvalError
 from laya_eval.models.layered import LayeredModel
 from laya_eval.output.files import (atomic_write_text, data_content_sha256, file_sha256, json_sha256,
-                                    package_source_sha256, verify_result_folder)
+                                    verify_result_folder)
+from laya_eval.output.origin import code_origin, package_source_sha256
 from laya_eval.sweeps.config import Cell, evaluation_options, training_options
 from laya_eval.version import __version__
 
@@ -36,7 +39,7 @@ def data_digests(splits: dict[str, Dataset]) -> dict[str, str]:
 
 def cell_key(cell: Cell, data: dict[str, str]) -> str:
     """Everything that decides the cell's results: its config, laya-eval's code (the sha256 of its source files,
-    :func:`~laya_eval.output.files.package_source_sha256`, so changed code recomputes every cell), the content of
+    :func:`~laya_eval.output.origin.package_source_sha256`, so changed code recomputes every cell), the content of
     its data splits (``data``: :func:`data_digests`) and, for a checkpoint given by path, the checkpoint's sha256."""
     parts: dict[str, Any] = {"cell": cell.config, "code": package_source_sha256(), "data": data}
     model = cell.backbone.get("model")
@@ -145,7 +148,7 @@ def run_cell(cell: Cell, folder: Path, splits: dict[str, Dataset], data: dict[st
     tr = result.training
     record = {
         "key": cell_key(cell, data), "data_sha256": data, "cell": cell.name, "config": cell.config,
-        "version": __version__,
+        "version": __version__, "code": dict(code_origin()),
         "ablations": list(options.ablations),
         "metrics": {"accuracy": result.metrics["test_accuracy"], "macro_f1": result.metrics["test_macro_f1"],
                     "n_test": result.metrics["n_test"], "epochs_run": tr.epochs_run, "best_epoch": tr.best_epoch,

@@ -43,6 +43,16 @@ def _mixer_lines(table) -> str:
     return "\n".join(lines)
 
 
+def _provenance_lines(table) -> str:
+    w = max(3, *(len(r) for r in table["run"]))
+    v = max(9, *(len(r) for r in table["laya_eval"]))
+    c = max(11, *(len(r) for r in table["code"]))
+    lines = [f"{'run':<{w}} {'kind':<12} {'laya-eval':<{v}} {'code sha256':<{c}} commit"]
+    lines += [f"{row.run:<{w}} {row.kind:<12} {row.laya_eval:<{v}} {row.code:<{c}} {row.commit}"
+              for row in table.itertuples(index=False)]
+    return "\n".join(lines)
+
+
 @click.command()
 @click.argument("result_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @declared("report")
@@ -71,6 +81,10 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_poi
     side, and per mixer whether mass predicts effect (the faithfulness of mass
     with its 95% interval).
 
+    Each folder's laya-eval version, the sha256 of its code (first 12 hex
+    digits) and its git commit are printed after the tables and shown in the
+    report's "Provenance" section.
+
     Example: laya-eval report runs/laya runs/scalarmix --out report/
     """
     from laya_eval.reporting.write import report_to_folder
@@ -84,5 +98,7 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_poi
         click.echo(_sanity_lines(run.sanity))
     if run.mixers is not None:
         click.echo(_mixer_lines(run.mixers))
+    if run.provenance is not None and not run.provenance.empty:
+        click.echo(_provenance_lines(run.provenance))
     paths = run.files
     click.echo(f"wrote {len(paths)} files to {out_dir}: report.md" + (", report.html" if html_report else ""))
