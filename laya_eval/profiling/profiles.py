@@ -86,10 +86,11 @@ def _check_by(by: str) -> None:
 
 
 def _check_method(method: str) -> None:
-    from laya_eval.engine.methods import METHODS, method_names
+    from laya_eval.engine.methods import resolve_methods
 
-    if method not in method_names():
-        raise ConfigError(f"method must be among {{{', '.join(METHODS)}}}; got {method!r}.")
+    names = [m.name for m in resolve_methods(None)]  # installed plug-ins included
+    if method not in names:
+        raise ConfigError(f"method must be among {{{', '.join(names)}}}; got {method!r}.")
 
 
 def _subset_masks(label: np.ndarray, pred: np.ndarray) -> dict[str, np.ndarray]:

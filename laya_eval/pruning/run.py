@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from laya_eval.checks import offset_seed
-from laya_eval.engine.methods import method_names
+from laya_eval.engine.methods import resolve_methods
 from laya_eval.engine.plan import check_target_class
 from laya_eval.data import Dataset
 from laya_eval.errors import ConfigError
@@ -202,7 +202,7 @@ def prune(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
         model.check_fits(d)
     model.eval()
     f = {name: encode_features(model, d, batch_size=options.batch_size, cache_dir=cache_dir) for name, d in (("train", train), ("val", val), ("test", test))}
-    names = list(options.methods) if options.methods is not None else method_names()
+    names = list(options.methods) if options.methods is not None else [m.name for m in resolve_methods(None)]
     scores, _ = attribute_features(model, f["test"], list(dict.fromkeys([*names, _RANDOM])), seed=options.seed,
                                    batch_size=options.batch_size, target=options.target)
     random_scores = scores.pop(_RANDOM)  # the random rows are always there: they bound every method

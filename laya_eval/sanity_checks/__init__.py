@@ -53,7 +53,7 @@ from laya_eval.sanity_checks.options import (
     ROAR_AGREEMENT_COLUMNS,
     SIMILARITIES,
     SanityOptions,
-    method_names,
+    checked_methods,
 )
 from laya_eval.sanity_checks.output import SANITY_FILES, write_sanity
 from laya_eval.sanity_checks.randomisation import (
@@ -124,7 +124,7 @@ def sanity(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
     model.eval()
     train_f, val_f, test_f = (encode_features(model, d, batch_size=options.batch_size, cache_dir=cache_dir)
                               for d in (train, val, test))
-    original = attribute_features(model, test_f, method_names(options), ablation=options.ablation,
+    original = attribute_features(model, test_f, checked_methods(options), ablation=options.ablation,
                                   seed=options.seed, batch_size=options.batch_size, target=options.target)
     roar = layer_roar(model, train_f, val_f, test_f, options)
     return SanityResult(

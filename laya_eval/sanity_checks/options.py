@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 
 from laya_eval.catalog import (BOOTSTRAP_RESAMPLES, EVAL_BATCH_SIZE, LAYER_ROAR_COLUMNS, RANDOMISATION_COLUMNS,
                                RETRAIN_PATIENCE, ROAR_AGREEMENT_COLUMNS, ROAR_SEEDS)
-from laya_eval.engine.methods import method_names as registered_methods, resolve_methods
+from laya_eval.engine.methods import resolve_methods
 from laya_eval.engine.plan import check_target
 from laya_eval.checks import check_choice, check_fields, check_non_negative_int, check_positive_int, check_seed
 from laya_eval.engine.removals import check_ablation, check_fixed_ablation
 from laya_eval.training.trainer import TrainOptions
 
 __all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "RETRAIN_PATIENCE", "ROAR_AGREEMENT_COLUMNS", "SIMILARITIES",
-           "SanityOptions", "method_names"]
+           "SanityOptions", "checked_methods"]
 
 SIMILARITIES = ("across_samples", "per_sample")
 #: Early-stopping patience of the heads the checks retrain (the reference protocol's otherwise: Adam, lr 3e-4,
@@ -62,5 +62,6 @@ _SANITY_RULES = {
 }
 
 
-def method_names(options: SanityOptions) -> list[str]:
-    return list(options.methods) if options.methods is not None else registered_methods()
+def checked_methods(options: SanityOptions) -> list[str]:
+    """The methods the checks run: ``options.methods``, or every registered one (installed plug-ins included)."""
+    return list(options.methods) if options.methods is not None else [m.name for m in resolve_methods(None)]

@@ -7,7 +7,6 @@ import time
 import click
 
 from laya_eval.catalog import ABLATION_SPECS, META_SEEDS, fixed_ablation_names, planted_family_names
-from laya_eval_cli.commands.faithfulness import METHOD_NAMES
 from laya_eval_cli.options import (
     SEED_RANGE,
     batch_size_option,
@@ -19,6 +18,8 @@ from laya_eval_cli.options import (
     png_format_option,
     progress_bar,
     quiet_option,
+    registered_methods,
+    use_plugins,
 )
 
 HEAD_ABLATIONS = [a for a, spec in ABLATION_SPECS.items() if "head" in spec.scopes]
@@ -96,10 +97,11 @@ def meta(out_dir, families, ablations, methods, seeds, first_seed, n_layers, lim
     from laya_eval.planted.run import MetaOptions
     from laya_eval.planted.run import meta as run_meta
 
+    use_plugins((), trust_code=False)  # installed plug-ins: their methods are choices as in faithfulness
     options = MetaOptions(
         families=choice_list(families, FAMILY_NAMES, "--families") if families else tuple(FAMILY_NAMES),
         ablations=choice_list(ablations, HEAD_ABLATIONS, "--ablations") if ablations else tuple(DEFAULT_ABLATIONS),
-        methods=None if methods is None else choice_list(methods, METHOD_NAMES, "--methods"),
+        methods=None if methods is None else choice_list(methods, registered_methods(), "--methods"),
         seeds=seeds, first_seed=first_seed, n_layers=n_layers, limit=limit, batch_size=batch_size,
         bootstrap=bootstrap, fmt=fmt)
     start = time.perf_counter()

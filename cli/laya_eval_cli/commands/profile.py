@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import click
 
-from laya_eval.catalog import BOOTSTRAP_RESAMPLES, DISTANCE_SPECS, SCOPES, distance_names
-from laya_eval_cli.commands.faithfulness import METHOD_NAMES
+from laya_eval.catalog import BOOTSTRAP_RESAMPLES, DISTANCE_SPECS, SCOPES, distance_names, method_names
 from laya_eval_cli.options import (
     attribution_options,
     choice_list,
@@ -30,6 +29,9 @@ from laya_eval_cli.options import (
     trust_code_option,
     allow_unverified_option,
 )
+
+#: The built-in methods, named in --method's help; --method is checked against the registry after plug-ins load.
+METHOD_NAMES = method_names()
 
 
 def _table(profile) -> str:
