@@ -38,7 +38,7 @@ VERBS = {
     "evaluate": "laya_eval.engine.evaluation:evaluate",
     "evaluate_to_folder": "laya_eval.engine.evaluation:evaluate_to_folder",
     "fit_head": "laya_eval.training.head_fit:fit_head",
-    "train": "laya_eval.training.head_fit:train_model",
+    "train": "laya_eval.training.head_fit:train",
     "profile": "laya_eval.profiling.profiles:layer_profile",
     "profile_to_folder": "laya_eval.profiling.output:profile_to_folder",
     "sanity": "laya_eval.sanity_checks:sanity",

@@ -11,7 +11,7 @@ from torch import nn
 
 from laya_eval.models.backbones.base import Backbone
 from laya_eval.data import Dataset
-from laya_eval.training.head_fit import fit_head, train_model
+from laya_eval.training.head_fit import fit_head, train
 from laya_eval.models.heads import ConcatHead
 from laya_eval.models.layered import LayeredModel, ModelInfo
 from laya_eval.pruning import (
@@ -36,7 +36,7 @@ QUICK = TrainOptions(epochs=3, seed=5, batch_size=64)
 @pytest.fixture(scope="module")
 def recorded(digits):
     """An MLP + LAYA model trained by ``laya-eval train``'s code path: it records its test accuracy."""
-    return train_model("mlp", "laya", digits, backbone_kwargs={"widths": [32, 16, 16]},
+    return train("mlp", "laya", digits, backbone_kwargs={"widths": [32, 16, 16]},
                        head_kwargs={"d_star": 16, "scorer_hidden": 16}, options=TrainOptions(epochs=4, seed=0))
 
 

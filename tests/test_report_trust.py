@@ -25,7 +25,7 @@ from laya_eval.reporting import load_inputs, load_run, load_sanity, sanity_table
 from laya_eval.reporting.sanity_verdicts import SanityRun
 from laya_eval.reporting.significance import cell_text
 from laya_eval.stats import min_wilcoxon_p, seed_comparisons
-from laya_eval.training.trainer import TrainOptions, build_model, train
+from laya_eval.training.trainer import TrainOptions, build_model, train_in_place
 from tests.cli_helpers import assert_one_line_error, run
 from tests.test_report import assert_plausible_image, md_tables, read_csv
 
@@ -68,7 +68,7 @@ def seed_dirs(digits, tmp_path_factory):
         torch.manual_seed(s)
         model = build_model("mlp", "laya", digits["train"], backbone_kwargs={"widths": [64, 32, 16]},
                             head_kwargs={"d_star": 16, "scorer_hidden": 16}, seed=s)
-        train(model, digits["train"], digits["val"], TrainOptions(epochs=1, seed=s, batch_size=64))
+        train_in_place(model, digits["train"], digits["val"], TrainOptions(epochs=1, seed=s, batch_size=64))
         ckpt = save_checkpoint(model, root / f"digits-laya-seed{s}.pt")
         result = evaluate(ckpt, options=EvalOptions(methods=METHODS, limit=80, bootstrap=50, seed=0))
         write_results(result, root / f"run{s}")

@@ -86,7 +86,7 @@ def train(dataset, backbone, head, out, seed, epochs, batch_size, lr, patience, 
     Example: laya-eval train --dataset fashion-mnist --backbone mlp --head laya --seed 1337 --out ckpt.pt
     """
     from laya_eval.loading.checkpoints import check_checkpoint_path, save_checkpoint
-    from laya_eval.training.head_fit import train_model
+    from laya_eval.training.head_fit import train as train_model
     from laya_eval.training.trainer import TrainOptions, resolve_device
 
     check_checkpoint_path(out)  # before the training, not after it
