@@ -28,7 +28,6 @@ Examples
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import Any
 
 from laya_eval.version import __version__
@@ -120,17 +119,6 @@ _NAMES = {
     "find_mixers": "laya_eval.mixers.protocol",
 }
 
-#: Old top-level names kept for a while: each warns and names its replacement.
-_DEPRECATED = {
-    "load_checkpoint": ("laya_eval.loading.checkpoints", "load_checkpoint",
-                        "laya_eval.load_checkpoint(path) is deprecated; use laya_eval.load_model(path).model"),
-    "read_checkpoint": ("laya_eval.loading.checkpoints", "read_checkpoint",
-                        "laya_eval.read_checkpoint(path) is deprecated; use laya_eval.load_model(path) "
-                        "(or `laya-eval info PATH` to inspect a file without building the model)"),
-    "layer_profile": ("laya_eval.profiling.profiles", "layer_profile",
-                      "laya_eval.layer_profile is deprecated; use laya_eval.profile"),
-}
-
 __all__ = sorted([*VERBS, *_NAMES, "VERBS", "__version__"])
 
 
@@ -140,10 +128,6 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(module), attr)
     elif name in _NAMES:
         value = getattr(importlib.import_module(_NAMES[name]), name)
-    elif name in _DEPRECATED:
-        module, attr, message = _DEPRECATED[name]
-        warnings.warn(message, DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(module), attr)  # not cached: every use warns
     else:
         raise AttributeError(f"module 'laya_eval' has no attribute {name!r}")
     globals()[name] = value
