@@ -15,7 +15,7 @@ from laya_eval.mixers.audit import MixerOptions
 from laya_eval.models.heads import LayaHead, ScalarMixHead
 from laya_eval.planted.run import MetaOptions
 from laya_eval.pruning.options import PruneOptions
-from laya_eval.reporting.write import write_report
+from laya_eval.reporting.write import report
 from laya_eval.sanity_checks.options import SanityOptions
 from laya_eval.training.trainer import TrainOptions
 from laya_eval_cli.main import cli
@@ -57,7 +57,7 @@ CASES = {
     "meta": (_fields(MetaOptions), ["seeds", "first_seed", "n_layers", "batch_size", "bootstrap", "fmt"]),
     "mixers": (_fields(MixerOptions), ["split", "removal", "draws", "limit", "batch_size", "seed", "bootstrap",
                                        "ig_steps"]),
-    "report": (_parameters(write_report), ["max_points"]),
+    "report": (_parameters(report), ["max_points", "html_report", "title", "style", "fmt"]),
 }
 
 
