@@ -23,7 +23,7 @@ import laya_eval.training.trainer as trainer
 from laya_eval.data import Dataset, load_dataset
 from laya_eval.engine.evaluation import EvalOptions, evaluate_ablations
 from laya_eval.loading.specs import load_backbone
-from laya_eval.profiling.profiles import layer_profile
+import laya_eval
 from laya_eval.pruning import PruneOptions, prune
 from laya_eval.sanity_checks import SanityOptions, retraining_on_model_device, sanity
 from laya_eval.training.features import encode_features
@@ -73,8 +73,8 @@ def test_faithfulness_and_profile_under_the_guard(guard, digits_models):
     with guard():
         out = evaluate_ablations(digits_models["laya"], data, ["gate", "zero", "mean"],
                                  options=EvalOptions(limit=40, batch_size=16, bootstrap=20, n_steps=4))
-        profile = layer_profile(digits_models["scalarmix"], data, method="ig",
-                                options=EvalOptions(limit=40, batch_size=16, bootstrap=0, n_steps=4))
+        profile = laya_eval.profile(digits_models["scalarmix"], data, method="ig",
+                                    options=EvalOptions(limit=40, batch_size=16, bootstrap=0, n_steps=4))
     assert set(out) == {"gate", "zero", "mean"}
     assert profile is not None
 

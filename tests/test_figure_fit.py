@@ -30,7 +30,7 @@ from laya_eval.mixers.audit import MixerOptions, audit_mixers
 from laya_eval.mixers.reference import PatchDepthClassifier
 from laya_eval.planted.run import MetaOptions, meta
 from laya_eval.profiling.output import profile_figures
-from laya_eval.profiling.profiles import layer_profile
+import laya_eval
 from laya_eval.pruning import prune
 from laya_eval.pruning.options import PruneOptions
 from laya_eval.pruning.output import prune_figures
@@ -70,7 +70,7 @@ def results(digits, digits_checkpoints, tmp_path_factory):
                                     train=TrainOptions(epochs=2, seed=0)))
         checks = sanity(model, digits["train"], digits["val"], digits["test"],
                         SanityOptions(methods=few, roar_seeds=1, bootstrap=50, train=TrainOptions(epochs=2, patience=1)))
-        prof = layer_profile(ckpt, method=method, options=EvalOptions(limit=120))
+        prof = laya_eval.profile(ckpt, method=method, options=EvalOptions(limit=120))
         out[head] = {"folder": folder, "meta": info, "prune": pruned, "sanity": checks, "profile": prof}
     return out
 
