@@ -114,7 +114,7 @@ def test_sanity_under_the_guard(guard, by_reference):
     options = SanityOptions(roar_seeds=1, bootstrap=20, batch_size=64, methods=("laya", "ig", "random"),
                             train=dataclasses.replace(QUICK, patience=1))
     with guard():
-        result = sanity(model, splits["train"], splits["val"], splits["test"], options, cache_dir=cache)
+        result = sanity(model, splits, options=options, cache_dir=cache)
     assert len(result.layer_roar) > 0
 
 
@@ -135,8 +135,8 @@ def test_the_guard_catches_cached_features_handed_to_the_head_unmoved(guard, by_
     monkeypatch.setattr(cached, "feature_batch",
                         lambda features, start, size, device: [h[start:start + size] for h in features.hidden])
     with guard(), pytest.raises(AssertionError, match="device mismatch"):
-        sanity(model, splits["train"], splits["val"], splits["test"],
-               SanityOptions(roar_seeds=1, bootstrap=20, methods=("laya",), train=QUICK), cache_dir=cache)
+        sanity(model, splits, options=SanityOptions(roar_seeds=1, bootstrap=20, methods=("laya",), train=QUICK),
+               cache_dir=cache)
 
 
 def test_the_guard_catches_unmoved_batches_in_the_pruning_curves(guard, by_reference, monkeypatch):

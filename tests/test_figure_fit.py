@@ -68,8 +68,8 @@ def results(digits, digits_checkpoints, tmp_path_factory):
         pruned = prune(model, digits["train"], digits["val"], digits["test"],
                        PruneOptions(methods=few, seeds=1, n_random=3, n_random_refit=1, timing=False,
                                     train=TrainOptions(epochs=2, seed=0)))
-        checks = sanity(model, digits["train"], digits["val"], digits["test"],
-                        SanityOptions(methods=few, roar_seeds=1, bootstrap=50, train=TrainOptions(epochs=2, patience=1)))
+        checks = sanity(model, digits, options=SanityOptions(methods=few, roar_seeds=1, bootstrap=50,
+                                                             train=TrainOptions(epochs=2, patience=1)))
         prof = laya_eval.profile(ckpt, method=method, options=EvalOptions(limit=120))
         out[head] = {"folder": folder, "meta": info, "prune": pruned, "sanity": checks, "profile": prof}
     return out

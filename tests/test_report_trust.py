@@ -85,19 +85,16 @@ def seed_report(seed_dirs, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def sanity_dir(digits_models, digits, tmp_path_factory):
-    """A small `laya-eval sanity` folder written by the library on the digits LAYA model."""
-    from laya_eval.sanity_checks import SanityOptions, sanity, write_sanity
+def sanity_dir(digits_checkpoints, digits, tmp_path_factory):
+    """A small `laya-eval sanity` folder written by the library on the digits LAYA checkpoint."""
+    import laya_eval
+    from laya_eval.sanity_checks import SanityOptions
 
     options = SanityOptions(methods=("laya", "static", "contribution", "random"), roar_seeds=2, bootstrap=100,
                             train=TrainOptions(epochs=3, seed=0, batch_size=64, patience=2))
-    test = digits["test"].subset(slice(0, 150))
-    result = sanity(digits_models["laya"], digits["train"], digits["val"], test, options)
     out = tmp_path_factory.mktemp("sanity") / "sanity-digits"
-    meta = {"label": "/somewhere/digits-laya.pt", "checkpoint_sha256": "ab" * 32, "head": "laya", "dataset": "digits",
-            "split": "test", "n": len(test), "ablation": "gate", "scope": "head", "similarity": "across_samples",
-            "roar_seeds": 2, "bootstrap": 100, "seed": 0, "wall_time_s": 1.0}
-    write_sanity(result, out, meta=meta)
+    done = laya_eval.sanity(digits_checkpoints["laya"], digits, out=out, options=options, limit=150)
+    assert done.meta["n"] == 150 and done.files[-1] == out / "manifest.json"
     return out
 
 

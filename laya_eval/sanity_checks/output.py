@@ -1,4 +1,5 @@
-"""Writing the sanity checks' tables, metadata and figure into one folder."""
+"""The sanity checks' folder: their tables, metadata and figure, written whole by
+:func:`laya_eval.sanity_checks.sanity` when given ``out``."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ import pandas as pd
 
 from laya_eval.catalog import SANITY_FILES
 
-__all__ = ["SANITY_FILES", "write_sanity"]
+__all__ = ["SANITY_FILES"]
 
 
-def write_sanity(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any], fmt: str | None = None,
-                 style: str = "default") -> list[Path]:
+def _write_sanity(result, out_dir: str | os.PathLike, *, meta: Mapping[str, Any], fmt: str | None = None,
+                  style: str = "default") -> list[Path]:
     """Write :data:`SANITY_FILES`, ``sanity.<fmt>`` (similarity per step and method) and ``manifest.json``
     (the sha256 of every file) as the whole content of ``out_dir``. ``fmt`` defaults to png, or pdf in paper
     style; in paper style the figure has no title and its caption is written beside it as
