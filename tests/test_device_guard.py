@@ -124,7 +124,7 @@ def test_prune_under_the_guard(guard, by_reference):
     options = PruneOptions(methods=("laya", "contribution"), seeds=1, n_random=2, n_random_refit=1, bootstrap=20,
                            timing=False, train=QUICK, ablations=("gate", "mean"))
     with guard():
-        result = prune(model, splits["train"], splits["val"], splits["test"], options, cache_dir=cache)
+        result = prune(model, splits, options=options, cache_dir=cache)
     assert len(result.pruning) > 0
 
 
@@ -153,9 +153,8 @@ def test_the_guard_catches_unmoved_batches_in_the_pruning_curves(guard, by_refer
 
     monkeypatch.setattr(torch.Tensor, "to", to_except_features)
     with guard(), pytest.raises(AssertionError, match="device mismatch"):
-        prune(model, splits["train"], splits["val"], splits["test"],
-              PruneOptions(methods=("laya",), seeds=0, n_random=2, bootstrap=20, timing=False, train=QUICK),
-              cache_dir=cache)
+        prune(model, splits, options=PruneOptions(methods=("laya",), seeds=0, n_random=2, bootstrap=20, timing=False,
+                                                  train=QUICK), cache_dir=cache)
 
 
 def test_the_guard_catches_a_cpu_arange_in_the_cached_attributions(guard, by_reference):

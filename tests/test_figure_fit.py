@@ -65,9 +65,8 @@ def results(digits, digits_checkpoints, tmp_path_factory):
         evaluate_to_folder(ckpt, None, ablations, folder, options=EvalOptions(limit=80, bootstrap=50))
         info = {"label": ckpt.name, "head": head, "dataset": "digits", "split": "test", "n": 80,
                 "ablation": "gate", "scope": "head"}
-        pruned = prune(model, digits["train"], digits["val"], digits["test"],
-                       PruneOptions(methods=few, seeds=1, n_random=3, n_random_refit=1, timing=False,
-                                    train=TrainOptions(epochs=2, seed=0)))
+        pruned = prune(model, digits, options=PruneOptions(methods=few, seeds=1, n_random=3, n_random_refit=1,
+                                                           timing=False, train=TrainOptions(epochs=2, seed=0)))
         checks = sanity(model, digits, options=SanityOptions(methods=few, roar_seeds=1, bootstrap=50,
                                                              train=TrainOptions(epochs=2, patience=1)))
         prof = laya_eval.profile(ckpt, method=method, options=EvalOptions(limit=120))
