@@ -48,7 +48,6 @@ VERBS = {
     "save_checkpoint": "laya_eval.loading.checkpoints:save_checkpoint",
     "import_keras": "laya_eval.loading.keras_import:import_keras",
     "audit_mixers": "laya_eval.mixers.audit:audit_mixers",
-    "audit_mixers_to_folder": "laya_eval.mixers.audit:audit_mixers_to_folder",
     "train_mixer_model": "laya_eval.mixers.training:train_mixer_model",
 }
 

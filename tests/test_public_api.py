@@ -22,7 +22,9 @@ def test_evaluate_is_a_function_returning_an_evaluation_result(digits_checkpoint
     assert list(result.summary["method"]) == ["laya"] and int(result.summary["n"].iloc[0]) == 20
 
 
-@pytest.mark.parametrize("name", ["load_checkpoint", "read_checkpoint", "layer_profile"])
+@pytest.mark.parametrize("name", ["load_checkpoint", "read_checkpoint", "layer_profile", "report_to_folder",
+                                  "profile_to_folder", "sanity_to_folder", "prune_to_folder", "audit_mixers_to_folder",
+                                  "write_report", "write_profile"])
 def test_removed_names_are_not_public(name):
     assert name not in dir(laya_eval)
     with pytest.raises(AttributeError, match=f"no attribute '{name}'"):
