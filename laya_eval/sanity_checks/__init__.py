@@ -214,5 +214,5 @@ def sanity(model: LayeredModel | str | os.PathLike, data: str | Mapping[str, Dat
                    "train": dataclasses.asdict(options.train), "seed": options.seed, "bootstrap": options.bootstrap,
                    "target": options.target, "wall_time_s": round(time.perf_counter() - start, 1)}
     if out is not None:
-        result.files = _write_sanity(result, out, meta=result.meta, fmt=fmt, style=style)
+        result.files = _write_sanity(result, out, fmt=fmt, style=style)
     return result
