@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from laya_eval.data import load_dataset
-from laya_eval.mixers.audit import MixerOptions, audit_mixers_to_folder
+from laya_eval.mixers.audit import MixerOptions, audit_mixers
 from laya_eval.mixers.reference import KINDS, accuracy, fit_mixer_model, save_mixer_model
 from laya_eval.output.files import atomic_write_text
 from laya_eval.output.origin import provenance
@@ -52,8 +52,8 @@ def main() -> None:
             start = time.perf_counter()
             options = MixerOptions(removal=removal, limit=args.limit, batch_size=100, seed=args.seed,
                                    ig_steps=args.ig_steps)
-            audit = audit_mixers_to_folder(str(out / f"{kind}.pt"), "fashion-mnist", out / f"{kind}-{removal}",
-                                           options=options)
+            audit = audit_mixers(str(out / f"{kind}.pt"), "fashion-mnist", out=out / f"{kind}-{removal}",
+                                 options=options)
             cols = ["mixer", "method", "n", "n_undefined", "faithfulness", "faithfulness_ci_low",
                     "faithfulness_ci_high", "deletion_at_1", "deletion_at_1_ci_low", "deletion_at_1_ci_high"]
             entry["audits"][removal] = {"seconds": round(time.perf_counter() - start, 1),

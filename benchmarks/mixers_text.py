@@ -17,7 +17,7 @@ import json
 import time
 from pathlib import Path
 
-from laya_eval.mixers.audit import MixerOptions, audit_mixers_to_folder
+from laya_eval.mixers.audit import MixerOptions, audit_mixers
 from laya_eval.mixers.reference import KINDS, save_mixer_model
 from laya_eval.mixers.training import train_mixer_model
 from laya_eval.output.files import atomic_write_text
@@ -54,9 +54,9 @@ def main() -> None:
         print(kind, f"test accuracy {fit.metrics['test_accuracy']:.4f}", entry["train_seconds"], "s", flush=True)
         for removal in args.removals:
             start = time.perf_counter()
-            audit = audit_mixers_to_folder(str(path), "rotten-tomatoes", out / f"text-{kind}-{removal}",
-                                           options=MixerOptions(removal=removal, limit=args.limit, batch_size=100,
-                                                                seed=args.seed, ig_steps=args.ig_steps))
+            audit = audit_mixers(str(path), "rotten-tomatoes", out=out / f"text-{kind}-{removal}",
+                                 options=MixerOptions(removal=removal, limit=args.limit, batch_size=100,
+                                                      seed=args.seed, ig_steps=args.ig_steps))
             entry["audits"][removal] = {"seconds": round(time.perf_counter() - start, 1),
                                         "summary": audit.summary[SUMMARY].to_dict("records")}
             print(kind, removal, entry["audits"][removal]["seconds"], "s", flush=True)

@@ -35,7 +35,7 @@ from laya_eval.errors import LayaEvalError
 from laya_eval.engine.removals import leave_one_out_masks, removal_effects
 from laya_eval.models.trace import trace_from_hidden
 from laya_eval.training.features import encode
-from laya_eval.training.trainer import TrainOptions, build_model, train
+from laya_eval.training.trainer import TrainOptions, build_model, train_in_place
 
 HEADS = ("lastlayer", "concat", "scalarmix", "laya")
 DEPTHS = {3: (64, 32, 16), 5: (64, 64, 32, 32, 16)}
@@ -47,7 +47,8 @@ def _model(head: str, widths, seed: int, epochs: int, splits):
     kwargs = {"d_star": 16, "scorer_hidden": 16} if head == "laya" else ({"d_star": 16} if head == "scalarmix" else {})
     model = build_model("mlp", head, splits["train"], backbone_kwargs={"widths": list(widths)}, head_kwargs=kwargs,
                         seed=seed)
-    train(model, splits["train"], splits["val"], TrainOptions(epochs=epochs, seed=seed, batch_size=64, patience=epochs))
+    train_in_place(model, splits["train"], splits["val"],
+                   TrainOptions(epochs=epochs, seed=seed, batch_size=64, patience=epochs))
     return model.eval()
 
 
@@ -97,7 +98,7 @@ def _fashion_mnist(epochs: int) -> list[dict]:
         print(f"# fashion-mnist skipped: {err}")
         return []
     model = build_model("mlp", "laya", splits["train"], seed=1337)
-    train(model, splits["train"], splits["val"], TrainOptions(epochs=epochs, seed=1337, patience=epochs))
+    train_in_place(model, splits["train"], splits["val"], TrainOptions(epochs=epochs, seed=1337, patience=epochs))
     model.eval()
     hidden = encode(model, splits["test"])
     model64, hidden64 = copy.deepcopy(model).double(), [h.double() for h in hidden]

@@ -28,7 +28,6 @@ Examples
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import Any
 
 from laya_eval.version import __version__
@@ -37,22 +36,17 @@ from laya_eval.version import __version__
 VERBS = {
     "evaluate": "laya_eval.engine.evaluation:evaluate",
     "fit_head": "laya_eval.training.head_fit:fit_head",
-    "train": "laya_eval.training.head_fit:train_model",
-    "profile": "laya_eval.profiling.profiles:layer_profile",
-    "profile_to_folder": "laya_eval.profiling.output:profile_to_folder",
+    "train": "laya_eval.training.head_fit:train",
+    "profile": "laya_eval.profiling.run:profile",
     "sanity": "laya_eval.sanity_checks:sanity",
-    "sanity_to_folder": "laya_eval.sanity_checks:sanity_to_folder",
     "prune": "laya_eval.pruning.run:prune",
-    "prune_to_folder": "laya_eval.pruning.output:prune_to_folder",
     "report": "laya_eval.reporting.write:report",
-    "report_to_folder": "laya_eval.reporting.write:report_to_folder",
     "sweep": "laya_eval.sweeps.run:sweep",
     "meta": "laya_eval.planted.run:meta",
     "load_model": "laya_eval.loading.specs:load_model",
     "save_checkpoint": "laya_eval.loading.checkpoints:save_checkpoint",
     "import_keras": "laya_eval.loading.keras_import:import_keras",
     "audit_mixers": "laya_eval.mixers.audit:audit_mixers",
-    "audit_mixers_to_folder": "laya_eval.mixers.audit:audit_mixers_to_folder",
     "train_mixer_model": "laya_eval.mixers.training:train_mixer_model",
 }
 
@@ -108,11 +102,13 @@ _NAMES = {
     "EvalOptions": "laya_eval.engine.plan",
     "EvaluationResult": "laya_eval.engine.results",
     "Evaluation": "laya_eval.engine.outcome",
-    "write_profile": "laya_eval.profiling.output",
+    "LayerProfile": "laya_eval.profiling.profiles",
     "SanityOptions": "laya_eval.sanity_checks.options",
+    "SanityResult": "laya_eval.sanity_checks",
     "PruneOptions": "laya_eval.pruning.options",
+    "PruneResult": "laya_eval.pruning.run",
     "load_runs": "laya_eval.reporting.runs",
-    "write_report": "laya_eval.reporting.write",
+    "ReportResult": "laya_eval.reporting.write",
     "MetaOptions": "laya_eval.planted.run",
     "MetaResult": "laya_eval.planted.run",
     "build_planted": "laya_eval.planted.families",
@@ -120,17 +116,6 @@ _NAMES = {
     "MixerAudit": "laya_eval.mixers.audit",
     "DepthMixer": "laya_eval.mixers.protocol",
     "find_mixers": "laya_eval.mixers.protocol",
-}
-
-#: Old top-level names kept for a while: each warns and names its replacement.
-_DEPRECATED = {
-    "load_checkpoint": ("laya_eval.loading.checkpoints", "load_checkpoint",
-                        "laya_eval.load_checkpoint(path) is deprecated; use laya_eval.load_model(path).model"),
-    "read_checkpoint": ("laya_eval.loading.checkpoints", "read_checkpoint",
-                        "laya_eval.read_checkpoint(path) is deprecated; use laya_eval.load_model(path) "
-                        "(or `laya-eval info PATH` to inspect a file without building the model)"),
-    "layer_profile": ("laya_eval.profiling.profiles", "layer_profile",
-                      "laya_eval.layer_profile is deprecated; use laya_eval.profile"),
 }
 
 __all__ = sorted([*VERBS, *_NAMES, "VERBS", "__version__"])
@@ -142,10 +127,6 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(module), attr)
     elif name in _NAMES:
         value = getattr(importlib.import_module(_NAMES[name]), name)
-    elif name in _DEPRECATED:
-        module, attr, message = _DEPRECATED[name]
-        warnings.warn(message, DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(module), attr)  # not cached: every use warns
     else:
         raise AttributeError(f"module 'laya_eval' has no attribute {name!r}")
     globals()[name] = value

@@ -376,7 +376,7 @@ def test_fit_head_on_a_checkpoints_backbone(digits_checkpoints, digits_splits, t
 
 def test_train_keeps_a_given_pretrained_backbone_frozen_by_default(digits_splits):
     from laya_eval import build_model
-    from laya_eval.training.trainer import train
+    from laya_eval.training.trainer import train_in_place
 
     net = byom_models.small_cnn()
     from laya_eval.models.backbones import ModuleBackbone
@@ -385,12 +385,13 @@ def test_train_keeps_a_given_pretrained_backbone_frozen_by_default(digits_splits
     backbone.requires_grad_(True)
     before = _state(net)
     model = build_model(backbone, "concat", digits_splits["train"], seed=0)
-    train(model, digits_splits["train"], digits_splits["val"], TrainOptions(epochs=1, seed=0))
+    train_in_place(model, digits_splits["train"], digits_splits["val"], TrainOptions(epochs=1, seed=0))
     assert model.info.training["freeze_backbone"] is True
     assert all(torch.equal(v, net.state_dict()[k]) for k, v in before.items())
     backbone.requires_grad_(True)
     model = build_model(backbone, "concat", digits_splits["train"], seed=0)
-    train(model, digits_splits["train"], digits_splits["val"], TrainOptions(epochs=1, seed=0, freeze_backbone=False))
+    train_in_place(model, digits_splits["train"], digits_splits["val"],
+                   TrainOptions(epochs=1, seed=0, freeze_backbone=False))
     assert not all(torch.equal(v, net.state_dict()[k]) for k, v in before.items())  # asked to fine-tune: it does
 
 

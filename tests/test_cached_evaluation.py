@@ -17,7 +17,7 @@ from laya_eval.data import load_dataset
 from laya_eval.engine.evaluation import EvalOptions, evaluate
 from laya_eval.engine.plan import KeptStates, make_plan, with_cached_features
 from laya_eval.loading.specs import load_backbone
-from laya_eval.profiling.profiles import layer_profile
+import laya_eval
 from laya_eval.training.head_fit import fit_head
 from laya_eval.training.trainer import TrainOptions
 
@@ -84,7 +84,7 @@ def test_the_profile_reads_the_cache_and_matches_the_backbone_pass(frozen, tmp_p
     for options in (_options(cache_dir=cache, limit=40), _options(cache_dir=cache, limit=40, batch_size=16),
                     _options(cache=False, limit=40, batch_size=32)):
         with backbone_calls(model) as calls:
-            profiles.append(layer_profile(model, test, method="ig", options=options, diagnosis=None))
+            profiles.append(laya_eval.profile(model, test, method="ig", options=options, diagnosis=None))
         calls_seen.append(len(calls))
     assert calls_seen == [1, 0, 2]  # fill: 40 rows in one call; read: none; without the cache: 32 + 8 (padded)
     for other in profiles[1:]:

@@ -23,7 +23,7 @@ import laya_eval.training.trainer as trainer
 from laya_eval.data import Dataset, load_dataset
 from laya_eval.engine.evaluation import EvalOptions, evaluate
 from laya_eval.loading.specs import load_backbone
-from laya_eval.profiling.profiles import layer_profile
+import laya_eval
 from laya_eval.pruning import PruneOptions, prune
 from laya_eval.sanity_checks import SanityOptions, retraining_on_model_device, sanity
 from laya_eval.training.features import encode_features
@@ -71,9 +71,10 @@ def by_reference(tmp_path_factory):
 def test_faithfulness_and_profile_under_the_guard(guard, digits_models):
     data = _host_splits(limit=40)["test"]
     with guard():
-        out = evaluate(digits_models["laya"], data, options=EvalOptions(limit=40, batch_size=16, bootstrap=20, n_steps=4, ablation=("gate", "zero", "mean")))
-        profile = layer_profile(digits_models["scalarmix"], data, method="ig",
-                                options=EvalOptions(limit=40, batch_size=16, bootstrap=0, n_steps=4))
+        out = evaluate(digits_models["laya"], data, options=EvalOptions(limit=40, batch_size=16, bootstrap=20, n_steps=4,
+                                                                        ablation=("gate", "zero", "mean")))
+        profile = laya_eval.profile(digits_models["scalarmix"], data, method="ig",
+                                    options=EvalOptions(limit=40, batch_size=16, bootstrap=0, n_steps=4))
     assert set(out) == {"gate", "zero", "mean"}
     assert profile is not None
 
@@ -113,7 +114,7 @@ def test_sanity_under_the_guard(guard, by_reference):
     options = SanityOptions(roar_seeds=1, bootstrap=20, batch_size=64, methods=("laya", "ig", "random"),
                             train=dataclasses.replace(QUICK, patience=1))
     with guard():
-        result = sanity(model, splits["train"], splits["val"], splits["test"], options, cache_dir=cache)
+        result = sanity(model, splits, options=options, cache_dir=cache)
     assert len(result.layer_roar) > 0
 
 
@@ -123,7 +124,7 @@ def test_prune_under_the_guard(guard, by_reference):
     options = PruneOptions(methods=("laya", "contribution"), seeds=1, n_random=2, n_random_refit=1, bootstrap=20,
                            timing=False, train=QUICK, ablations=("gate", "mean"))
     with guard():
-        result = prune(model, splits["train"], splits["val"], splits["test"], options, cache_dir=cache)
+        result = prune(model, splits, options=options, cache_dir=cache)
     assert len(result.pruning) > 0
 
 
@@ -134,8 +135,8 @@ def test_the_guard_catches_cached_features_handed_to_the_head_unmoved(guard, by_
     monkeypatch.setattr(cached, "feature_batch",
                         lambda features, start, size, device: [h[start:start + size] for h in features.hidden])
     with guard(), pytest.raises(AssertionError, match="device mismatch"):
-        sanity(model, splits["train"], splits["val"], splits["test"],
-               SanityOptions(roar_seeds=1, bootstrap=20, methods=("laya",), train=QUICK), cache_dir=cache)
+        sanity(model, splits, options=SanityOptions(roar_seeds=1, bootstrap=20, methods=("laya",), train=QUICK),
+               cache_dir=cache)
 
 
 def test_the_guard_catches_unmoved_batches_in_the_pruning_curves(guard, by_reference, monkeypatch):
@@ -152,9 +153,8 @@ def test_the_guard_catches_unmoved_batches_in_the_pruning_curves(guard, by_refer
 
     monkeypatch.setattr(torch.Tensor, "to", to_except_features)
     with guard(), pytest.raises(AssertionError, match="device mismatch"):
-        prune(model, splits["train"], splits["val"], splits["test"],
-              PruneOptions(methods=("laya",), seeds=0, n_random=2, bootstrap=20, timing=False, train=QUICK),
-              cache_dir=cache)
+        prune(model, splits, options=PruneOptions(methods=("laya",), seeds=0, n_random=2, bootstrap=20, timing=False,
+                                                  train=QUICK), cache_dir=cache)
 
 
 def test_the_guard_catches_a_cpu_arange_in_the_cached_attributions(guard, by_reference):

@@ -189,14 +189,15 @@ def test_profile_cli_writes_a_diagnosis_checked_against_scipy_and_sklearn(digits
     got = pd.read_csv(tmp_path / "diagnosis.csv")
     assert list(got.columns) == DIAGNOSIS_COLUMNS and len(got) == 200
     from laya_eval.engine.evaluation import EvalOptions
-    from laya_eval.profiling.profiles import layer_profile
+    import laya_eval
 
-    prof = layer_profile(digits_checkpoints["laya"], options=EvalOptions(limit=200))  # the library's defaults
+    prof = laya_eval.profile(digits_checkpoints["laya"], options=EvalOptions(limit=200))  # the library's defaults
     want = _independent_diagnosis(prof.scores)
     np.testing.assert_allclose(got["distance"], want["distance"], rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(prof.diagnosis.samples["distance"], want["distance"], rtol=1e-6, atol=1e-9)
     assert prof.meta["diagnosis"]["reference_by"] == "pred"
-    assert layer_profile(digits_checkpoints["laya"], options=EvalOptions(limit=20), diagnosis=None).diagnosis is None
+    undiagnosed = laya_eval.profile(digits_checkpoints["laya"], options=EvalOptions(limit=20), diagnosis=None)
+    assert undiagnosed.diagnosis is None
     summary = pd.read_csv(tmp_path / "diagnosis_summary.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS
     overall = summary.iloc[0]

@@ -10,7 +10,6 @@ python scripts) are theirs. On pages that are not a command's, a bare ``--option
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import click
 import pytest

@@ -54,7 +54,7 @@ def test_docs_build_strict_without_warnings(site):
     assert len(pages) == len(markdown), (pages, markdown)  # one page per Markdown file
     api = (folder / "reference" / "api" / "index.html").read_text()
     for name in ("evaluate", "fit_head", "EvalOptions", "paired_comparison"):  # rendered from the docstrings
-        assert f'id="laya_eval.' in api and name in api, name
+        assert 'id="laya_eval.' in api and name in api, name
     # Sphinx roles and reST literals in docstrings are rendered as code (docs/sphinx_roles.py), never shown raw.
     for raw in (":func:", ":class:", ":mod:", ":meth:", ":attr:", "``"):
         assert raw not in api, raw

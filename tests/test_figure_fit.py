@@ -30,7 +30,7 @@ from laya_eval.mixers.audit import MixerOptions, audit_mixers
 from laya_eval.mixers.reference import PatchDepthClassifier
 from laya_eval.planted.run import MetaOptions, meta
 from laya_eval.profiling.output import profile_figures
-from laya_eval.profiling.profiles import layer_profile
+import laya_eval
 from laya_eval.pruning import prune
 from laya_eval.pruning.options import PruneOptions
 from laya_eval.pruning.output import prune_figures
@@ -65,12 +65,11 @@ def results(digits, digits_checkpoints, tmp_path_factory):
         evaluate(ckpt, None, options=EvalOptions(limit=80, bootstrap=50, ablation=tuple(ablations)), out=folder)
         info = {"label": ckpt.name, "head": head, "dataset": "digits", "split": "test", "n": 80,
                 "ablation": "gate", "scope": "head"}
-        pruned = prune(model, digits["train"], digits["val"], digits["test"],
-                       PruneOptions(methods=few, seeds=1, n_random=3, n_random_refit=1, timing=False,
-                                    train=TrainOptions(epochs=2, seed=0)))
-        checks = sanity(model, digits["train"], digits["val"], digits["test"],
-                        SanityOptions(methods=few, roar_seeds=1, bootstrap=50, train=TrainOptions(epochs=2, patience=1)))
-        prof = layer_profile(ckpt, method=method, options=EvalOptions(limit=120))
+        pruned = prune(model, digits, options=PruneOptions(methods=few, seeds=1, n_random=3, n_random_refit=1,
+                                                           timing=False, train=TrainOptions(epochs=2, seed=0)))
+        checks = sanity(model, digits, options=SanityOptions(methods=few, roar_seeds=1, bootstrap=50,
+                                                             train=TrainOptions(epochs=2, patience=1)))
+        prof = laya_eval.profile(ckpt, method=method, options=EvalOptions(limit=120))
         out[head] = {"folder": folder, "meta": info, "prune": pruned, "sanity": checks, "profile": prof}
     return out
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from laya_eval.errors import ConfigError
+from laya_eval.errors import ConfigError, ResultsError
 from laya_eval.output import files as output_files
 from laya_eval.output.files import write_result_folder
 from laya_eval.output.temporaries import remove_stale_temporaries
@@ -265,6 +265,47 @@ def test_a_folder_without_a_complete_manifest_is_unverified_and_refused_with_str
     result = _report(folder, tmp_path / "rep3")
     assert result.exit_code == 0 and result.output.count("unverified") == 1, result.output
     assert_one_line_error(_report(folder, tmp_path / "rep4", "--strict"), r"has no manifest\.json")
+
+
+def test_the_library_report_returns_the_warning_the_cli_prints(faithfulness_dir, tmp_path):
+    import pandas as pd
+
+    import laya_eval
+
+    folder = tmp_path / "run"
+    shutil.copytree(faithfulness_dir, folder)
+    layers = pd.read_csv(folder / "layers.csv")
+    layers.loc[0, "attribution"] += 0.25  # an edited file, no longer listed by the manifest
+    layers.to_csv(folder / "layers.csv", index=False)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["files"]["layers.csv"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    done = laya_eval.report([folder], out=tmp_path / "library", html_report=False, max_points=5)
+    assert done.warnings == [f"'{folder}/manifest.json' does not list layers.csv: that file is unverified."]
+    printed = [line for line in _report(folder, tmp_path / "cli").output.splitlines() if line.startswith("warning")]
+    assert printed == [f"warning: {line}" for line in done.warnings]
+    with pytest.raises(ResultsError, match=r"does not list layers\.csv.*Refused with --strict"):
+        laya_eval.report([folder], out=tmp_path / "strict", strict=True)
+    assert not (tmp_path / "strict").exists()
+
+
+def test_the_library_report_checks_out_before_reading_a_folder(faithfulness_dir, tmp_path, monkeypatch):
+    import laya_eval
+    from laya_eval.reporting import write
+
+    def read(*args, **kwargs):
+        raise AssertionError("the inputs were read before the output was checked")
+
+    monkeypatch.setattr(write, "load_inputs", read)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep me")
+    with pytest.raises(ConfigError, match=r"^output folder '.*a-file' exists and is not a folder\.$"):
+        laya_eval.report([faithfulness_dir], out=a_file)
+    with pytest.raises(ConfigError, match=r"would replace the result folder '.*run' that the report reads"):
+        laya_eval.report([faithfulness_dir], out=faithfulness_dir.parent)
+    with pytest.raises(ConfigError, match=r"figure format must be among \{png, svg, pdf\}; got 'gif'"):
+        laya_eval.report([faithfulness_dir], out=tmp_path / "new", fmt="gif")
+    assert a_file.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
 # ------------------------------------------------------------------------------------------ paths

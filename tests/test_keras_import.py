@@ -8,7 +8,6 @@ Keras 3's HDF5 layout with h5py and compare with a forward pass written here in 
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -290,6 +291,32 @@ def test_checkpoint_round_trip_and_hostile_files(tmp_path, data):
         load_mixer_model(tmp_path / "foreign.pt")
     with pytest.raises(CheckpointError, match="does not exist"):
         load_mixer_model(tmp_path / "missing.pt")
+
+
+def test_the_audit_checks_out_before_any_work_and_returns_what_it_wrote(tmp_path, data, monkeypatch):
+    import laya_eval
+    from laya_eval.mixers import audit as audit_module
+
+    def work(*args, **kwargs):
+        raise AssertionError("the model or data were prepared before the options were checked")
+
+    monkeypatch.setattr(audit_module, "_prepared", work)
+    model = _model("attnres")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep me")
+    with pytest.raises(ConfigError, match=r"^output folder '.*a-file' exists and is not a folder\.$"):
+        laya_eval.audit_mixers(model, data, out=a_file)
+    with pytest.raises(ConfigError, match=r"^removal must be one of \{weight, mean, resample\}; got 'zero'\.$"):
+        laya_eval.audit_mixers(model, data, out=tmp_path / "new", options=MixerOptions(removal="zero"))
+    assert a_file.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    monkeypatch.undo()
+    options = MixerOptions(limit=None, batch_size=N, bootstrap=0, ig_steps=4, methods=("mass", "random"))
+    audit = laya_eval.audit_mixers(model, data, out=tmp_path / "audit", options=options)
+    assert [p.name for p in audit.files] == ["sources.csv", "samples.csv", "summary.csv", "comparisons.csv",
+                                             "map.csv", "map.png", "manifest.json"]
+    assert audit.warnings == [] and all(p.parent == tmp_path / "audit" for p in audit.files)
+    written = pd.read_csv(tmp_path / "audit" / "summary.csv")
+    assert list(zip(written.mixer, written.method)) == list(zip(audit.summary.mixer, audit.summary.method))
 
 
 def test_cli_audits_a_mixer_file_and_refuses_bad_options_before_work(tmp_path, data):

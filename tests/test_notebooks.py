@@ -1,6 +1,6 @@
 """The notebooks are committed executed (a reader on a code host sees their tables and figures) with small
-outputs, and re-execute top to bottom with the project's kernel, on the bundled digits data, without a word on
-stderr and with the same numbers as the committed outputs."""
+outputs, use only the top-level names of ``laya_eval``, and re-execute top to bottom with the project's kernel, on
+the bundled digits data, without a word on stderr and with the same numbers as the committed outputs."""
 
 from __future__ import annotations
 
@@ -77,6 +77,36 @@ def test_notebook_is_committed_executed_with_small_outputs(name, min_images):
             assert img.size[0] <= 1600, img.size
     assert path.stat().st_size <= MAX_NOTEBOOK_BYTES
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+
+
+def public_names_used(source: str) -> tuple[list[str], set[str]]:
+    """(imports of a module below ``laya_eval``, every name taken from ``laya_eval``) in notebook code."""
+    import ast
+
+    tree = ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith("%")))
+    imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    rooms = [ast.unparse(n) for n in imports
+             if (isinstance(n, ast.ImportFrom) and (n.module or "").startswith("laya_eval."))
+             or (isinstance(n, ast.Import) and any(a.name.startswith("laya_eval.") for a in n.names))]
+    names = {a.name for n in imports if isinstance(n, ast.ImportFrom) and n.module == "laya_eval" for a in n.names}
+    names |= {n.attr for n in ast.walk(tree)
+              if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "laya_eval"}
+    return rooms, names
+
+
+def test_public_names_used_sees_room_imports_and_names_that_are_not_public():
+    rooms, names = public_names_used("%matplotlib inline\nimport laya_eval\nfrom laya_eval import figures\n"
+                                     "from laya_eval.engine.evaluation import evaluate\nlaya_eval.profile(1)")
+    assert rooms == ["from laya_eval.engine.evaluation import evaluate"] and names == {"figures", "profile"}
+
+
+@pytest.mark.parametrize("name, min_images", CASES)
+def test_notebook_uses_only_the_top_level_names(name, min_images):
+    import laya_eval
+
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    rooms, names = public_names_used("\n".join(c.source for c in nb.cells if c.cell_type == "code"))
+    assert rooms == [] and names <= set(dir(laya_eval)), (rooms, names - set(dir(laya_eval)))
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from laya_eval.engine.results import mean_faithfulness
 from laya_eval.sanity_checks import SanityOptions, attribute_features, cascading_randomisation
 from laya_eval.training.features import encode, encode_features
 from laya_eval.training.head_fit import fit_head
-from laya_eval.training.trainer import TrainOptions, train
+from laya_eval.training.trainer import TrainOptions, train_in_place
 from tests import byom_models
 
 CNN = "py:tests.byom_models:small_cnn"
@@ -56,7 +56,7 @@ def test_frozen_training_reads_the_cache_fit_head_filled(digits_splits, tmp_path
                      cache_dir=tmp_path / "features")
     assert not first.reused_cache
     calls = byom_models.CALLS["forward"]
-    train(first.model, digits_splits["train"], digits_splits["val"], TrainOptions(epochs=1, seed=1))
+    train_in_place(first.model, digits_splits["train"], digits_splits["val"], TrainOptions(epochs=1, seed=1))
     assert byom_models.CALLS["forward"] == calls
     in_memory = encode(first.model, digits_splits["val"])
     cached = encode_features(first.model, digits_splits["val"])

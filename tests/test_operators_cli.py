@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import friedmanchisquare
 
-from tests.cli_helpers import assert_one_line_error, run
+from tests.cli_helpers import run
 
 
 def test_several_ablations_write_operators_csv_and_its_report(digits_checkpoints, tmp_path):

@@ -187,3 +187,67 @@ def test_installed_plugin_runs_through_every_command(tmp_path, digits_checkpoint
     assert bare.exit_code == 0, bare.output
     assert (tmp_path / "report-bare" / "faithfulness.csv").read_bytes() == \
         (tmp_path / "report" / "faithfulness.csv").read_bytes()
+
+
+@pytest.fixture
+def restored_registry(monkeypatch):
+    """The method and ablation registries and the plug-in loader's records as they were, after the test."""
+    from laya_eval.engine import plugins
+
+    monkeypatch.setattr(plugins, "_installed_done", plugins._installed_done)
+    saved = [(d, dict(d)) for d in (METHOD_SPECS, ABLATION_SPECS, METHODS, ABLATION_REGISTRY, plugins._IDENTITIES)]
+    loaded = list(plugins._LOADED)
+    yield
+    for registry, before in saved:
+        registry.clear()
+        registry.update(before)
+    plugins._LOADED[:] = loaded
+    sys.modules.pop("laya_plugin_example", None)
+
+
+@pytest.fixture
+def installed_example(tmp_path, monkeypatch, restored_registry):
+    """The example plug-in as an installed ``laya_eval.plugins`` entry point of this process (not loaded yet)."""
+    from importlib import metadata
+
+    from laya_eval.engine import plugins
+
+    module = write_module(tmp_path / "site-packages")
+    monkeypatch.syspath_prepend(str(module.parent))
+    entry = metadata.EntryPoint(name="example", value=module.stem, group=plugins.ENTRY_POINT_GROUP)
+    every = metadata.entry_points
+    monkeypatch.setattr(metadata, "entry_points",
+                        lambda **kw: [entry] if kw.get("group") == plugins.ENTRY_POINT_GROUP else every(**kw))
+    monkeypatch.setattr(plugins, "_installed_done", False)
+    return module
+
+
+def test_an_installed_method_is_a_choice_of_meta_and_profile_as_of_faithfulness(installed_example, tmp_path,
+                                                                               digits_checkpoints):
+    from tests.cli_helpers import run
+
+    ckpt = digits_checkpoints["laya"]
+    faith = run("faithfulness", ckpt, "--methods", "state_norm", "--limit", 20, "--bootstrap", 0, "--quiet",
+                "--out", tmp_path / "faith")
+    assert faith.exit_code == 0, faith.output
+    profile = run("profile", ckpt, "--method", "state_norm", "--limit", 40, "--bootstrap", 0, "--quiet",
+                  "--out", tmp_path / "profile")
+    assert profile.exit_code == 0, profile.output
+    assert json.loads((tmp_path / "profile" / "profile.json").read_text())["method"] == "state_norm"
+    meta = run("meta", "--methods", "state_norm,laya", "--families", "subset", "--seeds", 1, "--limit", 16,
+               "--ablations", "gate", "--bootstrap", 0, "-q", "--out", tmp_path / "meta")
+    assert meta.exit_code == 0, meta.output
+    assert "state_norm" in set(pd.read_csv(tmp_path / "meta" / "meta.csv")["method"])
+
+
+def test_a_plugin_method_named_with_plugin_is_a_choice_of_profile(restored_registry, tmp_path, digits_checkpoints):
+    from tests.cli_helpers import run
+
+    module = write_module(tmp_path / "plug")
+    args = ["profile", digits_checkpoints["laya"], "--method", "state_norm", "--limit", 40, "--bootstrap", 0,
+            "--quiet"]
+    unknown = run(*args, "--out", tmp_path / "without")
+    assert unknown.exit_code == 2 and "got 'state_norm'" in unknown.output
+    ran = run(*args, "--plugin", f"py:{module}", "--trust-code", "--out", tmp_path / "with")
+    assert ran.exit_code == 0, ran.output
+    assert json.loads((tmp_path / "with" / "profile.json").read_text())["method"] == "state_norm"

@@ -9,10 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
+import laya_eval
 from laya_eval.errors import ConfigError
 from laya_eval.figures import COLUMN_WIDTHS
 from laya_eval.engine.evaluation import EvalOptions
-from laya_eval.profiling.profiles import PROFILE_COLUMNS, SUBSETS, layer_profile, layer_table, profile_table
+from laya_eval.profiling.profiles import PROFILE_COLUMNS, SUBSETS, layer_table, profile_table
 from tests.cli_helpers import assert_one_line_error, run
 
 
@@ -103,14 +104,41 @@ def test_profile_csv_equals_a_pandas_group_by_of_faithfulness_scores(digits_chec
 
 def test_profile_by_prediction_of_a_gradient_method(digits_models, digits):
     model = digits_models["concat"]
-    prof = layer_profile(model, digits["test"], method="ig", by="pred", options=EvalOptions(limit=100))
+    prof = laya_eval.profile(model, digits["test"], method="ig", by="pred", options=EvalOptions(limit=100))
     compare(prof.table, pandas_profile(prof.scores, "pred"))
     assert prof.meta["method"] == "ig" and prof.meta["by"] == "pred" and prof.meta["n"] == 100
 
 
+def test_profile_checks_out_before_any_work_and_returns_what_it_wrote(digits_models, digits, tmp_path,
+                                                                     monkeypatch):
+    from laya_eval.engine import evaluation
+
+    def work(*args, **kwargs):
+        raise AssertionError("the profile was computed before its options were checked")
+
+    model, test = digits_models["laya"], digits["test"]
+    monkeypatch.setattr(evaluation, "evaluate_ablations", work)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep me")
+    with pytest.raises(ConfigError, match=r"^output folder '.*a-file' exists and is not a folder\.$"):
+        laya_eval.profile(model, test, out=a_file)
+    with pytest.raises(ConfigError, match=r"figure format must be among \{png, svg, pdf\}; got 'gif'"):
+        laya_eval.profile(model, test, out=tmp_path / "new", fmt="gif")
+    with pytest.raises(ConfigError, match=r"^method must be among \{laya, .*\}; got 'gi'\.$"):
+        laya_eval.profile(model, test, out=tmp_path / "new", method="gi")
+    assert a_file.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    monkeypatch.undo()
+    written = laya_eval.profile(model, test, out=tmp_path / "p", options=EvalOptions(limit=30))
+    assert [p.name for p in written.files][-1] == "manifest.json" and all(p.is_file() for p in written.files)
+    assert written.files[0] == tmp_path / "p" / "profile.csv" and written.warnings == []
+    in_memory = laya_eval.profile(model, test, options=EvalOptions(limit=30))
+    assert in_memory.files == [] and in_memory.wall_time_s > 0
+    pd.testing.assert_frame_equal(in_memory.table, written.table)
+
+
 def test_static_profile_is_scalarmix_softmax_weights(digits_models, digits):
     model = digits_models["scalarmix"]
-    prof = layer_profile(model, digits["test"], method="static", options=EvalOptions(limit=50))
+    prof = laya_eval.profile(model, digits["test"], method="static", options=EvalOptions(limit=50))
     # static = softmax(w), the same for every sample: every group's mean is softmax(w)_i, its std 0.
     expected = torch.softmax(model.head.scalar_weights.detach().double(), 0).numpy()
     for layer, w in enumerate(expected, start=1):
@@ -131,7 +159,7 @@ def test_profile_figures_in_svg_and_title_names_the_run(digits_checkpoints, tmp_
     # so check the figure object instead).
     from laya_eval import figures
 
-    prof = layer_profile(digits_checkpoints["laya"], options=EvalOptions(limit=80))
+    prof = laya_eval.profile(digits_checkpoints["laya"], options=EvalOptions(limit=80))
     fig = figures.profile_heatmap(prof.table, subset="all", meta=prof.meta)
     text = " ".join(t.get_text() for t in fig.texts)
     for needle in ("digits-laya.pt", "dataset: digits", "LAYA α(x)"):

@@ -11,7 +11,8 @@ from torch import nn
 
 from laya_eval.models.backbones.base import Backbone
 from laya_eval.data import Dataset
-from laya_eval.training.head_fit import fit_head, train_model
+from laya_eval.errors import ConfigError
+from laya_eval.training.head_fit import fit_head, train
 from laya_eval.models.heads import ConcatHead
 from laya_eval.models.layered import LayeredModel, ModelInfo
 from laya_eval.pruning import (
@@ -36,14 +37,33 @@ QUICK = TrainOptions(epochs=3, seed=5, batch_size=64)
 @pytest.fixture(scope="module")
 def recorded(digits):
     """An MLP + LAYA model trained by ``laya-eval train``'s code path: it records its test accuracy."""
-    return train_model("mlp", "laya", digits, backbone_kwargs={"widths": [32, 16, 16]},
-                       head_kwargs={"d_star": 16, "scorer_hidden": 16}, options=TrainOptions(epochs=4, seed=0))
+    return train("mlp", "laya", digits, backbone_kwargs={"widths": [32, 16, 16]},
+                 head_kwargs={"d_star": 16, "scorer_hidden": 16}, options=TrainOptions(epochs=4, seed=0))
 
+
+
+def test_prune_checks_out_before_loading_or_measuring_anything(tmp_path, monkeypatch, digits):
+    import laya_eval
+    from laya_eval.loading import specs
+    from laya_eval.pruning import run as pruning_run
+
+    def work(*args, **kwargs):
+        raise AssertionError("the model was loaded or pruned before the output was checked")
+
+    monkeypatch.setattr(specs, "load_model", work)
+    monkeypatch.setattr(pruning_run, "_prune_layers", work)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep me")
+    with pytest.raises(ConfigError, match=r"^output folder '.*a-file' exists and is not a folder\.$"):
+        laya_eval.prune(tmp_path / "model.pt", digits, out=a_file)
+    with pytest.raises(ConfigError, match=r"^figure format must be among \{png, svg, pdf\}; got 'jpg'\.$"):
+        laya_eval.prune(tmp_path / "model.pt", digits, out=tmp_path / "new", fmt="jpg")
+    assert a_file.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 @pytest.fixture(scope="module")
 def pruned(recorded, digits):
-    return prune(recorded.model, digits["train"], digits["val"], digits["test"],
-                 PruneOptions(seeds=1, n_random=4, n_random_refit=1, bootstrap=100, timing=False, train=QUICK))
+    return prune(recorded.model, digits,
+                 options=PruneOptions(seeds=1, n_random=4, n_random_refit=1, bootstrap=100, timing=False, train=QUICK))
 
 
 # ----------------------------------------------------------------------------------------- hand-worked pieces
@@ -207,8 +227,9 @@ def _planted(j: int, n: int = 600, width: int = 4, seed: int = 0):
 @pytest.mark.parametrize("j", [0, 1, 2])
 def test_a_planted_layer_is_kept_by_oracle_and_contribution_and_its_loss_is_felt(j):
     model, train, val, test = _planted(j)
-    result = prune(model, train, val, test, PruneOptions(methods=("contribution",), seeds=0, n_random=6,
-                                                         bootstrap=0, timing=False, early_exit=False))
+    result = prune(model, {"train": train, "val": val, "test": test},
+                   options=PruneOptions(methods=("contribution",), seeds=0, n_random=6, bootstrap=0, timing=False,
+                                        early_exit=False))
     table = result.pruning.set_index(["method", "ranking", "ablation", "k_removed"])
     full = table.loc[("oracle", "dataset", "gate", 0), "accuracy"]
     assert full > 0.95

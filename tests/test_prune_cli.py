@@ -10,7 +10,7 @@ import pytest
 
 from laya_eval.loading.checkpoints import save_checkpoint
 from laya_eval.output.origin import code_origin
-from laya_eval.training.head_fit import train_model
+from laya_eval.training.head_fit import train
 from laya_eval.training.trainer import TrainOptions
 from laya_eval.version import __version__
 from tests.cli_helpers import assert_one_line_error, run
@@ -20,8 +20,8 @@ QUICK = ["--epochs", 2, "--seeds", 1, "--random-rankings", 3, "--random-refits",
 
 @pytest.fixture(scope="module")
 def checkpoint(digits, tmp_path_factory):
-    fitted = train_model("mlp", "laya", digits, backbone_kwargs={"widths": [16, 16]},
-                         head_kwargs={"d_star": 8, "scorer_hidden": 8}, options=TrainOptions(epochs=2, seed=0))
+    fitted = train("mlp", "laya", digits, backbone_kwargs={"widths": [16, 16]},
+                   head_kwargs={"d_star": 8, "scorer_hidden": 8}, options=TrainOptions(epochs=2, seed=0))
     return save_checkpoint(fitted.model, tmp_path_factory.mktemp("prune") / "m.pt")
 
 

@@ -1,9 +1,6 @@
-"""The public names: verbs are functions at the top, old names warn and name their replacement."""
+"""The public names: verbs are functions at the top; names that moved are gone from it."""
 
 from __future__ import annotations
-
-import inspect
-import warnings
 
 import pytest
 
@@ -14,7 +11,7 @@ def test_no_public_name_is_also_a_submodule():
     import pkgutil
 
     modules = {m.name.rpartition(".")[2] for m in pkgutil.walk_packages(laya_eval.__path__, "laya_eval.")}
-    public = set(laya_eval.VERBS) | set(laya_eval._NAMES) | set(laya_eval._DEPRECATED)
+    public = set(laya_eval.VERBS) | set(laya_eval._NAMES)
     assert not public & modules
 
 
@@ -31,15 +28,13 @@ def test_evaluate_is_a_function_returning_an_evaluation(digits_checkpoints):
     assert list(both) == ["gate", "mean"] and both.operators is not None
 
 
-@pytest.mark.parametrize("name, replacement", [("load_checkpoint", "load_model"), ("read_checkpoint", "load_model"),
-                                               ("layer_profile", "laya_eval.profile")])
-def test_deprecated_names_warn_and_still_work(name, replacement):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        value = getattr(laya_eval, name)
-    assert inspect.isfunction(value)
-    assert len(caught) == 1 and issubclass(caught[0].category, DeprecationWarning)
-    assert replacement in str(caught[0].message)
+@pytest.mark.parametrize("name", ["load_checkpoint", "read_checkpoint", "layer_profile", "report_to_folder",
+                                  "profile_to_folder", "sanity_to_folder", "prune_to_folder", "audit_mixers_to_folder",
+                                  "write_report", "write_profile"])
+def test_removed_names_are_not_public(name):
+    assert name not in dir(laya_eval)
+    with pytest.raises(AttributeError, match=f"no attribute '{name}'"):
+        getattr(laya_eval, name)
 
 
 def test_unknown_names_raise_attribute_error():

@@ -23,7 +23,7 @@ from laya_eval.engine.methods import METHODS
 from laya_eval.errors import ConfigError, ResultsError
 from laya_eval.engine.evaluation import EvalOptions, evaluate
 from laya_eval.engine.outcome import write_evaluation
-from laya_eval.reporting import load_run, load_runs, report_tables, run_from_result, write_report
+from laya_eval.reporting import load_run, load_runs, report, report_tables, run_from_result
 from tests.cli_helpers import assert_one_line_error, run
 
 LABEL_TO_METHOD = {label: name for name, label in F.METHOD_LABELS.items()}
@@ -285,7 +285,7 @@ def test_palette_covers_every_method_once():
 def test_report_is_deterministic_and_other_formats(result_dirs, tmp_path):
     runs = [load_run(result_dirs[2])]
     for out in ("a", "b"):
-        write_report(runs, tmp_path / out, html_report=False, max_points=40)
+        report([result_dirs[2]], out=tmp_path / out, html_report=False, max_points=40)
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
     assert files and not (tmp_path / "a" / "report.html").exists()
     for rel in files:
@@ -301,13 +301,22 @@ def test_report_is_deterministic_and_other_formats(result_dirs, tmp_path):
         F.figure_bytes(fig, "gif")
 
 
-def test_in_memory_results_make_the_same_tables(digits_models, result_dirs):
+def test_in_memory_results_make_the_same_tables(digits_models, result_dirs, tmp_path):
     result = evaluate(digits_models["lastlayer"], options=EvalOptions(limit=120, bootstrap=200))
     mine = report_tables([run_from_result(result, label="x")])
     theirs = report_tables([load_run(result_dirs[2])])
     pd.testing.assert_frame_equal(mine.spearman_distribution.drop(columns="run"),
                                   theirs.spearman_distribution.drop(columns="run"))
     np.testing.assert_allclose(mine.agreement["mean_spearman"], theirs.agreement["mean_spearman"], atol=1e-6)
+    # report() takes the in-memory result as a run beside a folder
+    done = report([result, result_dirs[2]], out=tmp_path / "rep", html_report=False, max_points=20)
+    assert list(done.tables.runs["run"]) == ["<in-memory>", "digits-lastlayer.pt"] and done.warnings == []
+    pd.testing.assert_frame_equal(done.tables.faithfulness[done.tables.faithfulness["run"] == "<in-memory>"]
+                                  .drop(columns="run").reset_index(drop=True),
+                                  mine.faithfulness.drop(columns="run").reset_index(drop=True), check_dtype=False)
+    assert (tmp_path / "rep" / "faithfulness.csv").is_file() and done.files[-1].name == "manifest.json"
+    with pytest.raises(ResultsError, match=r"a report reads result folders \(paths\) and evaluation results; got int"):
+        report([3], out=tmp_path / "other")
 
 
 def test_bad_result_folders_give_one_line_errors(result_dirs, tmp_path):
@@ -436,7 +445,7 @@ def test_paired_tests_show_in_the_report_and_as_markers(result_dirs, tmp_path):
     manifest = json.loads((older / "manifest.json").read_text())
     del manifest["files"]["comparisons.csv"]
     (older / "manifest.json").write_text(json.dumps(manifest))
-    write_report(load_runs([folder, older]), tmp_path / "rep", max_points=30, html_report=False)
+    report([folder, older], out=tmp_path / "rep", max_points=30, html_report=False)
     md = (tmp_path / "rep" / "report.md").read_text()
     (_, sub, header, rows), = section(md_tables(md), "Paired tests")
     tests_part = md.split("## Paired tests", 1)[1].split("\n## ", 1)[0]

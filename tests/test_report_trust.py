@@ -26,7 +26,7 @@ from laya_eval.reporting import load_inputs, load_run, load_sanity, sanity_table
 from laya_eval.reporting.sanity_verdicts import SanityRun
 from laya_eval.reporting.significance import cell_text
 from laya_eval.stats import min_wilcoxon_p, seed_comparisons
-from laya_eval.training.trainer import TrainOptions, build_model, train
+from laya_eval.training.trainer import TrainOptions, build_model, train_in_place
 from tests.cli_helpers import assert_one_line_error, run
 from tests.test_report import assert_plausible_image, md_tables, read_csv
 
@@ -69,7 +69,7 @@ def seed_dirs(digits, tmp_path_factory):
         torch.manual_seed(s)
         model = build_model("mlp", "laya", digits["train"], backbone_kwargs={"widths": [64, 32, 16]},
                             head_kwargs={"d_star": 16, "scorer_hidden": 16}, seed=s)
-        train(model, digits["train"], digits["val"], TrainOptions(epochs=1, seed=s, batch_size=64))
+        train_in_place(model, digits["train"], digits["val"], TrainOptions(epochs=1, seed=s, batch_size=64))
         ckpt = save_checkpoint(model, root / f"digits-laya-seed{s}.pt")
         result = evaluate(ckpt, options=EvalOptions(methods=METHODS, limit=80, bootstrap=50, seed=0))
         write_evaluation(result, root / f"run{s}")
@@ -86,19 +86,16 @@ def seed_report(seed_dirs, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def sanity_dir(digits_models, digits, tmp_path_factory):
-    """A small `laya-eval sanity` folder written by the library on the digits LAYA model."""
-    from laya_eval.sanity_checks import SanityOptions, sanity, write_sanity
+def sanity_dir(digits_checkpoints, digits, tmp_path_factory):
+    """A small `laya-eval sanity` folder written by the library on the digits LAYA checkpoint."""
+    import laya_eval
+    from laya_eval.sanity_checks import SanityOptions
 
     options = SanityOptions(methods=("laya", "static", "contribution", "random"), roar_seeds=2, bootstrap=100,
                             train=TrainOptions(epochs=3, seed=0, batch_size=64, patience=2))
-    test = digits["test"].subset(slice(0, 150))
-    result = sanity(digits_models["laya"], digits["train"], digits["val"], test, options)
     out = tmp_path_factory.mktemp("sanity") / "sanity-digits"
-    meta = {"label": "/somewhere/digits-laya.pt", "checkpoint_sha256": "ab" * 32, "head": "laya", "dataset": "digits",
-            "split": "test", "n": len(test), "ablation": "gate", "scope": "head", "similarity": "across_samples",
-            "roar_seeds": 2, "bootstrap": 100, "seed": 0, "wall_time_s": 1.0}
-    write_sanity(result, out, meta=meta)
+    done = laya_eval.sanity(digits_checkpoints["laya"], digits, out=out, options=options, limit=150)
+    assert done.meta["n"] == 150 and done.files[-1] == out / "manifest.json"
     return out
 
 

@@ -97,9 +97,9 @@ def test_prune_ranks_layers_by_the_baselines(digits_models, digits):
     from laya_eval.pruning import PruneOptions, prune
 
     model = digits_models["laya"]
-    result = prune(model, digits["train"], digits["val"], digits["test"],
-                   PruneOptions(methods=("block_influence", "alpha_norm"), ablations=("gate",), seeds=0, n_random=2,
-                                n_random_refit=0, bootstrap=0, timing=False, early_exit=False))
+    result = prune(model, digits, options=PruneOptions(methods=("block_influence", "alpha_norm"), ablations=("gate",),
+                                                       seeds=0, n_random=2, n_random_refit=0, bootstrap=0, timing=False,
+                                                       early_exit=False))
     head = model.head
     with torch.no_grad():
         hidden = [h.double() for h in model.hidden_states(digits["test"].x)]

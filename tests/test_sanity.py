@@ -230,7 +230,7 @@ def test_sanity_runs_the_backbone_once_per_split_and_per_block_step(digits_model
     options = SanityOptions(methods=("contribution", "random"), bootstrap=50, roar_seeds=1, batch_size=10_000,
                             train=TrainOptions(epochs=3, seed=0, batch_size=64))
     with _Counter(model.backbone) as counter:
-        result = sanity(model, digits["train"], digits["val"], digits["test"], options)
+        result = sanity(model, digits, options=options)
     # train, val and test encoded once each (one batch each), then the test split once per block step (by the
     # copy of the backbone the block steps re-initialise; the copy carries the counting hook); head steps: none
     assert counter.calls == 3 + 3
@@ -317,6 +317,25 @@ def test_options_are_checked():
         SanityOptions(roar_seeds=0)
     with pytest.raises(ConfigError, match="with --scope network|ablation must be one of"):
         SanityOptions(ablation="nope")
+
+
+def test_sanity_checks_out_before_loading_or_checking_anything(digits_checkpoints, digits, tmp_path, monkeypatch):
+    import laya_eval
+    from laya_eval import sanity_checks
+    from laya_eval.loading import checkpoints
+
+    def work(*args, **kwargs):
+        raise AssertionError("the model was loaded or checked before the output was checked")
+
+    monkeypatch.setattr(checkpoints, "load_checkpoint", work)
+    monkeypatch.setattr(sanity_checks, "_run_checks", work)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep me")
+    with pytest.raises(ConfigError, match=r"^output folder '.*a-file' exists and is not a folder\.$"):
+        laya_eval.sanity(digits_checkpoints["laya"], digits, out=a_file)
+    with pytest.raises(ConfigError, match=r"^figure style must be among \{default, paper\}; got 'poster'\.$"):
+        laya_eval.sanity(digits_checkpoints["laya"], digits, out=tmp_path / "new", style="poster")
+    assert a_file.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
 def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
@@ -409,9 +428,9 @@ def test_a_frozen_backbone_is_encoded_once_across_runs_through_the_feature_cache
     options = SanityOptions(methods=("contribution", "random"), bootstrap=0, roar_seeds=1,
                             train=TrainOptions(epochs=1, seed=0, batch_size=64))
     with _Counter(model.backbone) as first:
-        a = sanity(model, digits["train"], digits["val"], digits["test"], options, cache_dir=tmp_path)
+        a = sanity(model, digits, options=options, cache_dir=tmp_path)
     with _Counter(model.backbone) as second:
-        b = sanity(model, digits["train"], digits["val"], digits["test"], options, cache_dir=tmp_path)
+        b = sanity(model, digits, options=options, cache_dir=tmp_path)
     assert first.calls > 0 and second.calls == 0
     for table in ("randomisation", "data_randomisation", "layer_roar", "roar_agreement"):
         pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))

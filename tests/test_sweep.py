@@ -112,7 +112,6 @@ def test_stopped_sweep_resumes_only_the_missing_cells(uninterrupted, tmp_path):
 def test_a_changed_or_damaged_cell_is_redone(uninterrupted, tmp_path):
     import shutil
 
-    from laya_eval.output.origin import code_origin
 
     out = tmp_path / "copy"
     shutil.copytree(uninterrupted.out_dir, out)

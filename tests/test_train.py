@@ -7,7 +7,7 @@ import torch
 
 from laya_eval.loading.checkpoints import load_checkpoint, save_checkpoint
 from laya_eval.errors import ConfigError, DataError
-from laya_eval.training.trainer import TrainOptions, build_model, classification_metrics, predict, train
+from laya_eval.training.trainer import TrainOptions, build_model, classification_metrics, predict, train_in_place
 
 
 def _small(digits, head="laya", seed=0):
@@ -17,7 +17,8 @@ def _small(digits, head="laya", seed=0):
 
 def test_learns_and_restores_the_best_epoch(digits):
     model = _small(digits)
-    result = train(model, digits["train"], digits["val"], TrainOptions(epochs=6, seed=0, batch_size=64, lr=3e-3))
+    result = train_in_place(model, digits["train"], digits["val"],
+                            TrainOptions(epochs=6, seed=0, batch_size=64, lr=3e-3))
     best = max(h["val_accuracy"] for h in result.history)
     assert result.best_val_accuracy == best
     assert result.history[result.best_epoch - 1]["val_accuracy"] == best
@@ -29,7 +30,7 @@ def test_learns_and_restores_the_best_epoch(digits):
 
 def test_early_stopping_patience(digits):
     model = _small(digits)
-    result = train(model, digits["train"], digits["val"], TrainOptions(epochs=40, patience=1, seed=0, lr=0.05))
+    result = train_in_place(model, digits["train"], digits["val"], TrainOptions(epochs=40, patience=1, seed=0, lr=0.05))
     assert result.epochs_run < 40
     assert result.epochs_run - result.best_epoch == 1
 
@@ -38,7 +39,7 @@ def test_same_seed_same_checkpoint_bytes(digits, tmp_path):
     paths = []
     for k in range(2):
         model = _small(digits, seed=3)
-        train(model, digits["train"], digits["val"], TrainOptions(epochs=2, seed=3))
+        train_in_place(model, digits["train"], digits["val"], TrainOptions(epochs=2, seed=3))
         paths.append(save_checkpoint(model, tmp_path / f"{k}.pt"))
     assert paths[0].read_bytes() == paths[1].read_bytes()
 
@@ -50,7 +51,7 @@ def test_freeze_backbone_trains_only_the_head(digits, digits_checkpoints):
     model.backbone = source.backbone
     before = {k: v.clone() for k, v in model.backbone.state_dict().items()}
     head_before = [p.clone() for p in model.head.parameters()]
-    train(model, digits["train"], digits["val"], TrainOptions(epochs=2, seed=0, freeze_backbone=True))
+    train_in_place(model, digits["train"], digits["val"], TrainOptions(epochs=2, seed=0, freeze_backbone=True))
     for k, v in model.backbone.state_dict().items():
         assert torch.equal(v, before[k]), k
     assert any(not torch.equal(a, b) for a, b in zip(head_before, model.head.parameters()))
@@ -70,7 +71,7 @@ def test_diverging_training_stops_with_an_error(digits):
 
     model = build_model("mlp", "concat", digits["train"], backbone_kwargs={"widths": [8]}, seed=0)
     with pytest.raises(TrainingError, match=r"training diverged: the loss is nan at epoch 1 \(lr=1e\+30\)"):
-        train(model, digits["train"], digits["val"], TrainOptions(epochs=3, lr=1e30, seed=0))
+        train_in_place(model, digits["train"], digits["val"], TrainOptions(epochs=3, lr=1e30, seed=0))
 
 
 def test_bad_options_and_data(digits):
@@ -158,7 +159,7 @@ def test_gather_chunks_are_whole_batches_within_the_byte_bound():
 def test_train_gives_the_bits_of_the_plain_reference_loop(digits):
     options = TrainOptions(epochs=4, patience=2, seed=2, batch_size=100, lr=3e-3)
     trained = _small(digits, seed=2)
-    train(trained, digits["train"], digits["val"], options)
+    train_in_place(trained, digits["train"], digits["val"], options)
 
     reference = _small(digits, seed=2)
     torch.manual_seed(options.seed)

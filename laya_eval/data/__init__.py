@@ -23,7 +23,7 @@ May import: errors, checks, catalog.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -161,16 +161,26 @@ def load_dataset(name: str, split: str = "test", *, data_dir: str | os.PathLike 
     return dataset
 
 
-def load_splits(name: str | None, *, data_dir: str | os.PathLike | None = None, download: bool = False,
-                test_limit: int | None = None) -> tuple[str, list[Dataset]]:
+def load_splits(data: str | Mapping[str, Dataset] | None, *, data_dir: str | os.PathLike | None = None,
+                download: bool = False, test_limit: int | None = None) -> tuple[str, list[Dataset]]:
     """``(name, [train, val, test])`` for the commands that retrain heads (``sanity``, ``prune``).
 
-    ``name`` is the dataset (None: refused with the hint to name one); ``test_limit`` keeps the first rows
-    of the test split only (the heads still train on all of train and val).
+    ``data`` is a dataset name (None: refused with the hint to name one) or a mapping holding the Datasets
+    ``train``, ``val`` and ``test`` (the name is the test split's); ``test_limit`` keeps the first rows of the
+    test split only (the heads still train on all of train and val).
     """
-    if not name:
+    if isinstance(data, Mapping):
+        missing = [s for s in SPLITS if s not in data]
+        if missing:
+            raise ConfigError(f"data must be a dataset name or a mapping with the splits {list(SPLITS)}; "
+                              f"missing {missing}.")
+        splits = [data[s] for s in SPLITS]
+        name = splits[2].name
+    elif not data:
         raise DataError("the checkpoint records no dataset; name one with --data (e.g. --data digits).")
-    splits = [load_dataset(name, s, data_dir=data_dir, download=download) for s in ("train", "val", "test")]
+    else:
+        name = data
+        splits = [load_dataset(name, s, data_dir=data_dir, download=download) for s in SPLITS]
     if test_limit is not None:
         splits[2] = splits[2].subset(slice(0, test_limit))
     return name, splits

@@ -48,7 +48,6 @@ __all__ = [
     "ig_completeness_delta",
     "layer_gradients",
     "network_ig_completeness_delta",
-    "method_names",
     "resolve_methods",
 ]
 
@@ -340,12 +339,6 @@ for _name in [n for n in METHOD_SPECS if n in _BUILTIN]:  # catalog order is reg
 # Methods come only through register_method; the catalog names each one the engine can run.
 if set(METHODS) != set(METHOD_SPECS):
     raise ImportError(f"catalog methods without a function: {sorted(set(METHOD_SPECS) - set(METHODS))}")
-
-
-def method_names() -> list[str]:
-    """Registered method names (installed plug-ins included), in registry order."""
-    load_installed_plugins()
-    return list(METHODS)
 
 
 def applicable(method: AttributionMethod, model: LayeredModel) -> str | None:

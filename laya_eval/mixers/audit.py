@@ -10,7 +10,8 @@ intervals, the exact null p-value), and methods are compared pairwise per mixer
 (:func:`laya_eval.stats.compare_methods`).
 
 Tables (``sources``, ``samples``, ``summary``, ``comparisons``, ``map``) carry a ``mixer`` column; ``map`` is the
-mixer x source grid of mean mass and mean effect side by side.
+mixer x source grid of mean mass and mean effect side by side. Given ``out``, :func:`audit_mixers` writes them as a
+result folder (``laya-eval mixers``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,7 +45,7 @@ from laya_eval.output.origin import provenance
 from laya_eval.output.tables import table_bytes
 from laya_eval.stats import COMPARISON_COLUMNS, compare_methods, tie_effects
 
-__all__ = ["MixerAudit", "MixerOptions", "audit_mixers", "audit_mixers_to_folder", "load_mixer_spec"]
+__all__ = ["MixerAudit", "MixerOptions", "audit_mixers", "load_mixer_spec"]
 
 TABLES = ("sources", "samples", "summary", "comparisons", "map")
 
@@ -71,7 +73,9 @@ class MixerOptions:
 
 @dataclass
 class MixerAudit:
-    """The tables of a mixer audit (see the module docstring) and its manifest."""
+    """The tables of a mixer audit (see the module docstring), its manifest, and the files written (``files``,
+    ``manifest.json`` last; empty without ``out``). ``warnings``: one line per warning about the run, as on every
+    verb's result (an audit has none of its own yet)."""
 
     sources: pd.DataFrame
     samples: pd.DataFrame
@@ -80,6 +84,8 @@ class MixerAudit:
     map: pd.DataFrame
     manifest: dict[str, Any] = field(default_factory=dict)
     donors: pd.DataFrame | None = None
+    files: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def load_mixer_spec(spec: str | os.PathLike, *, trust_code: bool = False) -> tuple[nn.Module, dict[str, Any]]:
@@ -271,31 +277,41 @@ def _prepared(model, data, options: MixerOptions, data_dir):
     return model.eval(), described, mixers, dataset, options
 
 
-def audit_mixers(model: nn.Module | str | os.PathLike, data: str | Dataset, *, options: MixerOptions | None = None,
-                 data_dir: str | os.PathLike | None = None, progress: Any = None) -> MixerAudit:
-    """Audit every depth mixer of ``model`` (a module, a mixer model file or ``py:MODULE:CALLABLE``) on ``data``.
+def audit_mixers(model: nn.Module | str | os.PathLike, data: str | Dataset, *, out: str | os.PathLike | None = None,
+                 options: MixerOptions | None = None, data_dir: str | os.PathLike | None = None,
+                 progress: Any = None) -> MixerAudit:
+    """Audit every depth mixer of ``model`` (a module, a mixer model file or ``py:MODULE:CALLABLE``) on ``data``
+    (``laya-eval mixers``).
+
+    ``options`` and ``out`` are checked before any work. Given ``out``, the folder is written whole:
+    ``sources.csv, samples.csv, summary.csv, comparisons.csv, map.csv``, the figure ``map.png`` (mass and effect
+    per mixer and source), with ``removal="resample"`` also ``donors.csv``, and ``manifest.json`` (the sha256 of
+    every file).
 
     Returns
     -------
     MixerAudit
         Its ``summary`` has one row per (mixer, method): ``faithfulness`` with its 95% interval, Deletion@1,
         top-1 hit rate, AOPC, ``n``, ``n_undefined`` and ties.
+
+    Raises
+    ------
+    ConfigError
+        Bad options, ``out`` cannot be written, a model without depth mixers, data it cannot take.
     """
-    model, described, mixers, dataset, options = _prepared(model, data, options or MixerOptions(), data_dir)
+    options = (options or MixerOptions()).check()
+    if out is not None:
+        check_output_folder(out)
+    model, described, mixers, dataset, options = _prepared(model, data, options, data_dir)
     means = _source_means(model, mixers, dataset, options.batch_size) if options.removal == "mean" else {}
     collected = _collect(model, mixers, dataset, options, means, progress)
-    return _tables(collected, mixers, options, described, dataset.name)
+    audit = _tables(collected, mixers, options, described, dataset.name)
+    if out is not None:
+        audit.files = _write_audit(audit, out)
+    return audit
 
 
-def audit_mixers_to_folder(model: nn.Module | str | os.PathLike, data: str | Dataset, out: str | os.PathLike, *,
-                           options: MixerOptions | None = None, data_dir: str | os.PathLike | None = None,
-                           progress: Any = None) -> MixerAudit:
-    """:func:`audit_mixers`, then ``sources.csv, samples.csv, summary.csv, comparisons.csv, map.csv`` and
-    ``manifest.json`` and the figure ``map.png`` (mass and effect per mixer and source) in ``out`` (with
-    ``removal="resample"`` also ``donors.csv``), replaced whole (the folder is checked before any work)."""
-    (options or MixerOptions()).check()
-    check_output_folder(out)
-    audit = audit_mixers(model, data, options=options, data_dir=data_dir, progress=progress)
+def _write_audit(audit: MixerAudit, out: str | os.PathLike) -> list[Path]:
     files = {f"{t}.csv": table_bytes(getattr(audit, t), "csv") for t in TABLES}
     if audit.donors is not None:
         files["donors.csv"] = table_bytes(audit.donors, "csv")
@@ -303,5 +319,4 @@ def audit_mixers_to_folder(model: nn.Module | str | os.PathLike, data: str | Dat
     # Each file's sha256 in the manifest: a report refuses a folder whose files come from different audits.
     manifest = {**audit.manifest, "files": {name: sha256_bytes(data) for name, data in files.items()}}
     files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode()
-    write_result_folder(out, files)
-    return audit
+    return write_result_folder(out, files)

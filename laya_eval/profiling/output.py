@@ -1,28 +1,22 @@
-"""Writing a layer profile's folder, and ``laya-eval profile`` as one call.
-
-:func:`write_profile` writes the tables, the figures and ``manifest.json`` (the sha256 of every file) as the whole
-content of a folder, replaced whole or not at all (:func:`laya_eval.output.files.write_result_folder`), as every
-result folder is; :func:`profile_to_folder` checks the folder and the figure options, computes the profile
-(:func:`~laya_eval.profiling.profiles.layer_profile`) and writes it.
+"""A layer profile's folder: its tables, figures and ``manifest.json`` (the sha256 of every file), written whole
+or not at all (:func:`laya_eval.output.files.write_result_folder`), as every result folder is.
+:func:`laya_eval.profiling.run.profile` (``laya_eval.profile``) writes it when given ``out``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from laya_eval.profiling.diagnosis import DiagnosisOptions
-from laya_eval.profiling.profiles import SUBSETS, LayerProfile, layer_profile
+from laya_eval.profiling.profiles import SUBSETS, LayerProfile
 
-__all__ = ["ProfileRun", "profile_figures", "profile_to_folder", "write_profile"]
+__all__ = ["profile_figures"]
 
 
-def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str | None = None,
-                  style: str = "default") -> list[Path]:
+def _write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str | None = None,
+                   style: str = "default") -> list[Path]:
     """Write profile.csv, profile_layers.csv, profile.json, the figures and manifest.json as the whole content
     of ``out_dir``.
 
@@ -67,7 +61,7 @@ def write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str
 
 
 def profile_figures(profile: LayerProfile, *, style: str = "default") -> dict[str, Any]:
-    """The figures :func:`write_profile` writes, by file name without extension.
+    """The figures of a profile's folder, by file name without extension.
 
     ``profile_heatmap_{all,correct,incorrect}`` (one per subset with samples, one colour range for all),
     ``profile_layers`` and, with a diagnosis, ``diagnosis``.
@@ -86,39 +80,3 @@ def profile_figures(profile: LayerProfile, *, style: str = "default") -> dict[st
     if profile.diagnosis is not None:
         figs["diagnosis"] = figures.diagnosis_figure(profile.diagnosis, meta=profile.meta, style=style)
     return figs
-
-
-@dataclass
-class ProfileRun:
-    """What :func:`profile_to_folder` did: the profile, the files written and the wall time."""
-
-    profile: LayerProfile
-    wall_time_s: float
-    files: list[Path] = field(default_factory=list)
-
-
-def profile_to_folder(model: Any, out_dir: str | os.PathLike, data: Any = None, *, method: str = "laya",
-                      by: str = "label", options: Any = None, data_dir: str | os.PathLike | None = None,
-                      progress: Any = None, world: Any = None,
-                      diagnosis: DiagnosisOptions | None = DiagnosisOptions(), fmt: str | None = None,
-                      style: str = "default") -> ProfileRun | None:
-    """``laya-eval profile`` as one call: :func:`~laya_eval.profiling.profiles.layer_profile` (its arguments),
-    then :func:`write_profile` into ``out_dir``.
-
-    ``out_dir``, ``fmt`` and ``style`` are checked before any work. Under torchrun every process profiles its
-    shard and rank 0 writes the folder; the other ranks get ``None``.
-    """
-    from laya_eval.figures import check_format, check_style
-    from laya_eval.output.files import check_output_folder
-
-    check_output_folder(out_dir)
-    check_style(style)
-    if fmt is not None:
-        check_format(fmt)
-    start = time.perf_counter()
-    prof = layer_profile(model, data, method=method, by=by, options=options, data_dir=data_dir, progress=progress,
-                         world=world, diagnosis=diagnosis)
-    if prof is None:
-        return None
-    files = write_profile(prof, out_dir, fmt=fmt, style=style)
-    return ProfileRun(profile=prof, wall_time_s=time.perf_counter() - start, files=files)

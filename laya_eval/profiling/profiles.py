@@ -11,18 +11,17 @@ Conventions: ``std`` is the sample standard deviation (``ddof=1``, pandas'
 default) and is NaN (an empty CSV cell) for a group of a single sample; a
 (class, layer) group without samples has no row.
 
+The verb that computes a profile (and writes its folder) is :func:`laya_eval.profiling.run.profile`.
+
 Examples
 --------
->>> prof = layer_profile("ckpt.pt", method="laya")  # doctest: +SKIP
+>>> import laya_eval
+>>> prof = laya_eval.profile("ckpt.pt", method="laya", out="profile-out")  # doctest: +SKIP
 >>> prof.table.query("subset == 'all'").pivot(index="class_name", columns="layer", values="mean")  # doctest: +SKIP
->>> from laya_eval.profiling.output import write_profile
->>> write_profile(prof, "profile-out")  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -39,7 +38,6 @@ __all__ = [
     "PROFILE_COLUMNS",
     "SUBSETS",
     "LayerProfile",
-    "layer_profile",
     "layer_table",
     "profile_from_result",
     "profile_table",
@@ -72,6 +70,13 @@ class LayerProfile:
     diagnosis : Diagnosis or None
         Distances to the class reference profiles and their ROC AUC as an error
         signal (:mod:`laya_eval.profiling.diagnosis`); ``None`` when not asked for.
+    files : list of Path
+        The files :func:`laya_eval.profile` wrote (``manifest.json`` last); empty without ``out``.
+    warnings : list of str
+        One line per warning about the run, as on every verb's result (a profile has none of its own: it
+        measures no effect and reads no result folder).
+    wall_time_s : float or None
+        Seconds :func:`laya_eval.profile` took, the writing included; None for a profile made from a result.
     """
 
     table: pd.DataFrame
@@ -79,6 +84,9 @@ class LayerProfile:
     scores: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     diagnosis: Diagnosis | None = None
+    files: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    wall_time_s: float | None = None
 
 
 def _check_by(by: str) -> None:
@@ -87,9 +95,9 @@ def _check_by(by: str) -> None:
 
 
 def _check_method(method: str) -> None:
-    from laya_eval.engine.methods import method_names
+    from laya_eval.engine.methods import resolve_methods
 
-    check_choice("method", method, method_names())
+    check_choice("method", method, [m.name for m in resolve_methods(None)])  # installed plug-ins included
 
 
 def _subset_masks(label: np.ndarray, pred: np.ndarray) -> dict[str, np.ndarray]:
@@ -237,53 +245,3 @@ def profile_from_result(result, *, method: str = "laya", class_names: Sequence[s
         info["diagnosis"] = diag.meta
     return LayerProfile(table=profile_table(scores, class_names, by=by), layers=layer_table(scores),
                         scores=scores, meta=info, diagnosis=diag)
-
-
-def layer_profile(model, data=None, *, method: str = "laya", by: str = "label", options=None,
-                  data_dir: str | os.PathLike | None = None, progress: Any = None, world: Any = None,
-                  diagnosis: DiagnosisOptions | None = DiagnosisOptions()) -> LayerProfile | None:
-    """Class-wise layer profile of one attribution method.
-
-    Parameters
-    ----------
-    model : LayeredModel or path to a checkpoint
-    data : Dataset, dataset name, or None
-        ``None``: the checkpoint's dataset, split ``options.split``.
-    method : str
-        A name of :data:`laya_eval.engine.methods.METHODS` (``laya``, ``static``, ``ig``, ...).
-    by : {"label", "pred"}
-        Group samples by their true (default) or predicted class.
-    options : EvalOptions, optional
-        Split, limit, batch size, scope, seed, device, IG steps; its ``methods`` and
-        ``bootstrap`` are ignored.
-    data_dir : path, optional
-    progress : tqdm-like, optional
-    world : laya_eval.engine.distributed.World, optional
-        Under torchrun each process profiles its shard; rank 0 gets the profile, the others ``None``.
-    diagnosis : DiagnosisOptions or None
-        The error diagnosis from attention shift (:mod:`laya_eval.profiling.diagnosis`); by default
-        ``DiagnosisOptions()``: reference class = predicted class, distance chosen from the scores,
-        1000 stratified bootstrap resamples, seeded with ``options.seed``. ``None``: none.
-
-    Returns
-    -------
-    LayerProfile, or None on ranks other than 0
-
-    Raises
-    ------
-    ConfigError
-        Unknown method, or a method that does not apply to the model's head.
-    """
-    from laya_eval.engine.distributed import SINGLE_PROCESS
-    from laya_eval.engine.evaluation import EvalOptions, evaluate
-
-    _check_method(method)
-    _check_by(by)
-    options = dataclasses.replace(options or EvalOptions(), methods=(method,), bootstrap=0)
-    results = evaluate(model, data, options=options, data_dir=data_dir, progress=progress,
-                       world=world or SINGLE_PROCESS)
-    if results is None:
-        return None
-    result = results[options.ablations[0]]  # a method that does not apply was refused while planning
-    return profile_from_result(result, method=method, class_names=tuple(result.manifest["class_names"]), by=by,
-                               diagnosis=diagnosis)

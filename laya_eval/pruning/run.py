@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from laya_eval.checks import offset_seed
-from laya_eval.engine.methods import method_names
+from laya_eval.engine.methods import resolve_methods
 from laya_eval.engine.plan import check_target_class
 from laya_eval.data import Dataset
 from laya_eval.errors import ConfigError
@@ -21,6 +25,7 @@ from laya_eval.pruning.cost import depth_latency, is_chain
 from laya_eval.pruning.curves import evaluate_masks, greedy_order, prefix_masks, removal_fill, removal_order
 from laya_eval.pruning.early_exit import early_exit_table
 from laya_eval.pruning.options import LATENCY_COLUMNS, PRUNING_COLUMNS, PruneOptions
+from laya_eval.pruning.output import _write_prune
 from laya_eval.pruning.refit import RefitCache
 from laya_eval.sanity_checks.cached import attribute_features
 from laya_eval.training.features import encode_features
@@ -45,6 +50,14 @@ class PruneResult:
     latency : DataFrame or None
         Seconds per depth (depth 0: the whole model); None when not timed or not a chain.
     meta : dict
+        The model (``label``, ``checkpoint``: its provenance), dataset, options and what was measured (sizes,
+        layers, methods, heads trained); the manifest of the folder holds it.
+    files : list of Path
+        The files written (``manifest.json`` last); empty without ``out``.
+    warnings : list of str
+        One line per warning about the run, as on every verb's result (pruning has none of its own yet).
+    wall_time_s : float or None
+        Seconds from the first encoding to the last table (loading and writing left out).
     """
 
     pruning: pd.DataFrame
@@ -53,6 +66,9 @@ class PruneResult:
     early_exit: pd.DataFrame | None
     latency: pd.DataFrame | None
     meta: dict[str, Any] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    wall_time_s: float | None = None
 
 
 class _Context:
@@ -169,32 +185,9 @@ def _early_exit(ctx: _Context, scores: dict[str, np.ndarray], dataset_level: set
                             ctx.latency)
 
 
-def prune(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
-          options: PruneOptions | None = None, *, on_head: Callable[[tuple[int, ...], int], None] | None = None,
-          cache_dir: Any = None) -> PruneResult:
-    """Prune layers by every method's ranking; accuracy without and with retraining, depth and latency.
-
-    The backbone encodes each split once (pooled head inputs); everything after that is head-only, except the
-    latency measurement, which times the real backbone truncated at each depth.
-
-    Parameters
-    ----------
-    model : LayeredModel
-    train, val : Dataset
-        For the refit heads; ``val`` also for the oracle's greedy search and early stopping.
-    test : Dataset
-        Where every accuracy is measured and the methods' scores are computed.
-    options : PruneOptions
-    on_head : callable, optional
-        Called with ``(layers kept, seed)`` after each refit head is trained (progress bars).
-    cache_dir : path, optional
-        Feature cache for frozen pretrained backbones (default: :func:`laya_eval.loading.feature_cache.cache_root`).
-
-    Returns
-    -------
-    PruneResult
-    """
-    options = options or PruneOptions()
+def _prune_layers(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset, options: PruneOptions, *,
+                  on_head: Callable[[tuple[int, ...], int], None] | None, cache_dir: Any) -> PruneResult:
+    """Every method's pruning curves, the bounds and the early-exit what-if on ``model`` (see :func:`prune`)."""
     if model.n_layers < 2:
         raise ConfigError(f"pruning needs at least 2 layers; the model has {model.n_layers}.")
     check_target_class(options.target, model)
@@ -202,7 +195,7 @@ def prune(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
         model.check_fits(d)
     model.eval()
     f = {name: encode_features(model, d, batch_size=options.batch_size, cache_dir=cache_dir) for name, d in (("train", train), ("val", val), ("test", test))}
-    names = list(options.methods) if options.methods is not None else method_names()
+    names = list(options.methods) if options.methods is not None else [m.name for m in resolve_methods(None)]
     scores, _ = attribute_features(model, f["test"], list(dict.fromkeys([*names, _RANDOM])), seed=options.seed,
                                    batch_size=options.batch_size, target=options.target)
     random_scores = scores.pop(_RANDOM)  # the random rows are always there: they bound every method
@@ -237,3 +230,94 @@ def prune(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
     return PruneResult(pruning=table, summary=pruning_summary(curves, n_resamples=options.bootstrap, seed=options.seed),
                        comparisons=pruning_comparisons(curves, n_resamples=options.bootstrap, seed=options.seed),
                        early_exit=early, latency=lat, meta=meta)
+
+
+def prune(model: LayeredModel | str | os.PathLike, data: str | Mapping[str, Dataset] | None = None, *,
+          out: str | os.PathLike | None = None, options: PruneOptions | None = None,
+          data_dir: str | os.PathLike | None = None, limit: int | None = None, cache_dir: Any = None,
+          device: str = "cpu", trust_code: bool = False, download: bool = False, allow_unverified: bool = False,
+          fmt: str | None = None, style: str = "default", on_start: Callable[[str], None] | None = None,
+          on_head: Callable[[tuple[int, ...], int], None] | None = None) -> PruneResult:
+    """Prune layers by every method's ranking; accuracy without and with retraining, depth and latency
+    (``laya-eval prune``).
+
+    ``out``, ``fmt`` and ``style`` are checked before anything is loaded, the model and the data before the
+    backbone runs. The backbone encodes each split once (pooled head inputs); everything after that is head-only,
+    except the latency measurement, which times the real backbone truncated at each depth.
+
+    Parameters
+    ----------
+    model : LayeredModel or model spec
+        A model, or a checkpoint, ``hf:`` or ``py:`` spec (:func:`laya_eval.loading.specs.load_model`, onto
+        ``device``).
+    data : str, mapping or None
+        A dataset name, or a mapping with the Datasets ``train`` and ``val`` (for the refit heads; ``val`` also for
+        the oracle's greedy search and early stopping) and ``test`` (where every accuracy is measured and the
+        methods' scores are computed); ``None``: the checkpoint's dataset.
+    out : path, optional
+        The folder to write, replaced whole: :data:`~laya_eval.pruning.output.PRUNE_FILES` (tables not computed,
+        such as the latency without timing, are left out), ``pruning.<fmt>``, ``early_exit.<fmt>`` and
+        ``manifest.json`` (:attr:`PruneResult.meta` and the sha256 of every file); ``None``: nothing is written.
+    options : PruneOptions, optional
+    data_dir : path, optional
+    limit : int, optional
+        Keep the first ``limit`` test samples (the heads still train on all of train and val).
+    cache_dir : path, optional
+        Feature cache for frozen pretrained backbones (default: :func:`laya_eval.loading.feature_cache.cache_root`).
+    device : str
+        Where a spec is loaded (a LayeredModel stays where it is).
+    trust_code, download, allow_unverified : bool
+        As :func:`laya_eval.loading.specs.load_model`'s.
+    fmt : {"png", "svg", "pdf"}, optional
+        The figures' format: png, or pdf in paper style.
+    style : {"default", "paper"}
+        Paper style: the figures carry no titles and each caption is written beside its figure as
+        ``NAME.caption.txt``.
+    on_start : callable, optional
+        Receives one line saying what is about to run (the CLI prints it).
+    on_head : callable, optional
+        Called with ``(layers kept, seed)`` after each refit head is trained (progress bars).
+
+    Returns
+    -------
+    PruneResult
+
+    Raises
+    ------
+    ConfigError
+        ``out`` cannot be written, a bad ``fmt`` or ``style``, a model of fewer than 2 layers, a target class the
+        model does not have, data the model does not take.
+    """
+    from laya_eval.data import load_splits
+    from laya_eval.figures import check_format, check_style
+    from laya_eval.loading.specs import load_model
+    from laya_eval.models.devices import resolve_device
+    from laya_eval.output.files import check_output_folder
+
+    options = options or PruneOptions()
+    if out is not None:
+        check_output_folder(out)
+    check_style(style)
+    if fmt is not None:
+        check_format(fmt)
+    if isinstance(model, LayeredModel):
+        net, provenance, label = model, {"path": None, "sha256": None}, "<in-memory>"
+    else:
+        loaded = load_model(model, trust_code=trust_code, download=download, map_location=resolve_device(device),
+                            allow_unverified=allow_unverified)
+        net, provenance, label = loaded.model, loaded.provenance, str(model)
+    name, splits = load_splits(data or net.info.dataset, data_dir=data_dir, download=download, test_limit=limit)
+    start = time.perf_counter()
+    if on_start is not None:
+        on_start(f"{label}: {net.head.name} head, {name}, L = {net.n_layers}; encoding "
+                 f"{sum(len(s) for s in splits)} samples once, then head-only work")
+    result = _prune_layers(net, *splits, options, on_head=on_head, cache_dir=cache_dir)
+    result.wall_time_s = time.perf_counter() - start
+    result.meta = {"label": label, "checkpoint": provenance, "dataset": name, "split": "test",
+                   "ablations": list(options.ablations), "seeds": options.seeds,
+                   "train": dataclasses.asdict(options.train), "n_random": options.n_random,
+                   "n_random_refit": options.n_random_refit, "seed": options.seed, "bootstrap": options.bootstrap,
+                   "target": options.target, **result.meta}
+    if out is not None:
+        result.files = _write_prune(result, out, fmt=fmt, style=style)
+    return result

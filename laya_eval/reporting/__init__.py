@@ -17,10 +17,8 @@ every number in the report can be traced to a file.
 
 Examples
 --------
->>> runs = load_runs(["runs/laya", "runs/scalarmix"])  # doctest: +SKIP
->>> write_report(runs, "report/")                      # doctest: +SKIP
->>> inputs = load_inputs(["runs/laya", "sanity/laya"])  # doctest: +SKIP
->>> write_report(inputs.runs, "report/", sanity=inputs.sanity)  # doctest: +SKIP
+>>> done = report(["runs/laya", "runs/scalarmix", "sanity/laya"], out="report/")  # doctest: +SKIP
+>>> done.files[-1], done.warnings                                               # doctest: +SKIP
 
 May import: errors, catalog, version, output, stats, figures, sanity_checks.
 """
@@ -31,26 +29,27 @@ from laya_eval.reporting.runs import ReportInputs, Run, load_inputs, load_run, l
 from laya_eval.reporting.sanity_verdicts import SanityRun, load_sanity, sanity_table
 from laya_eval.reporting.significance import significance_matrix
 from laya_eval.reporting.tables import ReportTables, agreement_matrix, report_tables
-from laya_eval.reporting.write import check_report_output, write_report
+from laya_eval.reporting.write import ReportResult, report, report_figures
 
 __all__ = [
     "DECIMALS",
     "MixerRun",
     "ReportInputs",
+    "ReportResult",
     "ReportTables",
     "Run",
     "SanityRun",
     "agreement_matrix",
-    "check_report_output",
     "load_inputs",
     "load_mixer_run",
     "load_run",
     "load_runs",
     "load_sanity",
     "mixer_verdicts",
+    "report",
+    "report_figures",
     "report_tables",
     "run_from_result",
     "sanity_table",
     "significance_matrix",
-    "write_report",
 ]

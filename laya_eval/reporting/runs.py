@@ -185,8 +185,14 @@ class ReportInputs:
         return [r.unverified for r in self.runs if r.unverified]
 
 
-def load_inputs(folders: Sequence[str | os.PathLike], *, strict: bool = False) -> ReportInputs:
-    """Read faithfulness result folders and ``laya-eval sanity`` folders, each recognised by its files.
+def _is_result(item: Any) -> bool:
+    """An in-memory evaluation (:class:`~laya_eval.engine.results.EvaluationResult`): its tables and manifest."""
+    return all(hasattr(item, name) for name in ("summary", "samples", "layers", "manifest"))
+
+
+def load_inputs(folders: Sequence[Any], *, strict: bool = False) -> ReportInputs:
+    """Read faithfulness result folders and ``laya-eval sanity`` folders, each recognised by its files, and take
+    in-memory evaluations as runs (:func:`run_from_result`).
 
     A folder holding any of the sanity files (randomisation.csv, ..., sanity.json) and no summary.csv is a
     sanity folder; one holding map.csv and sources.csv (no layers.csv) a ``laya-eval mixers`` folder; every other
@@ -198,10 +204,20 @@ def load_inputs(folders: Sequence[str | os.PathLike], *, strict: bool = False) -
     if not folders:
         raise ResultsError("give at least one result folder of `laya-eval faithfulness`, `laya-eval sanity` or "
                            "`laya-eval mixers`.")
-    sanity = [Path(f) for f in folders if is_sanity_folder(f)]
-    mixers = [Path(f) for f in folders if is_mixer_folder(f)]
-    rest = [f for f in folders if Path(f) not in sanity and Path(f) not in mixers]
-    runs = _unique_labels([load_run(f, strict=strict) for folder in rest for f in _expand(Path(folder))])
+    for item in folders:
+        if not isinstance(item, (str, os.PathLike)) and not _is_result(item):
+            raise ResultsError(f"a report reads result folders (paths) and evaluation results; got "
+                               f"{type(item).__name__}.")
+    paths = [f for f in folders if isinstance(f, (str, os.PathLike))]
+    sanity = [Path(f) for f in paths if is_sanity_folder(f)]
+    mixers = [Path(f) for f in paths if is_mixer_folder(f)]
+    runs = []
+    for item in folders:
+        if not isinstance(item, (str, os.PathLike)):
+            runs.append(run_from_result(item))
+        elif Path(item) not in sanity and Path(item) not in mixers:
+            runs += [load_run(f, strict=strict) for f in _expand(Path(item))]
+    runs = _unique_labels(runs)
     mixer_runs, seen = [], {}
     for f in mixers:
         run = load_mixer_run(f)

@@ -1,4 +1,5 @@
-"""Writing a report: its CSVs, figures, ``report.md``, ``report.html`` and ``manifest.json``, as one folder.
+"""``report``: read result folders (or in-memory evaluations) and write a report's CSVs, figures, ``report.md``,
+``report.html`` and ``manifest.json`` as one folder.
 
 Every file is made in memory first and the folder is then written whole by
 :func:`laya_eval.output.files.write_result_folder` (the writer of every result folder): a failed write (a full
@@ -10,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,11 +26,11 @@ from laya_eval.output.origin import provenance
 from laya_eval.errors import ConfigError, ResultsError
 from laya_eval.reporting.mixer_sections import MixerRun, mixer_verdicts
 from laya_eval.reporting.provenance_sections import provenance_table
-from laya_eval.reporting.runs import ReportInputs, Run, _unique_labels, load_inputs
+from laya_eval.reporting.runs import ReportInputs, Run, _expand, _unique_labels, load_inputs
 from laya_eval.reporting.sanity_verdicts import SanityRun, sanity_runs_table, sanity_table, unique_sanity_labels
 from laya_eval.reporting.tables import ReportTables, report_tables
 
-__all__ = ["ReportRun", "check_report_output", "report", "report_figures", "report_to_folder", "write_report"]
+__all__ = ["ReportResult", "report", "report_figures"]
 
 
 def _csv_text(table: pd.DataFrame) -> str:
@@ -106,7 +106,7 @@ def report_figures(runs: Sequence[Run], *, sanity: Sequence[SanityRun] = (), max
                    style: str = "default") -> dict[str, Any]:
     """Every figure of a report, by file name without extension (``faithfulness``, ``scatter_<run>``, ...).
 
-    The arguments are those of :func:`write_report`; the figures are :class:`matplotlib.figure.Figure` objects.
+    The arguments are those of :func:`report`; the figures are :class:`matplotlib.figure.Figure` objects.
     """
     runs, sanity = _unique_labels(list(runs)), unique_sanity_labels(list(sanity))
     figs = _make_figures(runs, report_tables(runs), max_points=max_points, seed=seed, style=style) if runs else {}
@@ -120,56 +120,13 @@ _TABLES = ("runs", "faithfulness", "across_runs", "deletion_curves", "spearman_d
 _OPTIONAL = {"comparisons", "across_seeds", "seed_ranks", "seed_comparisons", "significance"}
 
 
-def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | None = None,
-                 html_report: bool = True, title: str | None = None, max_points: int = 300, seed: int = 0,
-                 style: str = "default", sanity: Sequence[SanityRun] = (),
-                 mixers: Sequence[MixerRun] = (), tables: ReportTables | None = None) -> list[Path]:
-    """Write the report's CSVs, figures (``figures/``), ``report.md``, ``report.html`` and ``manifest.json`` (the
-    sha256 of every file) as the whole content of ``out_dir``, replaced at once (a failed write leaves it as it was).
-
-    Parameters
-    ----------
-    runs : sequence of Run
-        Faithfulness runs (may be empty when ``sanity`` is not).
-    out_dir : path
-    fmt : {"png", "svg", "pdf"}, optional
-        Figure files' format (default png, or pdf in paper style); the HTML embeds PNG (or SVG)
-        renderings either way.
-    html_report : bool
-        Also write the self-contained ``report.html``.
-    title : str, optional
-    max_points : int
-        Samples drawn (seeded) for each attribution-vs-effect scatter.
-    seed : int
-    style : {"default", "paper"}
-        Paper style: figures without titles at paper column widths; each figure's caption is
-        written beside it (``figures/NAME.caption.txt``) and under it in the report.
-    sanity : sequence of SanityRun
-        ``laya-eval sanity`` folders: the "Sanity checks" section.
-    mixers : sequence of MixerRun
-        ``laya-eval mixers`` folders: the "Depth mixers" section (``mixers.csv``: the verdict per mixer;
-        ``figures/mixers_<run>``: the map of mass and effect).
-    tables : ReportTables, optional
-        :func:`~laya_eval.reporting.tables.report_tables` of ``runs`` when the caller has them already.
-
-    Returns
-    -------
-    list of Path
-        The files written, ``manifest.json`` last.
-    """
-    from laya_eval import figures as F
+def _write_report(runs: Sequence[Run], out: str | os.PathLike, *, fmt: str, html_report: bool, title: str | None,
+                  max_points: int, seed: int, style: str, sanity: Sequence[SanityRun], mixers: Sequence[MixerRun],
+                  tables: ReportTables | None) -> list[Path]:
+    """Write the report (its inputs and options checked by :func:`report`) as the whole content of ``out``."""
     from laya_eval.figures.mixers import mixer_map_figure
 
-    F.check_style(style)
-    fmt = F.check_format(fmt) if fmt is not None else F.default_format(style)
-    runs, sanity = _unique_labels(list(runs)), unique_sanity_labels(list(sanity))
-    if not runs and not sanity and not mixers:
-        raise ResultsError("give at least one result folder of `laya-eval faithfulness`, `laya-eval sanity` or "
-                           "`laya-eval mixers`.")
-    check_report_output(out_dir, runs, sanity, mixers)
     written: dict[str, bytes] = {}
-    if tables is None and runs:
-        tables = report_tables(runs)
     as_written = _write_tables(tables, written) if tables is not None else None
     checks = None
     if sanity:
@@ -195,52 +152,36 @@ def write_report(runs: Sequence[Run], out_dir: str | os.PathLike, *, fmt: str | 
                 "sanity": [s.label for s in sanity], "mixers": [m.label for m in mixers],
                 "files": {name: sha256_bytes(data) for name, data in written.items()}}
     written[MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-    return write_result_folder(out_dir, written)
+    return write_result_folder(out, written)
 
 
-def check_report_output(out_dir: str | os.PathLike, runs: Sequence[Run] = (), sanity: Sequence[SanityRun] = (),
-                        mixers: Sequence[MixerRun] = ()) -> Path:
-    """Check, before any work, that a report can be written to ``out_dir``: a folder that can be replaced whole
-    (:func:`~laya_eval.output.files.check_output_folder`) and neither a folder the report reads nor one holding it.
-
-    Raises
-    ------
-    ConfigError
-    """
-    out = Path(os.path.realpath(out_dir))
-    for folder in [r.folder for r in runs] + [s.folder for s in sanity] + [m.folder for m in mixers]:
-        if folder is not None and (out == (f := Path(os.path.realpath(folder))) or out in f.parents):
-            raise ConfigError(f"--out '{out_dir}' would replace the result folder '{folder}' that the report reads; "
+def _check_output(out: str | os.PathLike, folders: Sequence[str | os.PathLike]) -> Path:
+    """``out`` can be written as a result folder (:func:`~laya_eval.output.files.check_output_folder`) and is
+    neither a folder the report reads nor one holding it."""
+    target = Path(os.path.realpath(out))
+    for folder in [f for given in folders for f in dict.fromkeys([Path(given), *_expand(Path(given))])]:
+        if target == (f := Path(os.path.realpath(folder))) or target in f.parents:
+            raise ConfigError(f"--out '{out}' would replace the result folder '{folder}' that the report reads; "
                               "write the report to another folder.")
-    return check_output_folder(out_dir)
-
-
-def report(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, **options: Any) -> list[Path]:
-    """Report on result folders of ``faithfulness`` and ``sanity`` (each recognised by its files).
-
-    Reads the folders (:func:`~laya_eval.reporting.runs.load_inputs`) and writes the report
-    (:func:`write_report`; ``options`` are its keyword arguments). Returns the files written.
-
-    Examples
-    --------
-    >>> report(["runs/laya", "runs/scalarmix"], "report/")  # doctest: +SKIP
-    """
-    inputs = load_inputs(folders)
-    return write_report(inputs.runs, out_dir, sanity=inputs.sanity, mixers=inputs.mixers, **options)
+    return check_output_folder(out)
 
 
 @dataclass
-class ReportRun:
-    """What :func:`report_to_folder` did: the folders read, the files written and the tables the CLI prints.
+class ReportResult:
+    """What :func:`report` read and wrote, and the tables ``laya-eval report`` prints.
 
     Attributes
     ----------
     inputs : ReportInputs
-        The faithfulness runs, sanity and mixers folders read (``inputs.warnings``: unverified folders).
+        The faithfulness runs, sanity and mixers folders read.
     files : list of Path
         The files written, ``manifest.json`` last.
-    faithfulness : DataFrame or None
-        The combined faithfulness table (None without faithfulness runs).
+    warnings : list of str
+        One line per input folder read unverified (an edited file, a file its manifest does not list, no
+        manifest): the lines ``laya-eval report`` prints after ``warning:``.
+    tables : ReportTables or None
+        The tables computed over the faithfulness runs (:func:`~laya_eval.reporting.tables.report_tables`;
+        ``tables.faithfulness`` is the combined table); None without faithfulness runs.
     sanity : DataFrame or None
         The sanity verdicts (None without sanity folders).
     mixers : DataFrame or None
@@ -252,35 +193,84 @@ class ReportRun:
 
     inputs: ReportInputs
     files: list[Path] = field(default_factory=list)
-    faithfulness: pd.DataFrame | None = None
+    warnings: list[str] = field(default_factory=list)
+    tables: ReportTables | None = None
     sanity: pd.DataFrame | None = None
     mixers: pd.DataFrame | None = None
     provenance: pd.DataFrame | None = None
 
 
-def report_to_folder(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *, strict: bool = False,
-                     on_warning: Callable[[str], None] | None = None, **options: Any) -> ReportRun:
-    """``laya-eval report`` as one call: read ``folders`` (:func:`~laya_eval.reporting.runs.load_inputs`, ``strict``
-    refuses unverified ones), check ``out_dir`` before any work (:func:`check_report_output`), pass each unverified
-    folder's warning to ``on_warning``, and write the report (:func:`write_report`; ``options`` are its keyword
-    arguments)."""
-    inputs = load_inputs(folders, strict=strict)
-    check_report_output(out_dir, inputs.runs, inputs.sanity, inputs.mixers)
-    for warning in inputs.warnings:
-        if on_warning is not None:
-            on_warning(warning)
-    run = ReportRun(inputs=inputs)
-    tables = report_tables(inputs.runs) if inputs.runs else None  # computed once: printed and written
-    if tables is not None:
-        run.faithfulness = tables.faithfulness
-    if inputs.sanity:
-        run.sanity = sanity_table(inputs.sanity)
-    if inputs.mixers:
-        run.mixers = pd.concat([mixer_verdicts(m) for m in inputs.mixers], ignore_index=True)
-    run.provenance = provenance_table(inputs.runs, inputs.sanity, inputs.mixers)
-    run.files = write_report(inputs.runs, out_dir, sanity=inputs.sanity, mixers=inputs.mixers, tables=tables,
-                             **options)
-    return run
+def report(inputs: Sequence[Any], *, out: str | os.PathLike, strict: bool = False, fmt: str | None = None,
+           html_report: bool = True, title: str | None = None, max_points: int = 300, seed: int = 0,
+           style: str = "default") -> ReportResult:
+    """Report on result folders of ``faithfulness``, ``sanity`` and ``mixers`` (each recognised by its files) and
+    on in-memory evaluations, written as the whole content of ``out`` (``laya-eval report``).
+
+    ``out``, ``fmt`` and ``style`` are checked before any folder is read: ``out`` must be a folder that can be
+    replaced whole (a new or empty folder, or an earlier result) and neither a folder the report reads nor one
+    holding it. The folder is written into a temporary folder and swapped in: a failed write leaves the previous
+    report as it was.
+
+    Parameters
+    ----------
+    inputs : sequence of path or EvaluationResult
+        Result folders (a folder without ``summary.csv`` stands for the result folders below it, as written by
+        ``faithfulness --ablation a,b`` or ``sweep``) and :class:`~laya_eval.engine.results.EvaluationResult`
+        objects (reported as runs labelled by their checkpoint's file name).
+    out : path
+        The report folder: the CSVs, ``figures/``, ``report.md``, ``report.html`` and ``manifest.json`` (the
+        sha256 of every file).
+    strict : bool
+        Refuse a result folder whose ``manifest.json`` is missing or does not list a file read, or whose files
+        changed since; otherwise such a folder is reported, with one line in :attr:`ReportResult.warnings`.
+    fmt : {"png", "svg", "pdf"}, optional
+        Figure files' format (default png, or pdf in paper style); the HTML embeds PNG (or SVG) renderings either
+        way.
+    html_report : bool
+        Also write the self-contained ``report.html``.
+    title : str, optional
+    max_points : int
+        Samples drawn (seeded) for each attribution-vs-effect scatter.
+    seed : int
+    style : {"default", "paper"}
+        Paper style: figures without titles at paper column widths; each figure's caption is written beside it
+        (``figures/NAME.caption.txt``) and under it in the report.
+
+    Returns
+    -------
+    ReportResult
+
+    Raises
+    ------
+    ConfigError
+        ``out``, ``fmt`` or ``style`` cannot be used (before anything is read).
+    ResultsError
+        No inputs, or an input folder that cannot be read (or, with ``strict``, is unverified).
+
+    Examples
+    --------
+    >>> done = report(["runs/laya", "runs/scalarmix"], out="report/")  # doctest: +SKIP
+    >>> done.warnings, done.tables.faithfulness  # doctest: +SKIP
+    """
+    from laya_eval import figures as F
+
+    F.check_style(style)
+    fmt = F.check_format(fmt) if fmt is not None else F.default_format(style)
+    if isinstance(inputs, (str, os.PathLike)) or not inputs:
+        raise ResultsError("give at least one result folder of `laya-eval faithfulness`, `laya-eval sanity` or "
+                           f"`laya-eval mixers` (a list of them); got {inputs!r}.")
+    _check_output(out, [f for f in inputs if isinstance(f, (str, os.PathLike))])
+    read = load_inputs(inputs, strict=strict)
+    done = ReportResult(inputs=read, warnings=list(read.warnings))
+    done.tables = report_tables(read.runs) if read.runs else None  # computed once: returned and written
+    if read.sanity:
+        done.sanity = sanity_table(read.sanity)
+    if read.mixers:
+        done.mixers = pd.concat([mixer_verdicts(m) for m in read.mixers], ignore_index=True)
+    done.provenance = provenance_table(read.runs, read.sanity, read.mixers)
+    done.files = _write_report(read.runs, out, fmt=fmt, html_report=html_report, title=title, max_points=max_points,
+                               seed=seed, style=style, sanity=read.sanity, mixers=read.mixers, tables=done.tables)
+    return done
 
 
 def _write_figures(figs: dict[str, Any], written: dict[str, bytes], *, fmt: str, style: str,

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import dataclasses
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,9 +53,9 @@ from laya_eval.sanity_checks.options import (
     ROAR_AGREEMENT_COLUMNS,
     SIMILARITIES,
     SanityOptions,
-    method_names,
+    checked_methods,
 )
-from laya_eval.sanity_checks.output import SANITY_FILES, write_sanity
+from laya_eval.sanity_checks.output import SANITY_FILES, _write_sanity
 from laya_eval.sanity_checks.randomisation import (
     backbone_is_trainable,
     cascading_randomisation,
@@ -69,13 +69,12 @@ __all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "ROAR_AGREEMENT_COLUMN
            "Features", "Resamples",
            "SanityOptions", "SanityResult", "attribute_features", "attribution_similarity", "backbone_is_trainable",
            "cascading_randomisation", "data_randomisation", "encode_features", "head_parameter_groups",
-           "layer_roar", "retraining_on_model_device", "roar_agreement", "sanity", "sanity_to_folder", "SanityRun",
-           "write_sanity"]
+           "layer_roar", "retraining_on_model_device", "roar_agreement", "sanity"]
 
 
 @dataclass
 class SanityResult:
-    """The four tables of :func:`sanity`.
+    """What :func:`sanity` measured and wrote.
 
     Attributes
     ----------
@@ -85,12 +84,22 @@ class SanityResult:
         Columns :data:`LAYER_ROAR_COLUMNS`.
     roar_agreement : DataFrame
         Columns :data:`ROAR_AGREEMENT_COLUMNS`.
+    meta : dict
+        What was checked (``sanity.json``): the model (``label``, ``checkpoint_sha256``), dataset, options and the
+        wall time of the checks (``wall_time_s``).
+    files : list of Path
+        The files written (``manifest.json`` last); empty without ``out``.
+    warnings : list of str
+        One line per warning about the run, as on every verb's result (the checks have none of their own yet).
     """
 
     randomisation: pd.DataFrame
     data_randomisation: pd.DataFrame
     layer_roar: pd.DataFrame
     roar_agreement: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def retraining_on_model_device(options: SanityOptions, model: LayeredModel) -> SanityOptions:
@@ -100,31 +109,19 @@ def retraining_on_model_device(options: SanityOptions, model: LayeredModel) -> S
     return dataclasses.replace(options, train=train)
 
 
-def sanity(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
-           options: SanityOptions | None = None, *, cache_dir: str | os.PathLike | None = None) -> SanityResult:
-    """All three checks; the backbone runs once per split and once per backbone step of the cascading
-    randomisation (trainable backbones only); every other step is head-only. The original model's
-    attributions are computed once and shared by the checks.
-
-    Parameters
-    ----------
-    model : LayeredModel
-    train, val : Dataset
-        For retraining heads (data randomisation, layer-ROAR).
-    test : Dataset
-        Evaluated samples.
-    cache_dir : path, optional
-        Feature cache of a frozen pretrained backbone stored by reference, shared with ``fit-head`` and
-        ``prune`` (:func:`encode_features`).
-    """
-    options = retraining_on_model_device(options or SanityOptions(), model)
+def _run_checks(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset, options: SanityOptions,
+                cache_dir: str | os.PathLike | None) -> SanityResult:
+    """The three checks on ``model``; the backbone runs once per split and once per backbone step of the cascading
+    randomisation (trainable backbones only); every other step is head-only. The original model's attributions are
+    computed once and shared by the checks."""
+    options = retraining_on_model_device(options, model)
     check_target_class(options.target, model)
     for d in (train, val, test):
         model.check_fits(d)
     model.eval()
     train_f, val_f, test_f = (encode_features(model, d, batch_size=options.batch_size, cache_dir=cache_dir)
                               for d in (train, val, test))
-    original = attribute_features(model, test_f, method_names(options), ablation=options.ablation,
+    original = attribute_features(model, test_f, checked_methods(options), ablation=options.ablation,
                                   seed=options.seed, batch_size=options.batch_size, target=options.target)
     roar = layer_roar(model, train_f, val_f, test_f, options)
     return SanityResult(
@@ -135,29 +132,58 @@ def sanity(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset,
     )
 
 
-@dataclass
-class SanityRun:
-    """What :func:`sanity_to_folder` did: the checks' tables, the metadata written and the files."""
+def sanity(model: LayeredModel | str | os.PathLike, data: str | Mapping[str, Dataset] | None = None, *,
+           out: str | os.PathLike | None = None, options: SanityOptions | None = None,
+           data_dir: str | os.PathLike | None = None, limit: int | None = None,
+           cache_dir: str | os.PathLike | None = None, device: str = "cpu", trust_code: bool = False,
+           allow_unverified: bool = False, fmt: str | None = None, style: str = "default",
+           on_start: Callable[[str], None] | None = None) -> SanityResult:
+    """The three sanity checks of a model's attribution methods (``laya-eval sanity``).
 
-    result: Any
-    meta: dict[str, Any]
-    files: list[Path] = field(default_factory=list)
+    ``out``, ``fmt`` and ``style`` are checked before anything is loaded, the model and the data before the
+    backbone runs. The backbone encodes the train, val and test splits once (and the test split once per backbone
+    step of the cascading randomisation, for a trainable backbone); every other step is head-only.
 
+    Parameters
+    ----------
+    model : LayeredModel or path
+        A model, or a laya-eval checkpoint (loaded onto ``device``).
+    data : str, mapping or None
+        A dataset name, or a mapping with the Datasets ``train`` and ``val`` (for the retrained heads: data
+        randomisation, layer-ROAR) and ``test`` (the evaluated samples); ``None``: the checkpoint's dataset.
+    out : path, optional
+        The folder to write, replaced whole: :data:`SANITY_FILES`, ``sanity.json`` (:attr:`SanityResult.meta`),
+        ``sanity.<fmt>`` (similarity per step and method) and ``manifest.json`` (the sha256 of every file);
+        ``None``: nothing is written.
+    options : SanityOptions, optional
+    data_dir : path, optional
+    limit : int, optional
+        Keep the first ``limit`` test samples (the heads still train on all of train and val).
+    cache_dir : path, optional
+        Feature cache of a frozen pretrained backbone stored by reference, shared with ``fit-head`` and ``prune``
+        (:func:`encode_features`).
+    device : str
+        Where a checkpoint is loaded (a LayeredModel stays where it is); the retrained heads train where the model's
+        head is.
+    trust_code, allow_unverified : bool
+        As :func:`laya_eval.loading.checkpoints.load_checkpoint`'s.
+    fmt : {"png", "svg", "pdf"}, optional
+        The figure's format: png, or pdf in paper style.
+    style : {"default", "paper"}
+        Paper style: the figure has no title and its caption is written beside it as ``sanity.caption.txt``.
+    on_start : callable, optional
+        Receives one line saying what is about to run (the CLI prints it).
 
-def sanity_to_folder(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, options=None, *,
-                     data: str | None = None, data_dir: str | os.PathLike | None = None, limit: int | None = None,
-                     cache_dir: str | os.PathLike | None = None, device: str = "cpu", fmt: str | None = None,
-                     style: str = "default", on_start: Callable[[str], None] | None = None,
-                     trust_code: bool = False, allow_unverified: bool = False) -> SanityRun:
-    """``laya-eval sanity`` as one call: load ``checkpoint``, run :func:`~laya_eval.sanity_checks.sanity` on
-    its dataset (or ``data``; ``limit`` cuts the test split) and write the folder (:func:`write_sanity`).
+    Returns
+    -------
+    SanityResult
 
-    ``out_dir``, ``fmt`` and ``style`` (as for :func:`write_sanity`) are checked before any work; ``on_start``
-    receives one line saying what is about to run (the CLI prints it). ``trust_code`` and ``allow_unverified``
-    are :func:`laya_eval.loading.checkpoints.load_checkpoint`'s.
+    Raises
+    ------
+    ConfigError
+        ``out`` cannot be written, a bad ``fmt`` or ``style``, a target class the model does not have, data the
+        model does not take.
     """
-    import time
-
     from laya_eval.data import load_splits
     from laya_eval.figures import check_format, check_style
     from laya_eval.loading.checkpoints import load_checkpoint
@@ -165,23 +191,28 @@ def sanity_to_folder(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, 
     from laya_eval.output.files import check_output_folder, file_sha256
 
     options = options or SanityOptions()
-    check_output_folder(out_dir)
+    if out is not None:
+        check_output_folder(out)
     check_style(style)
     if fmt is not None:
         check_format(fmt)
-    model = load_checkpoint(checkpoint, map_location=resolve_device(device), trust_code=trust_code,
-                            allow_unverified=allow_unverified)
+    path = None if isinstance(model, LayeredModel) else model
+    if path is not None:
+        model = load_checkpoint(path, map_location=resolve_device(device), trust_code=trust_code,
+                                allow_unverified=allow_unverified)
+    label = "<in-memory>" if path is None else str(path)
     name, splits = load_splits(data or model.info.dataset, data_dir=data_dir, test_limit=limit)
     start = time.perf_counter()
     if on_start is not None:
-        on_start(f"{checkpoint}: {model.head.name} head, {name}; encoding {sum(len(s) for s in splits)} samples "
+        on_start(f"{label}: {model.head.name} head, {name}; encoding {sum(len(s) for s in splits)} samples "
                  f"once, then {options.roar_seeds * (model.n_layers + 1) + 1} head trainings")
-    result = sanity(model, *splits, options, cache_dir=cache_dir)
-    wall = time.perf_counter() - start
-    meta = {"label": str(checkpoint), "checkpoint_sha256": file_sha256(checkpoint), "head": model.head.name,
-            "dataset": name, "split": "test", "n": len(splits[2]), "ablation": options.ablation, "scope": "head",
-            "similarity": options.similarity, "backbone_steps": backbone_is_trainable(model),
-            "roar_seeds": options.roar_seeds, "train": dataclasses.asdict(options.train),
-            "seed": options.seed, "bootstrap": options.bootstrap, "target": options.target,
-            "wall_time_s": round(wall, 1)}
-    return SanityRun(result=result, meta=meta, files=write_sanity(result, out_dir, meta=meta, fmt=fmt, style=style))
+    result = _run_checks(model, *splits, options, cache_dir)
+    result.meta = {"label": label, "checkpoint_sha256": None if path is None else file_sha256(path),
+                   "head": model.head.name, "dataset": name, "split": "test", "n": len(splits[2]),
+                   "ablation": options.ablation, "scope": "head", "similarity": options.similarity,
+                   "backbone_steps": backbone_is_trainable(model), "roar_seeds": options.roar_seeds,
+                   "train": dataclasses.asdict(options.train), "seed": options.seed, "bootstrap": options.bootstrap,
+                   "target": options.target, "wall_time_s": round(time.perf_counter() - start, 1)}
+    if out is not None:
+        result.files = _write_sanity(result, out, fmt=fmt, style=style)
+    return result

@@ -6,14 +6,14 @@ from dataclasses import field
 
 from laya_eval.catalog import (LAYER_ROAR_COLUMNS, RANDOMISATION_COLUMNS, RETRAIN_PATIENCE, ROAR_AGREEMENT_COLUMNS,
                                SIMILARITIES)
-from laya_eval.engine.methods import method_names as registered_methods
+from laya_eval.engine.methods import resolve_methods
 from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.engine.removals import check_ablation, check_fixed_ablation
 from laya_eval.options import check_declared, declared, defaults_of
 from laya_eval.training.trainer import TrainOptions
 
 __all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "RETRAIN_PATIENCE", "ROAR_AGREEMENT_COLUMNS", "SIMILARITIES",
-           "SanityOptions", "method_names"]
+           "SanityOptions", "checked_methods"]
 
 #: Early-stopping patience of the heads the checks retrain (the reference protocol's otherwise: Adam, lr 3e-4,
 #: batch 128, at most 50 epochs). A fresh head on cached features is within half a point of its best validation
@@ -51,5 +51,6 @@ class SanityOptions:
         check_fixed_ablation(self.ablation, "sanity")
 
 
-def method_names(options: SanityOptions) -> list[str]:
-    return list(options.methods) if options.methods is not None else registered_methods()
+def checked_methods(options: SanityOptions) -> list[str]:
+    """The methods the checks run: ``options.methods``, or every registered one (installed plug-ins included)."""
+    return list(options.methods) if options.methods is not None else [m.name for m in resolve_methods(None)]

@@ -28,7 +28,7 @@ from laya_eval.sanity_checks.cached import (
     head_model,
 )
 from laya_eval.engine.results import mean_faithfulness
-from laya_eval.sanity_checks.options import RANDOMISATION_COLUMNS, SanityOptions, method_names
+from laya_eval.sanity_checks.options import RANDOMISATION_COLUMNS, SanityOptions, checked_methods
 from laya_eval.sanity_checks.roar import accuracy, retrained_head
 from laya_eval.sanity_checks.similarity import Resamples, attribution_similarity
 from laya_eval.training.features import encode_features
@@ -105,7 +105,7 @@ def _original(model: LayeredModel, features: Features, options: SanityOptions,
               original: Attributions | None) -> Attributions:
     if original is not None:
         return original
-    return attribute_features(model, features, method_names(options), ablation=options.ablation,
+    return attribute_features(model, features, checked_methods(options), ablation=options.ablation,
                               seed=options.seed, batch_size=options.batch_size, target=options.target)
 
 

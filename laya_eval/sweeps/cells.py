@@ -113,14 +113,14 @@ def load_splits(dataset: str, data: dict[str, Any], loaded: dict) -> tuple[dict[
 
 
 def _fit(cell: Cell, splits: dict[str, Dataset], cache_dir: Any):
-    from laya_eval.training.head_fit import fit_head, train_model
+    from laya_eval.training.head_fit import fit_head, train
 
     cfg = cell.config
     options = training_options(cfg["training"], cell.seed)
     b = cell.backbone
     if b["kind"] == "built-in":
-        return train_model(b["name"], cell.head, splits, backbone_kwargs=b["kwargs"], head_kwargs=cfg["head_kwargs"],
-                           options=options)
+        return train(b["name"], cell.head, splits, backbone_kwargs=b["kwargs"], head_kwargs=cfg["head_kwargs"],
+                     options=options)
     return fit_head(b["model"], splits, head=cell.head, head_kwargs=cfg["head_kwargs"], layers=b.get("layers"),
                     pool=b.get("pool"), options=options, trust_code=bool(b.get("trust_code", False)),
                     allow_unverified=bool(b.get("allow_unverified", False)),

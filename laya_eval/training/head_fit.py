@@ -32,7 +32,7 @@ from laya_eval.training.features import FEATURE_BATCH_ROWS, backbone_features
 from laya_eval.training.trainer import TrainOptions, TrainResult, classification_metrics, train_head, \
     training_record
 
-__all__ = ["FitResult", "backbone_features", "fit_head", "train_model"]
+__all__ = ["FitResult", "backbone_features", "fit_head", "train"]
 
 _SPLITS = ("train", "val", "test")
 
@@ -178,7 +178,7 @@ def fit_head(
     return FitResult(model=fitted, training=result, metrics=metrics, features=features)
 
 
-def train_model(
+def train(
     backbone: str,
     head: str,
     data: str | Mapping[str, Dataset],
@@ -221,7 +221,7 @@ def train_model(
     """
     from laya_eval.loading.checkpoints import load_checkpoint
     from laya_eval.errors import DataError
-    from laya_eval.training.trainer import build_model, predict, train
+    from laya_eval.training.trainer import build_model, predict, train_in_place
 
     splits = _splits(data, data_dir, download)
     chosen: str | nn.Module = backbone
@@ -234,7 +234,7 @@ def train_model(
         chosen = source.backbone
     model = build_model(chosen, head, splits["train"], backbone_kwargs=dict(backbone_kwargs or {}),
                         head_kwargs=dict(head_kwargs or {}), seed=options.seed)
-    result = train(model, splits["train"], splits["val"], options, on_epoch=on_epoch)
+    result = train_in_place(model, splits["train"], splits["val"], options, on_epoch=on_epoch)
     scores = classification_metrics(splits["test"].y, predict(model, splits["test"]))
     metrics = {"test_accuracy": scores["accuracy"], "test_macro_f1": scores["macro_f1"],
                "n_test": len(splits["test"]), "best_val_accuracy": result.best_val_accuracy}

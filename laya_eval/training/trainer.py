@@ -35,8 +35,8 @@ __all__ = [
     "fresh_head",
     "predict",
     "resolve_device",
-    "train",
     "train_head",
+    "train_in_place",
     "training_record",
 ]
 
@@ -64,7 +64,7 @@ class TrainOptions:
 
 @dataclass
 class TrainResult:
-    """What :func:`train` did: epochs run, the best epoch and the per-epoch history."""
+    """What :func:`train_in_place` did: epochs run, the best epoch and the per-epoch history."""
 
     epochs_run: int
     best_epoch: int
@@ -255,7 +255,7 @@ def _gather_rows(cache: Sequence[Tensor], batch_size: int) -> int:
     return max(1, min(_GATHER_BATCHES, 2**26 // max(1, row_bytes * batch_size))) * batch_size
 
 
-def train(
+def train_in_place(
     model: LayeredModel,
     train_data: Dataset,
     val_data: Dataset,

@@ -7,7 +7,7 @@ import time
 import click
 
 from laya_eval.catalog import ABLATION_SPECS, fixed_ablation_names, planted_family_names
-from laya_eval_cli.options import declared, progress_bar
+from laya_eval_cli.options import declared, progress_bar, use_plugins
 
 HEAD_ABLATIONS = [a for a, spec in ABLATION_SPECS.items() if "head" in spec.scopes]
 # The default leaves out the ablations drawn per sample (resample, noise): each costs K draws per removal.
@@ -46,8 +46,7 @@ def _verdict_table(metrics) -> str:
 
 @click.command()
 @declared("meta")
-def meta(out_dir, families, ablations, methods, seeds, first_seed, n_layers, limit, batch_size, bootstrap, fmt,
-         data_dir, quiet):
+def meta(out_dir, data_dir, quiet, **params):
     """Score every method, ablation and metric on models whose layer relevance is planted.
 
     Each planted family builds, for every seed, a model on the digits training split (scikit-learn's,
@@ -62,13 +61,12 @@ def meta(out_dir, families, ablations, methods, seeds, first_seed, n_layers, lim
 
     Example: laya-eval meta --seeds 5 --out meta/
     """
+    from laya_eval.options import values_for
     from laya_eval.planted.run import MetaOptions
     from laya_eval.planted.run import meta as run_meta
 
-    options = MetaOptions(
-        families=families, ablations=ablations, methods=methods,
-        seeds=seeds, first_seed=first_seed, n_layers=n_layers, limit=limit, batch_size=batch_size,
-        bootstrap=bootstrap, fmt=fmt)
+    use_plugins((), trust_code=False)  # installed plug-ins: their methods are choices as in faithfulness
+    options = MetaOptions(**values_for("MetaOptions", params))
     start = time.perf_counter()
     with progress_bar(quiet, desc="meta", unit="model") as bar:
         result = run_meta(out_dir, options, data_dir=data_dir, progress=bar)
@@ -76,6 +74,6 @@ def meta(out_dir, families, ablations, methods, seeds, first_seed, n_layers, lim
     click.echo(_recovery_table(result.summary))
     click.echo("")
     click.echo(_verdict_table(result.metrics))
-    click.echo(f"wrote meta.csv, metrics.csv, seeds.csv, models.csv, meta.{fmt} and manifest.json to {out_dir} "
-               f"({len(options.families) * seeds} planted models, {wall:.1f} s)")
+    click.echo(f"wrote meta.csv, metrics.csv, seeds.csv, models.csv, meta.{options.fmt} and manifest.json to {out_dir} "
+               f"({len(options.families) * options.seeds} planted models, {wall:.1f} s)")
 

@@ -37,14 +37,14 @@ def mixers(model, data, split, methods, removal, draws, limit, batch_size, seed,
 
     Example: laya-eval mixers benchmarks/results/mixers/attnres.pt --limit 300 --out audit/
     """
-    from laya_eval.mixers.audit import MixerOptions, audit_mixers_to_folder
+    from laya_eval.mixers.audit import MixerOptions, audit_mixers
 
     options = MixerOptions(removal=removal, methods=methods,
                            split=split, limit=limit, batch_size=batch_size, seed=seed, bootstrap=bootstrap,
                            ig_steps=ig_steps, draws=draws, trust_code=trust_code)
     start = time.perf_counter()
     with progress_bar(quiet, desc="mixers", unit="sample") as bar:
-        audit = audit_mixers_to_folder(model, data, out_dir, options=options, data_dir=data_dir, progress=bar)
+        audit = audit_mixers(model, data, out=out_dir, options=options, data_dir=data_dir, progress=bar)
     click.echo(f"{model}: {len(audit.manifest['mixers'])} mixers, {audit.manifest['dataset']} ({split}), removal "
                f"{removal}, n = {audit.manifest['n_samples']}")
     click.echo(_table(audit.summary))

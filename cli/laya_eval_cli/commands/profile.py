@@ -70,7 +70,7 @@ def profile(checkpoint, trust_code, allow_unverified, plugins, download, data, s
     from laya_eval.profiling.diagnosis import DiagnosisOptions
     from laya_eval.engine.distributed import world_from_environment
     from laya_eval.engine.evaluation import EvalOptions
-    from laya_eval.profiling.output import profile_to_folder
+    from laya_eval.profiling.run import profile as run_profile
 
     use_plugins(plugins, trust_code)
     check_option(option("profile.method"), method)
@@ -82,15 +82,14 @@ def profile(checkpoint, trust_code, allow_unverified, plugins, download, data, s
                           allow_unverified=allow_unverified)
     world = world_from_environment(device)
     with progress_bar(quiet or not world.is_main, desc="profile", unit="sample") as bar:
-        run = profile_to_folder(checkpoint, out_dir, data, method=method, by=by, options=options, data_dir=data_dir,
-                                progress=bar, world=world, fmt=fmt, style=style,
-                                diagnosis=DiagnosisOptions(by=reference_by, distance=distance, n_resamples=n_resamples))
-    if run is None:  # ranks other than 0 under torchrun
+        prof = run_profile(checkpoint, data, out=out_dir, method=method, by=by, options=options, data_dir=data_dir,
+                           progress=bar, world=world, fmt=fmt, style=style,
+                           diagnosis=DiagnosisOptions(by=reference_by, distance=distance, n_resamples=n_resamples))
+    if prof is None:  # ranks other than 0 under torchrun
         return
-    prof = run.profile
     meta = prof.meta
     click.echo(f"{checkpoint}: {meta['head']} head, {meta['dataset']} ({split}), method {method}, scope {scope}, "
                f"classes by {'true label' if by == 'label' else 'prediction'}, n = {meta['n']}")
     click.echo(_table(prof))
     click.echo(_diagnosis_line(prof.diagnosis))
-    click.echo(f"wrote {', '.join(p.name for p in run.files)} to {out_dir} ({run.wall_time_s:.1f} s)")
+    click.echo(f"wrote {', '.join(p.name for p in prof.files)} to {out_dir} ({prof.wall_time_s:.1f} s)")

@@ -53,7 +53,8 @@ def prune(checkpoint, trust_code, allow_unverified, plugins, download, data, met
 
     Example: laya-eval prune ckpt.pt --seeds 3 --out prune/
     """
-    from laya_eval.pruning import PruneOptions, prune_to_folder
+    from laya_eval.pruning import PruneOptions
+    from laya_eval.pruning.run import prune as run_prune
     from laya_eval.training.trainer import TrainOptions
 
     use_plugins(plugins, trust_code)
@@ -64,9 +65,9 @@ def prune(checkpoint, trust_code, allow_unverified, plugins, download, data, met
                            n_random_refit=random_refits, seed=seed, batch_size=batch_size, bootstrap=bootstrap,
                            timing=timing, early_exit=early_exit, train=train_options)
     with progress_bar(quiet, desc="refit heads", unit="head") as bar:
-        run = prune_to_folder(checkpoint, out_dir, options, data=data, data_dir=data_dir, limit=limit,
-                              cache_dir=cache_dir, device=device, trust_code=trust_code, download=download, fmt=fmt, style=style,
-                              on_start=None if quiet else (lambda line: click.echo(line, err=True)),
-                              on_head=lambda kept, s: bar.update(1), allow_unverified=allow_unverified)
-    click.echo(_table(run.result))
-    click.echo(f"wrote {', '.join(p.name for p in run.files)} to {out_dir} ({run.wall_time_s:.1f} s)")
+        pruned = run_prune(checkpoint, data, out=out_dir, options=options, data_dir=data_dir, limit=limit,
+                           cache_dir=cache_dir, device=device, trust_code=trust_code, download=download, fmt=fmt,
+                           style=style, on_start=None if quiet else (lambda line: click.echo(line, err=True)),
+                           on_head=lambda kept, s: bar.update(1), allow_unverified=allow_unverified)
+    click.echo(_table(pruned))
+    click.echo(f"wrote {', '.join(p.name for p in pruned.files)} to {out_dir} ({pruned.wall_time_s:.1f} s)")

@@ -87,18 +87,18 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_poi
 
     Example: laya-eval report runs/laya runs/scalarmix --out report/
     """
-    from laya_eval.reporting.write import report_to_folder
+    from laya_eval.reporting.write import report as run_report
 
-    run = report_to_folder(result_dirs, out_dir, strict=strict,
-                           on_warning=lambda line: click.echo(f"warning: {line}", err=True),
-                           fmt=fmt, html_report=html_report, title=title, max_points=max_points, style=style)
-    if run.faithfulness is not None:
-        click.echo(_table(run.faithfulness))
-    if run.sanity is not None:
-        click.echo(_sanity_lines(run.sanity))
-    if run.mixers is not None:
-        click.echo(_mixer_lines(run.mixers))
-    if run.provenance is not None and not run.provenance.empty:
-        click.echo(_provenance_lines(run.provenance))
-    paths = run.files
-    click.echo(f"wrote {len(paths)} files to {out_dir}: report.md" + (", report.html" if html_report else ""))
+    done = run_report(result_dirs, out=out_dir, strict=strict, fmt=fmt, html_report=html_report, title=title,
+                      max_points=max_points, style=style)
+    for line in done.warnings:
+        click.echo(f"warning: {line}", err=True)
+    if done.tables is not None:
+        click.echo(_table(done.tables.faithfulness))
+    if done.sanity is not None:
+        click.echo(_sanity_lines(done.sanity))
+    if done.mixers is not None:
+        click.echo(_mixer_lines(done.mixers))
+    if done.provenance is not None and not done.provenance.empty:
+        click.echo(_provenance_lines(done.provenance))
+    click.echo(f"wrote {len(done.files)} files to {out_dir}: report.md" + (", report.html" if html_report else ""))

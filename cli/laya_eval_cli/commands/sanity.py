@@ -43,7 +43,8 @@ def sanity(checkpoint, trust_code, allow_unverified, plugins, data, methods, tar
 
     Example: laya-eval sanity ckpt.pt --roar-seeds 3 --out sanity/
     """
-    from laya_eval.sanity_checks import SanityOptions, sanity_to_folder
+    from laya_eval.sanity_checks import SanityOptions
+    from laya_eval.sanity_checks import sanity as run_sanity
     from laya_eval.training.trainer import TrainOptions
 
     use_plugins(plugins, trust_code)
@@ -52,9 +53,9 @@ def sanity(checkpoint, trust_code, allow_unverified, plugins, data, methods, tar
                                  device=device)
     options = SanityOptions(methods=names, target=target, ablation=ablation, similarity=similarity, roar_seeds=roar_seeds,
                             bootstrap=bootstrap, seed=seed, batch_size=batch_size, train=train_options)
-    run = sanity_to_folder(checkpoint, out_dir, options, data=data, data_dir=data_dir, limit=limit,
-                           cache_dir=cache_dir, device=device, fmt=fmt, style=style, trust_code=trust_code,
-                           allow_unverified=allow_unverified,
-                           on_start=None if quiet else (lambda line: click.echo(line, err=True)))
-    click.echo(_table(run.result))
-    click.echo(f"wrote {', '.join(p.name for p in run.files)} to {out_dir} ({run.meta['wall_time_s']:.1f} s)")
+    checked = run_sanity(checkpoint, data, out=out_dir, options=options, data_dir=data_dir, limit=limit,
+                         cache_dir=cache_dir, device=device, fmt=fmt, style=style, trust_code=trust_code,
+                         allow_unverified=allow_unverified,
+                         on_start=None if quiet else (lambda line: click.echo(line, err=True)))
+    click.echo(_table(checked))
+    click.echo(f"wrote {', '.join(p.name for p in checked.files)} to {out_dir} ({checked.meta['wall_time_s']:.1f} s)")

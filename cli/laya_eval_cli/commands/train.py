@@ -50,7 +50,7 @@ def train(dataset, backbone, head, out, d_star, tau, scorer_hidden, psi, backbon
     from laya_eval.catalog import MIXER_MODEL_KINDS
     from laya_eval.loading.checkpoints import check_checkpoint_path, save_checkpoint
     from laya_eval.options import values_for
-    from laya_eval.training.head_fit import train_model
+    from laya_eval.training.head_fit import train as train_model
     from laya_eval.training.trainer import TrainOptions, resolve_device
 
     check_checkpoint_path(out)  # before the training, not after it
