@@ -303,7 +303,7 @@ def test_the_library_report_checks_out_before_reading_a_folder(faithfulness_dir,
         laya_eval.report([faithfulness_dir], out=a_file)
     with pytest.raises(ConfigError, match=r"would replace the result folder '.*run' that the report reads"):
         laya_eval.report([faithfulness_dir], out=faithfulness_dir.parent)
-    with pytest.raises(ConfigError, match=r"figure format must be among \{png, svg, pdf\}; got 'gif'"):
+    with pytest.raises(ConfigError, match=r"format must be one of \{png, svg, pdf\}; got 'gif'"):
         laya_eval.report([faithfulness_dir], out=tmp_path / "new", fmt="gif")
     assert a_file.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 

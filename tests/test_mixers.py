@@ -306,7 +306,7 @@ def test_the_audit_checks_out_before_any_work_and_returns_what_it_wrote(tmp_path
     a_file.write_text("keep me")
     with pytest.raises(ConfigError, match=r"^output folder '.*a-file' exists and is not a folder\.$"):
         laya_eval.audit_mixers(model, data, out=a_file)
-    with pytest.raises(ConfigError, match=r"^removal must be one of \{weight, mean, resample\}; got 'zero'\.$"):
+    with pytest.raises(ConfigError, match=r"^MixerOptions.removal must be one of \{weight, mean, resample\}; got 'zero'\.$"):
         laya_eval.audit_mixers(model, data, out=tmp_path / "new", options=MixerOptions(removal="zero"))
     assert a_file.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
     monkeypatch.undo()

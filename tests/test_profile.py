@@ -117,14 +117,14 @@ def test_profile_checks_out_before_any_work_and_returns_what_it_wrote(digits_mod
         raise AssertionError("the profile was computed before its options were checked")
 
     model, test = digits_models["laya"], digits["test"]
-    monkeypatch.setattr(evaluation, "evaluate_ablations", work)
+    monkeypatch.setattr(evaluation, "_evaluate", work)
     a_file = tmp_path / "a-file"
     a_file.write_text("keep me")
     with pytest.raises(ConfigError, match=r"^output folder '.*a-file' exists and is not a folder\.$"):
         laya_eval.profile(model, test, out=a_file)
-    with pytest.raises(ConfigError, match=r"figure format must be among \{png, svg, pdf\}; got 'gif'"):
+    with pytest.raises(ConfigError, match=r"format must be one of \{png, svg, pdf\}; got 'gif'"):
         laya_eval.profile(model, test, out=tmp_path / "new", fmt="gif")
-    with pytest.raises(ConfigError, match=r"^method must be among \{laya, .*\}; got 'gi'\.$"):
+    with pytest.raises(ConfigError, match=r"^method must be one of \{laya, .*\}; got 'gi'\.$"):
         laya_eval.profile(model, test, out=tmp_path / "new", method="gi")
     assert a_file.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
     monkeypatch.undo()

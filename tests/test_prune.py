@@ -56,7 +56,7 @@ def test_prune_checks_out_before_loading_or_measuring_anything(tmp_path, monkeyp
     a_file.write_text("keep me")
     with pytest.raises(ConfigError, match=r"^output folder '.*a-file' exists and is not a folder\.$"):
         laya_eval.prune(tmp_path / "model.pt", digits, out=a_file)
-    with pytest.raises(ConfigError, match=r"^figure format must be among \{png, svg, pdf\}; got 'jpg'\.$"):
+    with pytest.raises(ConfigError, match=r"^format must be one of \{png, svg, pdf\}; got 'jpg'\.$"):
         laya_eval.prune(tmp_path / "model.pt", digits, out=tmp_path / "new", fmt="jpg")
     assert a_file.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 

@@ -333,7 +333,7 @@ def test_sanity_checks_out_before_loading_or_checking_anything(digits_checkpoint
     a_file.write_text("keep me")
     with pytest.raises(ConfigError, match=r"^output folder '.*a-file' exists and is not a folder\.$"):
         laya_eval.sanity(digits_checkpoints["laya"], digits, out=a_file)
-    with pytest.raises(ConfigError, match=r"^figure style must be among \{default, paper\}; got 'poster'\.$"):
+    with pytest.raises(ConfigError, match=r"^style must be one of \{default, paper\}; got 'poster'\.$"):
         laya_eval.sanity(digits_checkpoints["laya"], digits, out=tmp_path / "new", style="poster")
     assert a_file.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 

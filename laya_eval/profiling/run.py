@@ -78,7 +78,7 @@ def profile(model: Any, data: Any = None, *, out: str | os.PathLike | None = Non
     >>> prof.table.query("subset == 'all'").pivot(index="class_name", columns="layer", values="mean")  # doctest: +SKIP
     """
     from laya_eval.engine.distributed import SINGLE_PROCESS
-    from laya_eval.engine.evaluation import EvalOptions, evaluate_ablations
+    from laya_eval.engine.evaluation import EvalOptions, evaluate
     from laya_eval.figures import check_format, check_style
     from laya_eval.output.files import check_output_folder
 
@@ -91,11 +91,11 @@ def profile(model: Any, data: Any = None, *, out: str | os.PathLike | None = Non
     _check_method(method)
     _check_by(by)
     options = dataclasses.replace(options or EvalOptions(), methods=(method,), bootstrap=0)
-    results = evaluate_ablations(model, data, (options.ablation,), options=options, data_dir=data_dir,
-                                 progress=progress, world=world or SINGLE_PROCESS)
+    results = evaluate(model, data, options=options, data_dir=data_dir, progress=progress,
+                       world=world or SINGLE_PROCESS)
     if results is None:
         return None
-    result = results[options.ablation]  # a method that does not apply was refused while planning
+    result = results[options.ablations[0]]  # a method that does not apply was refused while planning
     prof = profile_from_result(result, method=method, class_names=tuple(result.manifest["class_names"]), by=by,
                                diagnosis=diagnosis)
     if out is not None:
