@@ -300,3 +300,36 @@ def test_a_missing_dataset_fails_before_any_cell(tmp_path):
     with pytest.raises(DataError, match="absent.npz"):
         sweep(config, tmp_path / "out", progress=lambda c, s: started.append(c.name))
     assert started == [] and not any((tmp_path / "out" / "cells").iterdir())
+
+
+def test_every_evaluation_option_is_a_sweep_key_and_each_cell_runs_with_it(tmp_path):
+    """[evaluation] takes every EvalOptions field a run can set by its field name (the option records), and a cell
+    evaluates with exactly those values: its manifest records them and its tables equal evaluate() called with them."""
+    import dataclasses
+
+    from laya_eval.engine.evaluation import EvalOptions, evaluate
+    from laya_eval.options import options_of
+    from laya_eval.sweeps.config import _EVALUATION
+
+    settable = {n for n, o in options_of("EvalOptions").items() if o.role != "permission"} - {"cache_dir"}
+    assert _EVALUATION == settable
+    asked = {"target": "label", "dtype": "bfloat16", "draws": 3, "tie_rtol": 0.001, "ig_baseline": "mean",
+             "ablation": ["gate", "noise"], "methods": ["contribution", "ig", "random"], "limit": 30, "bootstrap": 20,
+             "n_steps": 4}
+    config = {**copy.deepcopy(GRID), "evaluation": asked}
+    config["grid"] = {**config["grid"], "heads": ["laya"], "seeds": [0], "backbones": config["grid"]["backbones"][:1]}
+    done = sweep(config, tmp_path / "sweep")
+    cell = tmp_path / "sweep" / "cells" / done.computed[0]
+    for ablation in ("gate", "noise"):
+        manifest = json.loads((cell / "eval" / ablation / "manifest.json").read_text())
+        for key in ("target", "dtype", "draws", "tie_rtol", "ig_baseline"):
+            assert manifest["options"][key] == asked[key], key
+        assert manifest["options"]["ablation"] == ablation
+    # the oracle: the same checkpoint evaluated directly with the same options
+    options = EvalOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in asked.items()})
+    test = load_dataset("digits", "test").subset(slice(0, 60))
+    direct = evaluate(load_model(cell / f"{done.computed[0]}.pt").model, test, options=options)
+    for ablation in ("gate", "noise"):
+        got = pd.read_csv(cell / "eval" / ablation / "summary.csv")
+        want = direct[ablation].summary
+        np.testing.assert_allclose(got["faithfulness"], want["faithfulness"], rtol=1e-6, atol=1e-8)

@@ -146,7 +146,7 @@ RECORDS: list[Option] = [
     _eval("angular_span", "--angular-span", "n of angular_distance: the number of layers in each block whose angular "
           "distance is taken.", "decides", kind="int", default=catalog.ANGULAR_SPAN, low=1),
     _eval("scope", "--scope", "head: direct effect on cached hidden states; network: replace inside the backbone.",
-          "decides", kind="choice", default=catalog.SCOPES[0], choices=catalog.SCOPES),
+          "decides", kind="choice", default=catalog.SCOPES[0], choices=catalog.SCOPES, commands=("faithfulness", "profile")),
     _eval("limit", "--limit", "Use only the first N samples.", "decides", kind="int", low=1,
           commands=("faithfulness", "profile")),
     _eval("batch_size", "--batch-size", "", "speed", kind="int", default=catalog.EVAL_BATCH_SIZE, low=1,
@@ -200,8 +200,6 @@ RECORDS: list[Option] = [
            "auto", choices=lambda: ["auto", *catalog.distance_names()]),
     Option("DiagnosisOptions.n_resamples", "--bootstrap", "Bootstrap resamples for the 95% interval of the "
            "diagnosis AUC.", ("profile",), "summary", "int", catalog.BOOTSTRAP_RESAMPLES, low=0, param="n_resamples"),
-    Option("profile.scope", "--scope", "For gradient methods: head (direct effect) or network (total effect).",
-           ("profile",), "decides", "choice", catalog.SCOPES[0], choices=catalog.SCOPES),
     Option("profile.out", "--out", "Folder for profile.csv, profile_layers.csv, profile.json, diagnosis.csv, "
            "diagnosis_summary.csv, the figures and manifest.json (replaced whole).", ("profile",), "presentation",
            "dir", "profile-out", param="out_dir"),

@@ -28,8 +28,7 @@ def _table(summary) -> str:
 @click.command()
 @click.argument("model", metavar="MODEL")
 @declared("mixers")
-def mixers(model, data, split, methods, removal, draws, limit, batch_size, seed, bootstrap, ig_steps, out_dir, trust_code,
-           data_dir, quiet):
+def mixers(model, data, out_dir, data_dir, quiet, **params):
     """Audit the depth mixers of MODEL (a mixer model file or py:MODULE:CALLABLE): does each mixer's weight over
     its sources predict the effect of removing a source, measured at the output?
 
@@ -37,15 +36,14 @@ def mixers(model, data, split, methods, removal, draws, limit, batch_size, seed,
 
     Example: laya-eval mixers benchmarks/results/mixers/attnres.pt --limit 300 --out audit/
     """
-    from laya_eval.mixers.audit import MixerOptions, audit_mixers
+    import laya_eval
+    from laya_eval.options import values_for
 
-    options = MixerOptions(removal=removal, methods=methods,
-                           split=split, limit=limit, batch_size=batch_size, seed=seed, bootstrap=bootstrap,
-                           ig_steps=ig_steps, draws=draws, trust_code=trust_code)
+    options = laya_eval.MixerOptions(**values_for("MixerOptions", params))
     start = time.perf_counter()
     with progress_bar(quiet, desc="mixers", unit="sample") as bar:
-        audit = audit_mixers(model, data, out=out_dir, options=options, data_dir=data_dir, progress=bar)
-    click.echo(f"{model}: {len(audit.manifest['mixers'])} mixers, {audit.manifest['dataset']} ({split}), removal "
-               f"{removal}, n = {audit.manifest['n_samples']}")
+        audit = laya_eval.audit_mixers(model, data, out=out_dir, options=options, data_dir=data_dir, progress=bar)
+    click.echo(f"{model}: {len(audit.manifest['mixers'])} mixers, {audit.manifest['dataset']} ({options.split}), removal "
+               f"{options.removal}, n = {audit.manifest['n_samples']}")
     click.echo(_table(audit.summary))
     click.echo(f"wrote {out_dir} ({time.perf_counter() - start:.1f} s)")

@@ -48,8 +48,8 @@ def _diagnosis_line(diag) -> str:
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
 @declared("profile")
-def profile(checkpoint, trust_code, allow_unverified, plugins, download, data, split, target, ig_steps, ig_baseline, ig_batch_size, method, by, reference_by, distance, n_resamples, scope, limit,
-            batch_size, seed, out_dir, fmt, style, cache_dir, cache, data_dir, device, quiet):
+def profile(checkpoint, plugins, data, method, by, reference_by, distance, n_resamples, out_dir, fmt, style, data_dir,
+            quiet, **params):
     """Class-wise layer profile of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE): mean and std of a method's layer scores per class and layer.
 
     Computed separately for all, correct and incorrect predictions; writes
@@ -66,29 +66,24 @@ def profile(checkpoint, trust_code, allow_unverified, plugins, download, data, s
 
     Example: laya-eval profile ckpt.pt --method laya --out profile/
     """
-    from laya_eval.options import check_option, option
-    from laya_eval.profiling.diagnosis import DiagnosisOptions
+    import laya_eval
     from laya_eval.engine.distributed import world_from_environment
-    from laya_eval.engine.evaluation import EvalOptions
-    from laya_eval.profiling.run import profile as run_profile
+    from laya_eval.options import check_option, option, values_for
+    from laya_eval.profiling.diagnosis import DiagnosisOptions
 
-    use_plugins(plugins, trust_code)
+    use_plugins(plugins, params["trust_code"])
     check_option(option("profile.method"), method)
-    # The ablation does not touch the scores; network scope only admits replacement ablations.
-    options = EvalOptions(scope=scope, split=split, limit=limit,
-                          target=target, n_steps=ig_steps, ig_baseline=ig_baseline, internal_batch_size=ig_batch_size,
-                          batch_size=batch_size, seed=seed, bootstrap=0, device=device, trust_code=trust_code,
-                          download=download, cache=cache, cache_dir=cache_dir,
-                          allow_unverified=allow_unverified)
-    world = world_from_environment(device)
+    # The ablation does not touch the scores (the scope's default ablation); the profile has no intervals of its own.
+    options = laya_eval.EvalOptions(**values_for("EvalOptions", params), bootstrap=0)
+    world = world_from_environment(options.device)
     with progress_bar(quiet or not world.is_main, desc="profile", unit="sample") as bar:
-        prof = run_profile(checkpoint, data, out=out_dir, method=method, by=by, options=options, data_dir=data_dir,
+        prof = laya_eval.profile(checkpoint, data, out=out_dir, method=method, by=by, options=options, data_dir=data_dir,
                            progress=bar, world=world, fmt=fmt, style=style,
                            diagnosis=DiagnosisOptions(by=reference_by, distance=distance, n_resamples=n_resamples))
     if prof is None:  # ranks other than 0 under torchrun
         return
     meta = prof.meta
-    click.echo(f"{checkpoint}: {meta['head']} head, {meta['dataset']} ({split}), method {method}, scope {scope}, "
+    click.echo(f"{checkpoint}: {meta['head']} head, {meta['dataset']} ({options.split}), method {method}, scope {options.scope}, "
                f"classes by {'true label' if by == 'label' else 'prediction'}, n = {meta['n']}")
     click.echo(_table(prof))
     click.echo(_diagnosis_line(prof.diagnosis))

@@ -41,9 +41,8 @@ def _table(result) -> str:
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
 @declared("prune")
-def prune(checkpoint, trust_code, allow_unverified, plugins, download, data, methods, target, ablations, seeds, random_rankings, random_refits, epochs,
-          patience, lr, train_seed, timing, early_exit, limit, batch_size, seed, bootstrap, out_dir, fmt, style, cache_dir,
-          data_dir, device, quiet):
+def prune(checkpoint, trust_code, allow_unverified, plugins, download, data, limit, out_dir, fmt, style, cache_dir,
+          data_dir, device, quiet, **params):
     """Prune MODEL's layers by each attribution method's ranking.
 
     For k = 0 … L-1 the k least important layers are removed: test accuracy without retraining (each
@@ -53,19 +52,14 @@ def prune(checkpoint, trust_code, allow_unverified, plugins, download, data, met
 
     Example: laya-eval prune ckpt.pt --seeds 3 --out prune/
     """
-    from laya_eval.pruning import PruneOptions
-    from laya_eval.pruning.run import prune as run_prune
-    from laya_eval.training.trainer import TrainOptions
+    import laya_eval
+    from laya_eval.options import values_for
 
     use_plugins(plugins, trust_code)
-    names, removal = methods, ablations
-    train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128,
-                                 device=device)
-    options = PruneOptions(methods=names, target=target, ablations=removal, seeds=seeds, n_random=random_rankings,
-                           n_random_refit=random_refits, seed=seed, batch_size=batch_size, bootstrap=bootstrap,
-                           timing=timing, early_exit=early_exit, train=train_options)
+    train = laya_eval.TrainOptions(**values_for("PruneOptions.train", params), device=device)
+    options = laya_eval.PruneOptions(**values_for("PruneOptions", params), train=train)
     with progress_bar(quiet, desc="refit heads", unit="head") as bar:
-        pruned = run_prune(checkpoint, data, out=out_dir, options=options, data_dir=data_dir, limit=limit,
+        pruned = laya_eval.prune(checkpoint, data, out=out_dir, options=options, data_dir=data_dir, limit=limit,
                            cache_dir=cache_dir, device=device, trust_code=trust_code, download=download, fmt=fmt,
                            style=style, on_start=None if quiet else (lambda line: click.echo(line, err=True)),
                            on_head=lambda kept, s: bar.update(1), allow_unverified=allow_unverified)

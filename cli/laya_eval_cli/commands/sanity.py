@@ -31,8 +31,8 @@ def _table(result) -> str:
 @click.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False))
 @declared("sanity")
-def sanity(checkpoint, trust_code, allow_unverified, plugins, data, methods, target, ablation, similarity, roar_seeds, epochs, patience, lr, train_seed, limit,
-           batch_size, seed, bootstrap, out_dir, fmt, style, cache_dir, data_dir, device, quiet):
+def sanity(checkpoint, trust_code, allow_unverified, plugins, data, limit, out_dir, fmt, style, cache_dir, data_dir,
+           device, quiet, **params):
     """Layer-level sanity checks of CHECKPOINT's attribution methods.
 
     Cascading randomisation of the head's parameters (classifier, scorer, adapters) and then, for a
@@ -43,17 +43,13 @@ def sanity(checkpoint, trust_code, allow_unverified, plugins, data, methods, tar
 
     Example: laya-eval sanity ckpt.pt --roar-seeds 3 --out sanity/
     """
-    from laya_eval.sanity_checks import SanityOptions
-    from laya_eval.sanity_checks import sanity as run_sanity
-    from laya_eval.training.trainer import TrainOptions
+    import laya_eval
+    from laya_eval.options import values_for
 
     use_plugins(plugins, trust_code)
-    names = methods
-    train_options = TrainOptions(epochs=epochs, patience=patience, lr=lr, seed=train_seed, batch_size=128,
-                                 device=device)
-    options = SanityOptions(methods=names, target=target, ablation=ablation, similarity=similarity, roar_seeds=roar_seeds,
-                            bootstrap=bootstrap, seed=seed, batch_size=batch_size, train=train_options)
-    checked = run_sanity(checkpoint, data, out=out_dir, options=options, data_dir=data_dir, limit=limit,
+    train = laya_eval.TrainOptions(**values_for("SanityOptions.train", params), device=device)
+    options = laya_eval.SanityOptions(**values_for("SanityOptions", params), train=train)
+    checked = laya_eval.sanity(checkpoint, data, out=out_dir, options=options, data_dir=data_dir, limit=limit,
                          cache_dir=cache_dir, device=device, fmt=fmt, style=style, trust_code=trust_code,
                          allow_unverified=allow_unverified,
                          on_start=None if quiet else (lambda line: click.echo(line, err=True)))
