@@ -305,7 +305,6 @@ def test_a_missing_dataset_fails_before_any_cell(tmp_path):
 def test_every_evaluation_option_is_a_sweep_key_and_each_cell_runs_with_it(tmp_path):
     """[evaluation] takes every EvalOptions field a run can set by its field name (the option records), and a cell
     evaluates with exactly those values: its manifest records them and its tables equal evaluate() called with them."""
-    import dataclasses
 
     from laya_eval.engine.evaluation import EvalOptions, evaluate
     from laya_eval.options import options_of
