@@ -54,24 +54,33 @@ def worker(ckpt: str, limit: int, out: str, report: str, split: str) -> None:
     evaluate(ckpt, None, options=EvalOptions(limit=limit, split=split, ablation=("gate",)), out=out, world=world)
     wall = time.perf_counter() - start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    Path(f"{report}.{world.rank}.json").write_text(json.dumps({"rank": world.rank, "startup_s": startup,
-                                                               "wall_s": wall, "rss_mib": rss}))
+    Path(f"{report}.{world.rank}.json").write_text(
+        json.dumps({"rank": world.rank, "startup_s": startup, "wall_s": wall, "rss_mib": rss})
+    )
 
 
 def _run(nproc: int, ckpt: str, limit: int, tmp: Path, tag: str, split: str) -> dict:
     out, report = tmp / f"out-{tag}", tmp / f"report-{tag}"
     script = [str(Path(__file__).resolve()), "--worker", ckpt, str(limit), str(out), str(report), split]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{ROOT}:{ROOT / 'cli'}"}
-    cmd = [sys.executable, *script] if nproc == 1 else [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *script]
+    cmd = (
+        [sys.executable, *script]
+        if nproc == 1
+        else [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *script]
+    )
     load = os.getloadavg()[0]
     start = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     command_s = time.perf_counter() - start
     ranks = [json.loads(Path(f"{report}.{r}.json").read_text()) for r in range(nproc)]
-    return {"wall_s": max(r["wall_s"] for r in ranks), "startup_s": max(r["startup_s"] for r in ranks),
-            "command_s": command_s, "rss_mib": [round(r["rss_mib"]) for r in ranks], "out": out,
-            "load": f"{load:.1f}>{os.getloadavg()[0]:.1f}"}
+    return {
+        "wall_s": max(r["wall_s"] for r in ranks),
+        "startup_s": max(r["startup_s"] for r in ranks),
+        "command_s": command_s,
+        "rss_mib": [round(r["rss_mib"]) for r in ranks],
+        "out": out,
+        "load": f"{load:.1f}>{os.getloadavg()[0]:.1f}",
+    }
 
 
 def main() -> None:
@@ -103,15 +112,25 @@ def main() -> None:
         def med(nproc: int, key: str) -> float:
             return round(statistics.median(r[key] for r in runs[nproc]), 2)
 
-        rows.append({"case": name, "n": int(n), "split": args.split,
-                     "work_1proc_s": med(1, "wall_s"), "work_2proc_s": med(2, "wall_s"),
-                     "throughput_ratio": round(med(1, "wall_s") / med(2, "wall_s"), 3),
-                     "startup_1proc_s": med(1, "startup_s"), "startup_2proc_s": med(2, "startup_s"),
-                     "command_1proc_s": med(1, "command_s"), "command_2proc_s": med(2, "command_s"),
-                     "rss_1proc_mib": runs[1][-1]["rss_mib"][0],
-                     "rss_per_rank_2proc_mib": "/".join(map(str, runs[2][-1]["rss_mib"])),
-                     "load_1min_1proc": " ".join(r["load"] for r in runs[1]),
-                     "load_1min_2proc": " ".join(r["load"] for r in runs[2]), "csv_identical": True})
+        rows.append(
+            {
+                "case": name,
+                "n": int(n),
+                "split": args.split,
+                "work_1proc_s": med(1, "wall_s"),
+                "work_2proc_s": med(2, "wall_s"),
+                "throughput_ratio": round(med(1, "wall_s") / med(2, "wall_s"), 3),
+                "startup_1proc_s": med(1, "startup_s"),
+                "startup_2proc_s": med(2, "startup_s"),
+                "command_1proc_s": med(1, "command_s"),
+                "command_2proc_s": med(2, "command_s"),
+                "rss_1proc_mib": runs[1][-1]["rss_mib"][0],
+                "rss_per_rank_2proc_mib": "/".join(map(str, runs[2][-1]["rss_mib"])),
+                "load_1min_1proc": " ".join(r["load"] for r in runs[1]),
+                "load_1min_2proc": " ".join(r["load"] for r in runs[2]),
+                "csv_identical": True,
+            }
+        )
         print(rows[-1], flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -120,15 +139,25 @@ def main() -> None:
     table = pd.DataFrame(rows)
     atomic_write_text(out / "distributed.csv", table.to_csv(index=False, lineterminator="\n"))
     prov = provenance()
-    md = ["# Sharded evaluation: 2 processes vs 1", "", f"Command: `python {' '.join(sys.argv)}`", "",
-          f"Machine: {prov['machine']}; versions: {prov['versions']}", "",
-          "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns),
-          *("| " + " | ".join(str(v) for v in row) + " |" for row in table.itertuples(index=False)), "",
-          "Medians over alternating repeats. `work` is the evaluation's wall time in each rank (checkpoint loading "
-          "included), the slowest rank for 2 processes; `startup` is from the process's creation to the start of "
-          "the evaluation (interpreter, imports, joining the gloo group); `command` is the whole command as the "
-          "shell sees it (torchrun's launcher and rendezvous included). `load_1min` is the 1-minute load average "
-          "before > after each run. 1 thread per process; gloo.", "", args.note]
+    md = [
+        "# Sharded evaluation: 2 processes vs 1",
+        "",
+        f"Command: `python {' '.join(sys.argv)}`",
+        "",
+        f"Machine: {prov['machine']}; versions: {prov['versions']}",
+        "",
+        "| " + " | ".join(table.columns) + " |",
+        "|" + "---|" * len(table.columns),
+        *("| " + " | ".join(str(v) for v in row) + " |" for row in table.itertuples(index=False)),
+        "",
+        "Medians over alternating repeats. `work` is the evaluation's wall time in each rank (checkpoint loading "
+        "included), the slowest rank for 2 processes; `startup` is from the process's creation to the start of "
+        "the evaluation (interpreter, imports, joining the gloo group); `command` is the whole command as the "
+        "shell sees it (torchrun's launcher and rendezvous included). `load_1min` is the 1-minute load average "
+        "before > after each run. 1 thread per process; gloo.",
+        "",
+        args.note,
+    ]
     atomic_write_text(out / "distributed.md", "\n".join(md) + "\n")
     shutil.rmtree(out / "tmp", ignore_errors=True)
 

@@ -84,22 +84,68 @@ def main() -> int:
         tmp = Path(tmp)
         data = tmp / "images.npz"
         write_inputs(data, max(args.n, args.n_network))
-        common = ["faithfulness", MODEL, "--data", f"npz:{data}", "--ablation", "zero", "--ig-steps", str(args.n_steps),
-                  "-q"]
+        common = [
+            "faithfulness",
+            MODEL,
+            "--data",
+            f"npz:{data}",
+            "--ablation",
+            "zero",
+            "--ig-steps",
+            str(args.n_steps),
+            "-q",
+        ]
         routes = {
-            "head": (args.n, [*common, "--methods", ",".join(methods), "--scope", "head", "--no-cache",
-                            "--limit", str(args.n)]),
-            "head@n_net": (args.n_network, [*common, "--methods", ",".join(methods), "--scope", "head",
-                                            "--no-cache", "--limit", str(args.n_network)]),
-            "network": (args.n_network, [*common, "--methods", ",".join(methods), "--scope", "network",
-                                         "--max-memory", str(args.max_memory), "--limit", str(args.n_network)]),
-            "network_no_ig": (args.n_network, [*common, "--methods", ",".join(no_ig), "--scope", "network",
-                                               "--max-memory", str(args.max_memory), "--limit", str(args.n_network)]),
+            "head": (
+                args.n,
+                [*common, "--methods", ",".join(methods), "--scope", "head", "--no-cache", "--limit", str(args.n)],
+            ),
+            "head@n_net": (
+                args.n_network,
+                [
+                    *common,
+                    "--methods",
+                    ",".join(methods),
+                    "--scope",
+                    "head",
+                    "--no-cache",
+                    "--limit",
+                    str(args.n_network),
+                ],
+            ),
+            "network": (
+                args.n_network,
+                [
+                    *common,
+                    "--methods",
+                    ",".join(methods),
+                    "--scope",
+                    "network",
+                    "--max-memory",
+                    str(args.max_memory),
+                    "--limit",
+                    str(args.n_network),
+                ],
+            ),
+            "network_no_ig": (
+                args.n_network,
+                [
+                    *common,
+                    "--methods",
+                    ",".join(no_ig),
+                    "--scope",
+                    "network",
+                    "--max-memory",
+                    str(args.max_memory),
+                    "--limit",
+                    str(args.n_network),
+                ],
+            ),
         }
         got: dict[str, list[dict]] = {r: [] for r in routes}
         order = list(routes)
         for rep in range(args.reps):
-            for route in order[rep % len(order):] + order[:rep % len(order)]:
+            for route in order[rep % len(order) :] + order[: rep % len(order)]:
                 n, cli_args = routes[route]
                 load = os.getloadavg()[0]
                 res = run([*cli_args, "--out", str(tmp / f"out-{route}")], args.threads, tmp / f"{route}.log")
@@ -108,12 +154,19 @@ def main() -> int:
     rows = []
     for route, (n, cli_args) in routes.items():
         runs = got[route]
-        rows.append({"route": route, "n": n, "wall_s_median": statistics.median(r["wall_s"] for r in runs),
-                     "engine_s_median": statistics.median(r["engine_s"] for r in runs),
-                     "peak_rss_mb_max": max(r["peak_rss_mb"] for r in runs),
-                     "load_1min_before": "/".join(f"{r['load_1min_before']:.2f}" for r in runs),
-                     "command": "laya-eval --threads {} {}".format(args.threads, shlex.join(
-                         a if not a.startswith("npz:") else "npz:IMAGES.npz" for a in cli_args))})
+        rows.append(
+            {
+                "route": route,
+                "n": n,
+                "wall_s_median": statistics.median(r["wall_s"] for r in runs),
+                "engine_s_median": statistics.median(r["engine_s"] for r in runs),
+                "peak_rss_mb_max": max(r["peak_rss_mb"] for r in runs),
+                "load_1min_before": "/".join(f"{r['load_1min_before']:.2f}" for r in runs),
+                "command": "laya-eval --threads {} {}".format(
+                    args.threads, shlex.join(a if not a.startswith("npz:") else "npz:IMAGES.npz" for a in cli_args)
+                ),
+            }
+        )
     by = {r["route"]: r for r in rows}
     for r in rows:
         r["examples_per_s"] = r["n"] / r["engine_s_median"]
@@ -121,8 +174,7 @@ def main() -> int:
         # per input against the head-scope run on --n inputs: the fixed costs (statistics pass, bootstrap) of a
         # small head-scope run no longer flatter the ratio
         r["x_head_per_input"] = (r["engine_s_median"] / r["n"]) / (by["head"]["engine_s_median"] / by["head"]["n"])
-    write_report(args, rows, load_start, os.getloadavg(), time.perf_counter() - started, atomic_write_text,
-                 provenance)
+    write_report(args, rows, load_start, os.getloadavg(), time.perf_counter() - started, atomic_write_text, provenance)
     return 0
 
 
@@ -130,15 +182,30 @@ def write_report(args, rows, load_start, load_end, elapsed, atomic_write_text, p
     import pandas as pd
 
     table = pd.DataFrame(rows)
-    cols = ["route", "n", "engine_s_median", "wall_s_median", "examples_per_s", "x_head_same_n", "x_head_per_input",
-            "peak_rss_mb_max", "load_1min_before"]
+    cols = [
+        "route",
+        "n",
+        "engine_s_median",
+        "wall_s_median",
+        "examples_per_s",
+        "x_head_same_n",
+        "x_head_per_input",
+        "peak_rss_mb_max",
+        "load_1min_before",
+    ]
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "network_depth.csv", table[[*cols, "command"]].to_csv(index=False, lineterminator="\n"))
     prov = provenance()
     fmt = table[cols].copy()
-    for c in ("engine_s_median", "wall_s_median", "examples_per_s", "x_head_same_n", "x_head_per_input",
-              "peak_rss_mb_max"):
+    for c in (
+        "engine_s_median",
+        "wall_s_median",
+        "examples_per_s",
+        "x_head_same_n",
+        "x_head_per_input",
+        "peak_rss_mb_max",
+    ):
         fmt[c] = fmt[c].map(lambda v: f"{v:.4g}")
     net = table.set_index("route")
     md = [
@@ -157,10 +224,11 @@ def write_report(args, rows, load_start, load_end, elapsed, atomic_write_text, p
         "Inputs: uniform random 64x64x3 images, random labels (an .npz in a temporary folder). "
         f"Methods: every registered method; IG with {args.n_steps} steps; bootstrap 1000 (the default).",
         "",
-        "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols),
+        "| " + " | ".join(cols) + " |",
+        "|" + "---|" * len(cols),
         *("| " + " | ".join(str(v) for v in row) + " |" for row in fmt.itertuples(index=False)),
         "",
-        "`engine_s` is the \"done in\" the command prints (planning, statistics, the batch loop, the tables); "
+        '`engine_s` is the "done in" the command prints (planning, statistics, the batch loop, the tables); '
         "`wall_s` adds the interpreter and imports. `peak_rss_mb_max` is `/usr/bin/time -f %M` of the whole "
         "process. `x_head_same_n` divides by the head-scope run on the same inputs. Commands (the data path "
         "shortened):",

@@ -70,16 +70,24 @@ WARMUP_N = 64
 AGREE_ATOL = 1e-5
 # case -> {route: n}; plain and lolo_zero also run at every n that appears (for the ratios and the agreement)
 SIZES = {
-    "full": {"a_fmnist_mlp": {"main": 5000, "captum": 5000}, "b_minilm": {"main": 256, "captum": 64},
-             "c_cnn": {"main": 1000, "captum": 256}},
-    "quick": {"a_fmnist_mlp": {"main": 1000, "captum": 1000}, "b_minilm": {"main": 32, "captum": 16},
-              "c_cnn": {"main": 128, "captum": 64}},
+    "full": {
+        "a_fmnist_mlp": {"main": 5000, "captum": 5000},
+        "b_minilm": {"main": 256, "captum": 64},
+        "c_cnn": {"main": 1000, "captum": 256},
+    },
+    "quick": {
+        "a_fmnist_mlp": {"main": 1000, "captum": 1000},
+        "b_minilm": {"main": 32, "captum": 16},
+        "c_cnn": {"main": 128, "captum": 64},
+    },
 }
 MAIN_ROUTES = ("plain", "lolo_gate", "lolo_zero", "lolo_mean", "lolo_zero_recompute")
 TARGETS = {"a_fmnist_mlp": 1.25, "b_minilm": 1.05, "c_cnn": 1.05}
-CASE_TITLES = {"a_fmnist_mlp": "(a) Fashion-MNIST MLP + LAYA, L = 3",
-               "b_minilm": "(b) frozen MiniLM-L6 + LAYA head, L = 7",
-               "c_cnn": "(c) CNN + LAYA on random 32x32 inputs, L = 4"}
+CASE_TITLES = {
+    "a_fmnist_mlp": "(a) Fashion-MNIST MLP + LAYA, L = 3",
+    "b_minilm": "(b) frozen MiniLM-L6 + LAYA head, L = 7",
+    "c_cnn": "(c) CNN + LAYA on random 32x32 inputs, L = 4",
+}
 
 
 def load_case(name: str, n: int, text_dir: Path):
@@ -150,7 +158,8 @@ def captum_effects(tapped: _Tapped, xb, pred: torch.Tensor | None = None) -> tor
     cols = []
     for tap, d in zip(tapped.taps, tapped.model.head.layer_dims):
         attr = LayerFeatureAblation(tapped, tap).attribute(
-            xb, target=pred, layer_baselines=0.0, layer_mask=torch.zeros(1, d, dtype=torch.long))
+            xb, target=pred, layer_baselines=0.0, layer_mask=torch.zeros(1, d, dtype=torch.long)
+        )
         cols.append(attr[:, 0])
     return torch.stack(cols, 1)
 
@@ -171,8 +180,9 @@ def make_route(route: str, model, x, fill) -> Callable[[], None]:
                 captum_effects(tapped, xb)
             else:
                 ablation = route.removeprefix("lolo_")
-                removal_effects(trace(model, xb), model, masks, ablation=ablation,
-                                fill=fill if ablation == "mean" else None)
+                removal_effects(
+                    trace(model, xb), model, masks, ablation=ablation, fill=fill if ablation == "mean" else None
+                )
 
     return run
 
@@ -195,8 +205,9 @@ def check_agreement(name: str, model, x, fill) -> list[str]:
     lines = []
     for route, parts in others.items():
         diff = float((torch.cat(parts).double() - ours_all).abs().max())
-        lines.append(f"{name}: max |{route} - lolo_zero| over {len(ours_all)} inputs x {ours_all.shape[1]} layers = "
-                     f"{diff:.2e}")
+        lines.append(
+            f"{name}: max |{route} - lolo_zero| over {len(ours_all)} inputs x {ours_all.shape[1]} layers = {diff:.2e}"
+        )
         if not diff <= AGREE_ATOL:
             raise SystemExit(f"FAIL: {lines[-1]} exceeds {AGREE_ATOL:g}")
     return lines
@@ -224,8 +235,16 @@ def time_case(name: str, mode: str, reps: int, text_dir: Path, log) -> tuple[lis
     rows = []
     for route, n in combos:
         s = seconds[(route, n)]
-        rows.append({"case": name, "route": route, "n": n, "seconds_median": statistics.median(s),
-                     "seconds_min": min(s), "seconds_max": max(s)})
+        rows.append(
+            {
+                "case": name,
+                "route": route,
+                "n": n,
+                "seconds_median": statistics.median(s),
+                "seconds_min": min(s),
+                "seconds_max": max(s),
+            }
+        )
     for row in rows:
         plain = next(r for r in rows if r["route"] == "plain" and r["n"] == row["n"])
         row["x_plain"] = row["seconds_median"] / plain["seconds_median"]
@@ -239,10 +258,18 @@ def write_report(out: Path, rows, agreement, sources, command, env, load, wall, 
         if case not in sources:
             continue
         for ablation in ("zero", "mean"):
-            r = next(x for x in rows if x["case"] == case and x["route"] == f"lolo_{ablation}" and
-                     x["n"] == SIZES[mode][case]["main"])
-            checks.append((f"{case}: {ablation} LOLO (head) <= {limit:.2f}x plain", f"{r['x_plain']:.3f}x at n={r['n']}",
-                           r["x_plain"] <= limit))
+            r = next(
+                x
+                for x in rows
+                if x["case"] == case and x["route"] == f"lolo_{ablation}" and x["n"] == SIZES[mode][case]["main"]
+            )
+            checks.append(
+                (
+                    f"{case}: {ablation} LOLO (head) <= {limit:.2f}x plain",
+                    f"{r['x_plain']:.3f}x at n={r['n']}",
+                    r["x_plain"] <= limit,
+                )
+            )
     md = [
         "# Removal at head scope: zero and mean LOLO against plain inference and Captum",
         "",
@@ -281,8 +308,10 @@ def write_report(out: Path, rows, agreement, sources, command, env, load, wall, 
         "",
     ]
     out.mkdir(parents=True, exist_ok=True)
-    for fname, text in (("removal.csv", df.to_csv(index=False, float_format="%.6g", lineterminator="\n")),
-                        ("removal.md", "\n".join(md) + BOUNDS_TEXT)):
+    for fname, text in (
+        ("removal.csv", df.to_csv(index=False, float_format="%.6g", lineterminator="\n")),
+        ("removal.md", "\n".join(md) + BOUNDS_TEXT),
+    ):
         atomic_write_text(out / fname, text)
 
 
@@ -318,8 +347,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default=None, help="comma-separated subset of a_fmnist_mlp,b_minilm,c_cnn")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default benchmarks/results)")
-    parser.add_argument("--text-data-dir", type=Path, default=ROOT / ".cache",
-                        help="folder holding the rotten-tomatoes corpus (default .cache/)")
+    parser.add_argument(
+        "--text-data-dir",
+        type=Path,
+        default=ROOT / ".cache",
+        help="folder holding the rotten-tomatoes corpus (default .cache/)",
+    )
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
     if args.threads is not None:
@@ -344,8 +377,9 @@ def main(argv: list[str] | None = None) -> int:
             log("  " + line)
     command = shlex.join(["python", "benchmarks/bench_removal.py", *(argv if argv is not None else sys.argv[1:])])
     env = machine() | {"reps": reps}
-    write_report(out, rows, agreement, sources, command, env, (*load_start, *os.getloadavg()),
-                 time.perf_counter() - start, mode)
+    write_report(
+        out, rows, agreement, sources, command, env, (*load_start, *os.getloadavg()), time.perf_counter() - start, mode
+    )
     log(f"wrote {out / 'removal.csv'} and {out / 'removal.md'}")
     return 0
 

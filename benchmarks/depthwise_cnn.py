@@ -63,6 +63,7 @@ def depthwise_cnn_laya():
         dims = [c for c, _ in STAGES for _ in range(BLOCKS_PER_STAGE)]
         backbone = ModuleBackbone(cnn, layer_names(), layer_dims=dims, pool="avg")
         head = LayaHead(dims, NUM_CLASSES, d_star=96, tau=1.5, scorer_hidden=192)
-    info = ModelInfo(num_classes=NUM_CLASSES, class_names=tuple(str(i) for i in range(NUM_CLASSES)),
-                     input_shape=(3, 64, 64))
+    info = ModelInfo(
+        num_classes=NUM_CLASSES, class_names=tuple(str(i) for i in range(NUM_CLASSES)), input_shape=(3, 64, 64)
+    )
     return LayeredModel(backbone, head, info).eval()

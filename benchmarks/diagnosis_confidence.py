@@ -26,13 +26,21 @@ def main(faith_dir: str, profile_dir: str) -> str:
         raise SystemExit("the two runs disagree on samples, labels or predictions")
     incorrect = (diag["correct"] == False).to_numpy()  # noqa: E712 (a column of bools read from CSV)
     rows = []
-    for name, score in (("1 - confidence", 1 - samples["confidence"].to_numpy()),
-                        ("attention-shift distance", diag["distance"].to_numpy())):
+    for name, score in (
+        ("1 - confidence", 1 - samples["confidence"].to_numpy()),
+        ("attention-shift distance", diag["distance"].to_numpy()),
+    ):
         auc, low, high = bootstrap_auc(score, incorrect, n_resamples=1000, seed=[0, 0])
         rows.append(f"| {name} | {auc:.3f} [{low:.3f}, {high:.3f}] |")
-    return "\n".join([f"checkpoint sha256 {manifest['checkpoint']['sha256']}, n = {len(diag)}, "
-                      f"{int(incorrect.sum())} incorrect", "", "| error score | ROC AUC [95% CI] |", "|---|---|",
-                      *rows])
+    return "\n".join(
+        [
+            f"checkpoint sha256 {manifest['checkpoint']['sha256']}, n = {len(diag)}, {int(incorrect.sum())} incorrect",
+            "",
+            "| error score | ROC AUC [95% CI] |",
+            "|---|---|",
+            *rows,
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -291,9 +291,7 @@ def _cases_safetensors(ctx: _Context) -> None:
         "meta-not-json": "{nope",
         "meta-missing": None,
         "meta-num-classes-ten": json.dumps(_edit(meta, ["config", "num_classes"], "ten")),
-        "meta-depth-1e6": json.dumps(
-            _edit(meta, ["config", "backbone"], {"name": "vit", "kwargs": {"depth": 10**6}})
-        ),
+        "meta-depth-1e6": json.dumps(_edit(meta, ["config", "backbone"], {"name": "vit", "kwargs": {"depth": 10**6}})),
         "meta-hf-this": json.dumps(_edit(meta, ["config", "backbone"], {"name": "hf", "kwargs": {"model": "this"}})),
     }.items():
         add(f"st-{name}.safetensors", "safetensors", st(text))

@@ -40,7 +40,7 @@ RSS_LIMIT_MB = 1024
 _CLI = "import sys; from laya_eval_cli.main import cli; sys.argv[0] = 'laya-eval'; cli()"
 
 
-from hostile_cases import build_corpus
+from hostile_cases import build_corpus  # noqa: E402 (after sys.path names the benchmarks folder)
 
 
 def _limit_memory() -> None:

@@ -25,7 +25,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
-    "keras_reference", Path(__file__).resolve().parents[1] / "tests" / "keras_reference.py")
+    "keras_reference", Path(__file__).resolve().parents[1] / "tests" / "keras_reference.py"
+)
 reference = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(reference)
 
@@ -34,11 +35,16 @@ def main(out: str, data: str, epochs: str) -> None:
     arrays = np.load(data)
     keras.utils.set_random_seed(1337)
     model = reference.subclassed_model(arrays["x_train"].shape[1])
-    model.compile(optimizer=keras.optimizers.Adam(3e-4), loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"])
+    model.compile(optimizer=keras.optimizers.Adam(3e-4), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     start = time.perf_counter()
-    history = model.fit(arrays["x_train"], arrays["y_train"], validation_data=(arrays["x_val"], arrays["y_val"]),
-                        epochs=int(epochs), batch_size=128, verbose=2)
+    history = model.fit(
+        arrays["x_train"],
+        arrays["y_train"],
+        validation_data=(arrays["x_val"], arrays["y_val"]),
+        epochs=int(epochs),
+        batch_size=128,
+        verbose=2,
+    )
     train_s = time.perf_counter() - start
     model.save(os.path.join(out, "laya.keras"))
     model.save_weights(os.path.join(out, "laya.weights.h5"))
@@ -46,9 +52,14 @@ def main(out: str, data: str, epochs: str) -> None:
     logits = reference.logits_of(reloaded, "subclassed", arrays["x_test"][:1000])
     np.save(os.path.join(out, "logits.npy"), logits)
     _, accuracy = reloaded.evaluate(arrays["x_test"], arrays["y_test"], batch_size=500, verbose=0)
-    record = {"keras": keras.__version__, "backend": keras.backend.backend(), "epochs": int(epochs),
-              "train_seconds": round(train_s, 1), "test_accuracy": float(accuracy),
-              "val_accuracy": [float(v) for v in history.history["val_accuracy"]]}
+    record = {
+        "keras": keras.__version__,
+        "backend": keras.backend.backend(),
+        "epochs": int(epochs),
+        "train_seconds": round(train_s, 1),
+        "test_accuracy": float(accuracy),
+        "val_accuracy": [float(v) for v in history.history["val_accuracy"]],
+    }
     Path(out, "keras.json").write_text(json.dumps(record, indent=1))
     print(json.dumps(record))
 

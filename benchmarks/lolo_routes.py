@@ -61,8 +61,9 @@ def _removed_logits(model, hidden: list[Tensor], i: int, ablation: str, fill: Se
 
 
 @torch.no_grad()
-def rerun_effects(model, x: Any, *, ablation: str = "gate", fill: Sequence[Tensor] | None = None,
-                  batch_size: int = 256) -> Tensor:
+def rerun_effects(
+    model, x: Any, *, ablation: str = "gate", fill: Sequence[Tensor] | None = None, batch_size: int = 256
+) -> Tensor:
     """LOLO effects from ``L + 1`` full forwards per batch (intact, then one per removed layer).
 
     Parameters

@@ -49,14 +49,36 @@ def main() -> None:
     os.environ.setdefault("LAYA_EVAL_THREADS", "1")
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = Path(tmp) / "digits-laya.pt"
-        subprocess.run([sys.executable, "-m", "laya_eval_cli.main", "train", "--dataset", "digits", "--backbone",
-                        "mlp", "--head", "laya", "--seed", "0", "--out", str(ckpt)], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "laya_eval_cli.main",
+                "train",
+                "--dataset",
+                "digits",
+                "--backbone",
+                "mlp",
+                "--head",
+                "laya",
+                "--seed",
+                "0",
+                "--out",
+                str(ckpt),
+            ],
+            check=True,
+            capture_output=True,
+        )
         files = follow(["faithfulness", str(ckpt), "--out", str(Path(tmp) / "out"), "-q"])
-    lines = ["# Files followed by `laya-eval faithfulness CKPT`", "",
-             "Every source file holding a function that `laya-eval faithfulness` runs on a digits LAYA checkpoint "
-             "(`python benchmarks/main_job_files.py`), in the order first entered.", "",
-             f"**{len(files)} files.**", ""] + [f"{i}. `{f}`" for i, f in enumerate(files, 1)]
+    lines = [
+        "# Files followed by `laya-eval faithfulness CKPT`",
+        "",
+        "Every source file holding a function that `laya-eval faithfulness` runs on a digits LAYA checkpoint "
+        "(`python benchmarks/main_job_files.py`), in the order first entered.",
+        "",
+        f"**{len(files)} files.**",
+        "",
+    ] + [f"{i}. `{f}`" for i, f in enumerate(files, 1)]
     out = ROOT / "benchmarks" / "results" / "main_job_files.md"
     out.write_text("\n".join(lines) + "\n")
     print(f"{len(files)} files -> {out}")

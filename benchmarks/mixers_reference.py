@@ -14,7 +14,6 @@ import json
 import time
 from pathlib import Path
 
-import torch
 
 from laya_eval.data import load_dataset
 from laya_eval.mixers.audit import MixerOptions, audit_mixers
@@ -40,24 +39,45 @@ def main() -> None:
     results = {"options": vars(args), **provenance(), "models": {}}
     for kind in args.kinds:
         start = time.perf_counter()
-        model = fit_mixer_model(kind, train.x[:args.n_train], train.y[:args.n_train], epochs=args.epochs,
-                                seed=args.seed)
+        model = fit_mixer_model(
+            kind, train.x[: args.n_train], train.y[: args.n_train], epochs=args.epochs, seed=args.seed
+        )
         train_s = time.perf_counter() - start
         acc = accuracy(model, test.x, test.y)
-        info = {"dataset": "fashion-mnist", "n_train": args.n_train, "epochs": args.epochs, "seed": args.seed,
-                "test_accuracy": acc, "n_test": len(test)}
+        info = {
+            "dataset": "fashion-mnist",
+            "n_train": args.n_train,
+            "epochs": args.epochs,
+            "seed": args.seed,
+            "test_accuracy": acc,
+            "n_test": len(test),
+        }
         save_mixer_model(model, out / f"{kind}.pt", info=info)
         entry = {**info, "train_seconds": round(train_s, 1), "audits": {}}
         for removal in args.removals:
             start = time.perf_counter()
-            options = MixerOptions(removal=removal, limit=args.limit, batch_size=100, seed=args.seed,
-                                   ig_steps=args.ig_steps)
-            audit = audit_mixers(str(out / f"{kind}.pt"), "fashion-mnist", out=out / f"{kind}-{removal}",
-                                 options=options)
-            cols = ["mixer", "method", "n", "n_undefined", "faithfulness", "faithfulness_ci_low",
-                    "faithfulness_ci_high", "deletion_at_1", "deletion_at_1_ci_low", "deletion_at_1_ci_high"]
-            entry["audits"][removal] = {"seconds": round(time.perf_counter() - start, 1),
-                                        "summary": audit.summary[cols].to_dict("records")}
+            options = MixerOptions(
+                removal=removal, limit=args.limit, batch_size=100, seed=args.seed, ig_steps=args.ig_steps
+            )
+            audit = audit_mixers(
+                str(out / f"{kind}.pt"), "fashion-mnist", out=out / f"{kind}-{removal}", options=options
+            )
+            cols = [
+                "mixer",
+                "method",
+                "n",
+                "n_undefined",
+                "faithfulness",
+                "faithfulness_ci_low",
+                "faithfulness_ci_high",
+                "deletion_at_1",
+                "deletion_at_1_ci_low",
+                "deletion_at_1_ci_high",
+            ]
+            entry["audits"][removal] = {
+                "seconds": round(time.perf_counter() - start, 1),
+                "summary": audit.summary[cols].to_dict("records"),
+            }
             print(kind, removal, f"accuracy {acc:.4f}", entry["audits"][removal]["seconds"], "s", flush=True)
             print(audit.summary[cols].to_string(index=False), flush=True)
         results["models"][kind] = entry

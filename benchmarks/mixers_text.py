@@ -24,8 +24,18 @@ from laya_eval.output.files import atomic_write_text
 from laya_eval.output.origin import provenance
 from laya_eval.training.trainer import TrainOptions
 
-SUMMARY = ["mixer", "method", "n", "n_undefined", "faithfulness", "faithfulness_ci_low", "faithfulness_ci_high",
-           "deletion_at_1", "deletion_at_1_ci_low", "deletion_at_1_ci_high"]
+SUMMARY = [
+    "mixer",
+    "method",
+    "n",
+    "n_undefined",
+    "faithfulness",
+    "faithfulness_ci_low",
+    "faithfulness_ci_high",
+    "deletion_at_1",
+    "deletion_at_1_ci_low",
+    "deletion_at_1_ci_high",
+]
 
 
 def main() -> None:
@@ -43,22 +53,37 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     models.mkdir(parents=True, exist_ok=True)
     options = TrainOptions(epochs=args.epochs, batch_size=64, lr=0.002, patience=2, seed=args.seed)
-    results = {"options": vars(args), "train": {"epochs": args.epochs, "batch_size": 64, "lr": 0.002, "patience": 2},
-               **provenance(), "models": {}}
+    results = {
+        "options": vars(args),
+        "train": {"epochs": args.epochs, "batch_size": 64, "lr": 0.002, "patience": 2},
+        **provenance(),
+        "models": {},
+    }
     for kind in args.kinds:
         start = time.perf_counter()
         fit = train_mixer_model(kind, "rotten-tomatoes", options=options)
-        entry = {**fit.info, "vocabulary_size": len(fit.model.config["vocabulary"]),
-                 "train_seconds": round(time.perf_counter() - start, 1), "audits": {}}
+        entry = {
+            **fit.info,
+            "vocabulary_size": len(fit.model.config["vocabulary"]),
+            "train_seconds": round(time.perf_counter() - start, 1),
+            "audits": {},
+        }
         path = save_mixer_model(fit.model, models / f"text-{kind}.pt", info=fit.info)
         print(kind, f"test accuracy {fit.metrics['test_accuracy']:.4f}", entry["train_seconds"], "s", flush=True)
         for removal in args.removals:
             start = time.perf_counter()
-            audit = audit_mixers(str(path), "rotten-tomatoes", out=out / f"text-{kind}-{removal}",
-                                 options=MixerOptions(removal=removal, limit=args.limit, batch_size=100,
-                                                      seed=args.seed, ig_steps=args.ig_steps))
-            entry["audits"][removal] = {"seconds": round(time.perf_counter() - start, 1),
-                                        "summary": audit.summary[SUMMARY].to_dict("records")}
+            audit = audit_mixers(
+                str(path),
+                "rotten-tomatoes",
+                out=out / f"text-{kind}-{removal}",
+                options=MixerOptions(
+                    removal=removal, limit=args.limit, batch_size=100, seed=args.seed, ig_steps=args.ig_steps
+                ),
+            )
+            entry["audits"][removal] = {
+                "seconds": round(time.perf_counter() - start, 1),
+                "summary": audit.summary[SUMMARY].to_dict("records"),
+            }
             print(kind, removal, entry["audits"][removal]["seconds"], "s", flush=True)
             print(audit.summary[SUMMARY].to_string(index=False), flush=True)
         results["models"][kind] = entry

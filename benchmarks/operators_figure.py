@@ -18,7 +18,7 @@ import pandas as pd
 
 def main(folder: str, out: str) -> None:
     table = pd.read_csv(Path(folder) / "operators.csv", keep_default_na=False, na_values=[""])
-    operators = [c[len("faithfulness_"):] for c in table.columns if c.startswith("faithfulness_")]
+    operators = [c[len("faithfulness_") :] for c in table.columns if c.startswith("faithfulness_")]
     save_figure(operators_figure(table, operators, meta={"subtitle": Path(folder).name}), out)
     print(operator_sentence(OperatorTable(Path(folder).name, table, operators)))
 

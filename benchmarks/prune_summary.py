@@ -40,8 +40,10 @@ def main() -> None:
             if (part.method == bound).any() and (part.method == "laya").any():
                 d = _diff(c, ranking, args.ablation, curve, "laya", bound)
                 r = part[part.method == bound].iloc[0]
-                print(f"    {bound} {r.auc:.4f} [{r.ci_low:.4f}, {r.ci_high:.4f}]; laya - {bound}: "
-                      f"{d[0]:+.4f} [{d[1]:+.4f}, {d[2]:+.4f}]")
+                print(
+                    f"    {bound} {r.auc:.4f} [{r.ci_low:.4f}, {r.ci_high:.4f}]; laya - {bound}: "
+                    f"{d[0]:+.4f} [{d[1]:+.4f}, {d[2]:+.4f}]"
+                )
 
 
 if __name__ == "__main__":

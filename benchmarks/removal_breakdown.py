@@ -59,8 +59,7 @@ def zero_effects_in_steps(model, tr, masks, clock=None):
     tick("adapters and scorer blocks of the fills")
     blocks = torch.einsum("bld,hld->blh", head.psi(z), w1)
     tick("scorer blocks W1_i psi(z_i), (B, L, hidden)")
-    pre = (torch.einsum("bkl,blf->bkf", keep, blocks) + torch.einsum("bkl,lf->bkf", 1 - keep, fill_blocks)
-           + first.bias)
+    pre = torch.einsum("bkl,blf->bkf", keep, blocks) + torch.einsum("bkl,lf->bkf", 1 - keep, fill_blocks) + first.bias
     tick("pre-activation of each removal (two einsums)")
     alpha = torch.softmax(second(act(pre)) / head.tau, dim=-1)
     tick("GELU, Linear(hidden -> L), softmax over L")
@@ -94,7 +93,7 @@ def main() -> None:
     torch.set_num_threads(1)
     model = load_checkpoint(FMNIST_CKPT).eval()
     x = load_dataset("fashion-mnist", "test").subset(slice(0, N)).x
-    xs = [x[i:i + BATCH] for i in range(0, N, BATCH)]
+    xs = [x[i : i + BATCH] for i in range(0, N, BATCH)]
     masks = leave_one_out_masks(model.n_layers)
     with torch.no_grad():
         traces = [trace(model, xb) for xb in xs]
@@ -102,14 +101,21 @@ def main() -> None:
             ours = zero_effects_in_steps(model, tr, masks)
             if not torch.equal(ours, removal_effects(tr, model, masks, ablation="zero")):
                 sys.exit("the steps written out here no longer give the library's zero effects; update them")
-        def effects(ablation, fresh):
-            return lambda: [removal_effects(trace(model, xb) if fresh else t, model, masks, ablation=ablation)
-                            for xb, t in zip(xs, traces)]
 
-        routes = {"model(x)": lambda: [model(xb) for xb in xs], "trace": lambda: [trace(model, xb) for xb in xs],
-                  "trace + gate effects": effects("gate", True), "trace + zero effects": effects("zero", True),
-                  "gate effects from traces": effects("gate", False),
-                  "zero effects from traces": effects("zero", False)}
+        def effects(ablation, fresh):
+            return lambda: [
+                removal_effects(trace(model, xb) if fresh else t, model, masks, ablation=ablation)
+                for xb, t in zip(xs, traces)
+            ]
+
+        routes = {
+            "model(x)": lambda: [model(xb) for xb in xs],
+            "trace": lambda: [trace(model, xb) for xb in xs],
+            "trace + gate effects": effects("gate", True),
+            "trace + zero effects": effects("zero", True),
+            "gate effects from traces": effects("gate", False),
+            "zero effects from traces": effects("zero", False),
+        }
         for fn in routes.values():
             fn()
         runs = {name: [] for name in routes}
@@ -145,8 +151,10 @@ def main() -> None:
         first_dim = cpu_median(lambda: [torch.softmax(transposed, 0) for _ in range(2000)], 5) / 2000
         same = torch.equal(torch.softmax(logits, -1), torch.softmax(transposed, 0).T)
         diff = float((torch.softmax(logits, -1) - torch.softmax(transposed, 0).T).abs().max())
-        print(f"\nsoftmax of {tuple(logits.shape)}: over the last dimension {last_dim * 1e6:.1f} us, over dimension 0 "
-              f"of the transpose {first_dim * 1e6:.1f} us; bit-identical: {same} (largest difference {diff:.2e})")
+        print(
+            f"\nsoftmax of {tuple(logits.shape)}: over the last dimension {last_dim * 1e6:.1f} us, over dimension 0 "
+            f"of the transpose {first_dim * 1e6:.1f} us; bit-identical: {same} (largest difference {diff:.2e})"
+        )
 
 
 if __name__ == "__main__":

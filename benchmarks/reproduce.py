@@ -73,10 +73,12 @@ def per_run_tables(setting: str, config: dict, tables: dict[str, pd.DataFrame]) 
     backbone = {b.get("label", b.get("name")): _backbone_name(b) for b in config["grid"]["backbones"]}
     sweep_rows = tables["sweep"]
     dataset_of = dict(zip(sweep_rows["cell"], sweep_rows["eval_dataset"]))
-    runs = tables["runs"].assign(setting=setting, dataset=lambda t: t["cell"].map(dataset_of),
-                                 backbone=lambda t: t["backbone"].map(backbone))
-    faith = sweep_rows.assign(setting=setting, dataset=sweep_rows["eval_dataset"],
-                              backbone=sweep_rows["backbone"].map(backbone))
+    runs = tables["runs"].assign(
+        setting=setting, dataset=lambda t: t["cell"].map(dataset_of), backbone=lambda t: t["backbone"].map(backbone)
+    )
+    faith = sweep_rows.assign(
+        setting=setting, dataset=sweep_rows["eval_dataset"], backbone=sweep_rows["backbone"].map(backbone)
+    )
     weights = tables["layer_weights"].assign(setting=setting, dataset=lambda t: t["cell"].map(dataset_of))
     return {"runs": runs[RUN_COLUMNS], "faith": faith[FAITH_COLUMNS], "weights": weights[WEIGHT_COLUMNS]}
 
@@ -94,13 +96,21 @@ def pretrained_checkpoint(setting: str, args, sweep_root: Path) -> tuple[Path, d
     config = tomllib.loads(config_path(name, args.quick).read_text())
     if args.data_dir is not None:
         config.setdefault("data", {})["data_dir"] = str(args.data_dir)
-    result = sweep(config, sweep_root / name, resume=args.resume, cache_dir=args.cache_dir,
-                   progress=lambda cell, status: log(f"{name} {cell.head} seed {cell.seed}: {status}"))
+    result = sweep(
+        config,
+        sweep_root / name,
+        resume=args.resume,
+        cache_dir=args.cache_dir,
+        progress=lambda cell, status: log(f"{name} {cell.head} seed {cell.seed}: {status}"),
+    )
     (cell,) = list(result.tables["runs"]["cell"])
     record = _cell_records(sweep_root / name, [cell])[0]
     log(f"{name}: test accuracy {record['metrics']['accuracy']:.4f} ({record['metrics']['epochs_run']} epochs)")
     return (sweep_root / name / "cells" / cell / record["checkpoint"]).resolve(), {
-        "checkpoint": record["checkpoint"], "sha256": record["files"][record["checkpoint"]], **record["metrics"]}
+        "checkpoint": record["checkpoint"],
+        "sha256": record["files"][record["checkpoint"]],
+        **record["metrics"],
+    }
 
 
 def with_pretrained(config: dict, checkpoint: Path) -> dict:
@@ -114,19 +124,30 @@ def with_pretrained(config: dict, checkpoint: Path) -> dict:
 def run_setting(setting: str, config: dict, sweep_dir: Path, *, resume: bool, cache_dir: Path | None) -> dict:
     """Run the setting's sweep; its per-run tables, timings and the notes of its evaluations."""
     start = time.perf_counter()
-    result = sweep(config, sweep_dir, resume=resume, cache_dir=cache_dir,
-                   progress=lambda cell, status: log(f"{setting} {cell.head} seed {cell.seed}: {status}"))
+    result = sweep(
+        config,
+        sweep_dir,
+        resume=resume,
+        cache_dir=cache_dir,
+        progress=lambda cell, status: log(f"{setting} {cell.head} seed {cell.seed}: {status}"),
+    )
     out = per_run_tables(setting, config, result.tables)
     records = _cell_records(sweep_dir, list(result.tables["runs"]["cell"]))
-    out["timings"] = pd.DataFrame([{"setting": setting, "head": r["config"]["head"], "seed": r["config"]["seed"],
-                                    **r["timings"]} for r in records])
+    out["timings"] = pd.DataFrame(
+        [
+            {"setting": setting, "head": r["config"]["head"], "seed": r["config"]["seed"], **r["timings"]}
+            for r in records
+        ]
+    )
     first_seed = config["grid"]["seeds"][0]
     notes = []
     for r in records:
         if r["config"]["seed"] == first_seed:
-            manifest = json.loads((sweep_dir / "cells" / r["cell"] / "eval" / r["ablations"][0] /
-                                   "manifest.json").read_text()) if len(r["ablations"]) > 1 else \
-                json.loads((sweep_dir / "cells" / r["cell"] / "eval" / "manifest.json").read_text())
+            manifest = (
+                json.loads((sweep_dir / "cells" / r["cell"] / "eval" / r["ablations"][0] / "manifest.json").read_text())
+                if len(r["ablations"]) > 1
+                else json.loads((sweep_dir / "cells" / r["cell"] / "eval" / "manifest.json").read_text())
+            )
             notes += [f"{setting} {r['config']['head']}: {n}" for n in manifest.get("skipped", [])]
     out["notes"] = notes
     out["wall_s"] = round(time.perf_counter() - start, 1)
@@ -153,25 +174,52 @@ def _csv_settings(text: str) -> list[str]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--settings", type=_csv_settings, default=None,
-                   help=f"comma-separated among {', '.join(SETTINGS)} (default: fashion-mnist,text)")
-    p.add_argument("--config", type=Path, action="append", default=[],
-                   help="a sweep config run as one more setting, named by its file stem (repeatable)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--settings",
+        type=_csv_settings,
+        default=None,
+        help=f"comma-separated among {', '.join(SETTINGS)} (default: fashion-mnist,text)",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        action="append",
+        default=[],
+        help="a sweep config run as one more setting, named by its file stem (repeatable)",
+    )
     p.add_argument("--quick", action="store_true", help="the configs of benchmarks/reproduce/quick/")
     p.add_argument("--data-dir", type=Path, default=None, help="folder holding the datasets (overrides the configs)")
-    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
-                   help="keep the finished cells of --sweep-dir whose config matches (default); --no-resume redoes all")
-    p.add_argument("--out-dir", type=Path, default=None,
-                   help="CSVs and comparison.md (default benchmarks/results/reproduce)")
-    p.add_argument("--sweep-dir", type=Path, default=None,
-                   help="the sweeps' folders, one per setting (default runs/reproduce/sweep)")
+    p.add_argument(
+        "--resume",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep the finished cells of --sweep-dir whose config matches (default); --no-resume redoes all",
+    )
+    p.add_argument(
+        "--out-dir", type=Path, default=None, help="CSVs and comparison.md (default benchmarks/results/reproduce)"
+    )
+    p.add_argument(
+        "--sweep-dir",
+        type=Path,
+        default=None,
+        help="the sweeps' folders, one per setting (default runs/reproduce/sweep)",
+    )
     p.add_argument("--cache-dir", type=Path, default=None, help="feature cache of the frozen encoder")
-    p.add_argument("--vit-init", type=Path, default=None,
-                   help="a ViT checkpoint to freeze for the vit setting instead of pretraining one")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's); 1 is faster on a machine shared with other jobs")
+    p.add_argument(
+        "--vit-init",
+        type=Path,
+        default=None,
+        help="a ViT checkpoint to freeze for the vit setting instead of pretraining one",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's); 1 is faster on a machine shared with other jobs",
+    )
     args = p.parse_args(argv)
     if args.threads is not None:
         if args.threads < 1:
@@ -208,24 +256,30 @@ def preamble(configs: dict[str, dict], commands: list[str], quick: bool) -> str:
     train, ev = config.get("training", {}), config.get("evaluation", {})
     seeds = config["grid"]["seeds"]
     made = " then ".join(f"`{c}`" for c in commands)
-    return "\n".join([
-        "# LAYA paper vs. laya-eval: reproduction on real data",
-        "",
-        f"Generated by {made} (settings {', '.join(configs)}; seeds {', '.join(map(str, seeds))}; "
-        f"at most {train.get('epochs', 50)} epochs, patience {train.get('patience', 5)}; faithfulness on the first "
-        f"{ev.get('limit', 'all')} test samples, {ev.get('bootstrap', 1000)} bootstrap resamples, "
-        f"{ev.get('n_steps', 50)} Integrated Gradients steps{'; --quick: narrower CNN' if quick else ''}).",
-        "Means and standard deviations are over seeds (sample std, ddof = 1); every number comes from the per-run CSVs "
-        "next to this file. The frozen-backbone setting is MiniLM-L6 on Rotten Tomatoes, not the paper's ViT on art "
-        "styles (neither is available offline), so its numbers are not directly comparable with the paper's.",
-    ])
+    return "\n".join(
+        [
+            "# LAYA paper vs. laya-eval: reproduction on real data",
+            "",
+            f"Generated by {made} (settings {', '.join(configs)}; seeds {', '.join(map(str, seeds))}; "
+            f"at most {train.get('epochs', 50)} epochs, patience {train.get('patience', 5)}; faithfulness on the first "
+            f"{ev.get('limit', 'all')} test samples, {ev.get('bootstrap', 1000)} bootstrap resamples, "
+            f"{ev.get('n_steps', 50)} Integrated Gradients steps{'; --quick: narrower CNN' if quick else ''}).",
+            "Means and standard deviations are over seeds (sample std, ddof = 1); every number comes from the per-run CSVs "
+            "next to this file. The frozen-backbone setting is MiniLM-L6 on Rotten Tomatoes, not the paper's ViT on art "
+            "styles (neither is available offline), so its numbers are not directly comparable with the paper's.",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    session = {"command": "python benchmarks/reproduce.py " + shlex.join(argv), "machine_start": machine(),
-               "settings": [], "wall_s": {}}
+    session = {
+        "command": "python benchmarks/reproduce.py " + shlex.join(argv),
+        "machine_start": machine(),
+        "settings": [],
+        "wall_s": {},
+    }
     try:
         configs = load_settings(args)
         session["settings"] = list(configs)
@@ -235,16 +289,22 @@ def main(argv: list[str] | None = None) -> int:
             if setting in PRETRAIN:
                 checkpoint, pretrained[setting] = pretrained_checkpoint(setting, args, args.sweep_dir)
                 config = with_pretrained(config, checkpoint)
-            parts[setting] = run_setting(setting, config, args.sweep_dir / setting, resume=args.resume,
-                                         cache_dir=args.cache_dir)
+            parts[setting] = run_setting(
+                setting, config, args.sweep_dir / setting, resume=args.resume, cache_dir=args.cache_dir
+            )
             session["wall_s"][setting] = parts[setting]["wall_s"]
         session["wall_s"]["total"] = round(time.perf_counter() - _START, 1)
         session["machine_end"] = machine()
-        tables = {k: pd.concat([p[k] for p in parts.values()], ignore_index=True)
-                  for k in ("runs", "faith", "weights", "timings")}
-        info = {"notes": [n for p in parts.values() for n in p["notes"]], "sessions": [session],
-                "cells": {s: {"computed": p["computed"], "reused": p["reused"]} for s, p in parts.items()},
-                **({"pretrained": pretrained} if pretrained else {})}
+        tables = {
+            k: pd.concat([p[k] for p in parts.values()], ignore_index=True)
+            for k in ("runs", "faith", "weights", "timings")
+        }
+        info = {
+            "notes": [n for p in parts.values() for n in p["notes"]],
+            "sessions": [session],
+            "cells": {s: {"computed": p["computed"], "reused": p["reused"]} for s, p in parts.items()},
+            **({"pretrained": pretrained} if pretrained else {}),
+        }
         write_outputs(args.out_dir, tables, info, preamble(configs, [session["command"]], args.quick))
     except (LayaEvalError, OSError, tomllib.TOMLDecodeError) as exc:
         print(f"Error: {exc}", file=sys.stderr)

@@ -77,9 +77,18 @@ def late_layer_shares(weights: pd.DataFrame) -> pd.DataFrame:
         n_layers = len(g)
         late = g["layer"] > n_layers / 2
         w = g["mean_weight"].to_numpy()
-        rows.append({"setting": setting, "dataset": dataset, "head": head, "seed": seed, "n_layers": n_layers,
-                     "late_share": float(w[late.to_numpy()].sum()), "uniform_late_share": float(late.mean()),
-                     "top_layer": int(g["layer"].to_numpy()[np.argmax(w)])})
+        rows.append(
+            {
+                "setting": setting,
+                "dataset": dataset,
+                "head": head,
+                "seed": seed,
+                "n_layers": n_layers,
+                "late_share": float(w[late.to_numpy()].sum()),
+                "uniform_late_share": float(late.mean()),
+                "top_layer": int(g["layer"].to_numpy()[np.argmax(w)]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -97,8 +106,13 @@ def _close(values: pd.Series, paper: float) -> bool:
 
 
 def _faith(faith: pd.DataFrame, setting: str, method: str, column: str, head: str = "laya") -> pd.Series:
-    sel = faith[(faith.setting == setting) & (faith["head"] == head) & (faith.method == method)
-                & (faith.ablation == "gate") & (faith.scope == "head")]
+    sel = faith[
+        (faith.setting == setting)
+        & (faith["head"] == head)
+        & (faith.method == method)
+        & (faith.ablation == "gate")
+        & (faith.scope == "head")
+    ]
     return sel.set_index("seed")[column]
 
 
@@ -120,8 +134,15 @@ def _claim_gradients(faith: pd.DataFrame) -> dict:
         values = _faith(faith, "fashion-mnist", m, "faithfulness")
         parts.append(f"{m} {_pm(values)}")
         hits.append(_close(values, PAPER["gradient_faithfulness"]))
-    verdict = "agree" if all(hits) else ("partly (" + ", ".join(m for m, h in zip(GRADIENT_METHODS, hits) if h)
-                                          + " only)" if any(hits) else "disagree")
+    verdict = (
+        "agree"
+        if all(hits)
+        else (
+            "partly (" + ", ".join(m for m, h in zip(GRADIENT_METHODS, hits) if h) + " only)"
+            if any(hits)
+            else "disagree"
+        )
+    )
     return {"verdict": verdict, "paper": "≈ 0.89", "ours": "; ".join(parts)}
 
 
@@ -141,10 +162,15 @@ def _claim_frozen(faith: pd.DataFrame) -> dict:
     means = sel.groupby("method")["deletion_at_1"].mean().sort_values(ascending=False)
     laya = _faith(faith, "text", "laya", "deletion_at_1")
     runner = next(m for m in means.index if m != "laya")
-    ours = (f"α {_pm(laya)}; best other: {runner} {_pm(_faith(faith, 'text', runner, 'deletion_at_1'))}; "
-            f"rank of α: {list(means.index).index('laya') + 1} of {len(means)}")
-    return {"verdict": "agree" if means.index[0] == "laya" else "disagree",
-            "paper": f"α highest, {PAPER['frozen_laya_deletion_at_1']:.4f} (ViT, art styles)", "ours": ours}
+    ours = (
+        f"α {_pm(laya)}; best other: {runner} {_pm(_faith(faith, 'text', runner, 'deletion_at_1'))}; "
+        f"rank of α: {list(means.index).index('laya') + 1} of {len(means)}"
+    )
+    return {
+        "verdict": "agree" if means.index[0] == "laya" else "disagree",
+        "paper": f"α highest, {PAPER['frozen_laya_deletion_at_1']:.4f} (ViT, art styles)",
+        "ours": ours,
+    }
 
 
 def _claim_late(weights: pd.DataFrame) -> dict:
@@ -152,23 +178,37 @@ def _claim_late(weights: pd.DataFrame) -> dict:
     parts, ok = [], []
     for setting, g in shares.groupby("setting", sort=False):
         uniform, n_layers = g["uniform_late_share"].iloc[0], g["n_layers"].iloc[0]
-        parts.append(f"{setting}: later-half share {_pm(g['late_share'], 3)} (uniform {uniform:.3f}, "
-                     f"L = {n_layers}), top layer {sorted(set(g['top_layer']))}")
+        parts.append(
+            f"{setting}: later-half share {_pm(g['late_share'], 3)} (uniform {uniform:.3f}, "
+            f"L = {n_layers}), top layer {sorted(set(g['top_layer']))}"
+        )
         ok.append(bool((g["late_share"] > g["uniform_late_share"]).all()))
     verdict = "agree" if all(ok) else ("partly" if any(ok) else "disagree")
     return {"verdict": verdict, "paper": "late layers", "ours": "; ".join(parts)}
 
 
 CLAIMS = (
-    ("Fashion-MNIST: LAYA has the highest mean test accuracy of the four heads", "fashion-mnist",
-     lambda r, f, w: _claim_accuracy(r)),
-    ("Fashion-MNIST: faithfulness of LAYA α", "fashion-mnist",
-     lambda r, f, w: _claim_number(f, "laya", "faithfulness", PAPER["laya_faithfulness"])),
-    ("Fashion-MNIST: faithfulness of gradient methods (LAYA head)", "fashion-mnist",
-     lambda r, f, w: _claim_gradients(f)),
+    (
+        "Fashion-MNIST: LAYA has the highest mean test accuracy of the four heads",
+        "fashion-mnist",
+        lambda r, f, w: _claim_accuracy(r),
+    ),
+    (
+        "Fashion-MNIST: faithfulness of LAYA α",
+        "fashion-mnist",
+        lambda r, f, w: _claim_number(f, "laya", "faithfulness", PAPER["laya_faithfulness"]),
+    ),
+    (
+        "Fashion-MNIST: faithfulness of gradient methods (LAYA head)",
+        "fashion-mnist",
+        lambda r, f, w: _claim_gradients(f),
+    ),
     ("Fashion-MNIST: LAYA α well above static global weights", "fashion-mnist", lambda r, f, w: _claim_static(f)),
-    ("Frozen pretrained backbone: LAYA α has the highest Deletion@1 (ours: frozen MiniLM-L6, Rotten Tomatoes)", "text",
-     lambda r, f, w: _claim_frozen(f)),
+    (
+        "Frozen pretrained backbone: LAYA α has the highest Deletion@1 (ours: frozen MiniLM-L6, Rotten Tomatoes)",
+        "text",
+        lambda r, f, w: _claim_frozen(f),
+    ),
     ("LAYA attention concentrates on late layers", None, lambda r, f, w: _claim_late(w)),
 )
 
@@ -181,8 +221,9 @@ def claims(runs: pd.DataFrame, faith: pd.DataFrame, weights: pd.DataFrame) -> pd
             present = not weights.empty and "laya" in set(weights["head"])
         else:
             # every claim reads the LAYA model of its setting; before it is trained the claim waits
-            present = ("laya" in set(runs[runs.setting == setting]["head"])
-                       and "laya" in set(faith[faith.setting == setting]["head"]))
+            present = "laya" in set(runs[runs.setting == setting]["head"]) and "laya" in set(
+                faith[faith.setting == setting]["head"]
+            )
         if not present:
             rows.append({"claim": text, "paper": "", "ours": "not run", "verdict": "not run"})
             continue
@@ -206,10 +247,16 @@ def _fmt(mean: float, std: float) -> str:
 def _accuracy_md(acc: pd.DataFrame) -> list[str]:
     out = []
     for setting, g in acc.groupby("setting", sort=False):
-        rows = [[r["head"], _fmt(r.accuracy_mean, r.accuracy_std), _fmt(r.macro_f1_mean, r.macro_f1_std), r.n_seeds]
-                for _, r in g.iterrows()]
-        out += [f"### {setting} ({g['dataset'].iloc[0]}, {g['backbone'].iloc[0]})", "",
-                _md_table(["head", "test accuracy", "macro-F1", "seeds"], rows), ""]
+        rows = [
+            [r["head"], _fmt(r.accuracy_mean, r.accuracy_std), _fmt(r.macro_f1_mean, r.macro_f1_std), r.n_seeds]
+            for _, r in g.iterrows()
+        ]
+        out += [
+            f"### {setting} ({g['dataset'].iloc[0]}, {g['backbone'].iloc[0]})",
+            "",
+            _md_table(["head", "test accuracy", "macro-F1", "seeds"], rows),
+            "",
+        ]
     return out
 
 
@@ -224,8 +271,10 @@ def _faith_md(summary: pd.DataFrame) -> list[str]:
                 row = [head, method]
                 for a in ablations:
                     r = g[(g["head"] == head) & (g["method"] == method) & (g["ablation"] == a)].iloc[0]
-                    row += [_fmt(r.faithfulness_mean, r.faithfulness_std),
-                            _fmt(r.deletion_at_1_mean, r.deletion_at_1_std)]
+                    row += [
+                        _fmt(r.faithfulness_mean, r.faithfulness_std),
+                        _fmt(r.deletion_at_1_mean, r.deletion_at_1_std),
+                    ]
                 rows.append(row)
         out += [f"### {setting} ({g['dataset'].iloc[0]}), head scope", "", _md_table(header, rows), ""]
     return out
@@ -239,8 +288,11 @@ def _weights_md(summary: pd.DataFrame, shares: pd.DataFrame) -> list[str]:
         for head in [h for h in HEAD_ORDER if h in set(g["head"])]:
             sel = g[g["head"] == head].set_index("layer_name")
             s = shares[(shares.setting == setting) & (shares["head"] == head)]["late_share"]
-            rows.append([head] + [_fmt(sel.loc[n, "mean_weight_mean"], sel.loc[n, "mean_weight_std"]) for n in layers]
-                        + [_fmt(s.mean(), s.std())])
+            rows.append(
+                [head]
+                + [_fmt(sel.loc[n, "mean_weight_mean"], sel.loc[n, "mean_weight_std"]) for n in layers]
+                + [_fmt(s.mean(), s.std())]
+            )
         out += [f"### {setting}", "", _md_table(["head", *layers, "later-half share"], rows), ""]
     return out
 
@@ -248,9 +300,18 @@ def _weights_md(summary: pd.DataFrame, shares: pd.DataFrame) -> list[str]:
 def markdown_report(runs: pd.DataFrame, faith: pd.DataFrame, weights: pd.DataFrame, *, preamble: str) -> str:
     """``comparison.md``: the claim table, then accuracy, faithfulness and layer-weight tables."""
     table = claims(runs, faith, weights)
-    parts = [preamble, "", "## The paper's claims against ours", "",
-             _md_table(["claim", "paper", "ours (mean ± std over seeds)", "verdict"], table.values.tolist()), "",
-             f"Rules (fixed before the runs): {RULES}", "", "## Test accuracy and macro-F1", ""]
+    parts = [
+        preamble,
+        "",
+        "## The paper's claims against ours",
+        "",
+        _md_table(["claim", "paper", "ours (mean ± std over seeds)", "verdict"], table.values.tolist()),
+        "",
+        f"Rules (fixed before the runs): {RULES}",
+        "",
+        "## Test accuracy and macro-F1",
+        "",
+    ]
     parts += _accuracy_md(accuracy_summary(runs))
     parts += ["## Faithfulness and Deletion@1 (mean ± std over seeds)", ""]
     parts += _faith_md(faithfulness_summary(faith))

@@ -64,15 +64,30 @@ def main() -> None:
         scores[m] = a
         old, new = spearman_per_sample(a, e32), spearman_per_sample(a, tied.effects)
         both = ~np.isnan(old) & ~np.isnan(new)
-        rows.append({"method": m, "faithfulness_float32": np.nanmean(old), "faithfulness_float64_tied": np.nanmean(new),
-                     "change": np.nanmean(new) - np.nanmean(old), "n_undefined_float32": int(np.isnan(old).sum()),
-                     "n_undefined_float64_tied": int(np.isnan(new).sum()),
-                     "share_rho_changed": float(np.mean(np.abs(old[both] - new[both]) > 1e-9)),
-                     "max_abs_rho_change": float(np.max(np.abs(old[both] - new[both]))),
-                     "faithfulness_p_value": faithfulness_p_value(new, tied.effects)})
+        rows.append(
+            {
+                "method": m,
+                "faithfulness_float32": np.nanmean(old),
+                "faithfulness_float64_tied": np.nanmean(new),
+                "change": np.nanmean(new) - np.nanmean(old),
+                "n_undefined_float32": int(np.isnan(old).sum()),
+                "n_undefined_float64_tied": int(np.isnan(new).sum()),
+                "share_rho_changed": float(np.mean(np.abs(old[both] - new[both]) > 1e-9)),
+                "max_abs_rho_change": float(np.max(np.abs(old[both] - new[both]))),
+                "faithfulness_p_value": faithfulness_p_value(new, tied.effects),
+            }
+        )
         part = samples[samples.method == m].sort_values("sample")
-        per_sample.append(pd.DataFrame({"sample": part["sample"].to_numpy(), "method": m, "spearman": new,
-                                        "deletion_at_1": part["deletion_at_1"].to_numpy()}))
+        per_sample.append(
+            pd.DataFrame(
+                {
+                    "sample": part["sample"].to_numpy(),
+                    "method": m,
+                    "spearman": new,
+                    "deletion_at_1": part["deletion_at_1"].to_numpy(),
+                }
+            )
+        )
     table = pd.DataFrame(rows)
     comparisons = compare_methods(pd.concat(per_sample), n_resamples=1000, seed=0)
     collapsed = identical_rankings(scores)
@@ -82,15 +97,23 @@ def main() -> None:
     comparisons.to_csv(out / "comparisons.csv", **csv)
     exact_zero32 = float(np.mean(e32 == 0))
     lines = [
-        (f"checkpoint {args.checkpoint}, {model.head.name} head, {model.info.dataset} test, n = {len(test)}, "
-        f"L = {model.n_layers}, gate ablation"),
+        (
+            f"checkpoint {args.checkpoint}, {model.head.name} head, {model.info.dataset} test, n = {len(test)}, "
+            f"L = {model.n_layers}, gate ablation"
+        ),
         f"effects exactly 0 in float32: {exact_zero32:.3f} of all (sample, layer) effects",
-        (f"float64 ties at rtol {DEFAULT_RTOL:g}: {tied.n_effect_ties} samples with a tie "
-        f"({tied.n_effect_ties / len(test):.3f}); negligible effects: {tied.share_negligible_effects:.3f} of all"),
-        (f"identical rankings over real methods {collapsed.methods}: share {collapsed.share_identical:.3f} -> "
-        f"collapsed head: {collapsed.identical}"),
+        (
+            f"float64 ties at rtol {DEFAULT_RTOL:g}: {tied.n_effect_ties} samples with a tie "
+            f"({tied.n_effect_ties / len(test):.3f}); negligible effects: {tied.share_negligible_effects:.3f} of all"
+        ),
+        (
+            f"identical rankings over real methods {collapsed.methods}: share {collapsed.share_identical:.3f} -> "
+            f"collapsed head: {collapsed.identical}"
+        ),
         f"stats time (p-values, 21 x 2 paired comparisons, ties): {seconds:.1f} s",
-        "", table.to_string(index=False, float_format=lambda v: f"{v:.4g}"), "",
+        "",
+        table.to_string(index=False, float_format=lambda v: f"{v:.4g}"),
+        "",
         comparisons.to_string(index=False, float_format=lambda v: f"{v:.4g}"),
     ]
     (out / "summary.txt").write_text("\n".join(lines) + "\n")

@@ -45,10 +45,12 @@ CANDIDATES = (1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
 def _model(head: str, widths, seed: int, epochs: int, splits):
     torch.manual_seed(seed)
     kwargs = {"d_star": 16, "scorer_hidden": 16} if head == "laya" else ({"d_star": 16} if head == "scalarmix" else {})
-    model = build_model("mlp", head, splits["train"], backbone_kwargs={"widths": list(widths)}, head_kwargs=kwargs,
-                        seed=seed)
-    train_in_place(model, splits["train"], splits["val"],
-                   TrainOptions(epochs=epochs, seed=seed, batch_size=64, patience=epochs))
+    model = build_model(
+        "mlp", head, splits["train"], backbone_kwargs={"widths": list(widths)}, head_kwargs=kwargs, seed=seed
+    )
+    train_in_place(
+        model, splits["train"], splits["val"], TrainOptions(epochs=epochs, seed=seed, batch_size=64, patience=epochs)
+    )
     return model.eval()
 
 
@@ -79,11 +81,16 @@ def _measure(e32: np.ndarray, e64: np.ndarray) -> dict[str, float]:
     gaps = _flip_gaps(e32, e64, scale)
     max_gap = np.max(np.where(np.isnan(gaps), -np.inf, gaps), 1)  # -inf: nothing flipped
     gap64 = np.diff(np.sort(e64, 1), axis=1) / scale[:, None]
-    row = {"n_all_zero": float((~ok).sum()), "median_max_effect": float(np.median(scale)),
-           "abs_rounding_max": float(np.abs(e32 - e64).max()),
-           "min_max_effect": float(scale.min()), "rounding_q99": float(np.quantile(rounding, 0.99)), "rounding_max": float(rounding.max()),
-           "share_flipped": float(np.mean(max_gap > -np.inf)),
-           "flip_gap_max": float(max_gap.max()) if np.isfinite(max_gap).any() else 0.0}
+    row = {
+        "n_all_zero": float((~ok).sum()),
+        "median_max_effect": float(np.median(scale)),
+        "abs_rounding_max": float(np.abs(e32 - e64).max()),
+        "min_max_effect": float(scale.min()),
+        "rounding_q99": float(np.quantile(rounding, 0.99)),
+        "rounding_max": float(rounding.max()),
+        "share_flipped": float(np.mean(max_gap > -np.inf)),
+        "flip_gap_max": float(max_gap.max()) if np.isfinite(max_gap).any() else 0.0,
+    }
     for rtol in CANDIDATES:
         row[f"untied_flip@{rtol:g}"] = float(np.mean(max_gap > rtol))
         row[f"tied64@{rtol:g}"] = float(np.mean((gap64 <= rtol).any(1)))
@@ -106,8 +113,15 @@ def _fashion_mnist(epochs: int) -> list[dict]:
     for ablation in ("gate", "zero"):
         e32 = _effects(model, hidden, ablation).astype(np.float64)
         e64 = _effects(model64, hidden64, ablation)
-        row = {"data": "fashion-mnist", "L": model.n_layers, "epochs": epochs, "head": "laya", "seed": 1337,
-               "ablation": ablation, **_measure(e32, e64)}
+        row = {
+            "data": "fashion-mnist",
+            "L": model.n_layers,
+            "epochs": epochs,
+            "head": "laya",
+            "seed": 1337,
+            "ablation": ablation,
+            **_measure(e32, e64),
+        }
         rows.append(row)
         print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
     return rows
@@ -117,10 +131,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--epochs", default="4,60",
-                        help="training lengths; long training saturates p_c and shrinks the effects")
-    parser.add_argument("--fashion-mnist-epochs", type=int, default=10,
-                        help="also the Fashion-MNIST reference MLP + LAYA trained this long (0: skip)")
+    parser.add_argument(
+        "--epochs", default="4,60", help="training lengths; long training saturates p_c and shrinks the effects"
+    )
+    parser.add_argument(
+        "--fashion-mnist-epochs",
+        type=int,
+        default=10,
+        help="also the Fashion-MNIST reference MLP + LAYA trained this long (0: skip)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     splits = {s: load_dataset("digits", s) for s in ("train", "val", "test")}
@@ -128,15 +147,23 @@ def main() -> None:
     print(f"# digits test split, n = {len(splits['test'])}; rounding and flip gaps relative to max_i |e64_i|")
     rows = []
     for (depth, widths), epochs, head, seed in itertools.product(
-            DEPTHS.items(), [int(e) for e in args.epochs.split(",")], HEADS, range(args.seeds)):
+        DEPTHS.items(), [int(e) for e in args.epochs.split(",")], HEADS, range(args.seeds)
+    ):
         model = _model(head, widths, seed, epochs, splits)
         hidden = encode(model, splits["test"])
         model64, hidden64 = copy.deepcopy(model).double(), [h.double() for h in hidden]
         for ablation in ("gate", "zero"):
             e32 = _effects(model, hidden, ablation).astype(np.float64)
             e64 = _effects(model64, hidden64, ablation)
-            row = {"data": "digits", "L": depth, "epochs": epochs, "head": head, "seed": seed, "ablation": ablation,
-                   **_measure(e32, e64)}
+            row = {
+                "data": "digits",
+                "L": depth,
+                "epochs": epochs,
+                "head": head,
+                "seed": seed,
+                "ablation": ablation,
+                **_measure(e32, e64),
+            }
             rows.append(row)
             print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
     if args.fashion_mnist_epochs:
@@ -147,8 +174,10 @@ def main() -> None:
     for rtol in CANDIDATES:
         untied = max(r[f"untied_flip@{rtol:g}"] for r in rows)
         tied = np.mean([r[f"tied64@{rtol:g}"] for r in rows])
-        print(f"# rtol={rtol:g}: worst share of samples with an untied float32 flip = {untied:.4f}; "
-              f"mean share of samples with a float64 tie = {tied:.4f}")
+        print(
+            f"# rtol={rtol:g}: worst share of samples with an untied float32 flip = {untied:.4f}; "
+            f"mean share of samples with a float64 tie = {tied:.4f}"
+        )
 
 
 if __name__ == "__main__":

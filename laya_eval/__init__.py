@@ -30,7 +30,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from laya_eval.version import __version__
+from laya_eval.version import __version__ as __version__
 
 #: The verbs: one library function per command.
 VERBS = {

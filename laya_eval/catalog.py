@@ -38,16 +38,71 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
-    "ABLATIONS", "ABLATION_DRAWS", "ABLATION_SPECS", "ANGULAR_SPAN", "BACKBONE_NAMES", "BOOTSTRAP_RESAMPLES",
-    "BUILTIN_ABLATIONS", "BUILTIN_METHODS", "CHUNK_SIZE", "DISTANCE_SPECS", "D_STAR", "EVAL_BATCH_SIZE", "HEAD_NAMES",
-    "IG_BASELINES", "IG_STEPS", "LAYA_TAU", "LAYER_ROAR_COLUMNS", "MAX_MEMORY_MB", "META_SEEDS", "METHOD_SPECS",
-    "MIN_BOOTSTRAP_RESAMPLES", "MIXER_METHODS", "MIXER_MODEL_KINDS", "MIXER_REMOVALS", "PLANTED_FAMILY_SPECS",
-    "PLANTED_REFERENCES", "PRUNE_RANDOM_REFITS", "PRUNE_RANDOM_RANKINGS", "PRUNE_SEEDS", "RANDOMISATION_COLUMNS",
-    "RETRAIN_PATIENCE", "ROAR_AGREEMENT_COLUMNS", "ROAR_SEEDS", "SANITY_FILES", "SCOPES", "SCORER_HIDDEN",
-    "TIE_RTOL", "TRAIN_BATCH_SIZE", "TRAIN_EPOCHS", "TRAIN_LR", "TRAIN_PATIENCE", "TRAIN_SEED", "AblationSpec",
-    "DistanceSpec", "MethodSpec", "SPLITS", "DTYPES", "TABLE_FORMATS", "FIGURE_FORMATS", "FIGURE_STYLES",
-    "PSI_CHOICES", "POOLS", "HF_POOLS", "MODULE_POOLS", "SIMILARITIES", "DEFAULT_ABLATION", "PlantedFamilySpec", "ablation_names", "add_ablation_spec", "add_method_spec",
-    "distance_names", "fixed_ablation_names", "in_registry_order", "method_names", "planted_family_names",
+    "ABLATIONS",
+    "ABLATION_DRAWS",
+    "ABLATION_SPECS",
+    "ANGULAR_SPAN",
+    "BACKBONE_NAMES",
+    "BOOTSTRAP_RESAMPLES",
+    "BUILTIN_ABLATIONS",
+    "BUILTIN_METHODS",
+    "CHUNK_SIZE",
+    "DISTANCE_SPECS",
+    "D_STAR",
+    "EVAL_BATCH_SIZE",
+    "HEAD_NAMES",
+    "IG_BASELINES",
+    "IG_STEPS",
+    "LAYA_TAU",
+    "LAYER_ROAR_COLUMNS",
+    "MAX_MEMORY_MB",
+    "META_SEEDS",
+    "METHOD_SPECS",
+    "MIN_BOOTSTRAP_RESAMPLES",
+    "MIXER_METHODS",
+    "MIXER_MODEL_KINDS",
+    "MIXER_REMOVALS",
+    "PLANTED_FAMILY_SPECS",
+    "PLANTED_REFERENCES",
+    "PRUNE_RANDOM_REFITS",
+    "PRUNE_RANDOM_RANKINGS",
+    "PRUNE_SEEDS",
+    "RANDOMISATION_COLUMNS",
+    "RETRAIN_PATIENCE",
+    "ROAR_AGREEMENT_COLUMNS",
+    "ROAR_SEEDS",
+    "SANITY_FILES",
+    "SCOPES",
+    "SCORER_HIDDEN",
+    "TIE_RTOL",
+    "TRAIN_BATCH_SIZE",
+    "TRAIN_EPOCHS",
+    "TRAIN_LR",
+    "TRAIN_PATIENCE",
+    "TRAIN_SEED",
+    "AblationSpec",
+    "DistanceSpec",
+    "MethodSpec",
+    "SPLITS",
+    "DTYPES",
+    "TABLE_FORMATS",
+    "FIGURE_FORMATS",
+    "FIGURE_STYLES",
+    "PSI_CHOICES",
+    "POOLS",
+    "HF_POOLS",
+    "MODULE_POOLS",
+    "SIMILARITIES",
+    "DEFAULT_ABLATION",
+    "PlantedFamilySpec",
+    "ablation_names",
+    "add_ablation_spec",
+    "add_method_spec",
+    "distance_names",
+    "fixed_ablation_names",
+    "in_registry_order",
+    "method_names",
+    "planted_family_names",
 ]
 
 SCOPES = ("head", "network")
@@ -73,8 +128,17 @@ ROAR_SEEDS, PRUNE_SEEDS, PRUNE_RANDOM_RANKINGS, PRUNE_RANDOM_REFITS, META_SEEDS 
 
 # What a `laya-eval sanity` folder holds (its writer and the report, which reads it without torch, share these).
 SANITY_FILES = ("randomisation.csv", "data_randomisation.csv", "layer_roar.csv", "roar_agreement.csv", "sanity.json")
-RANDOMISATION_COLUMNS = ["check", "step", "params", "method", "similarity", "similarity_ci_low",
-                         "similarity_ci_high", "similarity_ci_note", "faithfulness"]
+RANDOMISATION_COLUMNS = [
+    "check",
+    "step",
+    "params",
+    "method",
+    "similarity",
+    "similarity_ci_low",
+    "similarity_ci_high",
+    "similarity_ci_note",
+    "faithfulness",
+]
 LAYER_ROAR_COLUMNS = ["layer", "seed", "accuracy", "accuracy_drop"]
 ROAR_AGREEMENT_COLUMNS = ["method", "spearman", "ci_low", "ci_high", "ci_note"]
 
@@ -138,52 +202,84 @@ class AblationSpec:
 METHOD_SPECS: dict[str, MethodSpec] = {
     m.name: m
     for m in (
-        MethodSpec("laya", "LAYA attention alpha(x) from the forward pass.", requires="laya",
-                   label="LAYA α(x)", short_label="α(x)"),
+        MethodSpec(
+            "laya",
+            "LAYA attention alpha(x) from the forward pass.",
+            requires="laya",
+            label="LAYA α(x)",
+            short_label="α(x)",
+        ),
         MethodSpec(
             "static",
             "Input-independent layer weights: softmax(w) for ScalarMix, the mean alpha over the evaluated set for LAYA.",
-            requires="weights", needs=("stat:mean_layer_weights",), label="static weights", short_label="static",
+            requires="weights",
+            needs=("stat:mean_layer_weights",),
+            label="static weights",
+            short_label="static",
         ),
-        MethodSpec("contribution", "Exact per-layer term of the predicted logit, t_{i,c}(x).",
-                   label="exact contribution", short_label="contrib."),
+        MethodSpec(
+            "contribution",
+            "Exact per-layer term of the predicted logit, t_{i,c}(x).",
+            label="exact contribution",
+            short_label="contrib.",
+        ),
         MethodSpec(
             "ig",
             "Integrated Gradients (Captum; 50 Gauss-Legendre steps by default, --ig-steps), summed over each layer's "
             "dimensions, from a baseline (--ig-baseline): head scope from zero pooled states by default; network "
             "scope by default from the state the ablation puts in (zeros or the mean, injected inside the backbone; "
             "each ablation of a run its own) to the block's output.",
-            needs=("tensor_inputs", "baseline"), label="Integrated Gradients", short_label="IG",
+            needs=("tensor_inputs", "baseline"),
+            label="Integrated Gradients",
+            short_label="IG",
         ),
         MethodSpec(
             "gradcam",
             "Grad-CAM-style (Captum LayerGradCam semantics): ReLU of the gradient-weighted channel sum, "
             "averaged over space; on a vector layer ReLU(sum grad*act).",
-            needs=("gradients", "tensor_inputs"), label="Grad-CAM", short_label="Grad-CAM",
+            needs=("gradients", "tensor_inputs"),
+            label="Grad-CAM",
+            short_label="Grad-CAM",
         ),
-        MethodSpec("grad_x_act", "Sum over dimensions of gradient x activation.", needs=("gradients", "tensor_inputs"),
-                   label="gradient × activation", short_label="grad×act"),
-        MethodSpec("random", "Seeded uniform scores drawn per sample from (seed, sample index): the chance baseline.",
-                   baseline=True, label="random", short_label="random"),
+        MethodSpec(
+            "grad_x_act",
+            "Sum over dimensions of gradient x activation.",
+            needs=("gradients", "tensor_inputs"),
+            label="gradient × activation",
+            short_label="grad×act",
+        ),
+        MethodSpec(
+            "random",
+            "Seeded uniform scores drawn per sample from (seed, sample index): the chance baseline.",
+            baseline=True,
+            label="random",
+            short_label="random",
+        ),
         MethodSpec(
             "block_influence",
             "Block Influence (ShortGPT): 1 - cos(s_{i-1}, s_i) between consecutive layer states as the head sees "
             "them (pooled; through the adapters for LAYA and ScalarMix); layer 1 has no earlier state in the head's "
             "input and scores 1 (cos taken as 0).",
-            requires="states", label="block influence", short_label="BI",
+            requires="states",
+            label="block influence",
+            short_label="BI",
         ),
         MethodSpec(
             "angular_distance",
             "Angular distance (Gromov et al.): arccos(cos(s_{i-1}, s_{i+n-1})) / pi over the block of n layers "
             "starting at layer i (n = --angular-span, default 1; a block past the last layer ends there); layer 1 "
             "has no earlier state and scores 1/2 (cos taken as 0).",
-            requires="states", label="angular distance", short_label="angular",
+            requires="states",
+            label="angular distance",
+            short_label="angular",
         ),
         MethodSpec(
             "alpha_norm",
             "Norm-weighted layer weight (Kobayashi et al. 2020): alpha_i(x) * ||W z_i|| for LAYA, gamma * s_i * "
             "||W z_i|| for ScalarMix (W the classifier weight, z_i the adapted state).",
-            requires="adapted", label="α·‖W z‖", short_label="α‖Wz‖",
+            requires="adapted",
+            label="α·‖W z‖",
+            short_label="α‖Wz‖",
         ),
     )
 }
@@ -192,19 +288,29 @@ ABLATION_SPECS: dict[str, AblationSpec] = {
     a.name: a
     for a in (
         AblationSpec("gate", "Drop the layer's term; everything else, alpha included, unchanged.", scopes=("head",)),
-        AblationSpec("gate-renorm", "Drop the layer's term and renormalise the remaining layer weights.",
-                     scopes=("head",)),
+        AblationSpec(
+            "gate-renorm", "Drop the layer's term and renormalise the remaining layer weights.", scopes=("head",)
+        ),
         AblationSpec("zero", "Replace the layer's state with zeros and recompute everything after it."),
-        AblationSpec("mean", "Replace the layer's state with its mean over the evaluated data and recompute "
-                             "everything after it.", needs=("stat:hidden_mean",)),
-        AblationSpec("resample", "Replace the layer's state (pooled at head scope, the block output at network scope) "
-                                 "with that of another sample of the evaluated split, drawn per sample from (seed, "
-                                 "sample index, draw); the effect is the mean over --draws donors.",
-                     needs=("donors", "draws", "tensor_inputs")),
-        AblationSpec("noise", "Replace the layer's state with Gaussian noise of the layer's own per-feature mean and "
-                              "standard deviation over the evaluated data, drawn per sample from (seed, sample index, "
-                              "draw); the effect is the mean over --draws draws.",
-                     needs=("stat:hidden_mean", "stat:hidden_square_mean", "draws", "tensor_inputs")),
+        AblationSpec(
+            "mean",
+            "Replace the layer's state with its mean over the evaluated data and recompute everything after it.",
+            needs=("stat:hidden_mean",),
+        ),
+        AblationSpec(
+            "resample",
+            "Replace the layer's state (pooled at head scope, the block output at network scope) "
+            "with that of another sample of the evaluated split, drawn per sample from (seed, "
+            "sample index, draw); the effect is the mean over --draws donors.",
+            needs=("donors", "draws", "tensor_inputs"),
+        ),
+        AblationSpec(
+            "noise",
+            "Replace the layer's state with Gaussian noise of the layer's own per-feature mean and "
+            "standard deviation over the evaluated data, drawn per sample from (seed, sample index, "
+            "draw); the effect is the mean over --draws draws.",
+            needs=("stat:hidden_mean", "stat:hidden_square_mean", "draws", "tensor_inputs"),
+        ),
     )
 }
 
@@ -233,8 +339,10 @@ def _check_entry(kind: str, spec, builtins: frozenset, registry: dict) -> bool:
         raise ValueError(f"{kind} {name!r} is already registered (by an earlier plug-in); choose another name.")
     for need in spec.needs:
         if need not in PLAIN_NEEDS and not (need.startswith("stat:") and len(need) > 5):
-            raise ValueError(f"{kind} {name!r}: each need must be one of {{{', '.join(PLAIN_NEEDS)}}} or "
-                             f"'stat:<name>'; got {need!r}.")
+            raise ValueError(
+                f"{kind} {name!r}: each need must be one of {{{', '.join(PLAIN_NEEDS)}}} or "
+                f"'stat:<name>'; got {need!r}."
+            )
     return False
 
 
@@ -243,8 +351,10 @@ def add_method_spec(spec: MethodSpec) -> None:
     if _check_entry("method", spec, BUILTIN_METHODS, METHOD_SPECS):
         return
     if spec.requires not in METHOD_REQUIREMENTS:
-        raise ValueError(f"method {spec.name!r}: requires must be one of {{{', '.join(METHOD_REQUIREMENTS)}}}; "
-                         f"got {spec.requires!r}.")
+        raise ValueError(
+            f"method {spec.name!r}: requires must be one of {{{', '.join(METHOD_REQUIREMENTS)}}}; "
+            f"got {spec.requires!r}."
+        )
     METHOD_SPECS[spec.name] = spec
 
 
@@ -284,15 +394,28 @@ class DistanceSpec:
 DISTANCE_SPECS: dict[str, DistanceSpec] = {
     d.name: d
     for d in (
-        DistanceSpec("jensen_shannon", "Jensen-Shannon distance (base 2, the square root of the divergence) between "
-                     "the sample's layer weights and the reference weights.", 0.0, 1.0, True,
-                     "Jensen-Shannon distance"),
-        DistanceSpec("cosine_minmax", "1 - cosine similarity of the per-sample min-max normalised scores "
-                     "((a - min a) / (max a - min a), in [0, 1] per layer) and the reference (the mean of the "
-                     "normalised scores); a constant score vector has no normalisation and no distance.",
-                     0.0, 1.0, False, "cosine distance of min-max scores"),
+        DistanceSpec(
+            "jensen_shannon",
+            "Jensen-Shannon distance (base 2, the square root of the divergence) between "
+            "the sample's layer weights and the reference weights.",
+            0.0,
+            1.0,
+            True,
+            "Jensen-Shannon distance",
+        ),
+        DistanceSpec(
+            "cosine_minmax",
+            "1 - cosine similarity of the per-sample min-max normalised scores "
+            "((a - min a) / (max a - min a), in [0, 1] per layer) and the reference (the mean of the "
+            "normalised scores); a constant score vector has no normalisation and no distance.",
+            0.0,
+            1.0,
+            False,
+            "cosine distance of min-max scores",
+        ),
     )
 }
+
 
 @dataclass(frozen=True)
 class PlantedFamilySpec:
@@ -312,21 +435,36 @@ class PlantedFamilySpec:
 PLANTED_FAMILY_SPECS: dict[str, PlantedFamilySpec] = {
     f.name: f
     for f in (
-        PlantedFamilySpec("subset", "The head reads a planted half of the layers (uniform weights) and gives the "
-                          "others weight 0, though they carry the same kind of information. Relevant: the read "
-                          "layers."),
-        PlantedFamilySpec("graded", "The head reads all but two layers with planted weights 1 : 2 : 4 : ... in a "
-                          "random order. Relevance: the weight (0 for the two unread layers)."),
-        PlantedFamilySpec("noise", "Half of the layers are pure noise (a high-frequency pseudo-random function of the "
-                          "input) that the head reads with the same weight as the informative layers, but through a "
-                          "shift shared by every class: large logit terms, no effect on any probability. Relevant: "
-                          "the informative layers."),
-        PlantedFamilySpec("redundant", "Identity blocks copy one layer into the next ones: half of the layers are "
-                          "exact copies of one state, and only they are read (equal weights, one adapter). "
-                          "Relevant: the copies."),
-        PlantedFamilySpec("cancel", "A layer and its identity-block copy are read with opposite adapters, so their "
-                          "terms cancel exactly on every input; some other layers are read. Relevant: the other "
-                          "read layers; the cancelling pair's net contribution is 0."),
+        PlantedFamilySpec(
+            "subset",
+            "The head reads a planted half of the layers (uniform weights) and gives the "
+            "others weight 0, though they carry the same kind of information. Relevant: the read "
+            "layers.",
+        ),
+        PlantedFamilySpec(
+            "graded",
+            "The head reads all but two layers with planted weights 1 : 2 : 4 : ... in a "
+            "random order. Relevance: the weight (0 for the two unread layers).",
+        ),
+        PlantedFamilySpec(
+            "noise",
+            "Half of the layers are pure noise (a high-frequency pseudo-random function of the "
+            "input) that the head reads with the same weight as the informative layers, but through a "
+            "shift shared by every class: large logit terms, no effect on any probability. Relevant: "
+            "the informative layers.",
+        ),
+        PlantedFamilySpec(
+            "redundant",
+            "Identity blocks copy one layer into the next ones: half of the layers are "
+            "exact copies of one state, and only they are read (equal weights, one adapter). "
+            "Relevant: the copies.",
+        ),
+        PlantedFamilySpec(
+            "cancel",
+            "A layer and its identity-block copy are read with opposite adapters, so their "
+            "terms cancel exactly on every input; some other layers are read. Relevant: the other "
+            "read layers; the cancelling pair's net contribution is 0.",
+        ),
     )
 }
 

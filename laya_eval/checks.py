@@ -102,8 +102,15 @@ def offset_seed(seed: int, offset: int) -> int:
     return (seed + offset) % (SEED_MAX + 1)
 
 
-def check_number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
-                 low_open: bool = False, high_open: bool = False) -> float:
+def check_number(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     """A finite real number within the given bounds (open or closed)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if ok and low is not None:
@@ -128,6 +135,7 @@ def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
 
 def check_optional(check: Callable[..., Any]) -> Callable[..., Any]:
     """``check`` that also admits ``None``."""
+
     def optional(name: str, value: Any, *args: Any, **kwargs: Any) -> Any:
         return None if value is None else check(name, value, *args, **kwargs)
 

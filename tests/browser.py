@@ -27,9 +27,19 @@ QUIET_S = 0.1
 SETTLE_MAX_S = 3.0
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--hide-scrollbars", "--remote-debugging-port=0", "--remote-allow-origins=*")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--remote-debugging-port=0",
+    "--remote-allow-origins=*",
+)
 
 # Runs in the page once it has loaded: images, links and what sticks out past the window.
 INSPECT = r"""
@@ -73,8 +83,12 @@ class _WebSocket:
         host, _, port = host_port.partition(":")
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall((f"GET /{path} HTTP/1.1\r\nHost: {host_port}\r\nUpgrade: websocket\r\n"
-                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        self.sock.sendall(
+            (
+                f"GET /{path} HTTP/1.1\r\nHost: {host_port}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
         response = b""
         while b"\r\n\r\n" not in response:
             chunk = self.sock.recv(4096)
@@ -98,9 +112,13 @@ class _WebSocket:
         payload = text.encode()
         mask = os.urandom(4)
         n = len(payload)
-        header = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else
-                                  bytes([0x80 | 126]) + struct.pack(">H", n) if n < 1 << 16 else
-                                  bytes([0x80 | 127]) + struct.pack(">Q", n))
+        header = bytes([0x81]) + (
+            bytes([0x80 | n])
+            if n < 126
+            else bytes([0x80 | 126]) + struct.pack(">H", n)
+            if n < 1 << 16
+            else bytes([0x80 | 127]) + struct.pack(">Q", n)
+        )
         self.sock.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
 
     def receive(self) -> str:
@@ -144,8 +162,11 @@ class Browser:
 
     def __init__(self, executable: str, profile: Path, timeout: float = 60.0) -> None:
         self.timeout = timeout
-        self.process = subprocess.Popen([executable, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            [executable, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
         while not (port_file.is_file() and len(port_file.read_text().splitlines()) >= 2):
@@ -209,31 +230,45 @@ class Browser:
 
     def check(self, url: str, width: int, height: int = 900, screenshot: Path | None = None) -> PageCheck:
         """Load ``url`` in a window ``width`` pixels wide and inspect it (and save a screenshot if asked)."""
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
-                  mobile=width < 600)
+        self.call(
+            "Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=width < 600
+        )
         self.events = []
         self.call("Page.navigate", url=url)
         self._wait_for("Page.loadEventFired")
         self._settle()
         found = self.call("Runtime.evaluate", expression=INSPECT, returnByValue=True)["result"]["value"]
-        result = PageCheck(url, width, images=found["images"], links=found["links"], ids=found["ids"],
-                           wide=found["wide"], scroll_width=found["scrollWidth"])
-        failed_requests = {e["params"]["requestId"]: e["params"]["request"]["url"] for e in self.events
-                           if e.get("method") == "Network.requestWillBeSent"}
+        result = PageCheck(
+            url,
+            width,
+            images=found["images"],
+            links=found["links"],
+            ids=found["ids"],
+            wide=found["wide"],
+            scroll_width=found["scrollWidth"],
+        )
+        failed_requests = {
+            e["params"]["requestId"]: e["params"]["request"]["url"]
+            for e in self.events
+            if e.get("method") == "Network.requestWillBeSent"
+        }
         for event in self.events:
             method, params = event.get("method"), event.get("params", {})
             if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                result.errors.append("console: " + " ".join(str(a.get("value", a.get("description")))
-                                                            for a in params.get("args", [])))
+                result.errors.append(
+                    "console: " + " ".join(str(a.get("value", a.get("description"))) for a in params.get("args", []))
+                )
             elif method == "Runtime.exceptionThrown":
                 details = params["exceptionDetails"]
-                result.errors.append("exception: " + str(details.get("exception", {}).get("description")
-                                                         or details.get("text")))
+                result.errors.append(
+                    "exception: " + str(details.get("exception", {}).get("description") or details.get("text"))
+                )
             elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
                 result.errors.append(f"log: {params['entry']['text']} {params['entry'].get('url', '')}")
             elif method == "Network.loadingFailed" and not params.get("canceled"):
-                result.errors.append(f"request failed: {failed_requests.get(params['requestId'])} "
-                                     f"({params.get('errorText')})")
+                result.errors.append(
+                    f"request failed: {failed_requests.get(params['requestId'])} ({params.get('errorText')})"
+                )
             elif method == "Network.responseReceived" and params["response"]["status"] >= 400:
                 result.errors.append(f"HTTP {params['response']['status']}: {params['response']['url']}")
         if screenshot is not None:

@@ -49,9 +49,16 @@ def _trained(head: str, digits, widths=(64, 32, 16)):
     from laya_eval.training.trainer import TrainOptions, build_model, train_in_place
 
     torch.manual_seed(0)
-    model = build_model("mlp", head, digits["train"], backbone_kwargs={"widths": list(widths)},
-                        head_kwargs={"d_star": 16, "scorer_hidden": 16} if head == "laya" else
-                        ({"d_star": 16} if head == "scalarmix" else {}), seed=0)
+    model = build_model(
+        "mlp",
+        head,
+        digits["train"],
+        backbone_kwargs={"widths": list(widths)},
+        head_kwargs={"d_star": 16, "scorer_hidden": 16}
+        if head == "laya"
+        else ({"d_star": 16} if head == "scalarmix" else {}),
+        seed=0,
+    )
     train_in_place(model, digits["train"], digits["val"], TrainOptions(epochs=4, seed=0, batch_size=64))
     return model
 

@@ -25,13 +25,37 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-FACTORIES = {torch.arange, torch.zeros, torch.ones, torch.empty, torch.eye, torch.full, torch.tensor,
-             torch.as_tensor, torch.rand, torch.randn, torch.randint, torch.linspace, torch.randperm}
+FACTORIES = {
+    torch.arange,
+    torch.zeros,
+    torch.ones,
+    torch.empty,
+    torch.eye,
+    torch.full,
+    torch.tensor,
+    torch.as_tensor,
+    torch.rand,
+    torch.randn,
+    torch.randint,
+    torch.linspace,
+    torch.randperm,
+}
 _HOST = "_on_host_in_device_guard"
 # Ops that may take tensors on two devices on a GPU too (indexing a device tensor with CPU indices,
 # copies between devices, moving) or that only read metadata.
-_MIXING_ALLOWED = {Tensor.to, Tensor.copy_, Tensor.__getitem__, Tensor.__setitem__, Tensor.cpu, Tensor.numpy,
-                   Tensor.tolist, Tensor.item, Tensor.__repr__, Tensor.__format__, Tensor.detach}
+_MIXING_ALLOWED = {
+    Tensor.to,
+    Tensor.copy_,
+    Tensor.__getitem__,
+    Tensor.__setitem__,
+    Tensor.cpu,
+    Tensor.numpy,
+    Tensor.tolist,
+    Tensor.item,
+    Tensor.__repr__,
+    Tensor.__format__,
+    Tensor.detach,
+}
 
 
 def caller_is_laya_eval(depth: int = 2) -> bool:
@@ -102,8 +126,10 @@ class HostDeviceGuard(TorchFunctionMode):
         host = [t for t in tensors if is_host(t)]
         if host and len(host) < len(tensors) and func not in _MIXING_ALLOWED:
             name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
-            raise AssertionError(f"device mismatch in {name}: a host tensor (CPU-side features, labels or "
-                                 "numpy data) meets a tensor on the model's device")
+            raise AssertionError(
+                f"device mismatch in {name}: a host tensor (CPU-side features, labels or "
+                "numpy data) meets a tensor on the model's device"
+            )
         out = func(*args, **kwargs)
         if func is Tensor.__getitem__:
             return _tag_outputs(out, is_host(args[0]))

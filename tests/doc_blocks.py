@@ -65,16 +65,22 @@ def read_blocks(page: Path) -> list[Block]:
     previous_end = None
     for match in FENCE.finditer(text):
         lang, body = match.group(1), match.group(2)
-        before = text[:match.start()].rstrip("\n").splitlines()
+        before = text[: match.start()].rstrip("\n").splitlines()
         directives = {}
         while before and DIRECTIVE.match(before[-1]):
             key, value = DIRECTIVE.match(before[-1]).groups()
             directives[key] = value.strip()
             before.pop()
-        line = text[:match.start()].count("\n") + 1
-        between = text[previous_end:match.start()] if previous_end is not None else None
-        if (lang == "text" and blocks and blocks[-1].lang in RUN_LANGS and between is not None
-                and not between.strip() and blocks[-1].output is None):
+        line = text[: match.start()].count("\n") + 1
+        between = text[previous_end : match.start()] if previous_end is not None else None
+        if (
+            lang == "text"
+            and blocks
+            and blocks[-1].lang in RUN_LANGS
+            and between is not None
+            and not between.strip()
+            and blocks[-1].output is None
+        ):
             blocks[-1].output = body
         else:
             blocks.append(Block(page, line, lang, body, directives))
@@ -109,11 +115,11 @@ def output_matches(shown: str, actual: str) -> bool:
     if len(segments) == 1:
         return want == got
     first, *middle, last = segments
-    if got[:len(first)] != first or (last and got[len(got) - len(last):] != last):
+    if got[: len(first)] != first or (last and got[len(got) - len(last) :] != last):
         return False
     position, end = len(first), len(got) - len(last)
     for segment in middle:
-        while position + len(segment) <= end and got[position:position + len(segment)] != segment:
+        while position + len(segment) <= end and got[position : position + len(segment)] != segment:
             position += 1
         if position + len(segment) > end:
             return False
@@ -150,12 +156,21 @@ class PageRunner:
             return self.cli(words[1:] + extra)
         if words[:3] == ["python", "-m", "laya_eval_cli"]:
             return self.cli(words[3:] + extra)
-        program = {"python": [sys.executable], "torchrun": [sys.executable, "-m", "torch.distributed.run"],
-                   "pip": [sys.executable, "-m", "pip"]}.get(words[0])
+        program = {
+            "python": [sys.executable],
+            "torchrun": [sys.executable, "-m", "torch.distributed.run"],
+            "pip": [sys.executable, "-m", "pip"],
+        }.get(words[0])
         if program is None:
             raise AssertionError(f"a command of an unknown kind: {command!r}")
-        proc = subprocess.run([*program, *words[1:]], cwd=self.scratch, capture_output=True, text=True,
-                              env={**os.environ, **self.env, **env}, timeout=600)
+        proc = subprocess.run(
+            [*program, *words[1:]],
+            cwd=self.scratch,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **self.env, **env},
+            timeout=600,
+        )
         if proc.returncode != 0:
             raise AssertionError(f"`{command}` failed ({proc.returncode}): {proc.stderr[-2000:]}")
         return proc.stdout + proc.stderr

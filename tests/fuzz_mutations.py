@@ -26,8 +26,34 @@ import torch
 
 KINDS = ("pt", "safetensors", "npz", "idx", "cifar")
 MARKER = "MARKER-payload-ran"
-_POOL = [None, -1, 0, 1, 2, 10**9, 2**63, 1e300, float("nan"), float("inf"), -0.5, "ten", "", "\x1b[2J",
-         "this", "../../etc", [], [1, 2, 3], [[[]]], {"a": 1}, {}, True, "mlp", "laya", [10**9], [-4]]
+_POOL = [
+    None,
+    -1,
+    0,
+    1,
+    2,
+    10**9,
+    2**63,
+    1e300,
+    float("nan"),
+    float("inf"),
+    -0.5,
+    "ten",
+    "",
+    "\x1b[2J",
+    "this",
+    "../../etc",
+    [],
+    [1, 2, 3],
+    [[[]]],
+    {"a": 1},
+    {},
+    True,
+    "mlp",
+    "laya",
+    [10**9],
+    [-4],
+]
 
 
 class PlantedPayload:
@@ -49,8 +75,14 @@ def _tiny_model(in_features: int, input_shape: tuple[int, ...], dataset: str, he
     torch.manual_seed(0)
     backbone = make_backbone("mlp", in_features=in_features, widths=[8, 4])
     kwargs = {"d_star": 4, "scorer_hidden": 4} if head == "laya" else {}
-    info = ModelInfo(num_classes=10, class_names=tuple(str(i) for i in range(10)), input_shape=input_shape,
-                     dataset=dataset, training={"epochs": 1}, metrics={"test_accuracy": 0.5})
+    info = ModelInfo(
+        num_classes=10,
+        class_names=tuple(str(i) for i in range(10)),
+        input_shape=input_shape,
+        dataset=dataset,
+        training={"epochs": 1},
+        metrics={"test_accuracy": 0.5},
+    )
     return LayeredModel(backbone, make_head(head, backbone.layer_dims, 10, **kwargs), info)
 
 
@@ -79,12 +111,19 @@ def make_seeds(folder: Path) -> Seeds:
     digits = _tiny_model(64, (64,), "digits")
     rng = np.random.default_rng(0)
     npz = io.BytesIO()
-    np.savez(npz, x=rng.random((12, 64), dtype=np.float32), y=np.arange(12) % 10,
-             class_names=np.array([str(i) for i in range(10)]))
+    np.savez(
+        npz,
+        x=rng.random((12, 64), dtype=np.float32),
+        y=np.arange(12) % 10,
+        class_names=np.array([str(i) for i in range(10)]),
+    )
     images = (np.arange(8 * 28 * 28) * 7 % 256).astype(np.uint8).tobytes()
     cifar = {b"data": (np.arange(6 * 3072) % 251).astype(np.uint8).reshape(6, 3072), b"labels": [0, 1, 2, 3, 4, 5]}
-    meta = {b"label_names": [n.encode() for n in ("plane", "car", "bird", "cat", "deer", "dog", "frog",
-                                                  "horse", "ship", "truck")]}
+    meta = {
+        b"label_names": [
+            n.encode() for n in ("plane", "car", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+        ]
+    }
     files = {
         "pt": _checkpoint_bytes(digits, ".pt", folder),
         "safetensors": _checkpoint_bytes(digits, ".safetensors", folder),
@@ -92,11 +131,15 @@ def make_seeds(folder: Path) -> Seeds:
         "idx": gzip.compress(_idx(0x08, (8, 28, 28), images), mtime=0),
         "cifar": pickle.dumps(cifar, protocol=4),
     }
-    extra = {"idx_labels": gzip.compress(_idx(0x08, (8,), bytes(range(8))), mtime=0),
-             "cifar_meta": pickle.dumps(meta, protocol=4)}
+    extra = {
+        "idx_labels": gzip.compress(_idx(0x08, (8,), bytes(range(8))), mtime=0),
+        "cifar_meta": pickle.dumps(meta, protocol=4),
+    }
     models = {"digits": folder / "seed.pt"}
-    for name, size, shape, dataset in (("fmnist", 784, (1, 28, 28), "fashion-mnist"),
-                                       ("cifar", 3072, (3, 32, 32), "cifar10")):
+    for name, size, shape, dataset in (
+        ("fmnist", 784, (1, 28, 28), "fashion-mnist"),
+        ("cifar", 3072, (3, 32, 32), "cifar10"),
+    ):
         from laya_eval.loading.checkpoints import save_checkpoint
 
         models[name] = save_checkpoint(_tiny_model(size, shape, dataset, head="concat"), folder / f"{name}.pt")
@@ -123,12 +166,12 @@ def _insert(rng: random.Random, data: bytes) -> bytes:
 
 def _delete(rng: random.Random, data: bytes) -> bytes:
     at = rng.randrange(len(data) + 1)
-    return data[:at] + data[at + rng.randint(1, 256):]
+    return data[:at] + data[at + rng.randint(1, 256) :]
 
 
 def _duplicate(rng: random.Random, data: bytes) -> bytes:
     at = rng.randrange(len(data) + 1)
-    return data[:at] + data[at: at + rng.randint(1, 512)] * rng.randint(2, 8) + data[at:]
+    return data[:at] + data[at : at + rng.randint(1, 512)] * rng.randint(2, 8) + data[at:]
 
 
 def _header(rng: random.Random, data: bytes) -> bytes:
@@ -144,12 +187,17 @@ def _huge_int(rng: random.Random, data: bytes) -> bytes:
         return data
     at = rng.randrange(len(data) - 7)
     value = rng.choice([b"\xff" * 8, b"\xff\xff\xff\x7f" * 2, struct.pack("<Q", 2**40), struct.pack(">I", 2**31) * 2])
-    return data[:at] + value + data[at + 8:]
+    return data[:at] + value + data[at + 8 :]
 
 
 BYTE_MUTATIONS: dict[str, Callable[[random.Random, bytes], bytes]] = {
-    "bit_flip": _flip, "truncate": _truncate, "insert": _insert, "delete": _delete,
-    "duplicate": _duplicate, "header": _header, "huge_int": _huge_int,
+    "bit_flip": _flip,
+    "truncate": _truncate,
+    "insert": _insert,
+    "delete": _delete,
+    "duplicate": _duplicate,
+    "header": _header,
+    "huge_int": _huge_int,
 }
 
 
@@ -212,7 +260,8 @@ def _pt_structured(rng: random.Random, data: bytes, marker: str) -> bytes:
         payload["state_dict"] = _edit_state(rng, payload["state_dict"])
     elif choice == 2:
         payload = _edit_tree(rng, {k: v for k, v in payload.items() if k != "state_dict"}) | {
-            "state_dict": payload["state_dict"]}
+            "state_dict": payload["state_dict"]
+        }
     else:
         payload[rng.choice(["config", "training", "metrics", "payload"])] = PlantedPayload(marker)
     buf = io.BytesIO()
@@ -224,7 +273,7 @@ def _safetensors_structured(rng: random.Random, data: bytes, marker: str) -> byt
     from safetensors.torch import load, save
 
     n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8: 8 + n])
+    header = json.loads(data[8 : 8 + n])
     meta = json.loads(header["__metadata__"]["laya_eval"])
     state = load(data)
     choice = rng.randrange(4)
@@ -294,7 +343,9 @@ def _idx_structured(rng: random.Random, data: bytes, marker: str) -> bytes:
     raw = bytearray(gzip.decompress(data) if zipped else data)
     choice = rng.randrange(4)
     if choice == 0:
-        raw[4 + 4 * rng.randrange(3): 8 + 4 * rng.randrange(1, 3)] = struct.pack(">I", rng.choice([0, 2**32 - 1, 60000]))
+        raw[4 + 4 * rng.randrange(3) : 8 + 4 * rng.randrange(1, 3)] = struct.pack(
+            ">I", rng.choice([0, 2**32 - 1, 60000])
+        )
     elif choice == 1:
         raw[2] = rng.choice([0x08, 0x09, 0x0B, 0x0C, 0x0D, 0x0E, 0x00, 0xFF])
     elif choice == 2:
@@ -305,7 +356,9 @@ def _idx_structured(rng: random.Random, data: bytes, marker: str) -> bytes:
 
 
 STRUCTURED: dict[str, Callable[[random.Random, bytes, str], bytes]] = {
-    "pt": _pt_structured, "safetensors": _safetensors_structured, "npz": _npz_structured,
+    "pt": _pt_structured,
+    "safetensors": _safetensors_structured,
+    "npz": _npz_structured,
     "idx": lambda rng, data, marker: _idx_structured(rng, data, marker),
     "cifar": _cifar_structured,
 }

@@ -41,19 +41,29 @@ def _data():
     from laya_eval.data.dataset import Dataset
 
     g = torch.Generator().manual_seed(0)
-    return Dataset(x=torch.randn(37, 8, generator=g), y=torch.arange(37) % 4, class_names=("a", "b", "c", "d"),
-                   name="fuzz", split="train")
+    return Dataset(
+        x=torch.randn(37, 8, generator=g),
+        y=torch.arange(37) % 4,
+        class_names=("a", "b", "c", "d"),
+        name="fuzz",
+        split="train",
+    )
 
 
 def _records():
     from laya_eval.engine.records import Records
 
     rows = np.arange(20, 30)
-    return Records(sample=rows.astype(np.int64), label=rows % 3, pred=(rows + 1) % 3, confidence=rows / 50.0,
-                   scores={"laya": np.outer(rows, np.arange(4)) / 9.0, "random": np.sin(np.outer(rows, np.ones(4)))},
-                   effects={"gate": np.outer(rows, np.ones(4)) / 3.0},
-                   deletion={"gate": {"laya": np.cos(np.outer(rows, np.arange(4)))}},
-                   diagnostics={"laya:check": rows / 7.0})
+    return Records(
+        sample=rows.astype(np.int64),
+        label=rows % 3,
+        pred=(rows + 1) % 3,
+        confidence=rows / 50.0,
+        scores={"laya": np.outer(rows, np.arange(4)) / 9.0, "random": np.sin(np.outer(rows, np.ones(4)))},
+        effects={"gate": np.outer(rows, np.ones(4)) / 3.0},
+        deletion={"gate": {"laya": np.cos(np.outer(rows, np.arange(4)))}},
+        diagnostics={"laya:check": rows / 7.0},
+    )
 
 
 # --------------------------------------------------------------------------- faults
@@ -64,12 +74,12 @@ def _bytes_fault(rng: random.Random, path: Path) -> str:
         i = rng.randrange(len(raw))
         raw[i] ^= 1 << rng.randrange(8)
     elif what == "truncate" and raw:
-        raw = raw[:rng.randrange(len(raw))]
+        raw = raw[: rng.randrange(len(raw))]
     elif what == "append":
         raw += bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
     elif what == "zero" and raw:
         i = rng.randrange(len(raw))
-        raw[i:i + rng.randint(1, 32)] = bytes(min(32, len(raw) - i))
+        raw[i : i + rng.randint(1, 32)] = bytes(min(32, len(raw) - i))
     else:
         raw = bytearray()
     path.write_bytes(bytes(raw))
@@ -98,9 +108,15 @@ def _array_fault(rng: random.Random, folder: Path) -> str:
     name = rng.choice(sorted(p.name for p in folder.glob("*.npy")))
     array = np.load(folder / name)
     what = rng.choice(["float64", "float16", "int32", "short", "long", "wide", "roll"])
-    array = {"float64": lambda a: a.astype(np.float64), "float16": lambda a: a.astype(np.float16),
-             "int32": lambda a: a.astype(np.int32), "short": lambda a: a[:-1], "long": lambda a: np.concatenate([a, a[:1]]),
-             "wide": lambda a: np.stack([a, a], -1), "roll": lambda a: np.roll(a, 1, axis=0)}[what](array)
+    array = {
+        "float64": lambda a: a.astype(np.float64),
+        "float16": lambda a: a.astype(np.float16),
+        "int32": lambda a: a.astype(np.int32),
+        "short": lambda a: a[:-1],
+        "long": lambda a: np.concatenate([a, a[:1]]),
+        "wide": lambda a: np.stack([a, a], -1),
+        "roll": lambda a: np.roll(a, 1, axis=0),
+    }[what](array)
     np.save(folder / name, array)
     if what == "roll":  # the values moved, the record did not: a stale file the checksum must catch
         return f"{name}:{what}"
@@ -177,11 +193,15 @@ def _cache_case(rng: random.Random, template: Path, work: Path, data, key, fresh
         what = _meta_fault(rng, folder)
 
     def same(feats) -> bool:
-        return all(torch.equal(a, b) for a, b in zip(feats.hidden, fresh)) and len(feats.hidden) == len(fresh) \
+        return (
+            all(torch.equal(a, b) for a, b in zip(feats.hidden, fresh))
+            and len(feats.hidden) == len(fresh)
             and torch.equal(feats.y, data.y)
+        )
 
-    outcome, detail = _outcome(lambda: extract_features(_encode, data, key, cache_dir=work, batch_size=9), same,
-                               timeout)
+    outcome, detail = _outcome(
+        lambda: extract_features(_encode, data, key, cache_dir=work, batch_size=9), same, timeout
+    )
     return outcome, f"{what}: {detail}"
 
 

@@ -43,6 +43,7 @@ class CaseTimeout(Exception):
 @contextlib.contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
     """Raise :class:`CaseTimeout` in the main thread after ``seconds`` (SIGALRM)."""
+
     def on_alarm(signum, frame):
         raise CaseTimeout
 
@@ -99,28 +100,48 @@ def run_mutant(kind: str, data: bytes, seeds: Seeds, work: Path, timeout: float 
     if kind in ("pt", "safetensors"):
         path = work / f"ckpt.{kind}"
         path.write_bytes(data)
-        steps = [lambda: _cli(["info", path]),
-                 lambda: _cli(["faithfulness", path, "--data", "digits", "--out", out, *_FAITH])]
+        steps = [
+            lambda: _cli(["info", path]),
+            lambda: _cli(["faithfulness", path, "--data", "digits", "--out", out, *_FAITH]),
+        ]
     elif kind == "npz":
         path = work / "data.npz"
         path.write_bytes(data)
-        steps = [lambda: _loader(lambda: load_dataset(f"npz:{path}")),
-                 lambda: _cli(["faithfulness", seeds.models["digits"], "--data", f"npz:{path}", "--out", out, *_FAITH])]
+        steps = [
+            lambda: _loader(lambda: load_dataset(f"npz:{path}")),
+            lambda: _cli(["faithfulness", seeds.models["digits"], "--data", f"npz:{path}", "--out", out, *_FAITH]),
+        ]
     elif kind in ("idx", "idx_raw"):
         suffix = ".gz" if kind == "idx" else ""
         (work / f"t10k-images-idx3-ubyte{suffix}").write_bytes(data)
         (work / "t10k-labels-idx1-ubyte.gz").write_bytes(seeds.extra["idx_labels"])
-        steps = [lambda: _loader(lambda: load_dataset("fashion-mnist", "test", data_dir=work)),
-                 lambda: _cli(["faithfulness", seeds.models["fmnist"], "--data", "fashion-mnist", "--data-dir", work,
-                               "--out", out, *_FAITH])]
+        steps = [
+            lambda: _loader(lambda: load_dataset("fashion-mnist", "test", data_dir=work)),
+            lambda: _cli(
+                [
+                    "faithfulness",
+                    seeds.models["fmnist"],
+                    "--data",
+                    "fashion-mnist",
+                    "--data-dir",
+                    work,
+                    "--out",
+                    out,
+                    *_FAITH,
+                ]
+            ),
+        ]
     else:
         folder = work / "cifar-10-batches-py"
         folder.mkdir()
         (folder / "test_batch").write_bytes(data)
         (folder / "batches.meta").write_bytes(seeds.extra["cifar_meta"])
-        steps = [lambda: _loader(lambda: load_dataset("cifar10", "test", data_dir=work)),
-                 lambda: _cli(["faithfulness", seeds.models["cifar"], "--data", "cifar10", "--data-dir", work,
-                               "--out", out, *_FAITH])]
+        steps = [
+            lambda: _loader(lambda: load_dataset("cifar10", "test", data_dir=work)),
+            lambda: _cli(
+                ["faithfulness", seeds.models["cifar"], "--data", "cifar10", "--data-dir", work, "--out", out, *_FAITH]
+            ),
+        ]
     worst = ("exit0", "")
     for step in steps:
         try:
@@ -163,5 +184,15 @@ def fuzz(n: int, seed: int, folder: Path, timeout: float = 20.0) -> FuzzReport:
     return report
 
 
-__all__ = ["KINDS", "MARKER", "FuzzReport", "PlantedPayload", "Seeds", "fuzz", "make_seeds", "mutants",
-           "run_mutant", "time_limit"]
+__all__ = [
+    "KINDS",
+    "MARKER",
+    "FuzzReport",
+    "PlantedPayload",
+    "Seeds",
+    "fuzz",
+    "make_seeds",
+    "mutants",
+    "run_mutant",
+    "time_limit",
+]

@@ -59,11 +59,21 @@ class LayerAttentionHead(keras.Model):
 
     def __init__(self, n_layers: int, classes: int, d_star: int, scorer_hidden: int, tau: float, **kwargs):
         super().__init__(**kwargs)
-        self.options = {"n_layers": n_layers, "classes": classes, "d_star": d_star,
-                        "scorer_hidden": scorer_hidden, "tau": tau}
+        self.options = {
+            "n_layers": n_layers,
+            "classes": classes,
+            "d_star": d_star,
+            "scorer_hidden": scorer_hidden,
+            "tau": tau,
+        }
         self.adapters = [layers.Dense(d_star, name=f"g{i + 1}") for i in range(n_layers)]
-        self.scorer = keras.Sequential([layers.Dense(scorer_hidden, activation="gelu", name="score_hidden"),
-                                        layers.Dense(n_layers, name="score_out")], name="scorer")
+        self.scorer = keras.Sequential(
+            [
+                layers.Dense(scorer_hidden, activation="gelu", name="score_hidden"),
+                layers.Dense(n_layers, name="score_out"),
+            ],
+            name="scorer",
+        )
         self.classifier = layers.Dense(classes, name="head_classifier")
         self.tau = tau
 

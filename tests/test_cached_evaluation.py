@@ -32,8 +32,14 @@ def frozen(tmp_path_factory):
     splits = {s: load_dataset("digits", s) for s in ("train", "val", "test")}
     backbone = load_backbone(CNN, layers=["block1", "block2", "block3"], example_input=splits["train"].x[:2])
     options = TrainOptions(epochs=2, seed=3, batch_size=64)
-    fitted = fit_head(backbone, splits, head="laya", head_kwargs={"d_star": 8, "scorer_hidden": 8}, options=options,
-                      cache_dir=tmp_path_factory.mktemp("fit-cache"))
+    fitted = fit_head(
+        backbone,
+        splits,
+        head="laya",
+        head_kwargs={"d_star": 8, "scorer_hidden": 8},
+        options=options,
+        cache_dir=tmp_path_factory.mktemp("fit-cache"),
+    )
     return fitted.model, splits["test"]
 
 
@@ -53,8 +59,16 @@ def _tables(folder, ablation):
 
 
 def _options(**kw):
-    return EvalOptions(**{"limit": LIMIT, "bootstrap": 100, "n_steps": 8, "draws": 2,
-                          "methods": ("laya", "contribution", "ig", "gradcam", "random"), **kw})
+    return EvalOptions(
+        **{
+            "limit": LIMIT,
+            "bootstrap": 100,
+            "n_steps": 8,
+            "draws": 2,
+            "methods": ("laya", "contribution", "ig", "gradcam", "random"),
+            **kw,
+        }
+    )
 
 
 def test_a_run_that_fills_the_cache_one_that_reads_it_and_one_without_it_write_the_same_bytes(frozen, tmp_path):
@@ -62,9 +76,11 @@ def test_a_run_that_fills_the_cache_one_that_reads_it_and_one_without_it_write_t
     ablations = ["gate", "mean", "resample"]  # a statistic (mean) and donors (resample) come from the cache too
     cache = tmp_path / "cache"
     runs = {}
-    for name, options in (("fill", _options(cache_dir=str(cache), batch_size=256)),
-                          ("read", _options(cache_dir=str(cache), batch_size=7)),
-                          ("none", _options(cache=False, batch_size=13))):
+    for name, options in (
+        ("fill", _options(cache_dir=str(cache), batch_size=256)),
+        ("read", _options(cache_dir=str(cache), batch_size=7)),
+        ("none", _options(cache=False, batch_size=13)),
+    ):
         with backbone_calls(model) as calls:
             evaluate(model, test, options=dataclasses.replace(options, ablation=tuple(ablations)), out=tmp_path / name)
         runs[name] = len(calls)
@@ -81,8 +97,11 @@ def test_the_profile_reads_the_cache_and_matches_the_backbone_pass(frozen, tmp_p
     model, test = frozen
     cache = str(tmp_path / "cache")
     profiles, calls_seen = [], []
-    for options in (_options(cache_dir=cache, limit=40), _options(cache_dir=cache, limit=40, batch_size=16),
-                    _options(cache=False, limit=40, batch_size=32)):
+    for options in (
+        _options(cache_dir=cache, limit=40),
+        _options(cache_dir=cache, limit=40, batch_size=16),
+        _options(cache=False, limit=40, batch_size=32),
+    ):
         with backbone_calls(model) as calls:
             profiles.append(laya_eval.profile(model, test, method="ig", options=options, diagnosis=None))
         calls_seen.append(len(calls))
@@ -110,17 +129,30 @@ def test_network_scope_and_trainable_backbones_run_the_backbone(frozen, digits_m
     model, test = frozen
     cache = str(tmp_path / "cache")
     head = make_plan(model, test, options=_options(cache_dir=cache, limit=20, ablation=("zero",)))
-    network = make_plan(model, test, options=dataclasses.replace(_options(cache_dir=cache, limit=20, scope="network",
-                                                               ablation="zero"), ablation=("zero",)))
+    network = make_plan(
+        model,
+        test,
+        options=dataclasses.replace(
+            _options(cache_dir=cache, limit=20, scope="network", ablation="zero"), ablation=("zero",)
+        ),
+    )
     half = make_plan(model, test, options=_options(cache_dir=cache, limit=20, dtype="bfloat16", ablation=("zero",)))
     switched_off = make_plan(model, test, options=_options(cache=False, limit=20, ablation=("zero",)))
-    trainable = make_plan(digits_models["laya"], digits["test"], options=_options(cache_dir=cache, limit=20, ablation=("zero",)))
+    trainable = make_plan(
+        digits_models["laya"], digits["test"], options=_options(cache_dir=cache, limit=20, ablation=("zero",))
+    )
     assert with_cached_features(head).features is not None
     for plan in (network, half, switched_off, trainable):
         assert with_cached_features(plan).features is None
     with backbone_calls(model) as calls:
-        evaluate(model, test, options=dataclasses.replace(_options(cache_dir=cache, limit=20, scope="network",
-                                                                   ablation="zero", methods=("laya",), bootstrap=0), ablation=("zero",)))
+        evaluate(
+            model,
+            test,
+            options=dataclasses.replace(
+                _options(cache_dir=cache, limit=20, scope="network", ablation="zero", methods=("laya",), bootstrap=0),
+                ablation=("zero",),
+            ),
+        )
     assert len(calls) > 0
 
 
@@ -166,19 +198,35 @@ def _without_kept_states(monkeypatch):
 
 
 @pytest.mark.parametrize("head", ["laya", "concat"])
-def test_a_trainable_backbone_runs_once_its_states_kept_between_the_passes(digits_models, digits, tmp_path,
-                                                                            monkeypatch, head):
+def test_a_trainable_backbone_runs_once_its_states_kept_between_the_passes(
+    digits_models, digits, tmp_path, monkeypatch, head
+):
     """Without a feature cache, a run that needs a dataset statistic keeps the statistics pass's pooled states for
     the main pass: the backbone sees each sample once (40 samples in batches of 16: 16 + 16 + 8 padded to 16), and
     the tables are the bytes of the run that runs the backbone in both passes."""
     model, ablations = digits_models[head], ["gate", "mean", "resample"]
-    options = _options(limit=40, batch_size=16, methods=("laya", "static", "contribution", "ig", "random")
-                       if head == "laya" else ("contribution", "ig", "random"))
+    options = _options(
+        limit=40,
+        batch_size=16,
+        methods=("laya", "static", "contribution", "ig", "random")
+        if head == "laya"
+        else ("contribution", "ig", "random"),
+    )
     with backbone_rows(model) as kept:
-        evaluate(model, digits["test"], options=dataclasses.replace(options, ablation=tuple(ablations)), out=tmp_path / "kept")
+        evaluate(
+            model,
+            digits["test"],
+            options=dataclasses.replace(options, ablation=tuple(ablations)),
+            out=tmp_path / "kept",
+        )
     _without_kept_states(monkeypatch)
     with backbone_rows(model) as twice:
-        evaluate(model, digits["test"], options=dataclasses.replace(options, ablation=tuple(ablations)), out=tmp_path / "twice")
+        evaluate(
+            model,
+            digits["test"],
+            options=dataclasses.replace(options, ablation=tuple(ablations)),
+            out=tmp_path / "twice",
+        )
     assert kept == [16, 16, 16] and sum(twice) > 2 * sum(kept)  # twice: both passes and the resample donors
     for a in ablations:
         assert _tables(tmp_path / "kept", a) == _tables(tmp_path / "twice", a)
@@ -208,5 +256,13 @@ def test_states_are_not_kept_when_they_are_maps_or_exceed_the_memory_budget(digi
     test = digits["test"]
     wide = build_model("mlp", "concat", train, backbone_kwargs={"widths": [2048, 2048]}, seed=0).eval()
     every = dict(methods=("contribution",), limit=None)
-    assert KeptStates.for_plan(make_plan(wide, test, options=dataclasses.replace(_options(**every), ablation=("mean",)))) is not None
-    assert KeptStates.for_plan(make_plan(wide, test, options=dataclasses.replace(_options(**every, max_memory_mb=1), ablation=("mean",)))) is None
+    assert (
+        KeptStates.for_plan(make_plan(wide, test, options=dataclasses.replace(_options(**every), ablation=("mean",))))
+        is not None
+    )
+    assert (
+        KeptStates.for_plan(
+            make_plan(wide, test, options=dataclasses.replace(_options(**every, max_memory_mb=1), ablation=("mean",)))
+        )
+        is None
+    )

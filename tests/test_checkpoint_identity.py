@@ -25,7 +25,7 @@ from tests.cli_helpers import assert_one_line_error, run
 
 QUICK = TrainOptions(epochs=1, seed=0, batch_size=8)
 
-NET = '''
+NET = """
 import torch
 from torch import nn
 
@@ -33,13 +33,17 @@ from torch import nn
 def make():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 4), nn.Tanh())
-'''
+"""
 
 
 def _splits(n=24, d=6):
     g = torch.Generator().manual_seed(0)
-    return {s: Dataset(x=torch.randn(n, d, generator=g), y=torch.arange(n) % 3, class_names=("a", "b", "c"),
-                       name="toy", split=s) for s in ("train", "val", "test")}
+    return {
+        s: Dataset(
+            x=torch.randn(n, d, generator=g), y=torch.arange(n) % 3, class_names=("a", "b", "c"), name="toy", split=s
+        )
+        for s in ("train", "val", "test")
+    }
 
 
 # --------------------------------------------------------------------------- specs stored resolved
@@ -49,8 +53,9 @@ def test_a_relative_py_spec_checkpoint_loads_from_another_working_folder(tmp_pat
     (made_in / "mynet.py").write_text(NET)
     monkeypatch.chdir(made_in)
     splits = _splits()
-    result = fit_head("py:mynet.py:make", splits, layers=["1", "3"], head="concat", options=QUICK,
-                      cache_dir=tmp_path / "cache")
+    result = fit_head(
+        "py:mynet.py:make", splits, layers=["1", "3"], head="concat", options=QUICK, cache_dir=tmp_path / "cache"
+    )
     save_checkpoint(result.model, "head.pt")  # relative, as a user would type it
     x = splits["test"].x
     with torch.no_grad():
@@ -119,8 +124,13 @@ def laya_checkpoint(tmp_path_factory):
 
     torch.manual_seed(0)
     backbone = make_backbone("mlp", in_features=64, widths=[8, 4])
-    info = ModelInfo(num_classes=10, class_names=tuple(map(str, range(10))), input_shape=(64,), dataset="digits",
-                     metrics={"test_accuracy": 0.5})
+    info = ModelInfo(
+        num_classes=10,
+        class_names=tuple(map(str, range(10))),
+        input_shape=(64,),
+        dataset="digits",
+        metrics={"test_accuracy": 0.5},
+    )
     model = LayeredModel(backbone, make_head("laya", backbone.layer_dims, 10, d_star=4, scorer_hidden=4), info)
     path = save_checkpoint(model, tmp_path_factory.mktemp("identity") / "laya.pt")
     assert torch.load(path, weights_only=True)["probe"] is not None  # so that "probe null" is an edit
@@ -178,8 +188,9 @@ def test_a_checksum_of_the_tensors_only_is_unverified(laya_checkpoint, tmp_path)
     with pytest.raises(CheckpointError, match=r"lacks checksum\.metadata .*--allow-unverified"):
         load_checkpoint(path)
     x = torch.randn(3, 64)
-    torch.testing.assert_close(load_checkpoint(path, allow_unverified=True)(x), load_checkpoint(laya_checkpoint)(x),
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        load_checkpoint(path, allow_unverified=True)(x), load_checkpoint(laya_checkpoint)(x), rtol=0, atol=0
+    )
 
 
 def test_a_safetensors_checkpoint_checks_its_config_too(tmp_path):
@@ -192,8 +203,10 @@ def test_a_safetensors_checkpoint_checks_its_config_too(tmp_path):
 
     torch.manual_seed(0)
     backbone = make_backbone("mlp", in_features=6, widths=[5, 4])
-    path = save_checkpoint(LayeredModel(backbone, make_head("laya", backbone.layer_dims, 3, d_star=4,
-                                                            scorer_hidden=4)), tmp_path / "m.safetensors")
+    path = save_checkpoint(
+        LayeredModel(backbone, make_head("laya", backbone.layer_dims, 3, d_star=4, scorer_hidden=4)),
+        tmp_path / "m.safetensors",
+    )
     load_checkpoint(path)  # as written: loads
     with safe_open(str(path), "pt") as f:
         meta, state = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}

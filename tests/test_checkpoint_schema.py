@@ -64,37 +64,63 @@ _DELETE = object()
 
 # (edit, expected message); each message written by hand from the schema tables.
 _CASES = {
-    "num_classes missing": (_set("config", "num_classes", _DELETE),
-                            r"config\.num_classes is missing; expected an integer in \[2, 65536\]"),
-    "num_classes 'ten'": (_set("config", "num_classes", "ten"),
-                          r"config\.num_classes: expected an integer in \[2, 65536\]; got 'ten'"),
+    "num_classes missing": (
+        _set("config", "num_classes", _DELETE),
+        r"config\.num_classes is missing; expected an integer in \[2, 65536\]",
+    ),
+    "num_classes 'ten'": (
+        _set("config", "num_classes", "ten"),
+        r"config\.num_classes: expected an integer in \[2, 65536\]; got 'ten'",
+    ),
     "num_classes 1e9": (_set("config", "num_classes", 10**9), r"config\.num_classes: expected .*; got 1000000000"),
     "class_names 7": (_set("config", "class_names", 7), r"config\.class_names: expected a list of strings.*; got 7"),
-    "class_names too few": (_set("config", "class_names", ["a", "b"]),
-                            r"config\.class_names: expected 10 names \(num_classes\); got 2"),
-    "tau 'abc'": (_set("config", "head", "kwargs", "tau", "abc"),
-                  r"config\.head\.kwargs\.tau: expected a positive finite number; got 'abc'"),
+    "class_names too few": (
+        _set("config", "class_names", ["a", "b"]),
+        r"config\.class_names: expected 10 names \(num_classes\); got 2",
+    ),
+    "tau 'abc'": (
+        _set("config", "head", "kwargs", "tau", "abc"),
+        r"config\.head\.kwargs\.tau: expected a positive finite number; got 'abc'",
+    ),
     "tau nan": (_set("config", "head", "kwargs", "tau", float("nan")), r"kwargs\.tau: expected .*; got nan"),
-    "negative width": (_set("config", "backbone", "kwargs", "widths", [8, -4]),
-                       r"config\.backbone\.kwargs\.widths: expected a non-empty list .*; got \[8, -4\]"),
-    "width 1e9": (_set("config", "backbone", "kwargs", "widths", [8, 10**9]),
-                  r"widths: expected a non-empty list of at most 1024 integers in \[1, 1048576\]"),
-    "width fits cap, not weights": (_set("config", "backbone", "kwargs", "widths", [8, 5]),
-                                    r"weights do not fit the config: state_dict\['backbone\.blocks\.1\.0\.weight'\]: "
-                                    r"expected shape \(5, 8\) \(from the config\); got \(4, 8\)"),
-    "d_star fits cap, not weights": (_set("config", "head", "kwargs", "d_star", 100000),
-                                     r"state_dict\['head\.adapters\.0\.weight'\]: expected shape \(100000, 8\)"),
-    "unknown backbone": (_set("config", "backbone", "name", "resnet"),
-                         r"config\.backbone\.name: expected one of \{cnn, hf, mlp, modules, vit\}; got 'resnet'"),
-    "unknown head option": (_set("config", "head", "kwargs", "evil", 1),
-                            r"config\.head\.kwargs\. has unknown key 'evil'"),
+    "negative width": (
+        _set("config", "backbone", "kwargs", "widths", [8, -4]),
+        r"config\.backbone\.kwargs\.widths: expected a non-empty list .*; got \[8, -4\]",
+    ),
+    "width 1e9": (
+        _set("config", "backbone", "kwargs", "widths", [8, 10**9]),
+        r"widths: expected a non-empty list of at most 1024 integers in \[1, 1048576\]",
+    ),
+    "width fits cap, not weights": (
+        _set("config", "backbone", "kwargs", "widths", [8, 5]),
+        r"weights do not fit the config: state_dict\['backbone\.blocks\.1\.0\.weight'\]: "
+        r"expected shape \(5, 8\) \(from the config\); got \(4, 8\)",
+    ),
+    "d_star fits cap, not weights": (
+        _set("config", "head", "kwargs", "d_star", 100000),
+        r"state_dict\['head\.adapters\.0\.weight'\]: expected shape \(100000, 8\)",
+    ),
+    "unknown backbone": (
+        _set("config", "backbone", "name", "resnet"),
+        r"config\.backbone\.name: expected one of \{cnn, hf, mlp, modules, vit\}; got 'resnet'",
+    ),
+    "unknown head option": (
+        _set("config", "head", "kwargs", "evil", 1),
+        r"config\.head\.kwargs\. has unknown key 'evil'",
+    ),
     "backbone not a dict": (_set("config", "backbone", "mlp"), r"config\.backbone: expected a dict .*; got 'mlp'"),
-    "state_dict value": (_set("state_dict", "head.classifier.bias", "x"),
-                         r"state_dict\['head\.classifier\.bias'\]: expected a dense tensor; got 'x'"),
-    "missing weight": (_set("state_dict", "head.classifier.bias", _DELETE),
-                       r"weights do not fit the config \(missing \['head\.classifier\.bias'\]"),
-    "nan weights": (_set("state_dict", "head.classifier.bias", torch.full((10,), float("nan"))),
-                    r"state_dict\['head\.classifier\.bias'\]: expected finite weights; got NaN or inf"),
+    "state_dict value": (
+        _set("state_dict", "head.classifier.bias", "x"),
+        r"state_dict\['head\.classifier\.bias'\]: expected a dense tensor; got 'x'",
+    ),
+    "missing weight": (
+        _set("state_dict", "head.classifier.bias", _DELETE),
+        r"weights do not fit the config \(missing \['head\.classifier\.bias'\]",
+    ),
+    "nan weights": (
+        _set("state_dict", "head.classifier.bias", torch.full((10,), float("nan"))),
+        r"state_dict\['head\.classifier\.bias'\]: expected finite weights; got NaN or inf",
+    ),
     "training not plain": (_set("training", {"x": torch.ones(1)}), r"training: expected a dict of plain values"),
     "checksum garbled": (_set("checksum", {"algorithm": "md5"}), r"checksum: expected \{'algorithm': 'sha256'"),
 }
@@ -114,6 +140,7 @@ def test_hf_config_cannot_ask_for_downloads_or_odd_names(tiny_payload, tmp_path)
         def edit(payload):
             payload["config"]["backbone"] = {"name": "hf", "kwargs": kwargs}
             payload["state_dict"] = {k: v for k, v in payload["state_dict"].items() if k.startswith("head.")}
+
         return edit
 
     cases = [
@@ -133,7 +160,9 @@ def test_vit_depth_is_bounded_before_anything_is_built(tiny_payload, tmp_path):
         payload["config"]["backbone"] = {"name": "vit", "kwargs": {"depth": 10**6}}
 
     path = _write(_edited(tiny_payload, edit), tmp_path / "deep.pt")
-    with pytest.raises(CheckpointError, match=rf"kwargs\.depth: expected an integer in \[1, {MAX_LAYERS}\]; got 1000000"):
+    with pytest.raises(
+        CheckpointError, match=rf"kwargs\.depth: expected an integer in \[1, {MAX_LAYERS}\]; got 1000000"
+    ):
         read_checkpoint(path)
 
 
@@ -153,7 +182,7 @@ def test_a_flipped_bit_in_tensor_data_is_caught_by_the_checksum(tiny_payload, tm
     with zipfile.ZipFile(good) as zf:
         info = next(i for i in zf.infolist() if i.filename.endswith("/data/0"))
     # local header: 30 bytes + name + extra, then the stored (uncompressed) member
-    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26: info.header_offset + 30])
+    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26 : info.header_offset + 30])
     raw[info.header_offset + 30 + name_len + extra_len] ^= 0x01
     flipped = tmp_path / "flipped.pt"
     flipped.write_bytes(bytes(raw))
@@ -183,9 +212,11 @@ def test_a_checkpoint_without_checksum_loads_only_when_allowed_unverified(tiny_p
 def test_safetensors_metadata_that_is_not_an_object(tiny_payload, tmp_path):
     from safetensors.torch import save_file
 
-    for meta, message in [("[1, 2]", "must be a JSON object; got list"),
-                          ("[" * 100_000 + "]" * 100_000, "corrupt laya-eval config"),
-                          ("{nope", "corrupt laya-eval config")]:
+    for meta, message in [
+        ("[1, 2]", "must be a JSON object; got list"),
+        ("[" * 100_000 + "]" * 100_000, "corrupt laya-eval config"),
+        ("{nope", "corrupt laya-eval config"),
+    ]:
         path = tmp_path / "m.safetensors"
         save_file({"w": torch.ones(2)}, str(path), metadata={"laya_eval": meta})
         with pytest.raises(CheckpointError, match=message):

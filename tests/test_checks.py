@@ -6,8 +6,19 @@ import re
 
 import pytest
 
-from laya_eval.checks import (SEED_MAX, check_choice, check_fields, check_int, check_non_negative_int, check_number,
-                              check_optional, check_positive_int, check_seed, is_int, offset_seed)
+from laya_eval.checks import (
+    SEED_MAX,
+    check_choice,
+    check_fields,
+    check_int,
+    check_non_negative_int,
+    check_number,
+    check_optional,
+    check_positive_int,
+    check_seed,
+    is_int,
+    offset_seed,
+)
 from laya_eval.errors import ConfigError
 
 
@@ -84,7 +95,9 @@ def test_every_seed_takes_the_same_range():
     with _raises("grid.seeds must be an integer from 0 to 2**63 - 1; got 9223372036854775808."):
         load_config(grid)
     result = run("faithfulness", "unused.pt", "--seed", 9223372036854775808)
-    assert result.exit_code == 2 and "9223372036854775808 is not in the range 0<=x<=9223372036854775807" in result.output
+    assert (
+        result.exit_code == 2 and "9223372036854775808 is not in the range 0<=x<=9223372036854775807" in result.output
+    )
 
 
 def test_number_bounds_open_and_closed():
@@ -130,22 +143,28 @@ def test_fields_apply_each_rule_to_its_field():
         check_fields(Options(), {"batch_size": check_positive_int, "seed": check_seed})
 
 
-@pytest.mark.parametrize("make, message", [
-    ("EvalOptions(bootstrap=-1)", "EvalOptions.bootstrap must be a non-negative integer; got -1."),
-    ("EvalOptions(batch_size=True)", "EvalOptions.batch_size must be a positive integer; got True."),
-    ("EvalOptions(tie_rtol=1)", "EvalOptions.tie_rtol must be a finite number >= 0 and < 1; got 1."),
-    ("EvalOptions(seed=2**63)", "EvalOptions.seed must be an integer from 0 to 2**63 - 1; got 9223372036854775808."),
-    ("EvalOptions(limit=0)", "EvalOptions.limit must be a positive integer; got 0."),
-    ("TrainOptions(patience=0)", "TrainOptions.patience must be a positive integer; got 0."),
-    ("TrainOptions(epochs=2.0)", "TrainOptions.epochs must be a positive integer; got 2.0."),
-    ("TrainOptions(seed=-1)", "TrainOptions.seed must be an integer from 0 to 2**63 - 1; got -1."),
-    ("SanityOptions(batch_size=0)", "SanityOptions.batch_size must be a positive integer; got 0."),
-    ("SanityOptions(bootstrap=-3)", "SanityOptions.bootstrap must be a non-negative integer; got -3."),
-    ("PruneOptions(n_random_refit=-1)", "PruneOptions.n_random_refit must be a non-negative integer; got -1."),
-    ("PruneOptions(timing_batch=0)", "PruneOptions.timing_batch must be a positive integer; got 0."),
-    ("DiagnosisOptions(level=1.0)", "level must be a finite number > 0 and < 1; got 1.0."),
-    ("DiagnosisOptions(n_resamples=False)", "n_resamples must be a non-negative integer; got False."),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        ("EvalOptions(bootstrap=-1)", "EvalOptions.bootstrap must be a non-negative integer; got -1."),
+        ("EvalOptions(batch_size=True)", "EvalOptions.batch_size must be a positive integer; got True."),
+        ("EvalOptions(tie_rtol=1)", "EvalOptions.tie_rtol must be a finite number >= 0 and < 1; got 1."),
+        (
+            "EvalOptions(seed=2**63)",
+            "EvalOptions.seed must be an integer from 0 to 2**63 - 1; got 9223372036854775808.",
+        ),
+        ("EvalOptions(limit=0)", "EvalOptions.limit must be a positive integer; got 0."),
+        ("TrainOptions(patience=0)", "TrainOptions.patience must be a positive integer; got 0."),
+        ("TrainOptions(epochs=2.0)", "TrainOptions.epochs must be a positive integer; got 2.0."),
+        ("TrainOptions(seed=-1)", "TrainOptions.seed must be an integer from 0 to 2**63 - 1; got -1."),
+        ("SanityOptions(batch_size=0)", "SanityOptions.batch_size must be a positive integer; got 0."),
+        ("SanityOptions(bootstrap=-3)", "SanityOptions.bootstrap must be a non-negative integer; got -3."),
+        ("PruneOptions(n_random_refit=-1)", "PruneOptions.n_random_refit must be a non-negative integer; got -1."),
+        ("PruneOptions(timing_batch=0)", "PruneOptions.timing_batch must be a positive integer; got 0."),
+        ("DiagnosisOptions(level=1.0)", "level must be a finite number > 0 and < 1; got 1.0."),
+        ("DiagnosisOptions(n_resamples=False)", "n_resamples must be a non-negative integer; got False."),
+    ],
+)
 def test_option_dataclasses_check_through_the_template(make, message):
     from laya_eval.engine.plan import EvalOptions
     from laya_eval.profiling.diagnosis import DiagnosisOptions
@@ -153,7 +172,12 @@ def test_option_dataclasses_check_through_the_template(make, message):
     from laya_eval.sanity_checks.options import SanityOptions
     from laya_eval.training.trainer import TrainOptions
 
-    names = {"EvalOptions": EvalOptions, "TrainOptions": TrainOptions, "SanityOptions": SanityOptions,
-             "PruneOptions": PruneOptions, "DiagnosisOptions": DiagnosisOptions}
+    names = {
+        "EvalOptions": EvalOptions,
+        "TrainOptions": TrainOptions,
+        "SanityOptions": SanityOptions,
+        "PruneOptions": PruneOptions,
+        "DiagnosisOptions": DiagnosisOptions,
+    }
     with _raises(message):
         eval(make, names)

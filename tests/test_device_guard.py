@@ -33,8 +33,12 @@ from tests.device_guard import NoImplicitCpuTensors, guard_hot_loop, host_device
 
 QUICK = TrainOptions(epochs=2, seed=3, batch_size=64)
 CNN = "py:tests.byom_models:small_cnn"
-HOT_LOOPS = ((engine, "_batch_records"), (cached, "attribute_features"), (trainer, "train_head"),
-             (curves, "evaluate_masks"))
+HOT_LOOPS = (
+    (engine, "_batch_records"),
+    (cached, "attribute_features"),
+    (trainer, "train_head"),
+    (curves, "evaluate_masks"),
+)
 
 
 def _host_splits(limit: int | None = None) -> dict[str, Dataset]:
@@ -63,18 +67,26 @@ def by_reference(tmp_path_factory):
     splits = _host_splits()
     backbone = load_backbone(CNN, layers=["block1", "block2", "block3"], example_input=splits["train"].x[:2])
     cache = tmp_path_factory.mktemp("cache")
-    model = fit_head(backbone, splits, head="laya", head_kwargs={"d_star": 8, "scorer_hidden": 8}, options=QUICK,
-                     cache_dir=cache).model
+    model = fit_head(
+        backbone, splits, head="laya", head_kwargs={"d_star": 8, "scorer_hidden": 8}, options=QUICK, cache_dir=cache
+    ).model
     return model, cache
 
 
 def test_faithfulness_and_profile_under_the_guard(guard, digits_models):
     data = _host_splits(limit=40)["test"]
     with guard():
-        out = evaluate(digits_models["laya"], data, options=EvalOptions(limit=40, batch_size=16, bootstrap=20, n_steps=4,
-                                                                        ablation=("gate", "zero", "mean")))
-        profile = laya_eval.profile(digits_models["scalarmix"], data, method="ig",
-                                    options=EvalOptions(limit=40, batch_size=16, bootstrap=0, n_steps=4))
+        out = evaluate(
+            digits_models["laya"],
+            data,
+            options=EvalOptions(limit=40, batch_size=16, bootstrap=20, n_steps=4, ablation=("gate", "zero", "mean")),
+        )
+        profile = laya_eval.profile(
+            digits_models["scalarmix"],
+            data,
+            method="ig",
+            options=EvalOptions(limit=40, batch_size=16, bootstrap=0, n_steps=4),
+        )
     assert set(out) == {"gate", "zero", "mean"}
     assert profile is not None
 
@@ -94,25 +106,37 @@ def test_the_guard_catches_cached_states_handed_to_the_head_unmoved(guard, by_re
     data = _host_splits(limit=40)["test"]
     monkeypatch.setattr(engine, "_cached_states", lambda plan, rows: [h[rows] for h in plan.features.hidden])
     with guard(), pytest.raises(AssertionError, match="device mismatch"):
-        evaluate(model, data, options=EvalOptions(limit=40, batch_size=16, bootstrap=20,
-                                                                      n_steps=4, cache_dir=str(cache), ablation=("gate",)))
+        evaluate(
+            model,
+            data,
+            options=EvalOptions(
+                limit=40, batch_size=16, bootstrap=20, n_steps=4, cache_dir=str(cache), ablation=("gate",)
+            ),
+        )
 
 
 def test_fit_head_under_the_guard(guard, tmp_path):
     splits = _host_splits(limit=120)
-    backbone = load_backbone(CNN, layers=["block1", "block2", "block3"],
-                             example_input=load_dataset("digits", "train").x[:2])
+    backbone = load_backbone(
+        CNN, layers=["block1", "block2", "block3"], example_input=load_dataset("digits", "train").x[:2]
+    )
     with guard():
-        result = fit_head(backbone, splits, head="scalarmix", head_kwargs={"d_star": 8}, options=QUICK,
-                          cache_dir=tmp_path / "cache")
+        result = fit_head(
+            backbone, splits, head="scalarmix", head_kwargs={"d_star": 8}, options=QUICK, cache_dir=tmp_path / "cache"
+        )
     assert result.model.n_layers == 3
 
 
 def test_sanity_under_the_guard(guard, by_reference):
     model, cache = by_reference
     splits = _host_splits(limit=150)
-    options = SanityOptions(roar_seeds=1, bootstrap=20, batch_size=64, methods=("laya", "ig", "random"),
-                            train=dataclasses.replace(QUICK, patience=1))
+    options = SanityOptions(
+        roar_seeds=1,
+        bootstrap=20,
+        batch_size=64,
+        methods=("laya", "ig", "random"),
+        train=dataclasses.replace(QUICK, patience=1),
+    )
     with guard():
         result = sanity(model, splits, options=options, cache_dir=cache)
     assert len(result.layer_roar) > 0
@@ -121,8 +145,16 @@ def test_sanity_under_the_guard(guard, by_reference):
 def test_prune_under_the_guard(guard, by_reference):
     model, cache = by_reference
     splits = _host_splits(limit=150)
-    options = PruneOptions(methods=("laya", "contribution"), seeds=1, n_random=2, n_random_refit=1, bootstrap=20,
-                           timing=False, train=QUICK, ablations=("gate", "mean"))
+    options = PruneOptions(
+        methods=("laya", "contribution"),
+        seeds=1,
+        n_random=2,
+        n_random_refit=1,
+        bootstrap=20,
+        timing=False,
+        train=QUICK,
+        ablations=("gate", "mean"),
+    )
     with guard():
         result = prune(model, splits, options=options, cache_dir=cache)
     assert len(result.pruning) > 0
@@ -132,11 +164,18 @@ def test_the_guard_catches_cached_features_handed_to_the_head_unmoved(guard, by_
     """The sanity/prune bug put back: batches of the CPU-side feature cache go to the head without .to(device)."""
     model, cache = by_reference
     splits = _host_splits(limit=100)
-    monkeypatch.setattr(cached, "feature_batch",
-                        lambda features, start, size, device: [h[start:start + size] for h in features.hidden])
+    monkeypatch.setattr(
+        cached,
+        "feature_batch",
+        lambda features, start, size, device: [h[start : start + size] for h in features.hidden],
+    )
     with guard(), pytest.raises(AssertionError, match="device mismatch"):
-        sanity(model, splits, options=SanityOptions(roar_seeds=1, bootstrap=20, methods=("laya",), train=QUICK),
-               cache_dir=cache)
+        sanity(
+            model,
+            splits,
+            options=SanityOptions(roar_seeds=1, bootstrap=20, methods=("laya",), train=QUICK),
+            cache_dir=cache,
+        )
 
 
 def test_the_guard_catches_unmoved_batches_in_the_pruning_curves(guard, by_reference, monkeypatch):
@@ -153,8 +192,12 @@ def test_the_guard_catches_unmoved_batches_in_the_pruning_curves(guard, by_refer
 
     monkeypatch.setattr(torch.Tensor, "to", to_except_features)
     with guard(), pytest.raises(AssertionError, match="device mismatch"):
-        prune(model, splits, options=PruneOptions(methods=("laya",), seeds=0, n_random=2, bootstrap=20, timing=False,
-                                                  train=QUICK), cache_dir=cache)
+        prune(
+            model,
+            splits,
+            options=PruneOptions(methods=("laya",), seeds=0, n_random=2, bootstrap=20, timing=False, train=QUICK),
+            cache_dir=cache,
+        )
 
 
 def test_the_guard_catches_a_cpu_arange_in_the_cached_attributions(guard, by_reference):
@@ -166,14 +209,17 @@ def test_the_guard_catches_a_cpu_arange_in_the_cached_attributions(guard, by_ref
     model, cache = by_reference
     features = encode_features(model, _host_splits(limit=40)["test"], cache_dir=cache)
     module_source = inspect.getsource(cached)  # the module's text: the fixture wrapped the function object
-    node = next(n for n in ast.parse(module_source).body
-                if isinstance(n, ast.FunctionDef) and n.name == "attribute_features")
+    node = next(
+        n for n in ast.parse(module_source).body if isinstance(n, ast.FunctionDef) and n.name == "attribute_features"
+    )
     source = ast.get_source_segment(module_source, node)
     fixed = "torch.arange(start, start + len(hidden[0]), device=device)"
     assert fixed in source
     namespace = dict(vars(cached))
-    exec(compile(source.replace(fixed, "torch.arange(start, start + len(hidden[0]))"), cached.__file__, "exec"),
-         namespace)
+    exec(
+        compile(source.replace(fixed, "torch.arange(start, start + len(hidden[0]))"), cached.__file__, "exec"),
+        namespace,
+    )
     with guard(), NoImplicitCpuTensors(), pytest.raises(AssertionError, match="arange without device"):
         namespace["attribute_features"](model, features, ["laya"])
 

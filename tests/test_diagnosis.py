@@ -8,9 +8,19 @@ import pytest
 from scipy.spatial.distance import cosine, jensenshannon
 from sklearn.metrics import roc_auc_score
 
-from laya_eval.profiling.diagnosis import (DIAGNOSIS_COLUMNS, SUMMARY_COLUMNS, DiagnosisOptions, bootstrap_auc,
-                                 cosine_minmax_distance, diagnose, is_weight_profile, jensen_shannon_distance,
-                                 leave_one_out_references, minmax_normalise, roc_auc)
+from laya_eval.profiling.diagnosis import (
+    DIAGNOSIS_COLUMNS,
+    SUMMARY_COLUMNS,
+    DiagnosisOptions,
+    bootstrap_auc,
+    cosine_minmax_distance,
+    diagnose,
+    is_weight_profile,
+    jensen_shannon_distance,
+    leave_one_out_references,
+    minmax_normalise,
+    roc_auc,
+)
 from laya_eval.errors import ConfigError
 from tests.cli_helpers import assert_one_line_error, run
 from tests.test_profile import assert_plausible_image
@@ -89,8 +99,9 @@ def test_diagnose_by_hand():
     # Predicted class 1: sample 3 correct, (0.5, 0.5), alone -> no reference -> undefined.
     # Overall: positives {1}, negatives {0, 0} -> AUC 1.
     scores = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
-    diag = diagnose(scores, label=np.array([0, 0, 1, 1]), pred=np.array([0, 0, 0, 1]), n_resamples=0,
-                    class_names=["cat", "dog"])
+    diag = diagnose(
+        scores, label=np.array([0, 0, 1, 1]), pred=np.array([0, 0, 0, 1]), n_resamples=0, class_names=["cat", "dog"]
+    )
     assert list(diag.samples.columns) == DIAGNOSIS_COLUMNS and list(diag.summary.columns) == SUMMARY_COLUMNS
     np.testing.assert_allclose(diag.samples["distance"][:3], [0.0, 0.0, 1.0], atol=1e-7)
     assert np.isnan(diag.samples["distance"][3])
@@ -102,7 +113,9 @@ def test_diagnose_by_hand():
     # By true label, sample 2 (class 1) is compared with class 1's correct profile: sample 3's (0.5, 0.5);
     # m = (0.25, 0.75): KL(p||m) = log2(4/3), KL(q||m) = 0.5 log2(2) + 0.5 log2(2/3) -> JS^2 = 0.5 (0.41504 + 0.20752).
     by_label = diagnose(scores, np.array([0, 0, 1, 1]), np.array([0, 0, 0, 1]), by="label", n_resamples=0)
-    assert by_label.samples["distance"][2] == pytest.approx(np.sqrt(0.5 * (np.log2(4 / 3) + 0.5 + 0.5 * np.log2(2 / 3))))
+    assert by_label.samples["distance"][2] == pytest.approx(
+        np.sqrt(0.5 * (np.log2(4 / 3) + 0.5 + 0.5 * np.log2(2 / 3)))
+    )
 
 
 def _planted(shift: bool, n: int = 3000, seed: int = 0):
@@ -134,8 +147,11 @@ def test_distance_choice_and_errors():
     assert is_weight_profile(alpha) and not is_weight_profile(alpha * 2) and not is_weight_profile(alpha - 0.1)
     signed = np.log(alpha)
     assert diagnose(signed, label, pred, n_resamples=0).meta["distance"] == "cosine_minmax"
-    with pytest.raises(ConfigError, match=r"distance 'jensen_shannon' needs scores that are non-negative and sum "
-                                          r"to one per sample .*Use distance 'cosine_minmax' or 'auto'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"distance 'jensen_shannon' needs scores that are non-negative and sum "
+        r"to one per sample .*Use distance 'cosine_minmax' or 'auto'",
+    ):
         diagnose(signed, label, pred, distance="jensen_shannon")
     with pytest.raises(ConfigError, match=r"distance must be one of \{auto, jensen_shannon, cosine_minmax\}; got 'js'"):
         DiagnosisOptions(distance="js")
@@ -217,13 +233,37 @@ def test_profile_cli_writes_a_diagnosis_checked_against_scipy_and_sklearn(digits
 
 
 def test_profile_cli_diagnosis_of_signed_scores_and_its_errors(digits_checkpoints, tmp_path):
-    result = run("profile", digits_checkpoints["concat"], "--method", "contribution", "--limit", 80,
-                 "--reference-by", "label", "--bootstrap", 0, "--out", tmp_path / "c")
+    result = run(
+        "profile",
+        digits_checkpoints["concat"],
+        "--method",
+        "contribution",
+        "--limit",
+        80,
+        "--reference-by",
+        "label",
+        "--bootstrap",
+        0,
+        "--out",
+        tmp_path / "c",
+    )
     assert result.exit_code == 0, result.output
     assert "cosine distance of min-max scores to the true class's" in result.output
     assert "no interval (0 bootstrap resamples, fewer than the 100 an interval needs)" in result.output
     assert set(pd.read_csv(tmp_path / "c" / "diagnosis_summary.csv")["distance_name"]) == {"cosine_minmax"}
-    assert_one_line_error(run("profile", digits_checkpoints["concat"], "--method", "contribution", "--limit", 20,
-                              "--distance", "jensen_shannon", "--out", tmp_path / "e"),
-                          r"distance 'jensen_shannon' needs scores that are non-negative and sum to one")
+    assert_one_line_error(
+        run(
+            "profile",
+            digits_checkpoints["concat"],
+            "--method",
+            "contribution",
+            "--limit",
+            20,
+            "--distance",
+            "jensen_shannon",
+            "--out",
+            tmp_path / "e",
+        ),
+        r"distance 'jensen_shannon' needs scores that are non-negative and sum to one",
+    )
     assert not (tmp_path / "e").exists() or not list((tmp_path / "e").iterdir())

@@ -44,10 +44,14 @@ def _backwards(fn, items):
 def test_comparisons_do_not_depend_on_the_order_rows_are_computed():
     rng = np.random.default_rng(0)
     n = 40
-    per_sample = pd.DataFrame({
-        "sample": np.tile(np.arange(n), 3), "method": np.repeat(["a", "b", "c"], n),
-        "spearman": rng.uniform(-1, 1, 3 * n), "deletion_at_1": rng.uniform(0, 1, 3 * n),
-    })
+    per_sample = pd.DataFrame(
+        {
+            "sample": np.tile(np.arange(n), 3),
+            "method": np.repeat(["a", "b", "c"], n),
+            "spearman": rng.uniform(-1, 1, 3 * n),
+            "deletion_at_1": rng.uniform(0, 1, 3 * n),
+        }
+    )
     serial = compare_methods(per_sample, n_resamples=200, seed=3)
     shared = compare_methods(per_sample, n_resamples=200, seed=3, map_rows=_backwards)
     pd.testing.assert_frame_equal(serial, shared, check_exact=True)

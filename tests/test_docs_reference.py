@@ -42,7 +42,7 @@ def _owner(line: str) -> tuple[str | None, str]:
     while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
         words.pop(0)
     if "laya_eval_cli" in words:  # python -m laya_eval_cli ..., torchrun ... -m laya_eval_cli ...
-        words = ["laya-eval", *words[words.index("laya_eval_cli") + 1:]]
+        words = ["laya-eval", *words[words.index("laya_eval_cli") + 1 :]]
     if not words:
         return None, line
     if words[0] == "laya-eval":
@@ -123,14 +123,15 @@ def test_a_wrong_or_missing_option_is_found():
     """The check can fail: a made-up option, an option of another command, a dropped one."""
     text = (COMMAND_PAGES / "prune.md").read_text()
     assert problems(text, "prune") == []
-    assert problems(text + "\nUse `--retrain-all` to refit.\n", "prune") == [
-        "--retrain-all is not an option of prune"]
+    assert problems(text + "\nUse `--retrain-all` to refit.\n", "prune") == ["--retrain-all is not an option of prune"]
     assert problems(text + "\n```console\n$ laya-eval train --roar-seeds 2\n```\n", "prune") == [
-        "--roar-seeds is not an option of train"]
+        "--roar-seeds is not an option of train"
+    ]
     dropped = re.sub(r"^\| `--random-refits`.*\n", "", text, flags=re.M)
     assert problems(dropped, "prune") == ["--random-refits of prune is not documented"]
     assert problems("see `laya-eval sanity --similarity per_sample` and --no-such-thing", None) == [
-        "--no-such-thing is not an option of any command"]
+        "--no-such-thing is not an option of any command"
+    ]
 
 
 @pytest.mark.parametrize("name", ["faithfulness", "sanity", "prune"])

@@ -40,8 +40,14 @@ def site(tmp_path_factory):
     """``mkdocs build --strict`` into a temporary folder; returns (folder, build output)."""
     out = tmp_path_factory.mktemp("site") / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, proc.stdout + proc.stderr
 
@@ -91,12 +97,31 @@ def small_report(digits_checkpoints, tmp_path_factory):
     """A report over two small faithfulness runs and a sanity run; returns report.html."""
     root = tmp_path_factory.mktemp("browser-report")
     for head in ("laya", "scalarmix"):
-        res = run("faithfulness", digits_checkpoints[head], "--limit", 40, "--bootstrap", 50, "--out", root / head, "-q")
+        res = run(
+            "faithfulness", digits_checkpoints[head], "--limit", 40, "--bootstrap", 50, "--out", root / head, "-q"
+        )
         assert res.exit_code == 0, res.output
-    res = run("sanity", digits_checkpoints["laya"], "--methods", "laya,contribution,random", "--roar-seeds", 1,
-              "--epochs", 2, "--limit", 40, "--bootstrap", 50, "--out", root / "sanity", "-q")
+    res = run(
+        "sanity",
+        digits_checkpoints["laya"],
+        "--methods",
+        "laya,contribution,random",
+        "--roar-seeds",
+        1,
+        "--epochs",
+        2,
+        "--limit",
+        40,
+        "--bootstrap",
+        50,
+        "--out",
+        root / "sanity",
+        "-q",
+    )
     assert res.exit_code == 0, res.output
-    res = run("report", root / "laya", root / "scalarmix", root / "sanity", "--max-points", 40, "--out", root / "report")
+    res = run(
+        "report", root / "laya", root / "scalarmix", root / "sanity", "--max-points", 40, "--out", root / "report"
+    )
     assert res.exit_code == 0, res.output
     return root / "report" / "report.html"
 
@@ -134,7 +159,8 @@ def _assert_page_sound(check, unresolved: list[str]) -> None:
     assert [i["src"] for i in check.images if not i["ok"]] == [], f"{where}: images that did not load"
     assert unresolved == [], f"{where}: {unresolved}"
     assert check.scroll_width <= check.width and check.wide == [], (
-        f"{where}: {check.scroll_width} px of content; past the window: {check.wide}")
+        f"{where}: {check.scroll_width} px of content; past the window: {check.wide}"
+    )
 
 
 @needs_chromium
@@ -200,10 +226,12 @@ def test_the_browser_check_sees_errors_broken_images_and_overflow(browser, tmp_p
     """The checks can fail: a console error logged after the load event, a script exception, an image that does
     not load and an element wider than the window are each reported."""
     page = tmp_path / "bad.html"
-    page.write_text("<!doctype html><html><body><img src='missing.png' alt=''>"
-                    "<div style='width: 2000px'>wide</div>"
-                    "<script>setTimeout(() => console.error('late error'), 50);"
-                    "setTimeout(() => { throw new Error('late exception'); }, 60);</script></body></html>")
+    page.write_text(
+        "<!doctype html><html><body><img src='missing.png' alt=''>"
+        "<div style='width: 2000px'>wide</div>"
+        "<script>setTimeout(() => console.error('late error'), 50);"
+        "setTimeout(() => { throw new Error('late exception'); }, 60);</script></body></html>"
+    )
     check = browser.check(page.as_uri(), 390)
     assert any("late error" in e for e in check.errors), check.errors
     assert any("late exception" in e for e in check.errors), check.errors

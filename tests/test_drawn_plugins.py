@@ -42,8 +42,9 @@ def registry():
 
 def _doc_module(folder: Path) -> Path:
     """docs/plugins.md's ``laya_drawn_example.py``, written as the page shows it."""
-    block = next(b for b in read_blocks(ROOT / "docs" / "plugins.md")
-                 if b.directives.get("file") == "laya_drawn_example.py")
+    block = next(
+        b for b in read_blocks(ROOT / "docs" / "plugins.md") if b.directives.get("file") == "laya_drawn_example.py"
+    )
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "laya_drawn_example.py"
     path.write_text(block.body)
@@ -55,8 +56,9 @@ def _effects(layers: pd.DataFrame, n: int) -> np.ndarray:
     return part.effect.to_numpy().reshape(n, -1)
 
 
-def _noise_effects(model, x: torch.Tensor, *, seed: int, draws: int, stream: int = ISONOISE_STREAM,
-                   isotropic: bool = True) -> np.ndarray:
+def _noise_effects(
+    model, x: torch.Tensor, *, seed: int, draws: int, stream: int = ISONOISE_STREAM, isotropic: bool = True
+) -> np.ndarray:
     """p_c(x) - mean_j p_c(x with layer i's pooled state := mu_i + s_i * eps_bji), head scope, by a slow loop over
     samples, layers and draws. mu_i and s_i by numpy over the evaluated samples: s_i^2 the population variance
     averaged over the features (``isotropic``, docs/plugins.md's isonoise) or per feature (the built-in noise); eps
@@ -69,7 +71,7 @@ def _noise_effects(model, x: torch.Tensor, *, seed: int, draws: int, stream: int
         s = [np.sqrt(p.numpy().var(0).mean()) if isotropic else p.numpy().std(0) for p in pooled]
         out = np.zeros((len(x), len(pooled)))
         for b in range(len(x)):
-            hb = [p[b:b + 1] for p in pooled]
+            hb = [p[b : b + 1] for p in pooled]
             probs = torch.softmax(head(hb), -1)[0]
             c = int(probs.argmax())
             for i in range(len(pooled)):
@@ -89,8 +91,16 @@ def test_a_drawn_plugin_ablation_equals_a_slow_loop_at_head_scope(digits_models,
     assert added == ["ablation:isonoise"]
     model = digits_models["laya"]
     # batch_size 7: batches padded with rows of sample id -1, which the sample fill must leave harmless.
-    options = EvalOptions(methods=("contribution", "random"), ablation="isonoise", scope="head", limit=N, draws=DRAWS,
-                          seed=SEED, bootstrap=0, batch_size=7)
+    options = EvalOptions(
+        methods=("contribution", "random"),
+        ablation="isonoise",
+        scope="head",
+        limit=N,
+        draws=DRAWS,
+        seed=SEED,
+        bootstrap=0,
+        batch_size=7,
+    )
     results = evaluate(model, digits["test"], options=dataclasses.replace(options, ablation=("isonoise", "noise")))
     x = digits["test"].x[:N]
     # The oracle is checked first on the built-in noise, then judges the plug-in.
@@ -104,9 +114,13 @@ def test_a_drawn_plugin_ablation_equals_a_slow_loop_at_head_scope(digits_models,
 def _shrunk_donor(statistics, sample_ids, *, seed, draws, donor_states, donors):
     """Half of a donor's state plus half of the layer's mean, per draw."""
     batch = donors.shape[0]
-    return laya_eval.SampleFills(tuple([0.5 * s[j * batch:(j + 1) * batch] + 0.5 * m
-                                        for s, m in zip(donor_states, statistics["hidden_mean"])]
-                                       for j in range(draws)), donors)
+    return laya_eval.SampleFills(
+        tuple(
+            [0.5 * s[j * batch : (j + 1) * batch] + 0.5 * m for s, m in zip(donor_states, statistics["hidden_mean"])]
+            for j in range(draws)
+        ),
+        donors,
+    )
 
 
 def _donor_effects(model, x: torch.Tensor, donors: np.ndarray, weight: float) -> np.ndarray:
@@ -118,14 +132,14 @@ def _donor_effects(model, x: torch.Tensor, donors: np.ndarray, weight: float) ->
         means = [o.double().mean(0).float() for o in outputs]
         expected = np.zeros((N, len(outputs)))
         for b in range(N):
-            probs = torch.softmax(model(x[b:b + 1]), -1)[0]
+            probs = torch.softmax(model(x[b : b + 1]), -1)[0]
             c = int(probs.argmax())
             for i in range(len(outputs)):
                 got = []
                 for j in range(DRAWS):
                     _, donor = model.block_outputs(x[donors[b, j]][None])
                     value = weight * donor[i] + (1 - weight) * means[i]
-                    logits = model.head(model.hidden_states(x[b:b + 1], {i: lambda t, v=value: v}))
+                    logits = model.head(model.hidden_states(x[b : b + 1], {i: lambda t, v=value: v}))
                     got.append(float(torch.softmax(logits.double(), -1)[0, c]))
                 expected[b, i] = float(probs[c]) - np.mean(got)
     return expected
@@ -133,13 +147,27 @@ def _donor_effects(model, x: torch.Tensor, donors: np.ndarray, weight: float) ->
 
 def test_a_donor_plugin_ablation_equals_a_slow_loop_at_network_scope(digits_models, digits, registry):
     laya_eval.register_ablation(
-        AblationSpec("shrunk-donor", "Half of a donor's state plus half of the layer's mean.",
-                     needs=("stat:hidden_mean", "donors", "draws", "tensor_inputs")),
-        sample_fill=_shrunk_donor)
+        AblationSpec(
+            "shrunk-donor",
+            "Half of a donor's state plus half of the layer's mean.",
+            needs=("stat:hidden_mean", "donors", "draws", "tensor_inputs"),
+        ),
+        sample_fill=_shrunk_donor,
+    )
     model = digits_models["concat"]
-    options = EvalOptions(methods=("contribution", "random"), ablation="shrunk-donor", scope="network", limit=N,
-                          draws=DRAWS, seed=SEED, bootstrap=0, batch_size=7)
-    results = evaluate(model, digits["test"], options=dataclasses.replace(options, ablation=("shrunk-donor", "resample")))
+    options = EvalOptions(
+        methods=("contribution", "random"),
+        ablation="shrunk-donor",
+        scope="network",
+        limit=N,
+        draws=DRAWS,
+        seed=SEED,
+        bootstrap=0,
+        batch_size=7,
+    )
+    results = evaluate(
+        model, digits["test"], options=dataclasses.replace(options, ablation=("shrunk-donor", "resample"))
+    )
     result = results["shrunk-donor"]
     donors = result.donors.sort_values(["sample", "draw"]).donor.to_numpy().reshape(N, DRAWS)
     assert (donors != np.arange(N)[:, None]).all() and donors.max() < N
@@ -147,8 +175,9 @@ def test_a_donor_plugin_ablation_equals_a_slow_loop_at_network_scope(digits_mode
     x = digits["test"].x[:N]
     # The backbone runs in float32 per sample here and per batch in the engine: float32 rounding. The oracle is
     # checked first on the built-in resample (weight 1: the donor's state itself), then judges the plug-in.
-    np.testing.assert_allclose(_effects(results["resample"].layers, N), _donor_effects(model, x, donors, 1.0),
-                               atol=2e-5, rtol=0)
+    np.testing.assert_allclose(
+        _effects(results["resample"].layers, N), _donor_effects(model, x, donors, 1.0), atol=2e-5, rtol=0
+    )
     expected = _donor_effects(model, x, donors, 0.5)
     np.testing.assert_allclose(_effects(result.layers, N), expected, atol=2e-5, rtol=0)
     # The run key and the manifest name the module whose sample fill decides the effects.
@@ -162,22 +191,37 @@ def test_a_drawn_spec_without_its_sample_fill_is_refused_in_one_line(registry):
         return None
 
     cases = [
-        (dict(spec=AblationSpec("mydraws", "x", needs=("draws",))),
-         "ablation 'mydraws' needs ('draws',): register it with sample_fill=, the callable that draws each batch's "
-         "replacement states; got none."),
-        (dict(spec=AblationSpec("mydonors", "x", scopes=("head",), needs=("donors", "tensor_inputs")),
-              head=lambda *a: None),
-         "ablation 'mydonors' needs ('donors',): register it with sample_fill=, the callable that draws each batch's "
-         "replacement states; got none."),
-        (dict(spec=AblationSpec("myfixed", "x", scopes=("head",), needs=("stat:hidden_mean",)), head=lambda *a: None,
-              sample_fill=fill),
-         "ablation 'myfixed': sample_fill= is for an ablation drawn per sample (needs 'draws' or 'donors'); its needs "
-         "are ('stat:hidden_mean',)."),
-        (dict(spec=AblationSpec("myboth", "x", needs=("draws",)), sample_fill=fill, head=fill),
-         "ablation 'myboth' is drawn per sample: the engine puts its sample_fill's states in place at every scope, so "
-         "it takes no head=; got 'fill'."),
-        (dict(spec=AblationSpec("mystring", "x", needs=("draws",)), sample_fill="fill"),
-         "ablation 'mystring': sample_fill must be callable; got str."),
+        (
+            dict(spec=AblationSpec("mydraws", "x", needs=("draws",))),
+            "ablation 'mydraws' needs ('draws',): register it with sample_fill=, the callable that draws each batch's "
+            "replacement states; got none.",
+        ),
+        (
+            dict(
+                spec=AblationSpec("mydonors", "x", scopes=("head",), needs=("donors", "tensor_inputs")),
+                head=lambda *a: None,
+            ),
+            "ablation 'mydonors' needs ('donors',): register it with sample_fill=, the callable that draws each batch's "
+            "replacement states; got none.",
+        ),
+        (
+            dict(
+                spec=AblationSpec("myfixed", "x", scopes=("head",), needs=("stat:hidden_mean",)),
+                head=lambda *a: None,
+                sample_fill=fill,
+            ),
+            "ablation 'myfixed': sample_fill= is for an ablation drawn per sample (needs 'draws' or 'donors'); its needs "
+            "are ('stat:hidden_mean',).",
+        ),
+        (
+            dict(spec=AblationSpec("myboth", "x", needs=("draws",)), sample_fill=fill, head=fill),
+            "ablation 'myboth' is drawn per sample: the engine puts its sample_fill's states in place at every scope, so "
+            "it takes no head=; got 'fill'.",
+        ),
+        (
+            dict(spec=AblationSpec("mystring", "x", needs=("draws",)), sample_fill="fill"),
+            "ablation 'mystring': sample_fill must be callable; got str.",
+        ),
     ]
     for kwargs, message in cases:
         with pytest.raises(ConfigError) as err:
@@ -203,40 +247,81 @@ def test_a_sample_fill_returning_the_wrong_thing_is_refused_in_one_line(registry
     for name, fn in (("as-list", as_list), ("one-short", one_short)):
         laya_eval.register_ablation(AblationSpec(name, "x", scopes=("head",), needs=("draws",)), sample_fill=fn)
     ids = torch.arange(4)
-    with pytest.raises(ConfigError, match=r"^ablation 'as-list': its sample_fill must return a SampleFills; got "
-                                          r"list\.$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^ablation 'as-list': its sample_fill must return a SampleFills; got "
+        r"list\.$",
+    ):
         batch_fill("as-list", {}, ids, seed=0, draws=3)
-    with pytest.raises(ConfigError, match=r"^ablation 'one-short': its sample_fill must return 3 draws \(--draws\); "
-                                          r"got 2\.$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^ablation 'one-short': its sample_fill must return 3 draws \(--draws\); "
+        r"got 2\.$",
+    ):
         batch_fill("one-short", {}, ids, seed=0, draws=3)
 
 
-REFUSED_PLUGIN = '''
+REFUSED_PLUGIN = """
 import laya_eval
 
 laya_eval.register_ablation(laya_eval.AblationSpec("halfdrawn", "x", needs=("draws",)),
                             head=lambda *a: None, network=lambda *a, **k: None)
-'''
+"""
 
 
-def test_faithfulness_runs_a_drawn_plugin_and_refuses_one_without_sample_fill(digits_checkpoints, registry,
-                                                                              tmp_path):
+def test_faithfulness_runs_a_drawn_plugin_and_refuses_one_without_sample_fill(digits_checkpoints, registry, tmp_path):
     module = _doc_module(tmp_path / "plug")
     out = tmp_path / "runs" / "isonoise"
-    ran = run("faithfulness", digits_checkpoints["laya"], "--plugin", f"py:{module}", "--trust-code", "--ablation",
-              "isonoise,noise", "--draws", DRAWS, "--limit", N, "--seed", SEED, "--bootstrap", 0, "--out", out, "-q")
+    ran = run(
+        "faithfulness",
+        digits_checkpoints["laya"],
+        "--plugin",
+        f"py:{module}",
+        "--trust-code",
+        "--ablation",
+        "isonoise,noise",
+        "--draws",
+        DRAWS,
+        "--limit",
+        N,
+        "--seed",
+        SEED,
+        "--bootstrap",
+        0,
+        "--out",
+        out,
+        "-q",
+    )
     assert ran.exit_code == 0, ran.output
     layers = pd.read_csv(out / "isonoise" / "layers.csv")
-    expected = _noise_effects(laya_eval.load_model(digits_checkpoints["laya"]).model, laya_eval.load_dataset(
-        "digits", "test").x[:N], seed=SEED, draws=DRAWS)
+    expected = _noise_effects(
+        laya_eval.load_model(digits_checkpoints["laya"]).model,
+        laya_eval.load_dataset("digits", "test").x[:N],
+        seed=SEED,
+        draws=DRAWS,
+    )
     np.testing.assert_allclose(_effects(layers, N), expected, atol=1e-5, rtol=0)
     manifest = json.loads((out / "isonoise" / "manifest.json").read_text())
     assert manifest["plugins"]["ablation:isonoise"].startswith(f"py:{module}@")
 
     refused = tmp_path / "refused.py"
     refused.write_text(REFUSED_PLUGIN)
-    result = run("faithfulness", digits_checkpoints["laya"], "--plugin", f"py:{refused}", "--trust-code",
-                 "--ablation", "halfdrawn", "--limit", N, "--out", tmp_path / "refused-out")
-    assert_one_line_error(result, r"^Error: ablation 'halfdrawn' needs \('draws',\): register it with sample_fill=, "
-                                  r"the callable that draws each batch's replacement states; got none\.$")
+    result = run(
+        "faithfulness",
+        digits_checkpoints["laya"],
+        "--plugin",
+        f"py:{refused}",
+        "--trust-code",
+        "--ablation",
+        "halfdrawn",
+        "--limit",
+        N,
+        "--out",
+        tmp_path / "refused-out",
+    )
+    assert_one_line_error(
+        result,
+        r"^Error: ablation 'halfdrawn' needs \('draws',\): register it with sample_fill=, "
+        r"the callable that draws each batch's replacement states; got none\.$",
+    )
     assert not (tmp_path / "refused-out").exists()

@@ -30,11 +30,30 @@ def laya_result(digits_checkpoints):
 def test_tables_have_the_documented_columns(laya_result):
     r = laya_result
     assert list(r.layers.columns) == ["sample", "method", "layer", "attribution", "effect"]
-    assert list(r.samples.columns) == ["sample", "label", "pred", "confidence", "method", "spearman",
-                                       "deletion_at_1", "top1_hit", "n_tied_effects"]
+    assert list(r.samples.columns) == [
+        "sample",
+        "label",
+        "pred",
+        "confidence",
+        "method",
+        "spearman",
+        "deletion_at_1",
+        "top1_hit",
+        "n_tied_effects",
+    ]
     assert list(r.summary.columns) == SUMMARY_COLUMNS + ["deletion_at_2", "deletion_at_3"]
-    assert list(r.summary.method) == ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random",
-                                      "block_influence", "angular_distance", "alpha_norm"]
+    assert list(r.summary.method) == [
+        "laya",
+        "static",
+        "contribution",
+        "ig",
+        "gradcam",
+        "grad_x_act",
+        "random",
+        "block_influence",
+        "angular_distance",
+        "alpha_norm",
+    ]
     assert len(r.layers) == 120 * 10 * 3 and len(r.samples) == 120 * 10
     assert sorted(r.layers.layer.unique()) == [1, 2, 3]
     assert (r.summary.n == 120).all()
@@ -133,7 +152,9 @@ def test_batch_size_does_not_change_results(digits_checkpoints):
 def test_static_under_other_ablations_matches_deferred_path(digits_checkpoints, ablation):
     """static needs the dataset-mean alpha before deletion@k: a pre-pass computes it (zero/mean) — check
     that its deletion@k equals removing the layers ranked by the mean alpha, with ranks worked out here."""
-    r = evaluate(digits_checkpoints["laya"], options=EvalOptions(limit=40, methods=("static", "laya"), ablation=ablation, **FAST))
+    r = evaluate(
+        digits_checkpoints["laya"], options=EvalOptions(limit=40, methods=("static", "laya"), ablation=ablation, **FAST)
+    )
     lay = r.layers[r.layers.method == "static"]
     mean_alpha = r.layers[r.layers.method == "laya"].groupby("layer").attribution.mean().to_numpy()
     np.testing.assert_allclose(lay.groupby("layer").attribution.mean().to_numpy(), mean_alpha, atol=1e-7)
@@ -147,8 +168,14 @@ def test_random_control_is_near_zero(digits_models, digits):
     g = torch.Generator().manual_seed(0)
     base = digits["test"].x
     x = (base[torch.randint(len(base), (2000,), generator=g)] + 0.05 * torch.randn(2000, 64, generator=g)).clamp(0, 1)
-    data = Dataset(x=x, y=torch.zeros(2000, dtype=torch.long), class_names=digits["test"].class_names,
-                   name="digits-jitter", split="test", preprocessing={})
+    data = Dataset(
+        x=x,
+        y=torch.zeros(2000, dtype=torch.long),
+        class_names=digits["test"].class_names,
+        name="digits-jitter",
+        split="test",
+        preprocessing={},
+    )
     r = evaluate(digits_models["laya"], data, options=EvalOptions(methods=("random",), bootstrap=200, seed=11))
     assert abs(float(r.summary.faithfulness.iloc[0])) < 0.05
 
@@ -207,8 +234,14 @@ def test_bad_input(digits_checkpoints, digits):
     no_dataset.info.dataset = None
     with pytest.raises(DataError, match="records no dataset; name one with --data"):
         evaluate(no_dataset)
-    wrong = Dataset(x=torch.zeros(4, 10), y=torch.zeros(4, dtype=torch.long), class_names=("a", "b"),
-                    name="npz:x.npz", split="test", preprocessing={})
+    wrong = Dataset(
+        x=torch.zeros(4, 10),
+        y=torch.zeros(4, dtype=torch.long),
+        class_names=("a", "b"),
+        name="npz:x.npz",
+        split="test",
+        preprocessing={},
+    )
     with pytest.raises(DataError, match=r"has samples of shape \(10,\); the model expects \(64,\)"):
         evaluate(digits_checkpoints["laya"], wrong)
     with pytest.raises(ConfigError, match="no CUDA GPU is available"):
@@ -223,11 +256,14 @@ def test_network_scope_runs_end_to_end(digits_checkpoints):
     assert not math.isnan(float(r.summary.faithfulness.iloc[0]))
 
 
-@pytest.mark.parametrize("head, scope, ablations", [
-    ("laya", "head", ("gate", "gate-renorm", "zero", "mean")),
-    ("scalarmix", "head", ("gate", "gate-renorm")),
-    ("laya", "network", ("zero", "mean")),
-])
+@pytest.mark.parametrize(
+    "head, scope, ablations",
+    [
+        ("laya", "head", ("gate", "gate-renorm", "zero", "mean")),
+        ("scalarmix", "head", ("gate", "gate-renorm")),
+        ("laya", "network", ("zero", "mean")),
+    ],
+)
 def test_evaluate_ablations_equals_one_evaluate_per_ablation(digits_checkpoints, head, scope, ablations):
     """The oracle is evaluate() called once per ablation (itself checked against scipy, Captum and slow loops)."""
     opts = EvalOptions(limit=40, batch_size=16, scope=scope, ablation=ablations[0], **FAST)
@@ -270,12 +306,17 @@ def test_evaluate_ablations_computes_each_attribution_once(digits_checkpoints, m
 
 
 def test_evaluate_ablations_rejects_bad_lists(digits_checkpoints):
-    with pytest.raises(ConfigError, match=r"ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; got 'bogus'"):
+    with pytest.raises(
+        ConfigError, match=r"ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; got 'bogus'"
+    ):
         evaluate(digits_checkpoints["laya"], options=EvalOptions(ablation=("gate", "bogus")))
     with pytest.raises(ConfigError, match=r"EvalOptions.ablation must be a non-empty sequence of names; got \(\)"):
         evaluate(digits_checkpoints["laya"], options=EvalOptions(ablation=()))
     with pytest.raises(ConfigError, match="network"):
-        evaluate(digits_checkpoints["laya"], options=dataclasses.replace(EvalOptions(scope="network", ablation="zero"), ablation=("zero", "gate")))
+        evaluate(
+            digits_checkpoints["laya"],
+            options=dataclasses.replace(EvalOptions(scope="network", ablation="zero"), ablation=("zero", "gate")),
+        )
 
 
 def test_the_manifest_names_captums_version_without_importing_captum(monkeypatch):
@@ -293,7 +334,9 @@ def test_without_paired_tests_only_the_comparisons_are_left_out(digits_checkpoin
     """``paired_tests=False`` (what ``meta`` asks for) empties ``comparisons`` and changes no other table."""
     options = EvalOptions(limit=40, bootstrap=100, methods=("laya", "contribution", "random"))
     full = evaluate(digits_checkpoints["laya"], options=dataclasses.replace(options, ablation=("gate", "zero")))
-    lean = evaluate(digits_checkpoints["laya"], options=dataclasses.replace(options, ablation=("gate", "zero")), paired_tests=False)
+    lean = evaluate(
+        digits_checkpoints["laya"], options=dataclasses.replace(options, ablation=("gate", "zero")), paired_tests=False
+    )
     for ablation in ("gate", "zero"):
         assert len(full[ablation].comparisons) == 6  # 3 pairs x 2 metrics
         assert lean[ablation].comparisons.empty

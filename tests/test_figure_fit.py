@@ -43,9 +43,25 @@ from laya_eval.training.trainer import TrainOptions
 pytestmark = pytest.mark.slow  # trains, evaluates, prunes and checks two models end to end
 
 # Every kind a command writes; the names without a run suffix (scatter_<run> -> scatter).
-KINDS = {"faithfulness", "deletion_curves", "spearman_distribution", "scatter", "agreement", "significance",
-         "profile_heatmap_all", "profile_heatmap_correct", "profile_heatmap_incorrect", "profile_layers",
-         "diagnosis", "pruning", "early_exit", "sanity", "operators", "planted", "mixer_map"}
+KINDS = {
+    "faithfulness",
+    "deletion_curves",
+    "spearman_distribution",
+    "scatter",
+    "agreement",
+    "significance",
+    "profile_heatmap_all",
+    "profile_heatmap_correct",
+    "profile_heatmap_incorrect",
+    "profile_layers",
+    "diagnosis",
+    "pruning",
+    "early_exit",
+    "sanity",
+    "operators",
+    "planted",
+    "mixer_map",
+}
 TOL = 0.5  # pixels: anti-aliasing of touching boxes is not an overlap
 
 
@@ -55,20 +71,37 @@ def results(digits, digits_checkpoints, tmp_path_factory):
     root = tmp_path_factory.mktemp("fit")
     out = {}
     # A few methods for pruning and sanity (each costs head trainings); the faithfulness runs have them all.
-    for head, method, few in (("laya", "laya", ("laya", "static", "grad_x_act")),
-                              ("scalarmix", "contribution", ("static", "contribution", "grad_x_act"))):
+    for head, method, few in (
+        ("laya", "laya", ("laya", "static", "grad_x_act")),
+        ("scalarmix", "contribution", ("static", "contribution", "grad_x_act")),
+    ):
         ckpt = digits_checkpoints[head]
         model = load_model(ckpt).model
         folder = root / head
         # Two ablations for the LAYA model: its report gains the operator-sensitivity figure.
         ablations = ["gate", "zero"] if head == "laya" else ["gate"]
         evaluate(ckpt, None, options=EvalOptions(limit=80, bootstrap=50, ablation=tuple(ablations)), out=folder)
-        info = {"label": ckpt.name, "head": head, "dataset": "digits", "split": "test", "n": 80,
-                "ablation": "gate", "scope": "head"}
-        pruned = prune(model, digits, options=PruneOptions(methods=few, seeds=1, n_random=3, n_random_refit=1,
-                                                           timing=False, train=TrainOptions(epochs=2, seed=0)))
-        checks = sanity(model, digits, options=SanityOptions(methods=few, roar_seeds=1, bootstrap=50,
-                                                             train=TrainOptions(epochs=2, patience=1)))
+        info = {
+            "label": ckpt.name,
+            "head": head,
+            "dataset": "digits",
+            "split": "test",
+            "n": 80,
+            "ablation": "gate",
+            "scope": "head",
+        }
+        pruned = prune(
+            model,
+            digits,
+            options=PruneOptions(
+                methods=few, seeds=1, n_random=3, n_random_refit=1, timing=False, train=TrainOptions(epochs=2, seed=0)
+            ),
+        )
+        checks = sanity(
+            model,
+            digits,
+            options=SanityOptions(methods=few, roar_seeds=1, bootstrap=50, train=TrainOptions(epochs=2, patience=1)),
+        )
         prof = laya_eval.profile(ckpt, method=method, options=EvalOptions(limit=120))
         out[head] = {"folder": folder, "meta": info, "prune": pruned, "sanity": checks, "profile": prof}
     return out
@@ -82,8 +115,13 @@ def planted_and_mixers(tmp_path_factory):
     torch.manual_seed(0)
     model = PatchDepthClassifier("denseformer", image_size=8, patch=4, dim=8, depth=5, heads=2, n_classes=3).eval()
     gen = torch.Generator().manual_seed(1)
-    data = Dataset(torch.randn(24, 1, 8, 8, generator=gen), torch.randint(0, 3, (24,), generator=gen),
-                   ("a", "b", "c"), "random", "test")
+    data = Dataset(
+        torch.randn(24, 1, 8, 8, generator=gen),
+        torch.randint(0, 3, (24,), generator=gen),
+        ("a", "b", "c"),
+        "random",
+        "test",
+    )
     audit = audit_mixers(model, data, options=MixerOptions(batch_size=24, bootstrap=0, ig_steps=4))
     return planted, audit
 
@@ -114,8 +152,16 @@ def drawn_texts(fig) -> list:
     for ax in fig.axes:
         if not ax.get_visible():
             continue
-        texts += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label,
-                  ax.xaxis.offsetText, ax.yaxis.offsetText, *ax.texts]
+        texts += [
+            ax.title,
+            ax._left_title,
+            ax._right_title,
+            ax.xaxis.label,
+            ax.yaxis.label,
+            ax.xaxis.offsetText,
+            ax.yaxis.offsetText,
+            *ax.texts,
+        ]
         for axis in (ax.xaxis, ax.yaxis):
             for tick in axis._update_ticks():  # the ticks inside the view, those the axis draws
                 texts += [tick.label1, tick.label2]
@@ -131,7 +177,8 @@ def _border_is_background(png: bytes) -> list[str]:
     background = rgb[0, 0]
     edges = {"top": rgb[0], "bottom": rgb[-1], "left": rgb[:, 0], "right": rgb[:, -1]}
     return [side for side, px in edges.items() if np.abs(px - background).max() > 8] + (
-        [] if np.abs(background - 255).max() <= 3 else ["corner pixel is not white"])
+        [] if np.abs(background - 255).max() <= 3 else ["corner pixel is not white"]
+    )
 
 
 def _problems(fig) -> list[str]:
@@ -141,8 +188,11 @@ def _problems(fig) -> list[str]:
     W, H = fig.bbox.width, fig.bbox.height
     boxes = [(t.get_text().replace("\n", " ")[:40], t.get_window_extent(renderer)) for t in drawn_texts(fig)]
     # An annotation whose anchor lies outside its axes is not drawn at all (its extent is then the unit box at 0, 0).
-    problems += [f"{text!r} is not drawn (its anchor is outside its panel)" for text, b in boxes
-                 if tuple(b.bounds) == (0.0, 0.0, 1.0, 1.0)]
+    problems += [
+        f"{text!r} is not drawn (its anchor is outside its panel)"
+        for text, b in boxes
+        if tuple(b.bounds) == (0.0, 0.0, 1.0, 1.0)
+    ]
     for text, b in boxes:
         if b.x0 < -TOL or b.y0 < -TOL or b.x1 > W + TOL or b.y1 > H + TOL:
             problems.append(f"{text!r} leaves the canvas: {b.bounds} on {W:.0f}x{H:.0f}")
@@ -218,10 +268,17 @@ def test_stacked_direct_labels_of_coinciding_methods_stay_apart_and_inside_their
     from tests.test_figures import _meta
 
     shapes = {"top": [top, top, 0.78], "near": [top - 0.02, 0.5, 0.78], "low": [0.0, 0.0, 0.78]}
-    groups = {"top": ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "alpha_norm"],
-              "near": ["random"], "low": ["block_influence", "angular_distance"]}
-    rows = [{"run": "m.pt", "method": m, "k": k + 1, "deletion": shapes[g][k]}
-            for g, members in groups.items() for m in members for k in range(3)]
+    groups = {
+        "top": ["laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "alpha_norm"],
+        "near": ["random"],
+        "low": ["block_influence", "angular_distance"],
+    }
+    rows = [
+        {"run": "m.pt", "method": m, "k": k + 1, "deletion": shapes[g][k]}
+        for g, members in groups.items()
+        for m in members
+        for k in range(3)
+    ]
     fig = F.deletion_curves_figure(pd.DataFrame(rows), [_meta()], style=style)
     assert _problems(fig) == []
     ax = fig.axes[0]

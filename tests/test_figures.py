@@ -22,23 +22,46 @@ LAYERS = ["fc1", "fc2", "fc3"]
 
 
 def _meta(label="m.pt", head="laya"):
-    return {"label": label, "head": head, "dataset": "digits", "split": "test", "n": 40, "ablation": "gate",
-            "scope": "head", "layer_names": LAYERS}
+    return {
+        "label": label,
+        "head": head,
+        "dataset": "digits",
+        "split": "test",
+        "n": 40,
+        "ablation": "gate",
+        "scope": "head",
+        "layer_names": LAYERS,
+    }
 
 
 def _faith_table(values: dict[str, float], run="m.pt", half=0.01) -> pd.DataFrame:
-    rows = [{"run": run, "method": m, "faithfulness": v, "faithfulness_ci_low": v - half,
-             "faithfulness_ci_high": v + half, "deletion_at_1": v / 2, "deletion_at_1_ci_low": v / 2 - half,
-             "deletion_at_1_ci_high": v / 2 + half} for m, v in values.items()]
+    rows = [
+        {
+            "run": run,
+            "method": m,
+            "faithfulness": v,
+            "faithfulness_ci_low": v - half,
+            "faithfulness_ci_high": v + half,
+            "deletion_at_1": v / 2,
+            "deletion_at_1_ci_low": v / 2 - half,
+            "deletion_at_1_ci_high": v / 2 + half,
+        }
+        for m, v in values.items()
+    ]
     return pd.DataFrame(rows)
 
 
 def _curves(run="m.pt") -> pd.DataFrame:
     # ig and gradcam coincide (to 1e-4 < 0.001): one line, one label; laya and random differ.
-    base = {"laya": [0.7, 0.8, 0.82], "ig": [0.5, 0.7, 0.82], "gradcam": [0.5001, 0.7, 0.82],
-            "random": [0.25, 0.5, 0.82]}
-    return pd.DataFrame([{"run": run, "method": m, "k": k + 1, "deletion": v}
-                         for m, vals in base.items() for k, v in enumerate(vals)])
+    base = {
+        "laya": [0.7, 0.8, 0.82],
+        "ig": [0.5, 0.7, 0.82],
+        "gradcam": [0.5001, 0.7, 0.82],
+        "random": [0.25, 0.5, 0.82],
+    }
+    return pd.DataFrame(
+        [{"run": run, "method": m, "k": k + 1, "deletion": v} for m, vals in base.items() for k, v in enumerate(vals)]
+    )
 
 
 def _scores(n=40, seed=0) -> pd.DataFrame:
@@ -48,8 +71,15 @@ def _scores(n=40, seed=0) -> pd.DataFrame:
     w /= w.sum(1, keepdims=True)
     label = rng.integers(0, 3, n)
     pred = np.where(rng.random(n) < 0.7, label, (label + 1) % 3)
-    return pd.DataFrame({"sample": np.repeat(np.arange(n), 3), "label": np.repeat(label, 3),
-                         "pred": np.repeat(pred, 3), "layer": np.tile([1, 2, 3], n), "score": w.ravel()})
+    return pd.DataFrame(
+        {
+            "sample": np.repeat(np.arange(n), 3),
+            "label": np.repeat(label, 3),
+            "pred": np.repeat(pred, 3),
+            "layer": np.tile([1, 2, 3], n),
+            "score": w.ravel(),
+        }
+    )
 
 
 def _points(n=50, seed=0) -> pd.DataFrame:
@@ -58,21 +88,47 @@ def _points(n=50, seed=0) -> pd.DataFrame:
     for m in ("laya", "ig"):
         for s in range(n):
             for layer in (1, 2, 3):
-                rows.append({"method": m, "sample": s, "layer": layer, "attribution": float(rng.random()),
-                             "effect": 0.0 if layer == 3 else float(rng.random())})
+                rows.append(
+                    {
+                        "method": m,
+                        "sample": s,
+                        "layer": layer,
+                        "attribution": float(rng.random()),
+                        "effect": 0.0 if layer == 3 else float(rng.random()),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
 def _dist(run="m.pt") -> pd.DataFrame:
-    return pd.DataFrame([{"run": run, "method": m, "n": 10, "n_rho_one": 4, "n_rho_high": 3, "n_rho_low": 1,
-                          "n_rho_negative": 1, "n_undefined": 1} for m in ("laya", "ig", "random")])
+    return pd.DataFrame(
+        [
+            {
+                "run": run,
+                "method": m,
+                "n": 10,
+                "n_rho_one": 4,
+                "n_rho_high": 3,
+                "n_rho_low": 1,
+                "n_rho_negative": 1,
+                "n_undefined": 1,
+            }
+            for m in ("laya", "ig", "random")
+        ]
+    )
 
 
 def every_figure(style: str, width=None) -> dict:
     metas = [_meta()]
     scores = _scores()
-    meta_p = {**_meta(), "ablation": "none (scores only)", "method": "laya", "by": "label", "n_layers": 3,
-              "class_names": ["a", "b", "c"]}
+    meta_p = {
+        **_meta(),
+        "ablation": "none (scores only)",
+        "method": "laya",
+        "by": "label",
+        "n_layers": 3,
+        "class_names": ["a", "b", "c"],
+    }
     table = profile_table(scores, ["a", "b", "c"])
     matrix = pd.DataFrame(np.eye(3), index=["laya", "ig", "random"], columns=["laya", "ig", "random"])
     kw = {"style": style, "width": width}
@@ -179,7 +235,9 @@ def test_paper_style_defaults_to_pdf_with_embedded_truetype_fonts(tmp_path):
     assert F.save_figure(fig, tmp_path / "f2.pdf").read_bytes() == data  # same figure, same bytes
     with pytest.raises(ConfigError, match=r"style must be one of \{default, paper\}; got 'journal'"):
         F.faithfulness_figure(_faith_table({"laya": 0.8}), [_meta()], style="journal")
-    with pytest.raises(ConfigError, match=r"width must be one of \{single, double\} or a width in inches; got 'triple'"):
+    with pytest.raises(
+        ConfigError, match=r"width must be one of \{single, double\} or a width in inches; got 'triple'"
+    ):
         F.faithfulness_figure(_faith_table({"laya": 0.8}), [_meta()], style="paper", width="triple")
 
 
@@ -203,8 +261,15 @@ def test_faithfulness_axis_follows_the_data(style):
 def test_significance_markers_come_from_the_paired_tests():
     table = _faith_table({"laya": 0.80, "ig": 0.88, "gradcam": 0.87, "random": 0.0})
     # ig is best on faithfulness (0.88): it is "ref."; laya vs ig p_holm = 0.0004 -> ***, gradcam vs ig 0.2 -> n.s.
-    comparisons = pd.DataFrame({"run": "m.pt", "metric": "faithfulness", "method_a": ["laya", "ig", "laya"],
-                                "method_b": ["ig", "gradcam", "gradcam"], "p_holm": [0.0004, 0.2, 0.03]})
+    comparisons = pd.DataFrame(
+        {
+            "run": "m.pt",
+            "metric": "faithfulness",
+            "method_a": ["laya", "ig", "laya"],
+            "method_b": ["ig", "gradcam", "gradcam"],
+            "p_holm": [0.0004, 0.2, 0.03],
+        }
+    )
     fig = F.faithfulness_figure(table, [_meta()], comparisons=comparisons)
     ax = fig.axes[0]
     marks = {round(t.xy[1]): t.get_text() for t in ax.texts if isinstance(t, matplotlib.text.Annotation)}
@@ -212,8 +277,14 @@ def test_significance_markers_come_from_the_paired_tests():
     assert marks == {ypos["laya"]: "***", ypos["ig"]: "ref.", ypos["gradcam"]: "n.s."}
     assert not [t for t in fig.axes[1].texts if isinstance(t, matplotlib.text.Annotation)]  # no deletion tests
     assert "Holm" in F.figure_caption(fig)
-    assert [F.significance_marker(p) for p in (0.0009, 0.001, 0.009, 0.049, 0.05, np.nan)] == \
-        ["***", "**", "**", "*", "n.s.", "?"]
+    assert [F.significance_marker(p) for p in (0.0009, 0.001, 0.009, 0.049, 0.05, np.nan)] == [
+        "***",
+        "**",
+        "**",
+        "*",
+        "n.s.",
+        "?",
+    ]
 
 
 def test_deletion_curves_have_distinct_styles_and_direct_labels():
@@ -279,8 +350,15 @@ def test_describe_leaves_out_a_removal_that_did_not_happen():
 
 def test_captions_are_sentences_and_a_question_keeps_its_mark():
     """Title, subtitle and note each end the caption's sentences once: 'removed?' is not followed by a full stop."""
-    table = pd.DataFrame({"method": ["laya", "random"], "faithfulness_gate": [0.9, 0.0],
-                          "faithfulness_zero": [0.8, 0.1], "kendall_w": [1.0, 1.0], "kendall_w_p_value": [0.5, 0.5]})
+    table = pd.DataFrame(
+        {
+            "method": ["laya", "random"],
+            "faithfulness_gate": [0.9, 0.0],
+            "faithfulness_zero": [0.8, 0.1],
+            "kendall_w": [1.0, 1.0],
+            "kendall_w_p_value": [0.5, 0.5],
+        }
+    )
     fig = F.operators_figure(table, ["gate", "zero"])
     caption = F.figure_caption(fig)
     assert caption.startswith("Does the verdict depend on how a layer is removed? "), caption
@@ -340,8 +418,9 @@ def test_a_wrapped_title_keeps_the_layout_engine_and_gets_its_room():
     assert all(ax.get_tightbbox(renderer).y1 <= title_bottom + 1 for ax in fig.axes)
 
 
-def _significance_panels(n_panels: int, methods=("laya", "static", "ig", "gradcam", "grad_x_act", "random")
-                         ) -> list[dict]:
+def _significance_panels(
+    n_panels: int, methods=("laya", "static", "ig", "gradcam", "grad_x_act", "random")
+) -> list[dict]:
     """Panels as the report builds them: capped signed -log10 p over the whole colour range (light and dark cells),
     NaN on the diagonal and where no test exists."""
     rng = np.random.default_rng(3)
@@ -350,11 +429,17 @@ def _significance_panels(n_panels: int, methods=("laya", "static", "ig", "gradca
         values = rng.permutation(np.linspace(-4.0, 4.0, len(methods) ** 2)).reshape(len(methods), len(methods))
         np.fill_diagonal(values, np.nan)
         values[0, -1] = np.nan
-        cells = np.where(np.isnan(values), "—", np.where(values > 1.3, "▲ 0.02", np.where(values < -1.3, "▼ 0.03",
-                                                                                          "· 0.4")))
-        panels.append({"meta": _meta(f"run{k}.pt"), "test": "Wilcoxon signed-rank",
-                       "values": pd.DataFrame(values, index=list(methods), columns=list(methods)),
-                       "cells": pd.DataFrame(cells, index=list(methods), columns=list(methods))})
+        cells = np.where(
+            np.isnan(values), "—", np.where(values > 1.3, "▲ 0.02", np.where(values < -1.3, "▼ 0.03", "· 0.4"))
+        )
+        panels.append(
+            {
+                "meta": _meta(f"run{k}.pt"),
+                "test": "Wilcoxon signed-rank",
+                "values": pd.DataFrame(values, index=list(methods), columns=list(methods)),
+                "cells": pd.DataFrame(cells, index=list(methods), columns=list(methods)),
+            }
+        )
     return panels
 
 
@@ -370,8 +455,19 @@ def test_significance_heat_map_draws_what_seaborns_heatmap_draws(style):
     ax = fig.axes[0]
     values, cells = panel["values"], panel["cells"]
     ref_fig, ref_ax = plt.subplots()
-    sns.heatmap(values, ax=ref_ax, annot=cells.to_numpy(dtype=object), fmt="", cmap="vlag_r", vmin=-4, vmax=4,
-                center=0, square=True, linewidths=0.5, cbar=False)
+    sns.heatmap(
+        values,
+        ax=ref_ax,
+        annot=cells.to_numpy(dtype=object),
+        fmt="",
+        cmap="vlag_r",
+        vmin=-4,
+        vmax=4,
+        center=0,
+        square=True,
+        linewidths=0.5,
+        cbar=False,
+    )
     ours, theirs = ax.collections[0], ref_ax.collections[0]
     ours.update_scalarmappable()
     theirs.update_scalarmappable()
@@ -408,22 +504,35 @@ def test_agreement_heat_map_draws_what_seaborns_heatmap_draws(style):
     fig = F.agreement_figure(matrix, meta=_meta(), style=style)
     ax = fig.axes[0]
     ref_fig, ref_ax = plt.subplots()
-    sns.heatmap(matrix, ax=ref_ax, annot=True, fmt=".2f", cmap="vlag", vmin=-1, vmax=1, center=0, square=True,
-                linewidths=0.5, annot_kws={"fontsize": 4.5 if style == "paper" else 7})
+    sns.heatmap(
+        matrix,
+        ax=ref_ax,
+        annot=True,
+        fmt=".2f",
+        cmap="vlag",
+        vmin=-1,
+        vmax=1,
+        center=0,
+        square=True,
+        linewidths=0.5,
+        annot_kws={"fontsize": 4.5 if style == "paper" else 7},
+    )
     ours, theirs = ax.collections[0], ref_ax.collections[0]
     ours.update_scalarmappable()
     theirs.update_scalarmappable()
     np.testing.assert_allclose(ours.get_facecolors(), theirs.get_facecolors(), atol=1e-12)
 
     def annotations(a):
-        return sorted((t.get_position(), t.get_text(), matplotlib.colors.to_hex(t.get_color()), t.get_fontsize())
-                      for t in a.texts)
+        return sorted(
+            (t.get_position(), t.get_text(), matplotlib.colors.to_hex(t.get_color()), t.get_fontsize()) for t in a.texts
+        )
 
     assert annotations(ax) == annotations(ref_ax)
     assert len(ax.texts) == 23 and "nan" not in {t.get_text() for t in ax.texts}
     assert ax.get_xlim() == ref_ax.get_xlim() and ax.get_ylim() == ref_ax.get_ylim()  # row 0 at the top
-    assert [t.get_text() for t in ax.get_yticklabels()] == [F.METHOD_SHORT_LABELS[m] if style == "paper"
-                                                            else F.METHOD_LABELS[m] for m in methods]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        F.METHOD_SHORT_LABELS[m] if style == "paper" else F.METHOD_LABELS[m] for m in methods
+    ]
     assert all(t.get_rotation() == 90 for t in ax.get_xticklabels())
     assert all(t.get_rotation() == 0 for t in ax.get_yticklabels())
     ours_bar, theirs_bar = ours.colorbar, theirs.colorbar
@@ -438,8 +547,11 @@ def _eye_agreement():
     return F.agreement_figure(pd.DataFrame(np.eye(3), index=methods, columns=methods), meta=_meta())
 
 
-@pytest.mark.parametrize("build", [lambda: F.significance_figure(_significance_panels(8)), _eye_agreement],
-                         ids=["significance-8-panels", "agreement"])
+@pytest.mark.parametrize(
+    "build",
+    [lambda: F.significance_figure(_significance_panels(8)), _eye_agreement],
+    ids=["significance-8-panels", "agreement"],
+)
 def test_a_heat_map_figure_is_not_rendered_before_it_is_saved(monkeypatch, build):
     """No render while the figure is built, one when it is saved: seaborn's heatmap rendered the figure to check
     its tick labels, once per panel."""

@@ -156,10 +156,14 @@ def test_golden_laya_head():
     torch.testing.assert_close(head(hidden), torch.tensor([[2.5, -2.0]], dtype=torch.float64))
     # terms: t_i = alpha_i * z_i * (1, -1)
     terms = head.terms(hidden)
-    torch.testing.assert_close(terms[0, :, 0], torch.tensor([1 / (2 + e), 2 * e / (2 + e), 3 / (2 + e)], dtype=torch.float64))
+    torch.testing.assert_close(
+        terms[0, :, 0], torch.tensor([1 / (2 + e), 2 * e / (2 + e), 3 / (2 + e)], dtype=torch.float64)
+    )
     # drop layer 2 with the gate: (1 + 3) / (2 + e) remains
     keep = torch.tensor([[1.0, 0.0, 1.0]], dtype=torch.float64)
-    torch.testing.assert_close(head(hidden, keep), torch.tensor([[4 / (2 + e) + 0.5, -4 / (2 + e)]], dtype=torch.float64))
+    torch.testing.assert_close(
+        head(hidden, keep), torch.tensor([[4 / (2 + e) + 0.5, -4 / (2 + e)]], dtype=torch.float64)
+    )
     # drop layer 3 and renormalise: (alpha_1 * 1 + alpha_2 * 2) / (alpha_1 + alpha_2) = (1 + 2e) / (1 + e)
     keep = torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64)
     v = (1 + 2 * e) / (1 + e)

@@ -28,10 +28,24 @@ from tests.result_mutations import mutations, rehash
 
 def test_all_requested_methods_skipped_is_exit_2_before_anything_is_written(digits_checkpoints, tmp_path):
     out = tmp_path / "out"
-    result = run("faithfulness", digits_checkpoints["scalarmix"], "--data", "digits", "--limit", 20,
-                 "--methods", "laya", "--out", out, "--quiet")
-    assert_one_line_error(result, r"no requested method applies to this model: skipped laya: it needs a LAYA head; "
-                                  r"this model has a scalarmix head\.")
+    result = run(
+        "faithfulness",
+        digits_checkpoints["scalarmix"],
+        "--data",
+        "digits",
+        "--limit",
+        20,
+        "--methods",
+        "laya",
+        "--out",
+        out,
+        "--quiet",
+    )
+    assert_one_line_error(
+        result,
+        r"no requested method applies to this model: skipped laya: it needs a LAYA head; "
+        r"this model has a scalarmix head\.",
+    )
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
@@ -58,8 +72,14 @@ def _texts():
 
     from laya_eval.data import Dataset
 
-    return Dataset(x=["good film", "bad film", "fine", "dull"], y=torch.tensor([1, 0, 1, 0]),
-                   class_names=("neg", "pos"), name="texts", split="test", preprocessing={})
+    return Dataset(
+        x=["good film", "bad film", "fine", "dull"],
+        y=torch.tensor([1, 0, 1, 0]),
+        class_names=("neg", "pos"),
+        name="texts",
+        split="test",
+        preprocessing={},
+    )
 
 
 def test_network_scope_on_text_skips_gradient_methods_while_planning(text_model):
@@ -78,17 +98,30 @@ def test_network_scope_on_text_skips_gradient_methods_while_planning(text_model)
 def test_network_scope_on_text_refuses_a_requested_gradient_method_by_name(text_model):
     from laya_eval.engine.evaluation import EvalOptions, make_plan
 
-    with pytest.raises(ConfigError, match=r"^method 'gradcam': it needs tensor inputs at network scope; 'texts' is text"):
-        make_plan(text_model, _texts(), options=dataclasses.replace(EvalOptions(scope="network", ablation="zero", methods=("contribution", "gradcam"),
-                                      bootstrap=0), ablation=("zero",)))
+    with pytest.raises(
+        ConfigError, match=r"^method 'gradcam': it needs tensor inputs at network scope; 'texts' is text"
+    ):
+        make_plan(
+            text_model,
+            _texts(),
+            options=dataclasses.replace(
+                EvalOptions(scope="network", ablation="zero", methods=("contribution", "gradcam"), bootstrap=0),
+                ablation=("zero",),
+            ),
+        )
 
 
 # ------------------------------------------------------------------------------------------ full disk
 
 
-@pytest.mark.parametrize("code, words", [(errno.ENOSPC, "no space left on the device"),
-                                         (errno.EDQUOT, "the disk quota is exhausted"),
-                                         (errno.EROFS, "the file system is read-only")])
+@pytest.mark.parametrize(
+    "code, words",
+    [
+        (errno.ENOSPC, "no space left on the device"),
+        (errno.EDQUOT, "the disk quota is exhausted"),
+        (errno.EROFS, "the file system is read-only"),
+    ],
+)
 def test_a_full_disk_while_writing_is_one_line_and_keeps_the_old_result(tmp_path, monkeypatch, code, words):
     out = tmp_path / "res"
     write_result_folder(out, {"manifest.json": b"{}", "summary.csv": b"old"})
@@ -123,8 +156,9 @@ def test_a_full_disk_during_report_is_exit_2(tmp_path, monkeypatch, faithfulness
         raise OSError(errno.ENOSPC, "No space left on device", str(dst))
 
     monkeypatch.setattr(files.os, "replace", full)
-    result = CliRunner().invoke(cli, ["report", str(faithfulness_dir), "--out", str(tmp_path / "rep"), "--no-html",
-                                      "--max-points", "5"])
+    result = CliRunner().invoke(
+        cli, ["report", str(faithfulness_dir), "--out", str(tmp_path / "rep"), "--no-html", "--max-points", "5"]
+    )
     monkeypatch.setattr(files.os, "replace", real)
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
     lines = [line for line in result.output.splitlines() if line.startswith("Error: ")]
@@ -132,8 +166,9 @@ def test_a_full_disk_during_report_is_exit_2(tmp_path, monkeypatch, faithfulness
     assert "Traceback" not in result.output
 
 
-def test_a_full_disk_midway_through_a_report_leaves_the_previous_report_byte_identical(tmp_path, monkeypatch,
-                                                                                      faithfulness_dir):
+def test_a_full_disk_midway_through_a_report_leaves_the_previous_report_byte_identical(
+    tmp_path, monkeypatch, faithfulness_dir
+):
     out = tmp_path / "reports" / "rep"
     first = CliRunner().invoke(cli, ["report", str(faithfulness_dir), "--out", str(out), "--max-points", "5"])
     assert first.exit_code == 0, first.output
@@ -150,8 +185,9 @@ def test_a_full_disk_midway_through_a_report_leaves_the_previous_report_byte_ide
         return real_open(path, mode, *args, **kwargs)
 
     monkeypatch.setattr("builtins.open", full_at_the_html)
-    second = CliRunner().invoke(cli, ["report", str(faithfulness_dir), "--out", str(out), "--max-points", "7",
-                                      "--title", "another report"])
+    second = CliRunner().invoke(
+        cli, ["report", str(faithfulness_dir), "--out", str(out), "--max-points", "7", "--title", "another report"]
+    )
     monkeypatch.undo()
     assert state["writes"] > 10  # the write did start: tables, figures and report.md came first
     assert second.exit_code == 2 and isinstance(second.exception, SystemExit), second.output
@@ -167,8 +203,11 @@ def test_a_report_cannot_replace_a_folder_it_reads(tmp_path, faithfulness_dir):
     folder = tmp_path / "run"
     shutil.copytree(faithfulness_dir, folder)
     before = sorted(p.name for p in folder.iterdir())
-    assert_one_line_error(_report(folder, folder), r"--out '.*run' would replace the result folder '.*run' that the "
-                                                   r"report reads")
+    assert_one_line_error(
+        _report(folder, folder),
+        r"--out '.*run' would replace the result folder '.*run' that the "
+        r"report reads",
+    )
     assert_one_line_error(_report(folder, tmp_path), r"would replace the result folder")
     assert sorted(p.name for p in folder.iterdir()) == before
 
@@ -179,15 +218,27 @@ def test_a_report_cannot_replace_a_folder_it_reads(tmp_path, faithfulness_dir):
 @pytest.fixture(scope="module")
 def faithfulness_dir(digits_checkpoints, tmp_path_factory):
     out = tmp_path_factory.mktemp("fz") / "run"
-    result = run("faithfulness", digits_checkpoints["laya"], "--data", "digits", "--limit", 24, "--methods",
-                 "laya,contribution,random", "--bootstrap", 100, "--out", out, "--quiet")
+    result = run(
+        "faithfulness",
+        digits_checkpoints["laya"],
+        "--data",
+        "digits",
+        "--limit",
+        24,
+        "--methods",
+        "laya,contribution,random",
+        "--bootstrap",
+        100,
+        "--out",
+        out,
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output
     return out
 
 
 def _report(folder: Path, out: Path, *extra: str):
-    return CliRunner().invoke(cli, ["report", str(folder), "--out", str(out), "--no-html", "--max-points", "5",
-                                    *extra])
+    return CliRunner().invoke(cli, ["report", str(folder), "--out", str(out), "--no-html", "--max-points", "5", *extra])
 
 
 def test_edited_and_rehashed_result_tables_give_exit_0_or_2_never_a_traceback(faithfulness_dir, tmp_path):
@@ -218,16 +269,25 @@ def test_edited_and_rehashed_result_tables_give_exit_0_or_2_never_a_traceback(fa
     assert counts["exit 2"] >= 40, counts
 
 
-@pytest.mark.parametrize("edit, pattern", [
-    (lambda d: _cell(d, "summary.csv", "faithfulness", "abc"), r"summary\.csv: column 'faithfulness' must be numbers; "
-                                                               r"row 1 holds 'abc'"),
-    (lambda d: _cell(d, "summary.csv", "n", ""), r"summary\.csv: column 'n' must be whole non-negative numbers"),
-    (lambda d: _cell(d, "samples.csv", "label", "1.5"), r"samples\.csv: column 'label' must be whole"),
-    (lambda d: _cell(d, "layers.csv", "layer", "9"), r"layers\.csv: column 'layer' must hold layers 1\.\.9"),
-    (lambda d: _manifest(d, layer_names="block1"), r"manifest\.json: 'layer_names' must be a list of strings; "
-                                                   r"got str 'block1'"),
-    (lambda d: _manifest(d, layer_names=["a", "b"]), r"'layer_names' must name the 3 layers of layers\.csv; got 2"),
-])
+@pytest.mark.parametrize(
+    "edit, pattern",
+    [
+        (
+            lambda d: _cell(d, "summary.csv", "faithfulness", "abc"),
+            r"summary\.csv: column 'faithfulness' must be numbers; "
+            r"row 1 holds 'abc'",
+        ),
+        (lambda d: _cell(d, "summary.csv", "n", ""), r"summary\.csv: column 'n' must be whole non-negative numbers"),
+        (lambda d: _cell(d, "samples.csv", "label", "1.5"), r"samples\.csv: column 'label' must be whole"),
+        (lambda d: _cell(d, "layers.csv", "layer", "9"), r"layers\.csv: column 'layer' must hold layers 1\.\.9"),
+        (
+            lambda d: _manifest(d, layer_names="block1"),
+            r"manifest\.json: 'layer_names' must be a list of strings; "
+            r"got str 'block1'",
+        ),
+        (lambda d: _manifest(d, layer_names=["a", "b"]), r"'layer_names' must name the 3 layers of layers\.csv; got 2"),
+    ],
+)
 def test_report_names_the_file_and_column(faithfulness_dir, tmp_path, edit, pattern):
     folder = tmp_path / "run"
     shutil.copytree(faithfulness_dir, folder)
@@ -328,8 +388,7 @@ def _abandoned(parent: Path, name: str, pid: int, start: str | None = None) -> P
     folder = parent / f".{name}.{tag}.tmp"
     folder.mkdir()
     (folder / "summary.csv").write_bytes(b"half")
-    (parent / f".{name}.{tag}.owner").write_text(json.dumps({"host": os.uname().nodename, "pid": pid,
-                                                              "start": start}))
+    (parent / f".{name}.{tag}.owner").write_text(json.dumps({"host": os.uname().nodename, "pid": pid, "start": start}))
     return folder
 
 
@@ -350,11 +409,13 @@ def test_temporary_folders_of_interrupted_writes_are_removed_only_when_abandoned
 
 
 def test_a_killed_write_leaves_a_temporary_that_the_next_write_removes(tmp_path):
-    script = (f"import os, sys; sys.path[:0] = {[str(Path(__file__).resolve().parents[1])]!r}\n"
-              "from laya_eval.output import files\n"
-              "real = files.os.replace\n"
-              "files.os.replace = lambda a, b: os._exit(9)\n"  # dies like kill -9 before the swap
-              f"files.write_result_folder({str(tmp_path / 'res')!r}, {{'manifest.json': b'{{}}'}})\n")
+    script = (
+        f"import os, sys; sys.path[:0] = {[str(Path(__file__).resolve().parents[1])]!r}\n"
+        "from laya_eval.output import files\n"
+        "real = files.os.replace\n"
+        "files.os.replace = lambda a, b: os._exit(9)\n"  # dies like kill -9 before the swap
+        f"files.write_result_folder({str(tmp_path / 'res')!r}, {{'manifest.json': b'{{}}'}})\n"
+    )
     assert subprocess.run([sys.executable, "-c", script]).returncode == 9
     left = sorted(p.name.rsplit(".", 1)[1] for p in tmp_path.iterdir())
     assert left == ["owner", "tmp"]

@@ -54,18 +54,36 @@ def test_threads_beyond_the_machine_are_refused(digits_checkpoints):
 
 @pytest.mark.parametrize("command", ["train", "faithfulness"])
 def test_negative_seed_is_one_line(digits_checkpoints, tmp_path, command):
-    args = (["train", "--dataset", "digits", "--out", tmp_path / "x.pt"] if command == "train"
-            else ["faithfulness", digits_checkpoints["laya"], "--out", tmp_path / "o"])
+    args = (
+        ["train", "--dataset", "digits", "--out", tmp_path / "x.pt"]
+        if command == "train"
+        else ["faithfulness", digits_checkpoints["laya"], "--out", tmp_path / "o"]
+    )
     assert_one_line_error(run(*args, "--seed", -1), r"--seed.*-1 is not in the range 0<=x<=9223372036854775807")
 
 
 @pytest.mark.parametrize("lr", ["inf", "1e30"])
 def test_training_that_diverges_saves_nothing(tmp_path, lr):
     out = tmp_path / "nan.pt"
-    result = run("train", "--dataset", "digits", "--epochs", 2, "--lr", lr, "--out", out, "--quiet",
-                 "--backbone-arg", "widths=[16,8]")
-    pattern = "lr must be a finite number > 0; got inf" if lr == "inf" else \
-        r"training diverged: the loss is nan at epoch 1 \(lr=1e\+30\); nothing was saved"
+    result = run(
+        "train",
+        "--dataset",
+        "digits",
+        "--epochs",
+        2,
+        "--lr",
+        lr,
+        "--out",
+        out,
+        "--quiet",
+        "--backbone-arg",
+        "widths=[16,8]",
+    )
+    pattern = (
+        "lr must be a finite number > 0; got inf"
+        if lr == "inf"
+        else r"training diverged: the loss is nan at epoch 1 \(lr=1e\+30\); nothing was saved"
+    )
     assert_one_line_error(result, pattern)
     assert not out.exists() and not list(tmp_path.iterdir())
 
@@ -73,18 +91,32 @@ def test_training_that_diverges_saves_nothing(tmp_path, lr):
 def test_train_output_problems_are_found_before_training(tmp_path):
     (tmp_path / "afile").write_text("x")
     assert_one_line_error(run("train", "--dataset", "digits", "--out", ""), "the checkpoint path is empty")
-    assert_one_line_error(run("train", "--dataset", "digits", "--out", tmp_path / "afile" / "x.pt"),
-                          r"afile' is a file, not a folder")
-    assert_one_line_error(run("train", "--dataset", "digits", "--out", "/dev/null"),
-                          r"'/dev/null': it exists and is not a regular file")
-    assert_one_line_error(run("train", "--dataset", "digits", "--out", tmp_path / ("n" * 250 + ".pt")),
-                          r"the file name is 253 bytes long")
+    assert_one_line_error(
+        run("train", "--dataset", "digits", "--out", tmp_path / "afile" / "x.pt"), r"afile' is a file, not a folder"
+    )
+    assert_one_line_error(
+        run("train", "--dataset", "digits", "--out", "/dev/null"), r"'/dev/null': it exists and is not a regular file"
+    )
+    assert_one_line_error(
+        run("train", "--dataset", "digits", "--out", tmp_path / ("n" * 250 + ".pt")), r"the file name is 253 bytes long"
+    )
 
 
 def test_report_on_a_single_resample_folder(digits_checkpoints, tmp_path):
     out = tmp_path / "b1"
-    faith = run("faithfulness", digits_checkpoints["laya"], "--limit", 20, "--bootstrap", 1,
-                "--methods", "contribution,random", "--out", out, "--quiet")
+    faith = run(
+        "faithfulness",
+        digits_checkpoints["laya"],
+        "--limit",
+        20,
+        "--bootstrap",
+        1,
+        "--methods",
+        "contribution,random",
+        "--out",
+        out,
+        "--quiet",
+    )
     assert faith.exit_code == 0, faith.output
     report = run("report", out, "--out", tmp_path / "report", "--no-html")
     assert report.exit_code == 0, report.output

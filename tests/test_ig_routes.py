@@ -103,8 +103,12 @@ def test_heads_outside_the_shortcut_take_the_captum_route(cls):
     tr = trace_from_hidden(head, _hidden(torch.float64))
     if cls is _OwnTerms:  # its terms are not LAYA's: the trace keeps no adapter outputs for a fast path
         assert tr.adapted is None
-    torch.testing.assert_close(head_ig(head, tr.hidden, tr.pred, n_steps=8),
-                               head_ig_captum(head, tr.hidden, tr.pred, n_steps=8), rtol=0, atol=0)
+    torch.testing.assert_close(
+        head_ig(head, tr.hidden, tr.pred, n_steps=8),
+        head_ig_captum(head, tr.hidden, tr.pred, n_steps=8),
+        rtol=0,
+        atol=0,
+    )
 
 
 @pytest.mark.parametrize("case", ["scalarmix", "laya-identity", "laya-mlp", "concat"])
@@ -115,8 +119,9 @@ def test_removals_reusing_the_trace_equal_the_recomputation(case):
     head = _head(name, kwargs, torch.float64)
     tr = trace_from_hidden(head, _hidden(torch.float64))
     if hasattr(head, "adapters"):
-        expected_z = torch.stack([g(h.flatten(2).mean(-1) if h.dim() > 2 else h)
-                                  for g, h in zip(head.adapters, tr.hidden)], 1)
+        expected_z = torch.stack(
+            [g(h.flatten(2).mean(-1) if h.dim() > 2 else h) for g, h in zip(head.adapters, tr.hidden)], 1
+        )
         torch.testing.assert_close(tr.adapted, expected_z, rtol=0, atol=0)
     pooled = [h.flatten(2).mean(-1) if h.dim() > 2 else h for h in tr.hidden]
     keep = 1.0 - torch.eye(len(DIMS), dtype=torch.float64)
@@ -126,8 +131,9 @@ def test_removals_reusing_the_trace_equal_the_recomputation(case):
     torch.testing.assert_close(reused, recompute_removal_logits(head, pooled, keep, fill), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("method", ["gausslegendre", "riemann_left", "riemann_right", "riemann_middle",
-                                    "riemann_trapezoid"])
+@pytest.mark.parametrize(
+    "method", ["gausslegendre", "riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid"]
+)
 def test_the_quadrature_is_captums_to_the_bit(method):
     """The head routes integrate at Captum's points with Captum's weights, equal as floats, without Captum."""
     from captum.attr._utils.approximation_methods import approximation_parameters
@@ -143,8 +149,11 @@ def test_the_quadrature_names_a_bad_rule_or_step_count():
     from laya_eval.engine.integrated_gradients import _quadrature
     from laya_eval.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"method must be one of \{gausslegendre, riemann_left, .*\}; "
-                                          r"got 'simpson'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"method must be one of \{gausslegendre, riemann_left, .*\}; "
+        r"got 'simpson'",
+    ):
         _quadrature("simpson", 10)
     with pytest.raises(ConfigError, match="riemann_trapezoid needs at least 2 steps; got 1"):
         _quadrature("riemann_trapezoid", 1)

@@ -98,8 +98,11 @@ def test_reasons_in_words():
 
 def test_an_interval_that_misses_its_estimate_is_not_shown():
     # Every resampled statistic above the estimate: a percentile interval [2, 3] around 1 is not an interval of 1.
-    assert percentile_interval(1.0, np.full(200, 2.0) + np.linspace(0, 1, 200), n_defined=10, n_resamples=200) \
-        == (pytest.approx(float("nan"), nan_ok=True), pytest.approx(float("nan"), nan_ok=True), EXCLUDES_ESTIMATE)
+    assert percentile_interval(1.0, np.full(200, 2.0) + np.linspace(0, 1, 200), n_defined=10, n_resamples=200) == (
+        pytest.approx(float("nan"), nan_ok=True),
+        pytest.approx(float("nan"), nan_ok=True),
+        EXCLUDES_ESTIMATE,
+    )
     # Rounding of two computations of one value is not a miss: the interval is closed over it.
     low, high, note = percentile_interval(1.0, np.full(200, 1.0 - 1e-15), n_defined=10, n_resamples=200)
     assert (low, high, note) == (1.0 - 1e-15, 1.0, "")
@@ -134,8 +137,10 @@ def test_formatting_says_undefined_and_n_a():
     assert format_estimate(float("nan")) == "undefined"
     assert format_estimate(None) == "undefined"
     assert format_estimate(0.25) == "+0.2500"
-    assert format_interval(float("nan"), float("nan"), "fewer than 2 defined samples") == \
-        "[n/a: fewer than 2 defined samples]"
+    assert (
+        format_interval(float("nan"), float("nan"), "fewer than 2 defined samples")
+        == "[n/a: fewer than 2 defined samples]"
+    )
     assert format_interval(0.1, 0.2) == "[+0.100, +0.200]"
     assert format_interval(float("nan"), float("nan"), float("nan")) == "[n/a: no interval recorded]"
     notes = IntervalNotes()
@@ -147,12 +152,23 @@ def test_sanity_printout_of_a_static_method_says_undefined():
     from laya_eval_cli.commands.sanity import _table
 
     nan = float("nan")
-    casc = pd.DataFrame({"step": [1], "method": ["static"], "similarity": [nan], "similarity_ci_low": [nan],
-                         "similarity_ci_high": [nan], "similarity_ci_note": ["no layer where both attributions "
-                                                                             "vary across samples"]})
-    result = SimpleNamespace(randomisation=casc, data_randomisation=casc,
-                             roar_agreement=pd.DataFrame({"method": ["static"], "spearman": [0.5], "ci_low": [0.1],
-                                                          "ci_high": [0.9], "ci_note": [""]}))
+    casc = pd.DataFrame(
+        {
+            "step": [1],
+            "method": ["static"],
+            "similarity": [nan],
+            "similarity_ci_low": [nan],
+            "similarity_ci_high": [nan],
+            "similarity_ci_note": ["no layer where both attributions vary across samples"],
+        }
+    )
+    result = SimpleNamespace(
+        randomisation=casc,
+        data_randomisation=casc,
+        roar_agreement=pd.DataFrame(
+            {"method": ["static"], "spearman": [0.5], "ci_low": [0.1], "ci_high": [0.9], "ci_note": [""]}
+        ),
+    )
     text = _table(result)
     assert "nan" not in text.lower().replace("n/a", "")
     line = text.splitlines()[1]
@@ -161,15 +177,28 @@ def test_sanity_printout_of_a_static_method_says_undefined():
     assert text.splitlines()[-1] == "n/a: no layer where both attributions vary across samples"
 
 
-@pytest.mark.parametrize("args, reason", [
-    (("--limit", 40, "--bootstrap", 1), "1 bootstrap resample, fewer than the 100 an interval needs"),
-    (("--limit", 40, "--bootstrap", 0), "0 bootstrap resamples, fewer than the 100 an interval needs"),
-    (("--limit", 1, "--bootstrap", 200), "fewer than 2 defined samples"),
-])
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (("--limit", 40, "--bootstrap", 1), "1 bootstrap resample, fewer than the 100 an interval needs"),
+        (("--limit", 40, "--bootstrap", 0), "0 bootstrap resamples, fewer than the 100 an interval needs"),
+        (("--limit", 1, "--bootstrap", 200), "fewer than 2 defined samples"),
+    ],
+)
 def test_faithfulness_prints_n_a_and_writes_empty_interval_columns(digits_checkpoints, tmp_path, args, reason):
     out = tmp_path / "out"
-    result = run("faithfulness", digits_checkpoints["laya"], "--data", "digits", "--methods", "laya,random",
-                 *args, "--out", out, "--quiet")
+    result = run(
+        "faithfulness",
+        digits_checkpoints["laya"],
+        "--data",
+        "digits",
+        "--methods",
+        "laya,random",
+        *args,
+        "--out",
+        out,
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output
     rows = [line for line in result.output.splitlines() if line.startswith(("laya ", "random "))]
     assert len(rows) == 2 and all(line.count("[n/a]") == 2 for line in rows), result.output
@@ -188,8 +217,21 @@ def test_faithfulness_prints_n_a_and_writes_empty_interval_columns(digits_checkp
 
 def test_faithfulness_with_enough_resamples_prints_intervals_around_the_estimate(digits_checkpoints, tmp_path):
     out = tmp_path / "out"
-    result = run("faithfulness", digits_checkpoints["laya"], "--data", "digits", "--methods", "laya,random",
-                 "--limit", 40, "--bootstrap", 200, "--out", out, "--quiet")
+    result = run(
+        "faithfulness",
+        digits_checkpoints["laya"],
+        "--data",
+        "digits",
+        "--methods",
+        "laya,random",
+        "--limit",
+        40,
+        "--bootstrap",
+        200,
+        "--out",
+        out,
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output
     summary = pd.read_csv(out / "summary.csv")
     for metric in ("faithfulness", "deletion_at_1"):

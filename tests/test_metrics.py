@@ -13,8 +13,9 @@ from scipy import stats
 
 from laya_eval.stats.metrics import METRICS, bootstrap_mean, rank_layers, spearman_per_sample, top1_hit
 
-_rows = arrays(np.float64, st.tuples(st.integers(1, 8), st.integers(2, 7)),
-               elements=st.integers(-3, 3).map(float))  # small integers: many ties and constant rows
+_rows = arrays(
+    np.float64, st.tuples(st.integers(1, 8), st.integers(2, 7)), elements=st.integers(-3, 3).map(float)
+)  # small integers: many ties and constant rows
 
 
 @settings(max_examples=200, deadline=None)
@@ -30,8 +31,10 @@ def test_spearman_equals_scipy_row_by_row_ties_included(a, data):
 
 
 @settings(max_examples=100, deadline=None)
-@given(arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(2, 6)),
-              elements=st.integers(-10, 10).map(float)), st.data())
+@given(
+    arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(2, 6)), elements=st.integers(-10, 10).map(float)),
+    st.data(),
+)
 def test_spearman_invariant_to_monotone_transforms_and_layer_permutation(a, data):
     # integer-valued floats: exp(a / 5) stays strictly monotone in floating point
     b = data.draw(arrays(np.float64, a.shape, elements=st.floats(-10, 10, allow_nan=False)))

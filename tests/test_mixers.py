@@ -30,8 +30,13 @@ def _model(kind: str, seed: int = 0) -> PatchDepthClassifier:
 @pytest.fixture(scope="module")
 def data() -> Dataset:
     gen = torch.Generator().manual_seed(1)
-    return Dataset(torch.randn(N, 1, 8, 8, generator=gen), torch.randint(0, 3, (N,), generator=gen),
-                   ("a", "b", "c"), "random", "test")
+    return Dataset(
+        torch.randn(N, 1, 8, 8, generator=gen),
+        torch.randint(0, 3, (N,), generator=gen),
+        ("a", "b", "c"),
+        "random",
+        "test",
+    )
 
 
 def _audit(model, data, **kw):
@@ -58,19 +63,26 @@ def test_mass_equals_the_weights_a_forward_hook_reads(kind, data):
     handles = []
     for k, mixer in enumerate(model.mixers):
         if kind == "denseformer":  # static weights: the parameter the module multiplies by
-            handles.append(mixer.register_forward_hook(
-                lambda m, a, o, k=k: seen.__setitem__(k, m.weight.detach().expand(len(a[0][0]), -1).clone())))
+            handles.append(
+                mixer.register_forward_hook(
+                    lambda m, a, o, k=k: seen.__setitem__(k, m.weight.detach().expand(len(a[0][0]), -1).clone())
+                )
+            )
         else:  # the logits the module's own scorer returns, through a softmax worked out here
-            handles.append(mixer.score.register_forward_hook(
-                lambda m, a, o, k=k: seen.__setitem__(k, (o.exp() / o.exp().sum(-1, keepdim=True)).detach())))
+            handles.append(
+                mixer.score.register_forward_hook(
+                    lambda m, a, o, k=k: seen.__setitem__(k, (o.exp() / o.exp().sum(-1, keepdim=True)).detach())
+                )
+            )
     with torch.no_grad():
         model(data.x)
     for h in handles:
         h.remove()
     audit = _audit(model, data, methods=("mass",))
     for k in range(3):
-        np.testing.assert_allclose(_values(audit, f"mixers.{k}", "mass", "attribution"), seen[k].numpy(),
-                                   rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(
+            _values(audit, f"mixers.{k}", "mass", "attribution"), seen[k].numpy(), rtol=1e-6, atol=1e-7
+        )
     if kind == "attnres":
         assert not np.allclose(seen[2][0].numpy(), seen[2][1].numpy())  # input-dependent weights
 
@@ -90,10 +102,12 @@ def test_weight_removal_equals_a_rerun_with_the_weight_set_by_hand(kind, data):
                     edited.mixers[k].weight[j] = 0.0
                 handle = None
             else:  # the logit set to -inf before the module's own softmax
+
                 def minus_inf(m, a, o, j=j):
                     o = o.clone()
                     o[:, j] = float("-inf")
                     return o
+
                 handle = edited.mixers[k].score.register_forward_hook(minus_inf)
             with torch.no_grad():
                 p = torch.softmax(edited(data.x), -1).gather(1, pred[:, None]).squeeze(1)
@@ -145,6 +159,7 @@ def test_resample_removal_equals_reruns_with_the_recorded_donors_states(kind, da
     # Donors as the engine's resample ablation draws them: floor(u * (N - 1)) among the other samples, with u
     # the per-sample uniform of stream (seed, 1) — worked out here from the seeding functions themselves.
     from laya_eval.engine.seeding import derived_seed, per_sample_uniform
+
     u = per_sample_uniform(derived_seed(7, 1), torch.arange(N), draws).numpy()
     pick = np.minimum(np.floor(u * (N - 1)).astype(np.int64), N - 2)
     np.testing.assert_array_equal(donors, pick + (pick >= np.arange(N)[:, None]))
@@ -161,8 +176,7 @@ def test_resample_removal_equals_reruns_with_the_recorded_donors_states(kind, da
                     value = source[torch.tensor(donors[:, draw])]
                     p = torch.softmax(_manual_forward(model, data.x, k, j, value), -1).gather(1, pred[:, None])
                     total += p.squeeze(1).double()
-                np.testing.assert_allclose(effects[:, j], (conf.double() - total / draws).numpy(), atol=3e-6,
-                                           rtol=0)
+                np.testing.assert_allclose(effects[:, j], (conf.double() - total / draws).numpy(), atol=3e-6, rtol=0)
             assert np.abs(effects).max() > 1e-3
 
 
@@ -172,8 +186,9 @@ def test_deletion_at_one_is_the_effect_of_the_top_scored_source(data):
     for (mixer, method), part in audit.samples.groupby(["mixer", "method"]):
         scores, effects = _values(audit, mixer, method, "attribution"), _values(audit, mixer, method, "effect")
         top = np.argsort(-scores, axis=1, kind="stable")[:, 0]
-        np.testing.assert_allclose(part.sort_values("sample").deletion_at_1.to_numpy(),
-                                   effects[np.arange(N), top], atol=1e-6)
+        np.testing.assert_allclose(
+            part.sort_values("sample").deletion_at_1.to_numpy(), effects[np.arange(N), top], atol=1e-6
+        )
 
 
 def test_integrated_gradients_over_the_weights_are_complete(data):
@@ -182,8 +197,9 @@ def test_integrated_gradients_over_the_weights_are_complete(data):
     # the gap by up to 0.03 here, 256 close it to float32 rounding.
     model = _model("denseformer")
     audit = _audit(model, data, methods=("ig",))
-    audit_fine = audit_mixers(model, data, options=MixerOptions(limit=None, batch_size=N, bootstrap=0, ig_steps=256,
-                                                                methods=("ig",)))
+    audit_fine = audit_mixers(
+        model, data, options=MixerOptions(limit=None, batch_size=N, bootstrap=0, ig_steps=256, methods=("ig",))
+    )
     pred, _ = _pred_conf(model, data.x)
     for k in range(3):
         edited = copy.deepcopy(model)
@@ -262,13 +278,16 @@ def test_a_module_that_breaks_the_protocol_is_named():
         _audit(_Broken(), data)
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(removal="gate"), "removal must be one of {weight, mean, resample}; got 'gate'."),
-    (dict(methods=("mass", "gi")), "methods must be one of"),
-    (dict(batch_size=0), "batch_size must be"),
-    (dict(ig_steps=0), "ig_steps must be"),
-    (dict(draws=0), "draws must be"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(removal="gate"), "removal must be one of {weight, mean, resample}; got 'gate'."),
+        (dict(methods=("mass", "gi")), "methods must be one of"),
+        (dict(batch_size=0), "batch_size must be"),
+        (dict(ig_steps=0), "ig_steps must be"),
+        (dict(draws=0), "draws must be"),
+    ],
+)
 def test_bad_options_are_refused_before_work(options, message):
     with pytest.raises(ConfigError, match=message.replace("{", r"\{").replace("}", r"\}")):
         MixerOptions(**options).check()
@@ -306,14 +325,23 @@ def test_the_audit_checks_out_before_any_work_and_returns_what_it_wrote(tmp_path
     a_file.write_text("keep me")
     with pytest.raises(ConfigError, match=r"^output folder '.*a-file' exists and is not a folder\.$"):
         laya_eval.audit_mixers(model, data, out=a_file)
-    with pytest.raises(ConfigError, match=r"^MixerOptions.removal must be one of \{weight, mean, resample\}; got 'zero'\.$"):
+    with pytest.raises(
+        ConfigError, match=r"^MixerOptions.removal must be one of \{weight, mean, resample\}; got 'zero'\.$"
+    ):
         laya_eval.audit_mixers(model, data, out=tmp_path / "new", options=MixerOptions(removal="zero"))
     assert a_file.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
     monkeypatch.undo()
     options = MixerOptions(limit=None, batch_size=N, bootstrap=0, ig_steps=4, methods=("mass", "random"))
     audit = laya_eval.audit_mixers(model, data, out=tmp_path / "audit", options=options)
-    assert [p.name for p in audit.files] == ["sources.csv", "samples.csv", "summary.csv", "comparisons.csv",
-                                             "map.csv", "map.png", "manifest.json"]
+    assert [p.name for p in audit.files] == [
+        "sources.csv",
+        "samples.csv",
+        "summary.csv",
+        "comparisons.csv",
+        "map.csv",
+        "map.png",
+        "manifest.json",
+    ]
     assert audit.warnings == [] and all(p.parent == tmp_path / "audit" for p in audit.files)
     written = pd.read_csv(tmp_path / "audit" / "summary.csv")
     assert list(zip(written.mixer, written.method)) == list(zip(audit.summary.mixer, audit.summary.method))
@@ -327,22 +355,47 @@ def test_cli_audits_a_mixer_file_and_refuses_bad_options_before_work(tmp_path, d
     # 60 samples: above 50 the paired Wilcoxon tests take their normal approximation (exact ones are slow).
     np.savez(arrays, x=torch.randn(60, 1, 8, 8).numpy(), y=np.arange(60) % 3)
     out = tmp_path / "audit"
-    result = run("mixers", path, "--data", f"npz:{arrays}", "--limit", 55, "--bootstrap", 10, "--ig-steps", 4,
-                 "--methods", "mass,norm_mass,random", "--out", out, "--quiet")
+    result = run(
+        "mixers",
+        path,
+        "--data",
+        f"npz:{arrays}",
+        "--limit",
+        55,
+        "--bootstrap",
+        10,
+        "--ig-steps",
+        4,
+        "--methods",
+        "mass,norm_mass,random",
+        "--out",
+        out,
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in out.iterdir()) == ["comparisons.csv", "manifest.json", "map.csv", "map.png",
-                                                     "samples.csv", "sources.csv", "summary.csv"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "comparisons.csv",
+        "manifest.json",
+        "map.csv",
+        "map.png",
+        "samples.csv",
+        "sources.csv",
+        "summary.csv",
+    ]
     summary = __import__("pandas").read_csv(out / "summary.csv")
     assert list(summary.mixer.unique()) == ["mixers.0", "mixers.1", "mixers.2"] and (summary.n == 55).all()
     assert "mixers.2" in result.output and "faithfulness" in result.output
     before = sorted(p.name for p in out.iterdir())
     assert_one_line_error(run("mixers", path, "--methods", "mass,gi", "--out", out), r"--methods.*got 'gi'")
-    assert_one_line_error(run("mixers", path, "--data", f"npz:{arrays}", "--out", out, "--removal", "zero"),
-                          r"--removal")
-    assert_one_line_error(run("mixers", tmp_path / "nothing.pt", "--data", f"npz:{arrays}", "--out", out),
-                          r"does not exist")
-    assert_one_line_error(run("mixers", path, "--data", "digits", "--out", out),
-                          r"the model cannot take the inputs of 'digits' \(one sample of shape \(64,\)\)")
-    assert_one_line_error(run("mixers", "py:os:getcwd", "--data", f"npz:{arrays}", "--out", out),
-                          r"--trust-code")
+    assert_one_line_error(
+        run("mixers", path, "--data", f"npz:{arrays}", "--out", out, "--removal", "zero"), r"--removal"
+    )
+    assert_one_line_error(
+        run("mixers", tmp_path / "nothing.pt", "--data", f"npz:{arrays}", "--out", out), r"does not exist"
+    )
+    assert_one_line_error(
+        run("mixers", path, "--data", "digits", "--out", out),
+        r"the model cannot take the inputs of 'digits' \(one sample of shape \(64,\)\)",
+    )
+    assert_one_line_error(run("mixers", "py:os:getcwd", "--data", f"npz:{arrays}", "--out", out), r"--trust-code")
     assert sorted(p.name for p in out.iterdir()) == before  # nothing already written is lost

@@ -49,8 +49,12 @@ def test_vocabulary_counts_words_as_worked_out_by_hand():
 
 def test_text_model_trains_round_trips_and_is_audited(tmp_path):
     data = {"train": _texts(120, 0), "val": _texts(30, 1), "test": _texts(40, 2)}
-    fit = train_mixer_model("attnres", data, config={"dim": 8, "depth": 2, "max_len": 8, "min_count": 1},
-                            options=TrainOptions(epochs=3, batch_size=16, lr=3e-3, patience=3, seed=0))
+    fit = train_mixer_model(
+        "attnres",
+        data,
+        config={"dim": 8, "depth": 2, "max_len": 8, "min_count": 1},
+        options=TrainOptions(epochs=3, batch_size=16, lr=3e-3, patience=3, seed=0),
+    )
     counts = Counter(w for t in data["train"].x for w in re.findall(r"[a-z0-9']+|[^\sa-z0-9']", t.lower()))
     assert fit.model.config["vocabulary"] == sorted(counts, key=lambda w: (-counts[w], w))
     path = save_mixer_model(fit.model, tmp_path / "text.pt", info=fit.info)
@@ -59,8 +63,11 @@ def test_text_model_trains_round_trips_and_is_audited(tmp_path):
     ids = loaded.encode_texts(data["test"].x)
     with torch.no_grad():
         assert torch.equal(loaded(ids), fit.model(fit.model.encode_texts(data["test"].x)))
-    audit = audit_mixers(str(path), data["test"], options=MixerOptions(limit=None, batch_size=16, bootstrap=0,
-                                                                       methods=("mass", "random")))
+    audit = audit_mixers(
+        str(path),
+        data["test"],
+        options=MixerOptions(limit=None, batch_size=16, bootstrap=0, methods=("mass", "random")),
+    )
     assert list(audit.summary["mixer"].unique()) == ["mixers.0", "mixers.1"]
     assert (audit.summary["n"] == 40).all() and audit.summary["faithfulness"].notna().all()
 
@@ -78,8 +85,26 @@ def _image_npz(path, n=96):
 def test_train_cli_writes_a_mixer_file_that_mixers_audits_without_trust_code(tmp_path):
     data = f"npz:{_image_npz(tmp_path / 'd.npz')}"
     ckpt = tmp_path / "dense.pt"
-    args = ("train", "--dataset", data, "--backbone", "denseformer", "--epochs", 2, "--batch-size", 16, "--lr",
-            0.003, "--backbone-arg", "patch=4", "--backbone-arg", "dim=8", "--backbone-arg", "depth=2", "--quiet")
+    args = (
+        "train",
+        "--dataset",
+        data,
+        "--backbone",
+        "denseformer",
+        "--epochs",
+        2,
+        "--batch-size",
+        16,
+        "--lr",
+        0.003,
+        "--backbone-arg",
+        "patch=4",
+        "--backbone-arg",
+        "dim=8",
+        "--backbone-arg",
+        "depth=2",
+        "--quiet",
+    )
     result = run(*args, "--out", ckpt)
     assert result.exit_code == 0, result.output
     assert "denseformer seed 1337: test accuracy" in result.output
@@ -89,8 +114,21 @@ def test_train_cli_writes_a_mixer_file_that_mixers_audits_without_trust_code(tmp
     model, info = load_mixer_model(ckpt)
     assert model.config["patch"] == 4 and info["dataset"] == data and info["epochs_run"] == 2
     out = tmp_path / "audit"
-    result = run("mixers", ckpt, "--data", data, "--limit", 24, "--bootstrap", 0, "--methods", "mass,norm_mass",
-                 "--out", out, "--quiet")
+    result = run(
+        "mixers",
+        ckpt,
+        "--data",
+        data,
+        "--limit",
+        24,
+        "--bootstrap",
+        0,
+        "--methods",
+        "mass,norm_mass",
+        "--out",
+        out,
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary.mixer.unique()) == ["mixers.0", "mixers.1"] and (summary.n == 24).all()
@@ -100,11 +138,14 @@ def test_train_cli_writes_a_mixer_file_that_mixers_audits_without_trust_code(tmp
 def test_train_cli_refuses_head_options_and_bad_files_for_mixer_backbones(tmp_path):
     data = f"npz:{_image_npz(tmp_path / 'd.npz')}"
     base = ("train", "--dataset", data, "--backbone", "attnres", "--epochs", 1)
-    assert_one_line_error(run(*base, "--head", "laya", "--out", tmp_path / "m.pt"),
-                          r"--head does not apply to --backbone attnres")
+    assert_one_line_error(
+        run(*base, "--head", "laya", "--out", tmp_path / "m.pt"), r"--head does not apply to --backbone attnres"
+    )
     assert_one_line_error(run(*base, "--out", tmp_path / "m.safetensors"), r"--out: .* \.pt file")
-    assert_one_line_error(run(*base, "--backbone-arg", "widths=[4]", "--out", tmp_path / "m.pt"),
-                          r"--backbone-arg 'widths' is not an option of --backbone attnres")
+    assert_one_line_error(
+        run(*base, "--backbone-arg", "widths=[4]", "--out", tmp_path / "m.pt"),
+        r"--backbone-arg 'widths' is not an option of --backbone attnres",
+    )
     assert not (tmp_path / "m.pt").exists()
 
 
@@ -116,9 +157,15 @@ def test_a_mixer_model_file_given_as_a_checkpoint_points_to_the_mixers_command(t
 
     assert MIXER_MODEL_FORMAT == CHECKPOINT_FORMAT
     data = {"train": _texts(40, 0), "val": _texts(10, 1), "test": _texts(10, 2)}
-    fit = train_mixer_model("attnres", data, config={"dim": 8, "depth": 2, "max_len": 8, "min_count": 1},
-                            options=TrainOptions(epochs=1, batch_size=16, seed=0))
+    fit = train_mixer_model(
+        "attnres",
+        data,
+        config={"dim": 8, "depth": 2, "max_len": 8, "min_count": 1},
+        options=TrainOptions(epochs=1, batch_size=16, seed=0),
+    )
     path = save_mixer_model(fit.model, tmp_path / "mixer.pt", info=fit.info)
-    assert_one_line_error(run(command, path),
-                          r"is a depth-mixer model file, not a layer-attribution checkpoint: audit its mixers with "
-                          r"`laya-eval mixers`\.")
+    assert_one_line_error(
+        run(command, path),
+        r"is a depth-mixer model file, not a layer-attribution checkpoint: audit its mixers with "
+        r"`laya-eval mixers`\.",
+    )

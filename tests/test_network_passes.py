@@ -41,7 +41,7 @@ def _reference(model, x, masks, values):
                 if masks[n, k, i] == 0:
                     fill = values[i]
                     replace[i] = lambda t, fill=fill: fill.to(t).expand_as(t).clone()
-            out[n, k] = model.head(model.hidden_states(x[n:n + 1], replace))[0]
+            out[n, k] = model.head(model.hidden_states(x[n : n + 1], replace))[0]
     return out
 
 
@@ -55,12 +55,18 @@ def test_each_distinct_removal_set_of_a_sample_runs_once(model64, digits, monkey
     tr = trace_from_hidden(model64.head, model64.hidden_states(x), inputs=x)
     one = torch.ones(3)
     # per sample: drop 0, drop 1, drop 0 again, drop 0 and 1, drop all three, drop 1 again: 4 distinct sets
-    rows = torch.stack([one - torch.tensor(d, dtype=one.dtype) for d in
-                        ([1, 0, 0], [0, 1, 0], [1, 0, 0], [1, 1, 0], [1, 1, 1], [0, 1, 0])])
+    rows = torch.stack(
+        [
+            one - torch.tensor(d, dtype=one.dtype)
+            for d in ([1, 0, 0], [0, 1, 0], [1, 0, 0], [1, 1, 0], [1, 1, 1], [0, 1, 0])
+        ]
+    )
     masks = rows.expand(20, 6, 3).clone()
     masks[:5, 5] = torch.tensor([0.0, 0.0, 1.0])  # five samples drop 0 and 1 twice instead: 4 sets as well
     masks[5:10, 2] = torch.tensor([1.0, 1.0, 0.0])  # five samples drop 2 instead: 5 distinct sets
-    values = [torch.full((1, d), 0.25 * (i + 1), dtype=torch.float64) for i, d in enumerate(model64.backbone.layer_dims)]
+    values = [
+        torch.full((1, d), 0.25 * (i + 1), dtype=torch.float64) for i, d in enumerate(model64.backbone.layer_dims)
+    ]
     seen = backbone_rows(model64, monkeypatch)
     with torch.no_grad():
         logits = network_replacement_logits(tr, model64, masks, values)
@@ -79,8 +85,14 @@ def test_each_distinct_removal_set_of_a_sample_runs_once(model64, digits, monkey
 
 def test_network_scope_runs_fewer_passes_and_gives_the_per_removal_results(digits_models, monkeypatch):
     model = digits_models["laya"]
-    options = EvalOptions(limit=48, batch_size=48, scope="network", ablation="zero", bootstrap=0,
-                          methods=("contribution", "static", "random"))
+    options = EvalOptions(
+        limit=48,
+        batch_size=48,
+        scope="network",
+        ablation="zero",
+        bootstrap=0,
+        methods=("contribution", "static", "random"),
+    )
     seen = backbone_rows(model, monkeypatch)
     shared = evaluate(model, "digits", options=dataclasses.replace(options, ablation=("zero", "mean")))
     shared_rows = sum(seen)
@@ -98,5 +110,6 @@ def test_network_scope_runs_fewer_passes_and_gives_the_per_removal_results(digit
     assert shared_rows <= 2 * 7 * 48
     for a in ("zero", "mean"):
         for table in ("layers", "samples", "summary"):
-            pd.testing.assert_frame_equal(getattr(shared[a], table), getattr(alone[a], table), check_exact=False,
-                                          rtol=1e-5, atol=1e-6)
+            pd.testing.assert_frame_equal(
+                getattr(shared[a], table), getattr(alone[a], table), check_exact=False, rtol=1e-5, atol=1e-6
+            )

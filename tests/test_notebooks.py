@@ -47,15 +47,22 @@ def numbers(nb) -> list[list[float]]:
 
 
 def _images(nb) -> list[bytes]:
-    return [base64.b64decode(o.data["image/png"]) for c in nb.cells if c.cell_type == "code"
-            for o in c.outputs if "image/png" in o.get("data", {})]
+    return [
+        base64.b64decode(o.data["image/png"])
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if "image/png" in o.get("data", {})
+    ]
 
 
 def test_numbers_compares_what_the_cells_print():
     """The comparison can fail: it reads every number of stdout and text/plain, and skips temporary paths."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x")])
-    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="rho +0.8926 n = 360 /tmp/tmp12/f.pdf\n"),
-                           nbformat.v4.new_output("execute_result", data={"text/plain": "   fc1  1.5e-3"})]
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="rho +0.8926 n = 360 /tmp/tmp12/f.pdf\n"),
+        nbformat.v4.new_output("execute_result", data={"text/plain": "   fc1  1.5e-3"}),
+    ]
     assert numbers(nb) == [[0.8926, 360.0, 1.0, 1.5e-3]]
 
 
@@ -85,18 +92,26 @@ def public_names_used(source: str) -> tuple[list[str], set[str]]:
 
     tree = ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith("%")))
     imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    rooms = [ast.unparse(n) for n in imports
-             if (isinstance(n, ast.ImportFrom) and (n.module or "").startswith("laya_eval."))
-             or (isinstance(n, ast.Import) and any(a.name.startswith("laya_eval.") for a in n.names))]
+    rooms = [
+        ast.unparse(n)
+        for n in imports
+        if (isinstance(n, ast.ImportFrom) and (n.module or "").startswith("laya_eval."))
+        or (isinstance(n, ast.Import) and any(a.name.startswith("laya_eval.") for a in n.names))
+    ]
     names = {a.name for n in imports if isinstance(n, ast.ImportFrom) and n.module == "laya_eval" for a in n.names}
-    names |= {n.attr for n in ast.walk(tree)
-              if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "laya_eval"}
+    names |= {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "laya_eval"
+    }
     return rooms, names
 
 
 def test_public_names_used_sees_room_imports_and_names_that_are_not_public():
-    rooms, names = public_names_used("%matplotlib inline\nimport laya_eval\nfrom laya_eval import figures\n"
-                                     "from laya_eval.engine.evaluation import evaluate\nlaya_eval.profile(1)")
+    rooms, names = public_names_used(
+        "%matplotlib inline\nimport laya_eval\nfrom laya_eval import figures\n"
+        "from laya_eval.engine.evaluation import evaluate\nlaya_eval.profile(1)"
+    )
     assert rooms == ["from laya_eval.engine.evaluation import evaluate"] and names == {"figures", "profile"}
 
 

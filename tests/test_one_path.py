@@ -52,8 +52,14 @@ def test_frozen_training_reads_the_cache_fit_head_filled(digits_splits, tmp_path
     """``train`` on a frozen by-reference backbone encodes through the feature cache that ``fit_head`` filled:
     the backbone does not run again, and the features are those of an in-memory encoding."""
     monkeypatch.setenv("LAYA_EVAL_CACHE", str(tmp_path))
-    first = fit_head(CNN, digits_splits, layers=["block*"], head="concat", options=TrainOptions(epochs=1, seed=0),
-                     cache_dir=tmp_path / "features")
+    first = fit_head(
+        CNN,
+        digits_splits,
+        layers=["block*"],
+        head="concat",
+        options=TrainOptions(epochs=1, seed=0),
+        cache_dir=tmp_path / "features",
+    )
     assert not first.reused_cache
     calls = byom_models.CALLS["forward"]
     train_in_place(first.model, digits_splits["train"], digits_splits["val"], TrainOptions(epochs=1, seed=1))
@@ -79,4 +85,5 @@ def test_attribute_features_scores_the_summary_uses(digits_models, digits):
     scores, effects = attribute_features(model, encode_features(model, test), ["static"])
     summary = evaluate(model, test, options=EvalOptions(methods=("static",), bootstrap=0)).summary
     assert mean_faithfulness(scores["static"], effects) == pytest.approx(
-        float(summary.loc[summary.method == "static", "faithfulness"].iloc[0]), abs=1e-12)
+        float(summary.loc[summary.method == "static", "faithfulness"].iloc[0]), abs=1e-12
+    )

@@ -91,8 +91,11 @@ def test_an_invalid_value_is_refused_naming_the_field_as_a_caller_knows_it():
     with pytest.raises(ConfigError, match=r"^EvalOptions\.draws must be a positive integer; got 0\.$") as err:
         EvalOptions(draws=0)
     assert err.value.parameter == "EvalOptions.draws"
-    with pytest.raises(ConfigError, match=r"^EvalOptions\.dtype must be one of \{float32, bfloat16, float16\}; "
-                                          r"got 'float64'\.$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^EvalOptions\.dtype must be one of \{float32, bfloat16, float16\}; "
+        r"got 'float64'\.$",
+    ):
         EvalOptions(dtype="float64")
     with pytest.raises(ConfigError, match=r"^TrainOptions\.lr must be a finite number > 0; got 0\.$"):
         TrainOptions(lr=0)
@@ -102,19 +105,43 @@ def test_the_cli_writes_the_flag_where_the_library_names_the_field(tmp_path):
     from tests.cli_helpers import assert_one_line_error, run
 
     # --tie-rtol's bounds are click's; --ablation's choices are the registry's, checked by EvalOptions
-    assert_one_line_error(run("faithfulness", tmp_path / "none.pt", "--ablation", "erase", "--out", tmp_path / "o"),
-                          r"^Error: --ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; "
-                          r"got 'erase'\.$")
+    assert_one_line_error(
+        run("faithfulness", tmp_path / "none.pt", "--ablation", "erase", "--out", tmp_path / "o"),
+        r"^Error: --ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; "
+        r"got 'erase'\.$",
+    )
 
 
 # ------------------------------------------------------------------ roles and keys
 #: A second valid value of every EvalOptions field (the test fails for a field left out here).
-OTHER = {"methods": ("laya",), "ablation": "mean", "scope": "network", "split": "val", "limit": 30,
-         "batch_size": 32, "seed": 1, "bootstrap": 200, "device": "cuda", "n_steps": 8, "internal_batch_size": 4,
-         "ig_baseline": "mean", "target": "label", "dtype": "bfloat16", "chunk_size": 16, "tie_rtol": 1e-3,
-         "trust_code": True, "download": True, "allow_nonfinite": True, "allow_unverified": True,
-         "max_memory_mb": 512, "draws": 3, "angular_span": 2, "cache": False, "cache_dir": "elsewhere",
-         "table_format": "parquet"}
+OTHER = {
+    "methods": ("laya",),
+    "ablation": "mean",
+    "scope": "network",
+    "split": "val",
+    "limit": 30,
+    "batch_size": 32,
+    "seed": 1,
+    "bootstrap": 200,
+    "device": "cuda",
+    "n_steps": 8,
+    "internal_batch_size": 4,
+    "ig_baseline": "mean",
+    "target": "label",
+    "dtype": "bfloat16",
+    "chunk_size": 16,
+    "tie_rtol": 1e-3,
+    "trust_code": True,
+    "download": True,
+    "allow_nonfinite": True,
+    "allow_unverified": True,
+    "max_memory_mb": 512,
+    "draws": 3,
+    "angular_span": 2,
+    "cache": False,
+    "cache_dir": "elsewhere",
+    "table_format": "parquet",
+}
 
 
 @pytest.fixture(scope="module")
@@ -160,8 +187,9 @@ def _interrupted(ckpt, out, options, monkeypatch):
     monkeypatch.setattr(PartialStore, "save_chunk", real_save)
 
 
-def test_resume_reuses_chunks_across_a_speed_option_and_refuses_a_deciding_one(digits_checkpoints, tmp_path,
-                                                                               monkeypatch):
+def test_resume_reuses_chunks_across_a_speed_option_and_refuses_a_deciding_one(
+    digits_checkpoints, tmp_path, monkeypatch
+):
     import laya_eval.engine.evaluation as engine
 
     ckpt = digits_checkpoints["laya"]

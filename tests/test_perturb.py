@@ -123,8 +123,10 @@ def test_deletion_at_k_equals_slow_loop(digits_models, digits, ablation):
                     keep = torch.tensor([[0.0 if i in removed else 1.0 for i in range(3)]])
                     logits = model.head(h_b, keep, renormalize=ablation == "gate-renorm")
                 else:
-                    h_mod = [(torch.zeros_like(h) if ablation == "zero" else fill[i][None]) if i in removed else h
-                             for i, h in enumerate(h_b)]
+                    h_mod = [
+                        (torch.zeros_like(h) if ablation == "zero" else fill[i][None]) if i in removed else h
+                        for i, h in enumerate(h_b)
+                    ]
                     logits = model.head(h_mod)
                 expected = tr.confidence[b] - torch.softmax(logits, -1)[0, c]
                 torch.testing.assert_close(got[b, k - 1], expected, atol=1e-6, rtol=0)
@@ -166,10 +168,15 @@ def test_golden_effects_on_hand_built_head():
 
 
 def test_bad_ablation_and_scope():
-    with pytest.raises(ConfigError, match=r"ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; got 'drop'"):
+    with pytest.raises(
+        ConfigError, match=r"ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; got 'drop'"
+    ):
         removal_effects(None, None, leave_one_out_masks(2), ablation="drop")
-    with pytest.raises(ConfigError, match=r"ablation must be an ablation defined at network scope \(zero, mean, "
-                                          r"resample, noise: gate acts on the head's terms, not inside the backbone\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"ablation must be an ablation defined at network scope \(zero, mean, "
+        r"resample, noise: gate acts on the head's terms, not inside the backbone\)",
+    ):
         removal_effects(None, None, leave_one_out_masks(2), ablation="gate", scope="network")
     with pytest.raises(ConfigError, match=r"scope must be one of \{head, network\}; got 'model'"):
         removal_effects(None, None, leave_one_out_masks(2), scope="model")

@@ -161,9 +161,21 @@ def _runs(planted, inverted, index, index_auroc):
     rows = []
     for seed, values in enumerate(zip(planted, inverted, index, index_auroc)):
         for method, value, auroc in zip(("planted", "inverted", "layer_index"), values[:3], (1.0, 0.0, values[3])):
-            rows.append({"family": "f", "seed": seed, "ablation": "gate", "method": method, "kind": "reference",
-                         "k": 1, "auroc": auroc, "faithfulness": value, "deletion_at_1": value,
-                         "deletion_at_k": value, "aopc": value})
+            rows.append(
+                {
+                    "family": "f",
+                    "seed": seed,
+                    "ablation": "gate",
+                    "method": method,
+                    "kind": "reference",
+                    "k": 1,
+                    "auroc": auroc,
+                    "faithfulness": value,
+                    "deletion_at_1": value,
+                    "deletion_at_k": value,
+                    "aopc": value,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -173,8 +185,9 @@ def test_metric_verdicts_by_hand():
     assert row["verdict"] == "separates" and row["margin_vs_inverted"] == pytest.approx(0.7)
     assert row["margin_vs_layer_index"] == pytest.approx(0.4) and row["share_seeds_separated"] == 1.0
     # equal to the layer-index ranking on every seed: not told apart
-    assert metric_verdicts(_runs([0.5] * 3, [0.1] * 3, [0.5] * 3, [0.5] * 3)).iloc[0]["verdict"] == \
-        "fails vs layer_index"
+    assert (
+        metric_verdicts(_runs([0.5] * 3, [0.1] * 3, [0.5] * 3, [0.5] * 3)).iloc[0]["verdict"] == "fails vs layer_index"
+    )
     # the seed where ranking by index is itself faithful (AUROC 1) is left out of that margin
     table = metric_verdicts(_runs([0.9, 0.8, 0.7], [0.1, 0.0, 0.2], [0.5, 0.9, 0.3], [0.5, 1.0, 0.5]))
     assert table.iloc[0]["n_seeds_vs_layer_index"] == 2 and table.iloc[0]["verdict"] == "separates"
@@ -186,8 +199,14 @@ def test_metric_verdicts_by_hand():
 def test_meta_scores_the_truth_ranking_at_auroc_one_and_its_inverse_at_zero(tmp_path):
     from laya_eval.planted.run import MetaOptions, meta
 
-    options = MetaOptions(families=("subset", "noise"), seeds=2, limit=24, methods=("contribution", "random"),
-                          ablations=("gate", "mean"), bootstrap=50)
+    options = MetaOptions(
+        families=("subset", "noise"),
+        seeds=2,
+        limit=24,
+        methods=("contribution", "random"),
+        ablations=("gate", "mean"),
+        bootstrap=50,
+    )
     result = meta(tmp_path / "out", options)
     s = result.summary.set_index(["family", "ablation", "method"])
     for family in ("subset", "noise"):
@@ -196,7 +215,13 @@ def test_meta_scores_the_truth_ranking_at_auroc_one_and_its_inverse_at_zero(tmp_
             assert s.loc[(family, ablation, "inverted"), "auroc"] == 0.0
             assert s.loc[(family, ablation, "planted"), "rank_correlation"] == 1.0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "manifest.json", "meta.csv", "meta.png", "metrics.csv", "models.csv", "seeds.csv"]
+        "manifest.json",
+        "meta.csv",
+        "meta.png",
+        "metrics.csv",
+        "models.csv",
+        "seeds.csv",
+    ]
     # noise layers fool the logit-space contribution (large class-uniform terms), not the effects
     assert s.loc[("noise", "gate", "contribution"), "auroc"] < 0.8
     assert s.loc[("noise", "gate", "lolo_effect"), "auroc"] > 0.9
@@ -217,7 +242,9 @@ def test_extra_methods_are_scored_like_registered_ones(splits):
     model = build_planted("subset", 0, train).model
     twin = AttributionMethod(MethodSpec("contribution_twin", "the same function"), METHODS["contribution"].fn)
     options = EvalOptions(methods=("contribution",), bootstrap=0)
-    out = evaluate(model, test, options=dataclasses.replace(options, ablation=("gate",)), extra_methods=(twin,))["gate"].summary
+    out = evaluate(model, test, options=dataclasses.replace(options, ablation=("gate",)), extra_methods=(twin,))[
+        "gate"
+    ].summary
     a, b = out.iloc[0].drop(["method"]), out.iloc[1].drop(["method"])
     assert list(out["method"]) == ["contribution", "contribution_twin"]
     cols = ["faithfulness", "deletion_at_1", "aopc", "top1_hit_rate", "n_undefined"]
@@ -231,13 +258,16 @@ def test_extra_methods_are_scored_like_registered_ones(splits):
         evaluate(model, test, options=dataclasses.replace(options, ablation=("gate",)), extra_methods=(twin,), out=".")
 
 
-@pytest.mark.parametrize("args, pattern", [
-    (["--families", "subset,nope"], r"--families.*got .nope."),
-    (["--ablations", "gate,none"], r"--ablations.*got .none."),
-    (["--layers", "3"], r"--layers"),
-    (["--seeds", "0"], r"--seeds"),
-    (["--limit", "100000"], r"limit 100000 is larger than the 360 samples"),
-])
+@pytest.mark.parametrize(
+    "args, pattern",
+    [
+        (["--families", "subset,nope"], r"--families.*got .nope."),
+        (["--ablations", "gate,none"], r"--ablations.*got .none."),
+        (["--layers", "3"], r"--layers"),
+        (["--seeds", "0"], r"--seeds"),
+        (["--limit", "100000"], r"limit 100000 is larger than the 360 samples"),
+    ],
+)
 def test_cli_refuses_bad_options_before_work(tmp_path, args, pattern):
     out = tmp_path / "out"
     result = run("meta", "--out", out, "-q", *args)
@@ -253,8 +283,24 @@ def test_cli_refuses_an_output_that_is_a_file_and_keeps_it(tmp_path):
 
 
 def test_cli_runs_and_prints_the_tables(tmp_path):
-    result = run("meta", "--out", tmp_path / "out", "-q", "--families", "redundant", "--seeds", "2", "--limit", "16",
-                 "--methods", "laya,random", "--ablations", "gate,gate-renorm", "--bootstrap", "20")
+    result = run(
+        "meta",
+        "--out",
+        tmp_path / "out",
+        "-q",
+        "--families",
+        "redundant",
+        "--seeds",
+        "2",
+        "--limit",
+        "16",
+        "--methods",
+        "laya,random",
+        "--ablations",
+        "gate,gate-renorm",
+        "--bootstrap",
+        "20",
+    )
     assert result.exit_code == 0, result.output
     assert "AUROC of the planted relevance" in result.output and "redundant  gate-renorm" in result.output
     metrics = pd.read_csv(tmp_path / "out" / "metrics.csv")
@@ -264,14 +310,20 @@ def test_cli_runs_and_prints_the_tables(tmp_path):
     assert abs(renorm.loc["deletion_at_1", "planted"]) < 1e-9
 
 
-@pytest.mark.parametrize("kwargs, pattern", [
-    ({"families": ("subset", "bogus")}, r"families must be one of \{subset, .*\}; got 'bogus'"),
-    ({"families": ()}, r"MetaOptions.families must be a non-empty sequence of names; got \(\)"),
-    ({"ablations": ("gate", "zero", "network")}, r"ablations must be one of \{gate, gate-renorm, zero, mean, resample, noise\}"),
-    ({"n_layers": 3}, r"n_layers must be an integer from 4 to 10; got 3"),
-    ({"seeds": 3, "first_seed": 2**63 - 2}, r"first_seed must be an integer from 0 to 9223372036854775805"),
-    ({"methods": ("gi",)}, r"MetaOptions.methods must be one of .*got 'gi'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"families": ("subset", "bogus")}, r"families must be one of \{subset, .*\}; got 'bogus'"),
+        ({"families": ()}, r"MetaOptions.families must be a non-empty sequence of names; got \(\)"),
+        (
+            {"ablations": ("gate", "zero", "network")},
+            r"ablations must be one of \{gate, gate-renorm, zero, mean, resample, noise\}",
+        ),
+        ({"n_layers": 3}, r"n_layers must be an integer from 4 to 10; got 3"),
+        ({"seeds": 3, "first_seed": 2**63 - 2}, r"first_seed must be an integer from 0 to 9223372036854775805"),
+        ({"methods": ("gi",)}, r"MetaOptions.methods must be one of .*got 'gi'"),
+    ],
+)
 def test_meta_options_name_what_is_wrong(kwargs, pattern):
     from laya_eval.errors import ConfigError
     from laya_eval.planted.run import MetaOptions

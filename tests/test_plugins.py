@@ -28,14 +28,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _env(tmp_path: Path, marker: Path) -> dict:
     env = dict(os.environ)
-    env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'cli'}", LAYA_EVAL_PLUGIN_MARKER=str(marker),
-               LAYA_EVAL_THREADS="1", HOME=str(tmp_path / "home"))
+    env.update(
+        PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'cli'}",
+        LAYA_EVAL_PLUGIN_MARKER=str(marker),
+        LAYA_EVAL_THREADS="1",
+        HOME=str(tmp_path / "home"),
+    )
     return env
 
 
 def _cli(python: str, args: list, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([python, "-m", "laya_eval_cli", *map(str, args)], env=env, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [python, "-m", "laya_eval_cli", *map(str, args)], env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def _oracle_norms(checkpoint: Path, n: int) -> np.ndarray:
@@ -99,8 +104,21 @@ def test_py_plugin_needs_trust_code_and_then_runs_as_a_built_in(tmp_path, digits
     marker = tmp_path / "imported.txt"
     env = _env(tmp_path, marker)
     ckpt = digits_checkpoints["laya"]
-    args = ["faithfulness", ckpt, "--plugin", f"py:{module}", "--methods", "state_norm,contribution",
-            "--ablation", "ones", "--limit", 24, "--bootstrap", 0, "--quiet"]
+    args = [
+        "faithfulness",
+        ckpt,
+        "--plugin",
+        f"py:{module}",
+        "--methods",
+        "state_norm,contribution",
+        "--ablation",
+        "ones",
+        "--limit",
+        24,
+        "--bootstrap",
+        0,
+        "--quiet",
+    ]
     refused = _cli(sys.executable, [*args, "--out", tmp_path / "refused"], env)
     assert refused.returncode == 2, refused.stderr
     lines = [line for line in (refused.stdout + refused.stderr).splitlines() if line.strip()]
@@ -115,8 +133,10 @@ def test_py_plugin_needs_trust_code_and_then_runs_as_a_built_in(tmp_path, digits
     np.testing.assert_allclose(norms.effect.to_numpy().reshape(24, -1), _oracle_ones_effects(ckpt, 24), atol=1e-9)
     manifest = json.loads((tmp_path / "ran" / "manifest.json").read_text())
     digest = __import__("hashlib").sha256(module.read_text().encode()).hexdigest()
-    assert manifest["plugins"] == {"method:state_norm": f"py:{module}@{digest}",
-                                   "ablation:ones": f"py:{module}@{digest}"}
+    assert manifest["plugins"] == {
+        "method:state_norm": f"py:{module}@{digest}",
+        "ablation:ones": f"py:{module}@{digest}",
+    }
     # A name the registry does not know, without the plug-in: one line naming the choices.
     unknown = _cli(sys.executable, [*args[:2], "--methods", "state_norm", "--out", tmp_path / "x"], env)
     assert unknown.returncode == 2 and "Error: --methods must be one of {laya," in unknown.stderr
@@ -128,48 +148,145 @@ def test_installed_plugin_runs_through_every_command(tmp_path, digits_checkpoint
     venv = tmp_path / "venv"
     base = Path(sys.executable)
     # No pip inside the new environment (ensurepip costs seconds): the test environment's pip installs into it.
-    subprocess.run([str(base), "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
-                   timeout=300)
+    subprocess.run(
+        [str(base), "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True, timeout=300
+    )
     python = str(venv / "bin" / "python")
     # --system-site-packages exposes the base interpreter's packages; a .pth file adds those of the environment
     # running the tests (torch and the rest), so only the plug-in is installed.
-    new_site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              check=True, capture_output=True, text=True).stdout.strip()
+    new_site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     import sysconfig
 
     Path(new_site, "test-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps",
-                    "--no-build-isolation", str(package)], check=True, timeout=600, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            python,
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            str(package),
+        ],
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
     marker = tmp_path / "imported.txt"
     env = _env(tmp_path, marker)
     ckpt = digits_checkpoints["laya"]
 
     out = tmp_path / "faith"
-    r = _cli(python, ["faithfulness", ckpt, "--methods", "state_norm,laya", "--ablation", "ones,gate", "--limit", 30,
-                      "--bootstrap", 0, "--quiet", "--out", out], env)
+    r = _cli(
+        python,
+        [
+            "faithfulness",
+            ckpt,
+            "--methods",
+            "state_norm,laya",
+            "--ablation",
+            "ones,gate",
+            "--limit",
+            30,
+            "--bootstrap",
+            0,
+            "--quiet",
+            "--out",
+            out,
+        ],
+        env,
+    )
     assert r.returncode == 0, r.stderr
     assert marker.exists()  # the entry point was loaded without --plugin
     norms = _layers(out / "ones", "state_norm")
     np.testing.assert_allclose(norms.attribution.to_numpy().reshape(30, -1), _oracle_norms(ckpt, 30), rtol=1e-5)
     np.testing.assert_allclose(norms.effect.to_numpy().reshape(30, -1), _oracle_ones_effects(ckpt, 30), atol=1e-9)
     assert json.loads((out / "ones" / "manifest.json").read_text())["plugins"]["ablation:ones"].startswith(
-        "entry-point:example@")
+        "entry-point:example@"
+    )
 
-    r = _cli(python, ["profile", ckpt, "--method", "state_norm", "--limit", 60, "--bootstrap", 0, "--quiet",
-                      "--out", tmp_path / "profile"], env)
+    r = _cli(
+        python,
+        [
+            "profile",
+            ckpt,
+            "--method",
+            "state_norm",
+            "--limit",
+            60,
+            "--bootstrap",
+            0,
+            "--quiet",
+            "--out",
+            tmp_path / "profile",
+        ],
+        env,
+    )
     assert r.returncode == 0, r.stderr
     profile = pd.read_csv(tmp_path / "profile" / "profile.csv")
     every = profile[(profile.subset == "all")]
     assert len(every) and every["mean"].gt(0).all()  # norms are positive
 
-    r = _cli(python, ["sanity", ckpt, "--methods", "state_norm,laya", "--ablation", "ones", "--roar-seeds", 1,
-                      "--epochs", 1, "--limit", 60, "--bootstrap", 0, "--out", tmp_path / "sanity"], env)
+    r = _cli(
+        python,
+        [
+            "sanity",
+            ckpt,
+            "--methods",
+            "state_norm,laya",
+            "--ablation",
+            "ones",
+            "--roar-seeds",
+            1,
+            "--epochs",
+            1,
+            "--limit",
+            60,
+            "--bootstrap",
+            0,
+            "--out",
+            tmp_path / "sanity",
+        ],
+        env,
+    )
     assert r.returncode == 0, r.stderr
     assert "state_norm" in set(pd.read_csv(tmp_path / "sanity" / "randomisation.csv").method)
 
-    r = _cli(python, ["prune", ckpt, "--methods", "state_norm", "--ablation", "ones,gate", "--seeds", 0,
-                      "--random-rankings", 2, "--random-refits", 0, "--no-timing", "--no-early-exit", "--limit", 60,
-                      "--bootstrap", 0, "--quiet", "--out", tmp_path / "prune"], env)
+    r = _cli(
+        python,
+        [
+            "prune",
+            ckpt,
+            "--methods",
+            "state_norm",
+            "--ablation",
+            "ones,gate",
+            "--seeds",
+            0,
+            "--random-rankings",
+            2,
+            "--random-refits",
+            0,
+            "--no-timing",
+            "--no-early-exit",
+            "--limit",
+            60,
+            "--bootstrap",
+            0,
+            "--quiet",
+            "--out",
+            tmp_path / "prune",
+        ],
+        env,
+    )
     assert r.returncode == 0, r.stderr
     pruning = pd.read_csv(tmp_path / "prune" / "pruning.csv")
     assert {"ones", "gate"} <= set(pruning.ablation) and "state_norm" in set(pruning.method)
@@ -185,8 +302,9 @@ def test_installed_plugin_runs_through_every_command(tmp_path, digits_checkpoint
 
     bare = run("report", out / "ones", "--out", tmp_path / "report-bare")
     assert bare.exit_code == 0, bare.output
-    assert (tmp_path / "report-bare" / "faithfulness.csv").read_bytes() == \
-        (tmp_path / "report" / "faithfulness.csv").read_bytes()
+    assert (tmp_path / "report-bare" / "faithfulness.csv").read_bytes() == (
+        tmp_path / "report" / "faithfulness.csv"
+    ).read_bytes()
 
 
 @pytest.fixture
@@ -216,26 +334,66 @@ def installed_example(tmp_path, monkeypatch, restored_registry):
     monkeypatch.syspath_prepend(str(module.parent))
     entry = metadata.EntryPoint(name="example", value=module.stem, group=plugins.ENTRY_POINT_GROUP)
     every = metadata.entry_points
-    monkeypatch.setattr(metadata, "entry_points",
-                        lambda **kw: [entry] if kw.get("group") == plugins.ENTRY_POINT_GROUP else every(**kw))
+    monkeypatch.setattr(
+        metadata, "entry_points", lambda **kw: [entry] if kw.get("group") == plugins.ENTRY_POINT_GROUP else every(**kw)
+    )
     monkeypatch.setattr(plugins, "_installed_done", False)
     return module
 
 
-def test_an_installed_method_is_a_choice_of_meta_and_profile_as_of_faithfulness(installed_example, tmp_path,
-                                                                               digits_checkpoints):
+def test_an_installed_method_is_a_choice_of_meta_and_profile_as_of_faithfulness(
+    installed_example, tmp_path, digits_checkpoints
+):
     from tests.cli_helpers import run
 
     ckpt = digits_checkpoints["laya"]
-    faith = run("faithfulness", ckpt, "--methods", "state_norm", "--limit", 20, "--bootstrap", 0, "--quiet",
-                "--out", tmp_path / "faith")
+    faith = run(
+        "faithfulness",
+        ckpt,
+        "--methods",
+        "state_norm",
+        "--limit",
+        20,
+        "--bootstrap",
+        0,
+        "--quiet",
+        "--out",
+        tmp_path / "faith",
+    )
     assert faith.exit_code == 0, faith.output
-    profile = run("profile", ckpt, "--method", "state_norm", "--limit", 40, "--bootstrap", 0, "--quiet",
-                  "--out", tmp_path / "profile")
+    profile = run(
+        "profile",
+        ckpt,
+        "--method",
+        "state_norm",
+        "--limit",
+        40,
+        "--bootstrap",
+        0,
+        "--quiet",
+        "--out",
+        tmp_path / "profile",
+    )
     assert profile.exit_code == 0, profile.output
     assert json.loads((tmp_path / "profile" / "profile.json").read_text())["method"] == "state_norm"
-    meta = run("meta", "--methods", "state_norm,laya", "--families", "subset", "--seeds", 1, "--limit", 16,
-               "--ablations", "gate", "--bootstrap", 0, "-q", "--out", tmp_path / "meta")
+    meta = run(
+        "meta",
+        "--methods",
+        "state_norm,laya",
+        "--families",
+        "subset",
+        "--seeds",
+        1,
+        "--limit",
+        16,
+        "--ablations",
+        "gate",
+        "--bootstrap",
+        0,
+        "-q",
+        "--out",
+        tmp_path / "meta",
+    )
     assert meta.exit_code == 0, meta.output
     assert "state_norm" in set(pd.read_csv(tmp_path / "meta" / "meta.csv")["method"])
 
@@ -244,8 +402,7 @@ def test_a_plugin_method_named_with_plugin_is_a_choice_of_profile(restored_regis
     from tests.cli_helpers import run
 
     module = write_module(tmp_path / "plug")
-    args = ["profile", digits_checkpoints["laya"], "--method", "state_norm", "--limit", 40, "--bootstrap", 0,
-            "--quiet"]
+    args = ["profile", digits_checkpoints["laya"], "--method", "state_norm", "--limit", 40, "--bootstrap", 0, "--quiet"]
     unknown = run(*args, "--out", tmp_path / "without")
     assert unknown.exit_code == 2 and "got 'state_norm'" in unknown.output
     ran = run(*args, "--plugin", f"py:{module}", "--trust-code", "--out", tmp_path / "with")

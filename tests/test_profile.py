@@ -17,8 +17,6 @@ from laya_eval.profiling.profiles import PROFILE_COLUMNS, SUBSETS, layer_table, 
 from tests.cli_helpers import assert_one_line_error, run
 
 
-
-
 def assert_plausible_image(path, min_side=250, max_side=4000):
     assert path.stat().st_size > 5_000, path
     with Image.open(path) as img:
@@ -40,8 +38,7 @@ def pandas_profile(scores: pd.DataFrame, by: str) -> pd.DataFrame:
 
 
 def compare(table: pd.DataFrame, oracle: pd.DataFrame) -> None:
-    merged = table.merge(oracle, on=["subset", "class", "layer"], how="outer", suffixes=("", "_oracle"),
-                         indicator=True)
+    merged = table.merge(oracle, on=["subset", "class", "layer"], how="outer", suffixes=("", "_oracle"), indicator=True)
     assert (merged["_merge"] == "both").all(), merged[merged["_merge"] != "both"]
     np.testing.assert_allclose(merged["mean"], merged["mean_oracle"], rtol=1e-6, atol=1e-12)
     np.testing.assert_allclose(merged["std"], merged["std_oracle"], rtol=1e-6, atol=1e-12)  # NaN == NaN
@@ -51,10 +48,15 @@ def compare(table: pd.DataFrame, oracle: pd.DataFrame) -> None:
 def test_profile_table_by_hand():
     # Two classes, two layers. Class 0: samples 0 (correct) and 1 (predicted 1, wrong);
     # class 1: sample 2 (correct). Scores per sample: s0 = (0.2, 0.8), s1 = (0.6, 0.4), s2 = (0.5, 0.5).
-    scores = pd.DataFrame({
-        "sample": [0, 0, 1, 1, 2, 2], "label": [0, 0, 0, 0, 1, 1], "pred": [0, 0, 1, 1, 1, 1],
-        "layer": [1, 2, 1, 2, 1, 2], "score": [0.2, 0.8, 0.6, 0.4, 0.5, 0.5],
-    })
+    scores = pd.DataFrame(
+        {
+            "sample": [0, 0, 1, 1, 2, 2],
+            "label": [0, 0, 0, 0, 1, 1],
+            "pred": [0, 0, 1, 1, 1, 1],
+            "layer": [1, 2, 1, 2, 1, 2],
+            "score": [0.2, 0.8, 0.6, 0.4, 0.5, 0.5],
+        }
+    )
     flat = profile_table(scores, ["cat", "dog"])
     assert list(flat.columns) == PROFILE_COLUMNS
     table = flat.set_index(["subset", "class", "layer"])
@@ -85,7 +87,9 @@ def test_profile_csv_equals_a_pandas_group_by_of_faithfulness_scores(digits_chec
     layers = pd.read_csv(tmp_path / "f" / "layers.csv")
     samples = pd.read_csv(tmp_path / "f" / "samples.csv")
     scores = layers.merge(samples[["sample", "label", "pred"]], on="sample").rename(columns={"attribution": "score"})
-    table = pd.read_csv(tmp_path / "p" / "profile.csv", keep_default_na=False, na_values=[""], dtype={"class_name": str})
+    table = pd.read_csv(
+        tmp_path / "p" / "profile.csv", keep_default_na=False, na_values=[""], dtype={"class_name": str}
+    )
     assert list(table.columns) == PROFILE_COLUMNS
     compare(table, pandas_profile(scores, "label"))
     names = dict(zip(table["class"], table["class_name"]))
@@ -109,8 +113,7 @@ def test_profile_by_prediction_of_a_gradient_method(digits_models, digits):
     assert prof.meta["method"] == "ig" and prof.meta["by"] == "pred" and prof.meta["n"] == 100
 
 
-def test_profile_checks_out_before_any_work_and_returns_what_it_wrote(digits_models, digits, tmp_path,
-                                                                     monkeypatch):
+def test_profile_checks_out_before_any_work_and_returns_what_it_wrote(digits_models, digits, tmp_path, monkeypatch):
     from laya_eval.engine import evaluation
 
     def work(*args, **kwargs):
@@ -172,21 +175,34 @@ def test_profile_figures_in_svg_and_title_names_the_run(digits_checkpoints, tmp_
 def test_profile_is_deterministic(digits_checkpoints, tmp_path):
     for out in ("a", "b"):
         assert run("profile", digits_checkpoints["laya"], "--limit", 60, "--out", tmp_path / out).exit_code == 0
-    for name in ("profile.csv", "profile_layers.csv", "profile_heatmap_all.png", "profile_layers.png",
-                 "diagnosis.csv", "diagnosis_summary.csv", "diagnosis.png"):
+    for name in (
+        "profile.csv",
+        "profile_layers.csv",
+        "profile_heatmap_all.png",
+        "profile_layers.png",
+        "diagnosis.csv",
+        "diagnosis_summary.csv",
+        "diagnosis.png",
+    ):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
 
 def test_profile_errors_are_one_line(digits_checkpoints, tmp_path):
-    assert_one_line_error(run("profile", digits_checkpoints["laya"], "--method", "gi", "--out", tmp_path),
-                          r"--method must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'")
-    assert_one_line_error(run("profile", digits_checkpoints["concat"], "--out", tmp_path),
-                          r"no requested method applies to this model: skipped laya: it needs a LAYA head; this model "
-                          r"has a concat head\.")
+    assert_one_line_error(
+        run("profile", digits_checkpoints["laya"], "--method", "gi", "--out", tmp_path),
+        r"--method must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'",
+    )
+    assert_one_line_error(
+        run("profile", digits_checkpoints["concat"], "--out", tmp_path),
+        r"no requested method applies to this model: skipped laya: it needs a LAYA head; this model "
+        r"has a concat head\.",
+    )
     assert_one_line_error(run("profile", tmp_path / "nope.pt", "--out", tmp_path), r"nope.pt' does not exist")
     assert_one_line_error(run("profile", digits_checkpoints["laya"], "--format", "gif"), r"--format")
     assert not list(tmp_path.glob("*.csv"))
-    with pytest.raises(ConfigError, match=r"by must be 'label' \(true class\) or 'pred' \(predicted class\); got 'true'"):
+    with pytest.raises(
+        ConfigError, match=r"by must be 'label' \(true class\) or 'pred' \(predicted class\); got 'true'"
+    ):
         profile_table(pd.DataFrame({"sample": [0], "label": [0], "pred": [0], "layer": [1], "score": [1.0]}), by="true")
 
 
@@ -196,24 +212,32 @@ def test_profile_paper_style_writes_pdfs_and_captions(digits_checkpoints, tmp_pa
     result = run("profile", digits_checkpoints["laya"], "--limit", 60, "--style", "paper", "--out", tmp_path)
     assert result.exit_code == 0, result.output
     pdfs = sorted(p.stem for p in tmp_path.glob("*.pdf"))
-    assert pdfs == ["diagnosis", "profile_heatmap_all", "profile_heatmap_correct", "profile_heatmap_incorrect",
-                    "profile_layers"]
+    assert pdfs == [
+        "diagnosis",
+        "profile_heatmap_all",
+        "profile_heatmap_correct",
+        "profile_heatmap_incorrect",
+        "profile_layers",
+    ]
     for stem in pdfs[1:]:
         caption = (tmp_path / f"{stem}.caption.txt").read_text()
         assert "digits-laya.pt" in caption and "LAYA α(x)" in caption and "ablation" not in caption
-        box = [float(v) for v in re.search(rb"/MediaBox \[ *([\d. ]+)\]", (tmp_path / f"{stem}.pdf").read_bytes())
-               .group(1).split()]
+        box = [
+            float(v)
+            for v in re.search(rb"/MediaBox \[ *([\d. ]+)\]", (tmp_path / f"{stem}.pdf").read_bytes()).group(1).split()
+        ]
         assert (box[2] - box[0]) / 72 == pytest.approx(3.3)  # three layers: a single column
     caption = (tmp_path / "diagnosis.caption.txt").read_text()
     assert "digits-laya.pt" in caption and "Jensen-Shannon distance to the predicted class's" in caption
-    box = [float(v) for v in re.search(rb"/MediaBox \[ *([\d. ]+)\]", (tmp_path / "diagnosis.pdf").read_bytes())
-           .group(1).split()]
+    box = [
+        float(v)
+        for v in re.search(rb"/MediaBox \[ *([\d. ]+)\]", (tmp_path / "diagnosis.pdf").read_bytes()).group(1).split()
+    ]
     assert (box[2] - box[0]) / 72 == pytest.approx(COLUMN_WIDTHS["double"])  # two panels: the double column
     assert not list(tmp_path.glob("*.png"))
 
 
-def test_profile_folder_is_replaced_whole_with_a_manifest_and_a_foreign_folder_is_refused(digits_checkpoints,
-                                                                                          tmp_path):
+def test_profile_folder_is_replaced_whole_with_a_manifest_and_a_foreign_folder_is_refused(digits_checkpoints, tmp_path):
     import hashlib
     import json
 
@@ -221,14 +245,17 @@ def test_profile_folder_is_replaced_whole_with_a_manifest_and_a_foreign_folder_i
 
     out = tmp_path / "profile"
     assert run("profile", digits_checkpoints["laya"], "--limit", 60, "--out", out, "--quiet").exit_code == 0
-    assert run("profile", digits_checkpoints["laya"], "--limit", 60, "--format", "svg", "--out", out,
-               "--quiet").exit_code == 0
+    assert (
+        run("profile", digits_checkpoints["laya"], "--limit", 60, "--format", "svg", "--out", out, "--quiet").exit_code
+        == 0
+    )
     names = {p.name for p in out.iterdir()}
     assert "profile_layers.svg" in names and not any(n.endswith(".png") for n in names)  # nothing of run 1 left
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["kind"] == "profile" and manifest["code"] == code_origin()
-    assert manifest["files"] == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-                                 for p in out.iterdir() if p.name != "manifest.json"}
+    assert manifest["files"] == {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir() if p.name != "manifest.json"
+    }
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")

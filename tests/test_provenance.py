@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 import laya_eval
-from laya_eval.output.origin import (checkout_state, code_origin, package_source_sha256, provenance,
-                                     python_files_sha256)
+from laya_eval.output.origin import checkout_state, code_origin, package_source_sha256, provenance, python_files_sha256
 from tests.cli_helpers import run
 
 PACKAGE = Path(laya_eval.__file__).resolve().parent
@@ -25,8 +24,9 @@ def _tree_digest(root: Path) -> str:
     """The code digest worked out here: per .py file in path order, its relative path and its bytes' sha256."""
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
-        digest.update(f"{path.relative_to(root).as_posix()}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\0"
-                      .encode())
+        digest.update(
+            f"{path.relative_to(root).as_posix()}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\0".encode()
+        )
     return digest.hexdigest()
 
 
@@ -60,8 +60,13 @@ def test_the_code_digest_changes_with_any_file_of_a_copied_package(tmp_path):
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args], cwd=repo,
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -121,8 +126,9 @@ def test_a_git_dir_in_the_environment_does_not_redirect_the_reading(checkout, tm
     _git(other, "init", "-q")
     _git(other, "commit", "-q", "--allow-empty", "-m", "elsewhere")
     monkeypatch.setenv("GIT_DIR", str(other / ".git"))
-    assert checkout_state(checkout / "pkg")["commit"] == _git(checkout, "--git-dir", str(checkout / ".git"),
-                                                              "rev-parse", "HEAD")
+    assert checkout_state(checkout / "pkg")["commit"] == _git(
+        checkout, "--git-dir", str(checkout / ".git"), "rev-parse", "HEAD"
+    )
 
 
 def test_a_changed_code_record_keeps_the_result_key_and_the_tables(tmp_path, digits_checkpoints, monkeypatch):
@@ -163,10 +169,24 @@ def test_report_prints_and_shows_each_folders_code(tmp_path, digits_checkpoints)
     lines = result.output.splitlines()
     start = lines.index(next(line for line in lines if line.startswith("run ") and "code sha256" in line))
     assert lines[start].split() == ["run", "kind", "laya-eval", "code", "sha256", "commit"]
-    assert lines[start + 1].split() == ["digits-laya.pt", "[new]", "faithfulness", version, code["sha256"][:12],
-                                        *commit.split()]
-    assert lines[start + 2].split() == ["digits-laya.pt", "[old]", "faithfulness", version, "not", "recorded",
-                                        "not", "recorded"]
+    assert lines[start + 1].split() == [
+        "digits-laya.pt",
+        "[new]",
+        "faithfulness",
+        version,
+        code["sha256"][:12],
+        *commit.split(),
+    ]
+    assert lines[start + 2].split() == [
+        "digits-laya.pt",
+        "[old]",
+        "faithfulness",
+        version,
+        "not",
+        "recorded",
+        "not",
+        "recorded",
+    ]
     md = (tmp_path / "report" / "report.md").read_text()
     section = md.split("## Provenance\n", 1)[1]
     assert f"| digits-laya.pt \\[new\\] | faithfulness | {version} | {code['sha256'][:12]} | {commit} |" in section

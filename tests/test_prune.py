@@ -37,9 +37,14 @@ QUICK = TrainOptions(epochs=3, seed=5, batch_size=64)
 @pytest.fixture(scope="module")
 def recorded(digits):
     """An MLP + LAYA model trained by ``laya-eval train``'s code path: it records its test accuracy."""
-    return train("mlp", "laya", digits, backbone_kwargs={"widths": [32, 16, 16]},
-                 head_kwargs={"d_star": 16, "scorer_hidden": 16}, options=TrainOptions(epochs=4, seed=0))
-
+    return train(
+        "mlp",
+        "laya",
+        digits,
+        backbone_kwargs={"widths": [32, 16, 16]},
+        head_kwargs={"d_star": 16, "scorer_hidden": 16},
+        options=TrainOptions(epochs=4, seed=0),
+    )
 
 
 def test_prune_checks_out_before_loading_or_measuring_anything(tmp_path, monkeypatch, digits):
@@ -60,10 +65,14 @@ def test_prune_checks_out_before_loading_or_measuring_anything(tmp_path, monkeyp
         laya_eval.prune(tmp_path / "model.pt", digits, out=tmp_path / "new", fmt="jpg")
     assert a_file.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
+
 @pytest.fixture(scope="module")
 def pruned(recorded, digits):
-    return prune(recorded.model, digits,
-                 options=PruneOptions(seeds=1, n_random=4, n_random_refit=1, bootstrap=100, timing=False, train=QUICK))
+    return prune(
+        recorded.model,
+        digits,
+        options=PruneOptions(seeds=1, n_random=4, n_random_refit=1, bootstrap=100, timing=False, train=QUICK),
+    )
 
 
 # ----------------------------------------------------------------------------------------- hand-worked pieces
@@ -95,8 +104,9 @@ def test_curve_area_is_the_normalised_trapezoid():
 def test_paired_comparison_is_the_difference_of_areas():
     rng = np.random.default_rng(0)
     a, b = rng.integers(0, 2, (200, 3)).astype(float), rng.integers(0, 2, (200, 3)).astype(float)
-    table = pruning_comparisons({("a", "dataset", "gate", "accuracy"): a, ("b", "dataset", "gate", "accuracy"): b},
-                                n_resamples=200)
+    table = pruning_comparisons(
+        {("a", "dataset", "gate", "accuracy"): a, ("b", "dataset", "gate", "accuracy"): b}, n_resamples=200
+    )
     row = table.iloc[0]
     assert row["auc_difference"] == pytest.approx(curve_area(a).mean() - curve_area(b).mean())
     assert row["ci_low"] <= row["auc_difference"] <= row["ci_high"]
@@ -106,8 +116,9 @@ def test_normalised_mass_by_hand():
     # weights (0.5, 0.3, 0.2): mass deeper than depth 1 is 0.5, than depth 2 is 0.2, than depth 3 is 0
     np.testing.assert_allclose(normalised_mass(np.array([[0.5, 0.3, 0.2]])), [[0.5, 0.2, 0.0]])
     # negative scores count as 0: (-1, 1, 1) -> (0, 0.5, 0.5); no positive score -> uniform
-    np.testing.assert_allclose(normalised_mass(np.array([[-1.0, 1.0, 1.0], [-1.0, -2.0, 0.0]])),
-                               [[1.0, 0.5, 0.0], [2 / 3, 1 / 3, 0.0]])
+    np.testing.assert_allclose(
+        normalised_mass(np.array([[-1.0, 1.0, 1.0], [-1.0, -2.0, 0.0]])), [[1.0, 0.5, 0.0], [2 / 3, 1 / 3, 0.0]]
+    )
 
 
 def _sum_head(n_layers: int) -> ConcatHead:
@@ -129,7 +140,7 @@ def test_oracle_exit_depth_on_a_hand_built_head():
     #   (-1, -1, 5): -1, -2, 3 -> 0, 0, 1; full 1 -> exit at 3
     states = torch.tensor([[1, 1, 1], [-1, 3, 1], [1, -3, 1], [1, -3, 4], [-1, -1, 5.0]])
     head = _sum_head(3)
-    hidden = [states[:, i:i + 1] for i in range(3)]
+    hidden = [states[:, i : i + 1] for i in range(3)]
     prefix = np.tril(np.ones((3, 3), np.float32))
     pred, _ = evaluate_masks(head, hidden, prefix, "gate-renorm", None)
     assert pred.tolist() == [[1, 1, 1], [0, 1, 1], [1, 0, 0], [1, 0, 1], [0, 0, 1]]
@@ -148,10 +159,14 @@ def test_nothing_removed_reproduces_the_recorded_test_accuracy(recorded, pruned)
 
 
 def test_refit_on_all_layers_matches_fit_head(recorded, pruned, digits):
-    fitted = fit_head(recorded.model.backbone, digits, head="laya", head_kwargs={"d_star": 16, "scorer_hidden": 16},
-                      options=QUICK)
-    k0 = pruned.pruning[(pruned.pruning["k_removed"] == 0) & (pruned.pruning["ranking"] == "dataset")
-                        & (pruned.pruning["method"] != "random")]
+    fitted = fit_head(
+        recorded.model.backbone, digits, head="laya", head_kwargs={"d_star": 16, "scorer_hidden": 16}, options=QUICK
+    )
+    k0 = pruned.pruning[
+        (pruned.pruning["k_removed"] == 0)
+        & (pruned.pruning["ranking"] == "dataset")
+        & (pruned.pruning["method"] != "random")
+    ]
     assert set(k0["accuracy_refit"]) == {fitted.metrics["test_accuracy"]}
 
 
@@ -178,8 +193,11 @@ def test_depth_is_the_deepest_kept_layer_of_a_chain(pruned):
 def test_no_retraining_accuracy_equals_a_slow_loop(recorded, pruned, digits):
     # Independent route: the model's own forward pass with the keep gate, one mask at a time, over the raw inputs.
     model = recorded.model
-    rows = pruned.pruning[(pruned.pruning["method"] == "ig") & (pruned.pruning["ranking"] == "dataset")
-                          & (pruned.pruning["ablation"] == "gate")]
+    rows = pruned.pruning[
+        (pruned.pruning["method"] == "ig")
+        & (pruned.pruning["ranking"] == "dataset")
+        & (pruned.pruning["ablation"] == "gate")
+    ]
     x, y = digits["test"].x, digits["test"].y
     for _, row in rows.iterrows():
         keep = torch.zeros(model.n_layers)
@@ -201,7 +219,7 @@ class _Slices(Backbone):
         self.layer_dims = [width] * 3
 
     def forward(self, x, replace=None):
-        return [x[:, i * self.width:(i + 1) * self.width] for i in range(3)]
+        return [x[:, i * self.width : (i + 1) * self.width] for i in range(3)]
 
     def config(self):
         return {"name": "slices", "width": self.width}
@@ -227,9 +245,13 @@ def _planted(j: int, n: int = 600, width: int = 4, seed: int = 0):
 @pytest.mark.parametrize("j", [0, 1, 2])
 def test_a_planted_layer_is_kept_by_oracle_and_contribution_and_its_loss_is_felt(j):
     model, train, val, test = _planted(j)
-    result = prune(model, {"train": train, "val": val, "test": test},
-                   options=PruneOptions(methods=("contribution",), seeds=0, n_random=6, bootstrap=0, timing=False,
-                                        early_exit=False))
+    result = prune(
+        model,
+        {"train": train, "val": val, "test": test},
+        options=PruneOptions(
+            methods=("contribution",), seeds=0, n_random=6, bootstrap=0, timing=False, early_exit=False
+        ),
+    )
     table = result.pruning.set_index(["method", "ranking", "ablation", "k_removed"])
     full = table.loc[("oracle", "dataset", "gate", 0), "accuracy"]
     assert full > 0.95
@@ -239,7 +261,7 @@ def test_a_planted_layer_is_kept_by_oracle_and_contribution_and_its_loss_is_felt
             assert last["layers_kept"] == str(j + 1)
             assert last["accuracy"] == full
     # Removing layer j under gate leaves the logits at the bias (0, 0): every input goes to class 0.
-    hidden = [test.x[:, i * 4:(i + 1) * 4] for i in range(3)]
+    hidden = [test.x[:, i * 4 : (i + 1) * 4] for i in range(3)]
     mask = np.ones((1, 3), np.float32)
     mask[0, j] = 0
     pred, _ = evaluate_masks(model.head, hidden, mask, "gate", None)
@@ -280,8 +302,10 @@ def test_chain_detection_and_truncation(recorded, digits):
     assert depth_latency(reversed_model, torch.randn(8, 4)) is None
     # Truncating at depth 1 runs only the first block: count calls of the later ones.
     calls = []
-    handles = [m.register_forward_hook(lambda mod, a, o, i=i: calls.append(i))
-               for i, m in enumerate(model.backbone.layer_modules())]
+    handles = [
+        m.register_forward_hook(lambda mod, a, o, i=i: calls.append(i))
+        for i, m in enumerate(model.backbone.layer_modules())
+    ]
     try:
         seconds = depth_latency(model, x, repeats=2)
     finally:
@@ -321,8 +345,12 @@ def test_early_exit_oracle_depth_matches_the_partial_predictions(recorded, digit
     model = recorded.model
     x = digits["test"].x
     with torch.no_grad():
-        preds = [model.head(model.hidden_states(x), torch.tril(torch.ones(3, 3))[d].expand(len(x), -1),
-                            renormalize=True).argmax(-1) for d in range(3)]
+        preds = [
+            model.head(
+                model.hidden_states(x), torch.tril(torch.ones(3, 3))[d].expand(len(x), -1), renormalize=True
+            ).argmax(-1)
+            for d in range(3)
+        ]
         full = model(x).argmax(-1)
     preds[-1] = full
     agree = torch.stack([p == full for p in preds], 1)
@@ -336,9 +364,15 @@ def test_pruning_summary_and_comparisons(pruned):
     assert {"accuracy", "refit"} <= set(s["curve"])
     assert ((s["ci_low"] <= s["auc"] + 1e-12) & (s["auc"] <= s["ci_high"] + 1e-12)).all()
     c = pruned.comparisons
-    pair = c[(c["method_a"] == "laya") & (c["method_b"] == "oracle") & (c["ablation"] == "gate")
-             & (c["curve"] == "accuracy")].iloc[0]
-    get = lambda m: s[(s["method"] == m) & (s["ranking"] == "dataset") & (s["ablation"] == "gate")  # noqa: E731
-                      & (s["curve"] == "accuracy")]["auc"].iloc[0]
+    pair = c[
+        (c["method_a"] == "laya") & (c["method_b"] == "oracle") & (c["ablation"] == "gate") & (c["curve"] == "accuracy")
+    ].iloc[0]
+
+    def get(m):
+        rows = s[
+            (s["method"] == m) & (s["ranking"] == "dataset") & (s["ablation"] == "gate") & (s["curve"] == "accuracy")
+        ]
+        return rows["auc"].iloc[0]
+
     assert pair["auc_difference"] == pytest.approx(get("laya") - get("oracle"))
     assert isinstance(c, pd.DataFrame) and len(c) > 0

@@ -20,8 +20,14 @@ QUICK = ["--epochs", 2, "--seeds", 1, "--random-rankings", 3, "--random-refits",
 
 @pytest.fixture(scope="module")
 def checkpoint(digits, tmp_path_factory):
-    fitted = train("mlp", "laya", digits, backbone_kwargs={"widths": [16, 16]},
-                   head_kwargs={"d_star": 8, "scorer_hidden": 8}, options=TrainOptions(epochs=2, seed=0))
+    fitted = train(
+        "mlp",
+        "laya",
+        digits,
+        backbone_kwargs={"widths": [16, 16]},
+        head_kwargs={"d_star": 8, "scorer_hidden": 8},
+        options=TrainOptions(epochs=2, seed=0),
+    )
     return save_checkpoint(fitted.model, tmp_path_factory.mktemp("prune") / "m.pt")
 
 
@@ -32,8 +38,15 @@ def test_prune_writes_its_folder_and_is_byte_stable_without_timing(checkpoint, t
         assert result.exit_code == 0, result.output
     assert "area under test accuracy vs fraction of layers removed, in accuracy units" in result.output
     assert "1 = nothing lost" not in result.output
-    names = {"pruning.csv", "pruning_summary.csv", "pruning_comparisons.csv", "early_exit.csv", "pruning.png",
-             "early_exit.png", "manifest.json"}
+    names = {
+        "pruning.csv",
+        "pruning_summary.csv",
+        "pruning_comparisons.csv",
+        "early_exit.csv",
+        "pruning.png",
+        "early_exit.png",
+        "manifest.json",
+    }
     assert {p.name for p in outs[0].iterdir()} == names  # no latency.csv without timing
     for name in ("pruning.csv", "pruning_summary.csv", "pruning_comparisons.csv", "early_exit.csv"):
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes()
@@ -45,19 +58,28 @@ def test_prune_writes_its_folder_and_is_byte_stable_without_timing(checkpoint, t
     # A second run replaces the folder whole; with timing, latency.csv appears and ratios are filled.
     result = run("prune", checkpoint, *QUICK, "--limit", 120, "--out", outs[0], "--quiet", "--no-early-exit")
     assert result.exit_code == 0, result.output
-    assert {p.name for p in outs[0].iterdir()} == {"pruning.csv", "pruning_summary.csv", "pruning_comparisons.csv",
-                                                  "latency.csv", "pruning.png", "manifest.json"}
+    assert {p.name for p in outs[0].iterdir()} == {
+        "pruning.csv",
+        "pruning_summary.csv",
+        "pruning_comparisons.csv",
+        "latency.csv",
+        "pruning.png",
+        "manifest.json",
+    }
     latency = pd.read_csv(outs[0] / "latency.csv")
     assert latency["depth"].tolist() == [0, 1, 2] and latency["latency_ratio"].iloc[-1] == 1.0
 
 
-@pytest.mark.parametrize("args, pattern", [
-    (["--ablation", "gate,bogus"], "--ablation"),
-    (["--methods", "nope"], "--methods"),
-    (["--seeds", "-1"], "--seeds"),
-    (["--train-seed", "-1"], "--train-seed"),
-    (["--data", "no-such-dataset"], "no-such-dataset"),
-])
+@pytest.mark.parametrize(
+    "args, pattern",
+    [
+        (["--ablation", "gate,bogus"], "--ablation"),
+        (["--methods", "nope"], "--methods"),
+        (["--seeds", "-1"], "--seeds"),
+        (["--train-seed", "-1"], "--train-seed"),
+        (["--data", "no-such-dataset"], "no-such-dataset"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(checkpoint, tmp_path, args, pattern):
     assert_one_line_error(run("prune", checkpoint, *args, "--out", tmp_path / "x", "--quiet"), pattern)
     assert not (tmp_path / "x").exists()
@@ -82,8 +104,7 @@ def test_a_foreign_output_folder_is_refused_before_work(checkpoint, tmp_path):
 def test_prune_paper_style_writes_pdfs_and_captions(checkpoint, tmp_path):
     """--style paper: each figure as PDF with its caption beside it, every file in the manifest."""
     out = tmp_path / "paper"
-    result = run("prune", checkpoint, *QUICK, "--no-timing", "--limit", 60, "--style", "paper", "--out", out,
-                 "--quiet")
+    result = run("prune", checkpoint, *QUICK, "--no-timing", "--limit", 60, "--style", "paper", "--out", out, "--quiet")
     assert result.exit_code == 0, result.output
     names = {p.name for p in out.iterdir()}
     assert {"pruning.pdf", "pruning.caption.txt", "early_exit.pdf", "early_exit.caption.txt"} <= names
@@ -91,5 +112,6 @@ def test_prune_paper_style_writes_pdfs_and_captions(checkpoint, tmp_path):
     assert (out / "pruning.pdf").read_bytes()[:5] == b"%PDF-"
     assert (out / "pruning.caption.txt").read_text().endswith(".\n")
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["files"] == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-                                 for p in out.iterdir() if p.name != "manifest.json"}
+    assert manifest["files"] == {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir() if p.name != "manifest.json"
+    }

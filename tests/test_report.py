@@ -31,8 +31,6 @@ LAYA_RUNS = ("digits-laya.pt [laya-s0]", "digits-laya.pt [laya-s1]")
 RUN_LABELS = (*LAYA_RUNS, "digits-lastlayer.pt", "digits-scalarmix.pt")
 
 
-
-
 def f4(value) -> str:
     return "n/a" if pd.isna(value) else f"{value:.4f}"
 
@@ -41,8 +39,12 @@ def f4(value) -> str:
 def result_dirs(digits_checkpoints, tmp_path_factory):
     """Four faithfulness folders: the LAYA checkpoint under two evaluation seeds, a LastLayer and a ScalarMix one."""
     root = tmp_path_factory.mktemp("results")
-    specs = {"laya-s0": ("laya", 0), "laya-s1": ("laya", 1), "lastlayer": ("lastlayer", 0),
-             "scalarmix": ("scalarmix", 0)}
+    specs = {
+        "laya-s0": ("laya", 0),
+        "laya-s1": ("laya", 1),
+        "lastlayer": ("lastlayer", 0),
+        "scalarmix": ("scalarmix", 0),
+    }
     for name, (head, seed) in specs.items():
         result = evaluate(digits_checkpoints[head], options=EvalOptions(limit=120, bootstrap=200, seed=seed))
         write_evaluation(result, root / name)
@@ -110,15 +112,25 @@ def test_every_number_in_report_md_equals_its_csv(report_dir):
         assert [LABEL_TO_METHOD[r[0]] for r in rows] == list(part.index)
         for row in rows:
             s = part.loc[LABEL_TO_METHOD[row[0]]]
-            assert row[1:] == [f4(s.faithfulness), f"[{f4(s.faithfulness_ci_low)}, {f4(s.faithfulness_ci_high)}]",
-                               f4(s.deletion_at_1), f"[{f4(s.deletion_at_1_ci_low)}, {f4(s.deletion_at_1_ci_high)}]",
-                               f4(s.top1_hit_rate), f4(s.aopc), str(s.n), str(s.n_undefined)]
+            assert row[1:] == [
+                f4(s.faithfulness),
+                f"[{f4(s.faithfulness_ci_low)}, {f4(s.faithfulness_ci_high)}]",
+                f4(s.deletion_at_1),
+                f"[{f4(s.deletion_at_1_ci_low)}, {f4(s.deletion_at_1_ci_high)}]",
+                f4(s.top1_hit_rate),
+                f4(s.aopc),
+                str(s.n),
+                str(s.n_undefined),
+            ]
 
     across = read_csv(report_dir / "across_runs.csv")
     # the combined tables first, then (for the two LAYA folders) the across-seeds tables, one per metric
     found = section(tables, "Summary across runs")
-    assert [t[1] for t in found] == ["Faithfulness (mean Spearman ρ)", "Deletion@1 (drop of p(predicted class))",
-                                     *["Across seeds: laya · digits · gate · head (2 runs)"] * 2]
+    assert [t[1] for t in found] == [
+        "Faithfulness (mean Spearman ρ)",
+        "Deletion@1 (drop of p(predicted class))",
+        *["Across seeds: laya · digits · gate · head (2 runs)"] * 2,
+    ]
     found = found[:2]
     for (_, _, header, rows), metric in zip(found, ("faithfulness", "deletion_at_1")):
         assert header == ["method", "laya (2 runs)", "lastlayer (1 run)", "scalarmix (1 run)"]
@@ -130,8 +142,9 @@ def test_every_number_in_report_md_equals_its_csv(report_dir):
                     continue
                 s = s.iloc[0]
                 spread = f" ± {f4(s[metric + '_std'])}" if s.n_runs > 1 else ""
-                assert cell == (f"{f4(s[metric + '_mean'])}{spread} "
-                                f"[{f4(s[metric + '_ci_low'])}, {f4(s[metric + '_ci_high'])}]")
+                assert cell == (
+                    f"{f4(s[metric + '_mean'])}{spread} [{f4(s[metric + '_ci_low'])}, {f4(s[metric + '_ci_high'])}]"
+                )
 
     curves = read_csv(report_dir / "deletion_curves.csv")
     found = section(tables, "Deletion@k")
@@ -148,8 +161,16 @@ def test_every_number_in_report_md_equals_its_csv(report_dir):
     for _, run_label, _, rows in found:
         for row in rows:
             s = dist[(dist["run"] == run_label) & (dist["method"] == LABEL_TO_METHOD[row[0]])].iloc[0]
-            assert row[1:] == [str(s.n), str(s.n_rho_one), str(s.n_rho_high), str(s.n_rho_low),
-                               str(s.n_rho_negative), str(s.n_undefined), f4(s.share_rho_one), f4(s.median_rho)]
+            assert row[1:] == [
+                str(s.n),
+                str(s.n_rho_one),
+                str(s.n_rho_high),
+                str(s.n_rho_low),
+                str(s.n_rho_negative),
+                str(s.n_undefined),
+                f4(s.share_rho_one),
+                f4(s.median_rho),
+            ]
 
     agreement = read_csv(report_dir / "agreement.csv")
     found = section(tables, "Method agreement")
@@ -182,8 +203,11 @@ def test_report_csvs_equal_independent_recomputations(result_dirs, report_dir):
             assert across.loc[m, f"{metric}_std"] == pytest.approx(std, rel=1e-6, abs=1e-9)
             # (the two folders differ only in the evaluation seed: most methods have std 0, a point interval,
             # where scipy refuses scale 0)
-            low, high = (student_t.interval(0.95, df=1, loc=pair.mean(), scale=std / np.sqrt(2)) if std > 0
-                         else (pair.mean(), pair.mean()))
+            low, high = (
+                student_t.interval(0.95, df=1, loc=pair.mean(), scale=std / np.sqrt(2))
+                if std > 0
+                else (pair.mean(), pair.mean())
+            )
             assert across.loc[m, f"{metric}_ci_low"] == pytest.approx(low, rel=1e-6, abs=1e-9)
             assert across.loc[m, f"{metric}_ci_high"] == pytest.approx(high, rel=1e-6, abs=1e-9)
     # the combined table of report.md, straight from the per-run summaries
@@ -194,9 +218,11 @@ def test_report_csvs_equal_independent_recomputations(result_dirs, report_dir):
         assert cells[m]["laya (2 runs)"].startswith(f"{f4(pair.mean())} ± {f4(np.std(pair, ddof=1))} [")
     sm = summaries["scalarmix"]
     for m in sm.index:
-        assert cells[m]["scalarmix (1 run)"] == (f"{f4(sm.loc[m, 'faithfulness'])} "
-                                                 f"[{f4(sm.loc[m, 'faithfulness_ci_low'])}, "
-                                                 f"{f4(sm.loc[m, 'faithfulness_ci_high'])}]")
+        assert cells[m]["scalarmix (1 run)"] == (
+            f"{f4(sm.loc[m, 'faithfulness'])} "
+            f"[{f4(sm.loc[m, 'faithfulness_ci_low'])}, "
+            f"{f4(sm.loc[m, 'faithfulness_ci_high'])}]"
+        )
     assert cells["laya"]["scalarmix (1 run)"] == cells["laya"]["lastlayer (1 run)"] == "—"
     # a head with one run keeps that run's value and bootstrap interval
     single = all_across[all_across["head"] == "lastlayer"].set_index("method")
@@ -218,14 +244,17 @@ def test_report_csvs_equal_independent_recomputations(result_dirs, report_dir):
     # agreement: scipy's spearmanr sample by sample
     agreement = read_csv(report_dir / "agreement.csv")
     layers = pd.read_csv(result_dirs[0] / "layers.csv")
-    wide = {m: g.sort_values(["sample", "layer"])["attribution"].to_numpy().reshape(-1, 3)
-            for m, g in layers.groupby("method")}
+    wide = {
+        m: g.sort_values(["sample", "layer"])["attribution"].to_numpy().reshape(-1, 3)
+        for m, g in layers.groupby("method")
+    }
     for a_name, b_name in [("laya", "ig"), ("contribution", "random"), ("gradcam", "static"), ("ig", "ig")]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rhos = np.array([spearmanr(x, y).statistic for x, y in zip(wide[a_name], wide[b_name])])
-        got = agreement[(agreement["run"] == LAYA_RUNS[0]) & (agreement["method_a"] == a_name)
-                        & (agreement["method_b"] == b_name)].iloc[0]
+        got = agreement[
+            (agreement["run"] == LAYA_RUNS[0]) & (agreement["method_a"] == a_name) & (agreement["method_b"] == b_name)
+        ].iloc[0]
         assert got.mean_spearman == pytest.approx(np.nanmean(rhos), abs=1e-7)
         assert got.n_undefined == np.isnan(rhos).sum()
 
@@ -261,12 +290,16 @@ def test_every_figure_names_checkpoint_dataset_ablation_and_scope(result_dirs):
     runs = load_runs(result_dirs[:1] + result_dirs[2:])
     t = report_tables(runs)
     metas = [r.meta for r in runs]
-    figs = [F.faithfulness_figure(t.faithfulness, metas), F.deletion_curves_figure(t.deletion_curves, metas),
-            F.spearman_distribution_figure(t.spearman_distribution, metas)]
+    figs = [
+        F.faithfulness_figure(t.faithfulness, metas),
+        F.deletion_curves_figure(t.deletion_curves, metas),
+        F.spearman_distribution_figure(t.spearman_distribution, metas),
+    ]
     for r in runs:
         figs.append(F.scatter_figure(r.layers, meta=r.meta))
-        matrix = t.agreement[t.agreement["run"] == r.label].pivot(index="method_a", columns="method_b",
-                                                                   values="mean_spearman")
+        matrix = t.agreement[t.agreement["run"] == r.label].pivot(
+            index="method_a", columns="method_b", values="mean_spearman"
+        )
         figs.append(F.agreement_figure(matrix, meta=r.meta))
     for k, fig in enumerate(figs):
         text = " ".join(obj.get_text() for obj in fig.findobj(matplotlib.text.Text))
@@ -305,34 +338,44 @@ def test_in_memory_results_make_the_same_tables(digits_models, result_dirs, tmp_
     result = evaluate(digits_models["lastlayer"], options=EvalOptions(limit=120, bootstrap=200))
     mine = report_tables([run_from_result(result, label="x")])
     theirs = report_tables([load_run(result_dirs[2])])
-    pd.testing.assert_frame_equal(mine.spearman_distribution.drop(columns="run"),
-                                  theirs.spearman_distribution.drop(columns="run"))
+    pd.testing.assert_frame_equal(
+        mine.spearman_distribution.drop(columns="run"), theirs.spearman_distribution.drop(columns="run")
+    )
     np.testing.assert_allclose(mine.agreement["mean_spearman"], theirs.agreement["mean_spearman"], atol=1e-6)
     # report() takes the in-memory result as a run beside a folder
     done = report([result, result_dirs[2]], out=tmp_path / "rep", html_report=False, max_points=20)
     assert list(done.tables.runs["run"]) == ["<in-memory>", "digits-lastlayer.pt"] and done.warnings == []
-    pd.testing.assert_frame_equal(done.tables.faithfulness[done.tables.faithfulness["run"] == "<in-memory>"]
-                                  .drop(columns="run").reset_index(drop=True),
-                                  mine.faithfulness.drop(columns="run").reset_index(drop=True), check_dtype=False)
+    pd.testing.assert_frame_equal(
+        done.tables.faithfulness[done.tables.faithfulness["run"] == "<in-memory>"]
+        .drop(columns="run")
+        .reset_index(drop=True),
+        mine.faithfulness.drop(columns="run").reset_index(drop=True),
+        check_dtype=False,
+    )
     assert (tmp_path / "rep" / "faithfulness.csv").is_file() and done.files[-1].name == "manifest.json"
     with pytest.raises(ResultsError, match=r"a report reads result folders \(paths\) and evaluation results; got int"):
         report([3], out=tmp_path / "other")
 
 
 def test_bad_result_folders_give_one_line_errors(result_dirs, tmp_path):
-    assert_one_line_error(run("report", tmp_path / "nope", "--out", tmp_path / "o"),
-                          r"result folder '.*nope' does not exist")
+    assert_one_line_error(
+        run("report", tmp_path / "nope", "--out", tmp_path / "o"), r"result folder '.*nope' does not exist"
+    )
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert_one_line_error(run("report", result_dirs[0], empty, "--out", tmp_path / "o"),
-                          r"result folder '.*empty' has no summary.csv, samples.csv, layers.csv")
+    assert_one_line_error(
+        run("report", result_dirs[0], empty, "--out", tmp_path / "o"),
+        r"result folder '.*empty' has no summary.csv, samples.csv, layers.csv",
+    )
     broken = tmp_path / "broken"
     broken.mkdir()
     for name in ("samples.csv", "layers.csv"):
         (broken / name).write_bytes((result_dirs[0] / name).read_bytes())
     pd.read_csv(result_dirs[0] / "summary.csv").drop(columns="faithfulness").to_csv(broken / "summary.csv", index=False)
-    assert_one_line_error(run("report", broken, "--out", tmp_path / "o"),
-                          r"summary.csv: missing column\(s\) faithfulness; is it from `laya-eval faithfulness`\?")
+    assert_one_line_error(
+        run("report", broken, "--out", tmp_path / "o"),
+        r"summary.csv: missing column\(s\) faithfulness; is it from `laya-eval faithfulness`\?",
+    )
     assert not (tmp_path / "o").exists()
     assert_one_line_error(run("report"), r"Missing argument 'RESULT_DIRS...'")
     with pytest.raises(ResultsError, match="at least one result folder"):
@@ -341,8 +384,21 @@ def test_bad_result_folders_give_one_line_errors(result_dirs, tmp_path):
 
 def test_a_multi_ablation_folder_stands_for_its_subfolders(digits_checkpoints, tmp_path):
     out = tmp_path / "abl"
-    done = run("faithfulness", digits_checkpoints["laya"], "--ablation", "mean,gate", "--limit", 30, "--bootstrap", 20,
-               "--methods", "laya,random", "--out", out, "-q")
+    done = run(
+        "faithfulness",
+        digits_checkpoints["laya"],
+        "--ablation",
+        "mean,gate",
+        "--limit",
+        30,
+        "--bootstrap",
+        20,
+        "--methods",
+        "laya,random",
+        "--out",
+        out,
+        "-q",
+    )
     assert done.exit_code == 0, done.output
     runs = load_runs([out])
     assert [r.folder.name for r in runs] == ["gate", "mean"]
@@ -361,19 +417,35 @@ def test_spearman_bands_and_agreement_by_hand():
     from laya_eval.reporting.tables import _spearman_table
 
     # rho per sample: 1 (twice), 0.5, 0.2, -0.5, undefined
-    samples = pd.DataFrame({"sample": range(6), "label": 0, "pred": 0, "method": "laya",
-                            "spearman": [1.0, 1.0, 0.5, 0.2, -0.5, np.nan]})
-    summary = pd.DataFrame({"checkpoint": ["c.pt"], "head": ["laya"], "dataset": ["d"], "method": ["laya"],
-                            "ablation": ["gate"], "scope": ["head"], "n": [6], "n_undefined": [1]})
+    samples = pd.DataFrame(
+        {"sample": range(6), "label": 0, "pred": 0, "method": "laya", "spearman": [1.0, 1.0, 0.5, 0.2, -0.5, np.nan]}
+    )
+    summary = pd.DataFrame(
+        {
+            "checkpoint": ["c.pt"],
+            "head": ["laya"],
+            "dataset": ["d"],
+            "method": ["laya"],
+            "ablation": ["gate"],
+            "scope": ["head"],
+            "n": [6],
+            "n_undefined": [1],
+        }
+    )
     dist = _spearman_table([Run("c.pt", summary, samples, pd.DataFrame())]).iloc[0]
     assert (dist.n_rho_one, dist.n_rho_high, dist.n_rho_low, dist.n_rho_negative, dist.n_undefined) == (2, 1, 1, 1, 1)
     assert dist.share_rho_one == pytest.approx(2 / 6) and dist.median_rho == pytest.approx(0.5)
 
     # Two samples, three layers. a = (1, 2, 3) and (3, 2, 1); b = (1, 2, 3) and (5, 5, 5) (constant: undefined);
     # c is constant everywhere. rho(a, b) = mean over the defined sample 0 = 1; rho(a, c) undefined -> NaN.
-    layers = pd.DataFrame({"sample": np.repeat([0, 1], 9), "method": np.tile(np.repeat(["a", "b", "c"], 3), 2),
-                           "layer": np.tile([1, 2, 3], 6),
-                           "attribution": [1, 2, 3, 1, 2, 3, 7, 7, 7, 3, 2, 1, 5, 5, 5, 7, 7, 7]})
+    layers = pd.DataFrame(
+        {
+            "sample": np.repeat([0, 1], 9),
+            "method": np.tile(np.repeat(["a", "b", "c"], 3), 2),
+            "layer": np.tile([1, 2, 3], 6),
+            "attribution": [1, 2, 3, 1, 2, 3, 7, 7, 7, 3, 2, 1, 5, 5, 5, 7, 7, 7],
+        }
+    )
     m = agreement_matrix(layers, ["a", "b", "c"]).set_index(["method_a", "method_b"])
     assert m.loc[("a", "b"), "mean_spearman"] == 1.0 and m.loc[("a", "b"), "n_undefined"] == 1
     assert m.loc[("a", "a"), "mean_spearman"] == 1.0 and m.loc[("a", "a"), "n_defined"] == 2
@@ -415,10 +487,20 @@ def _scipy_comparisons(samples: pd.DataFrame) -> pd.DataFrame:
         for a, b in combinations(list(dict.fromkeys(samples["method"])), 2):
             d = (wide[a] - wide[b]).dropna().to_numpy()
             res = wilcoxon(d[d != 0]) if (d != 0).any() else None
-            block.append({"metric": metric, "method_a": a, "method_b": b, "n": d.size, "mean_difference": d.mean(),
-                          "ci_low": np.quantile(d, 0.025), "ci_high": np.quantile(d, 0.975),
-                          "wilcoxon_statistic": res.statistic if res else np.nan,
-                          "p_value": res.pvalue if res else 1.0, "rank_biserial": 0.0})
+            block.append(
+                {
+                    "metric": metric,
+                    "method_a": a,
+                    "method_b": b,
+                    "n": d.size,
+                    "mean_difference": d.mean(),
+                    "ci_low": np.quantile(d, 0.025),
+                    "ci_high": np.quantile(d, 0.975),
+                    "wilcoxon_statistic": res.statistic if res else np.nan,
+                    "p_value": res.pvalue if res else 1.0,
+                    "rank_biserial": 0.0,
+                }
+            )
         p = np.array([r["p_value"] for r in block])
         order = np.argsort(p)
         holm = np.empty_like(p)
@@ -447,7 +529,7 @@ def test_paired_tests_show_in_the_report_and_as_markers(result_dirs, tmp_path):
     (older / "manifest.json").write_text(json.dumps(manifest))
     report([folder, older], out=tmp_path / "rep", max_points=30, html_report=False)
     md = (tmp_path / "rep" / "report.md").read_text()
-    (_, sub, header, rows), = section(md_tables(md), "Paired tests")
+    ((_, sub, header, rows),) = section(md_tables(md), "Paired tests")
     tests_part = md.split("## Paired tests", 1)[1].split("\n## ", 1)[0]
     assert tests_part.count("<details>") == 1 and "digits-lastlayer.pt" not in tests_part
     assert sub == runs[0].label and len(rows) == len(comp) == 2 * 45  # 10 methods: 45 pairs, 2 metrics

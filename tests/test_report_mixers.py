@@ -26,8 +26,21 @@ def mixers_dir(tmp_path_factory):
     path = save_mixer_model(model, tmp / "m.pt")
     np.savez(tmp / "d.npz", x=torch.randn(60, 1, 8, 8).numpy(), y=np.arange(60) % 3)
     out = tmp / "audit"
-    result = run("mixers", path, "--data", f"npz:{tmp / 'd.npz'}", "--limit", 55, "--bootstrap", 100,
-                 "--methods", "mass,norm_mass,random", "--out", out, "--quiet")
+    result = run(
+        "mixers",
+        path,
+        "--data",
+        f"npz:{tmp / 'd.npz'}",
+        "--limit",
+        55,
+        "--bootstrap",
+        100,
+        "--methods",
+        "mass,norm_mass,random",
+        "--out",
+        out,
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output
     return out
 
@@ -46,8 +59,13 @@ def test_report_shows_the_map_and_a_verdict_per_mixer(mixers_dir, tmp_path):
     for mixer, row in mass.iterrows():
         # The rule applied here to summary.csv by hand: interval above 0 -> predicts, below -> against, else not.
         low, high = row.faithfulness_ci_low, row.faithfulness_ci_high
-        verdict = ("mass predicts effect" if low > 0 else "mass ranks sources against their effects" if high < 0
-                   else "mass does not predict effect")
+        verdict = (
+            "mass predicts effect"
+            if low > 0
+            else "mass ranks sources against their effects"
+            if high < 0
+            else "mass does not predict effect"
+        )
         line = next(x for x in md.splitlines() if x.startswith(f"{mixer} ("))
         assert verdict in line and f"{row.faithfulness:.4f}" in line and f"{low:.4f}, {high:.4f}" in line, line
         assert mixer in result.output and verdict in result.output
@@ -66,11 +84,14 @@ def _rehash(folder, name):
     (folder / "manifest.json").write_text(json.dumps(manifest))
 
 
-@pytest.mark.parametrize("column, value, message", [
-    ("mean_mass", "lots", r"map\.csv: column 'mean_mass' must be numbers; row 2 holds 'lots'"),
-    ("source", "1.5", r"map\.csv: column 'source' must be whole non-negative numbers; row 2 holds"),
-    ("mean_effect", None, r"map\.csv: missing column\(s\) mean_effect"),
-])
+@pytest.mark.parametrize(
+    "column, value, message",
+    [
+        ("mean_mass", "lots", r"map\.csv: column 'mean_mass' must be numbers; row 2 holds 'lots'"),
+        ("source", "1.5", r"map\.csv: column 'source' must be whole non-negative numbers; row 2 holds"),
+        ("mean_effect", None, r"map\.csv: missing column\(s\) mean_effect"),
+    ],
+)
 def test_a_corrupted_map_is_refused_naming_file_and_column(mixers_dir, tmp_path, column, value, message):
     folder = tmp_path / "audit"
     shutil.copytree(mixers_dir, folder)

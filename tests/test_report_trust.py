@@ -67,8 +67,14 @@ def seed_dirs(digits, tmp_path_factory):
     folders = []
     for s in SEEDS:
         torch.manual_seed(s)
-        model = build_model("mlp", "laya", digits["train"], backbone_kwargs={"widths": [64, 32, 16]},
-                            head_kwargs={"d_star": 16, "scorer_hidden": 16}, seed=s)
+        model = build_model(
+            "mlp",
+            "laya",
+            digits["train"],
+            backbone_kwargs={"widths": [64, 32, 16]},
+            head_kwargs={"d_star": 16, "scorer_hidden": 16},
+            seed=s,
+        )
         train_in_place(model, digits["train"], digits["val"], TrainOptions(epochs=1, seed=s, batch_size=64))
         ckpt = save_checkpoint(model, root / f"digits-laya-seed{s}.pt")
         result = evaluate(ckpt, options=EvalOptions(methods=METHODS, limit=80, bootstrap=50, seed=0))
@@ -91,8 +97,12 @@ def sanity_dir(digits_checkpoints, digits, tmp_path_factory):
     import laya_eval
     from laya_eval.sanity_checks import SanityOptions
 
-    options = SanityOptions(methods=("laya", "static", "contribution", "random"), roar_seeds=2, bootstrap=100,
-                            train=TrainOptions(epochs=3, seed=0, batch_size=64, patience=2))
+    options = SanityOptions(
+        methods=("laya", "static", "contribution", "random"),
+        roar_seeds=2,
+        bootstrap=100,
+        train=TrainOptions(epochs=3, seed=0, batch_size=64, patience=2),
+    )
     out = tmp_path_factory.mktemp("sanity") / "sanity-digits"
     done = laya_eval.sanity(digits_checkpoints["laya"], digits, out=out, options=options, limit=150)
     assert done.meta["n"] == 150 and done.files[-1] == out / "manifest.json"
@@ -111,14 +121,22 @@ def test_min_wilcoxon_p_is_scipys_smallest_exact_p():
 
 def test_seed_comparisons_every_pair_against_scipy():
     # faithfulness per run and method (five runs); deletion made up the same way
-    values = {"laya": [0.90, 0.85, 0.88, 0.80, 0.86], "ig": [0.70, 0.72, 0.69, 0.81, 0.75],
-              "random": [0.01, -0.02, 0.00, 0.03, -0.01]}
-    rows = [{"run": f"seed{s}.pt", "method": m, "faithfulness": v[s], "deletion_at_1": v[s] / 2 + 0.1 * (s == 2)}
-            for m, v in values.items() for s in range(5)]
+    values = {
+        "laya": [0.90, 0.85, 0.88, 0.80, 0.86],
+        "ig": [0.70, 0.72, 0.69, 0.81, 0.75],
+        "random": [0.01, -0.02, 0.00, 0.03, -0.01],
+    }
+    rows = [
+        {"run": f"seed{s}.pt", "method": m, "faithfulness": v[s], "deletion_at_1": v[s] / 2 + 0.1 * (s == 2)}
+        for m, v in values.items()
+        for s in range(5)
+    ]
     table = pd.DataFrame(rows)
     got = seed_comparisons(table, run="run", n_resamples=0)
-    wide = {metric: table.pivot(index="run", columns="method", values=metric) for metric in ("faithfulness",
-                                                                                           "deletion_at_1")}
+    wide = {
+        metric: table.pivot(index="run", columns="method", values=metric)
+        for metric in ("faithfulness", "deletion_at_1")
+    }
     expected = []
     for metric in ("faithfulness", "deletion_at_1"):
         for a, b in itertools.combinations(values, 2):
@@ -130,8 +148,9 @@ def test_seed_comparisons_every_pair_against_scipy():
     np.testing.assert_allclose(got.p_holm, holm(np.array([e[4] for e in expected])), rtol=1e-12)
     assert (got.n == 5).all()
     # laya above random on all five runs: the smallest p five runs allow
-    assert got.set_index(["metric", "method_a", "method_b"]).loc[("faithfulness", "laya", "random"),
-                                                                   "p_value"] == pytest.approx(0.0625)
+    assert got.set_index(["metric", "method_a", "method_b"]).loc[
+        ("faithfulness", "laya", "random"), "p_value"
+    ] == pytest.approx(0.0625)
 
 
 def test_across_seeds_section_against_scipy(seed_dirs, seed_report):
@@ -161,7 +180,8 @@ def test_across_seeds_section_against_scipy(seed_dirs, seed_report):
             expected = sps.rankdata(-row.to_numpy(), method="average")
             assert [rank[(run_label, m)] for m in row.index] == list(expected)
         assert mine.loc[best, "mean_rank"] == pytest.approx(
-            np.mean([sps.rankdata(-r.to_numpy())[list(r.index).index(best)] for _, r in wide.iterrows()]))
+            np.mean([sps.rankdata(-r.to_numpy())[list(r.index).index(best)] for _, r in wide.iterrows()])
+        )
 
     md = (seed_report / "report.md").read_text()
     # five runs can never reach p < 0.05 with the exact test: the report says so
@@ -176,8 +196,15 @@ def test_across_seeds_section_against_scipy(seed_dirs, seed_report):
         rank = ranks[ranks.metric == metric].set_index(["method", "run"])["rank"]
         for row in rows:
             s = mine.loc[LABEL_TO_METHOD[row[0]]]
-            assert row[1:8] == [f"{f4(s['mean'])} ± {f4(s['std'])}", f4(s.mean_rank), F.method_label(s.reference),
-                                f4(s.mean_difference), f4(s.wilcoxon_statistic), f4(s.p_value), f4(s.p_holm)]
+            assert row[1:8] == [
+                f"{f4(s['mean'])} ± {f4(s['std'])}",
+                f4(s.mean_rank),
+                F.method_label(s.reference),
+                f4(s.mean_difference),
+                f4(s.wilcoxon_statistic),
+                f4(s.p_value),
+                f4(s.p_holm),
+            ]
             assert row[8:] == [f4(rank[(LABEL_TO_METHOD[row[0]], r)]) for r in runs]
 
 
@@ -185,24 +212,67 @@ def test_across_seeds_section_against_scipy(seed_dirs, seed_report):
 
 
 def test_significance_matrix_by_hand():
-    comparisons = pd.DataFrame([
-        # a beats b: significant, positive mean difference -> (a, b) "▲ 0.003", (b, a) "▼ 0.003"
-        {"metric": "faithfulness", "method_a": "a", "method_b": "b", "n": 9, "mean_difference": 0.2, "p_holm": 0.003},
-        # a vs c: not significant -> "· 0.200" both ways
-        {"metric": "faithfulness", "method_a": "a", "method_b": "c", "n": 9, "mean_difference": -0.1, "p_holm": 0.2},
-        # b vs c: significant with a zero mean difference -> "≠ <0.001"
-        {"metric": "faithfulness", "method_a": "b", "method_b": "c", "n": 9, "mean_difference": 0.0, "p_holm": 2e-4},
-        # another metric must not leak in
-        {"metric": "deletion_at_1", "method_a": "a", "method_b": "b", "n": 9, "mean_difference": -1.0,
-         "p_holm": 1e-9},
-        # d: its test is undefined -> "?"
-        {"metric": "faithfulness", "method_a": "a", "method_b": "d", "n": 0, "mean_difference": np.nan,
-         "p_holm": np.nan},
-    ])
+    comparisons = pd.DataFrame(
+        [
+            # a beats b: significant, positive mean difference -> (a, b) "▲ 0.003", (b, a) "▼ 0.003"
+            {
+                "metric": "faithfulness",
+                "method_a": "a",
+                "method_b": "b",
+                "n": 9,
+                "mean_difference": 0.2,
+                "p_holm": 0.003,
+            },
+            # a vs c: not significant -> "· 0.200" both ways
+            {
+                "metric": "faithfulness",
+                "method_a": "a",
+                "method_b": "c",
+                "n": 9,
+                "mean_difference": -0.1,
+                "p_holm": 0.2,
+            },
+            # b vs c: significant with a zero mean difference -> "≠ <0.001"
+            {
+                "metric": "faithfulness",
+                "method_a": "b",
+                "method_b": "c",
+                "n": 9,
+                "mean_difference": 0.0,
+                "p_holm": 2e-4,
+            },
+            # another metric must not leak in
+            {
+                "metric": "deletion_at_1",
+                "method_a": "a",
+                "method_b": "b",
+                "n": 9,
+                "mean_difference": -1.0,
+                "p_holm": 1e-9,
+            },
+            # d: its test is undefined -> "?"
+            {
+                "metric": "faithfulness",
+                "method_a": "a",
+                "method_b": "d",
+                "n": 0,
+                "mean_difference": np.nan,
+                "p_holm": np.nan,
+            },
+        ]
+    )
     m = significance_matrix(comparisons, metric="faithfulness", methods=["a", "b", "c", "d"])
     cells = {(r.method, r.versus): cell_text(r.symbol, r.p_holm) for r in m.itertuples()}
-    assert cells == {("a", "b"): "▲ 0.003", ("b", "a"): "▼ 0.003", ("a", "c"): "· 0.200", ("c", "a"): "· 0.200",
-                     ("b", "c"): "≠ <0.001", ("c", "b"): "≠ <0.001", ("a", "d"): "?", ("d", "a"): "?"}
+    assert cells == {
+        ("a", "b"): "▲ 0.003",
+        ("b", "a"): "▼ 0.003",
+        ("a", "c"): "· 0.200",
+        ("c", "a"): "· 0.200",
+        ("b", "c"): "≠ <0.001",
+        ("c", "b"): "≠ <0.001",
+        ("a", "d"): "?",
+        ("d", "a"): "?",
+    }
     assert m.set_index(["method", "versus"]).loc[("b", "a"), "mean_difference"] == -0.2
     # exactly at alpha is not significant
     at = comparisons.iloc[:1].assign(p_holm=0.05)
@@ -263,8 +333,9 @@ def test_significance_figure_shows_the_report_cells(seed_dirs, seed_report):
     fig = F.significance_figure(panels)
     shown = sorted(t.get_text() for t in fig.axes[0].texts if isinstance(t, matplotlib.text.Text))
     md = (seed_report / "report.md").read_text()
-    (_, _, _, rows), _ = [t for t in md_tables(md) if t[0] == "Significance between methods"
-                          and t[1] == "digits-laya-seed0.pt"]
+    (_, _, _, rows), _ = [
+        t for t in md_tables(md) if t[0] == "Significance between methods" and t[1] == "digits-laya-seed0.pt"
+    ]
     assert shown == sorted(c for row in rows for c in row[1:] if c != "—")
     # colour: sign(mean of row - column) * -log10 p (Holm), capped at 4; nothing on the diagonal
     values = panels[0]["values"]
@@ -292,10 +363,17 @@ def _verdicts_by_the_rule(folder) -> pd.DataFrame:
         c, d = check(last.loc[m]), check(shuffled.loc[m])
         lo = roar.set_index("method").loc[m, "ci_low"]
         defined = [v for v in (c, d) if v != "n/a"]
-        rows.append({"method": m, "cascading_verdict": c, "data_verdict": d,
-                     "roar_verdict": ("agrees" if lo > 0 else "disagrees") if informative else "uninformative",
-                     "verdict": "chance reference" if m == "random" else (
-                         "not testable" if not defined else "fails" if "fail" in defined else "passes")})
+        rows.append(
+            {
+                "method": m,
+                "cascading_verdict": c,
+                "data_verdict": d,
+                "roar_verdict": ("agrees" if lo > 0 else "disagrees") if informative else "uninformative",
+                "verdict": "chance reference"
+                if m == "random"
+                else ("not testable" if not defined else "fails" if "fail" in defined else "passes"),
+            }
+        )
     return pd.DataFrame(rows).set_index("method")
 
 
@@ -309,7 +387,7 @@ def test_sanity_only_report(sanity_dir, tmp_path):
     assert md.startswith("# Layer-attribution sanity report")
     assert "passes when the interval's upper bound is below 0.5" in md
     expected = _verdicts_by_the_rule(sanity_dir)
-    (_, sub, header, rows), = [t for t in md_tables(md) if t[1] == "sanity: digits-laya.pt"]
+    ((_, sub, header, rows),) = [t for t in md_tables(md) if t[1] == "sanity: digits-laya.pt"]
     casc = pd.read_csv(sanity_dir / "randomisation.csv")
     # the trainable digits MLP: the cascade goes on from the head's groups into the backbone's blocks
     assert casc.loc[casc.step.idxmax(), "params"] == "classifier+scorer+adapters+block3+block2+block1"
@@ -322,8 +400,11 @@ def test_sanity_only_report(sanity_dir, tmp_path):
         e = expected.loc[m]
         assert [row[2], row[4], row[6], row[7]] == [e.cascading_verdict, e.data_verdict, e.roar_verdict, e.verdict]
         c = last.loc[m]
-        assert row[1] == ("undefined" if np.isnan(c.similarity) else
-                          f"{f4(c.similarity)} [{f4(c.similarity_ci_low)}, {f4(c.similarity_ci_high)}]")
+        assert row[1] == (
+            "undefined"
+            if np.isnan(c.similarity)
+            else f"{f4(c.similarity)} [{f4(c.similarity_ci_low)}, {f4(c.similarity_ci_high)}]"
+        )
         assert row[5] == f"{f4(roar.loc[m, 'spearman'])} [{f4(roar.loc[m, 'ci_low'])}, {f4(roar.loc[m, 'ci_high'])}]"
     assert expected.loc["static", "verdict"] == "not testable"  # constant across samples: undefined similarity
     assert expected.loc["laya", "cascading_verdict"] == "pass"  # alpha changes once the scorer is re-initialised
@@ -341,29 +422,60 @@ def test_sanity_only_report(sanity_dir, tmp_path):
 
 def test_sanity_verdict_rules_by_hand():
     def table(rows):
-        return pd.DataFrame(rows, columns=["check", "step", "params", "method", "similarity", "similarity_ci_low",
-                                           "similarity_ci_high", "faithfulness"])
+        return pd.DataFrame(
+            rows,
+            columns=[
+                "check",
+                "step",
+                "params",
+                "method",
+                "similarity",
+                "similarity_ci_low",
+                "similarity_ci_high",
+                "faithfulness",
+            ],
+        )
 
-    casc = table([("cascading", 0, "none", m, 1, 1, 1, 0.9) for m in "abcde"] + [
-        ("cascading", 1, "classifier", "a", 0.90, 0.80, 0.95, 0.5),  # an earlier step never decides
-        ("cascading", 2, "all", "a", 0.40, 0.30, 0.49, 0.5),          # upper bound 0.49 < 0.5: pass
-        ("cascading", 2, "all", "b", 0.45, 0.40, 0.50, 0.5),          # upper bound exactly 0.5: fail
-        ("cascading", 2, "all", "c", np.nan, np.nan, np.nan, 0.5),    # undefined: n/a
-        ("cascading", 2, "all", "d", 0.30, np.nan, np.nan, 0.5),      # no interval (no bootstrap): the estimate
-        ("cascading", 2, "all", "random", 0.0, -0.1, 0.1, 0.0)])
-    data = table([("data", 1, "labels", m, s, s - 0.1, s + 0.1, 0.1)
-                  for m, s in (("a", 0.1), ("b", 0.1), ("c", np.nan), ("d", 0.6), ("random", 0.0))])
-    roar = pd.DataFrame({"method": ["a", "b", "c", "d", "random"], "spearman": [0.8, 0.5, 0.9, -0.5, 0.0],
-                         "ci_low": [0.2, -0.1, np.nan, -0.9, -0.5], "ci_high": [1, 1, np.nan, 0, 0.5]})
+    casc = table(
+        [("cascading", 0, "none", m, 1, 1, 1, 0.9) for m in "abcde"]
+        + [
+            ("cascading", 1, "classifier", "a", 0.90, 0.80, 0.95, 0.5),  # an earlier step never decides
+            ("cascading", 2, "all", "a", 0.40, 0.30, 0.49, 0.5),  # upper bound 0.49 < 0.5: pass
+            ("cascading", 2, "all", "b", 0.45, 0.40, 0.50, 0.5),  # upper bound exactly 0.5: fail
+            ("cascading", 2, "all", "c", np.nan, np.nan, np.nan, 0.5),  # undefined: n/a
+            ("cascading", 2, "all", "d", 0.30, np.nan, np.nan, 0.5),  # no interval (no bootstrap): the estimate
+            ("cascading", 2, "all", "random", 0.0, -0.1, 0.1, 0.0),
+        ]
+    )
+    data = table(
+        [
+            ("data", 1, "labels", m, s, s - 0.1, s + 0.1, 0.1)
+            for m, s in (("a", 0.1), ("b", 0.1), ("c", np.nan), ("d", 0.6), ("random", 0.0))
+        ]
+    )
+    roar = pd.DataFrame(
+        {
+            "method": ["a", "b", "c", "d", "random"],
+            "spearman": [0.8, 0.5, 0.9, -0.5, 0.0],
+            "ci_low": [0.2, -0.1, np.nan, -0.9, -0.5],
+            "ci_high": [1, 1, np.nan, 0, 0.5],
+        }
+    )
     # layer 2 drops 0.02 on average over two seeds: ROAR is informative
-    drops = pd.DataFrame({"layer": [1, 1, 2, 2], "seed": [0, 1, 0, 1], "accuracy": 0.9,
-                          "accuracy_drop": [0.001, 0.003, 0.03, 0.01]})
+    drops = pd.DataFrame(
+        {"layer": [1, 1, 2, 2], "seed": [0, 1, 0, 1], "accuracy": 0.9, "accuracy_drop": [0.001, 0.003, 0.03, 0.01]}
+    )
     got = sanity_table([SanityRun("x.pt", casc, data, drops, roar)]).set_index("method")
     assert got.loc[["a", "b", "c", "d"], "cascading_verdict"].tolist() == ["pass", "fail", "n/a", "pass"]
     assert got.loc[["a", "b", "c", "d"], "data_verdict"].tolist() == ["pass", "pass", "n/a", "fail"]
     assert got.loc[["a", "b", "c", "d"], "roar_verdict"].tolist() == ["agrees", "disagrees", "agrees", "disagrees"]
-    assert got.loc[["a", "b", "c", "d", "random"], "verdict"].tolist() == ["passes", "fails", "not testable", "fails",
-                                                                           "chance reference"]
+    assert got.loc[["a", "b", "c", "d", "random"], "verdict"].tolist() == [
+        "passes",
+        "fails",
+        "not testable",
+        "fails",
+        "chance reference",
+    ]
     assert got.loc["a", "cascading_similarity"] == 0.40 and got.loc["a", "cascading_params"] == "all"
     # mean drops 0.002 and 0.008: no layer reaches 0.01, ROAR says nothing
     flat = drops.assign(accuracy_drop=[0.001, 0.003, 0.012, 0.004])
@@ -379,8 +491,12 @@ def test_report_mixes_faithfulness_runs_and_sanity_folders(seed_dirs, sanity_dir
     assert result.exit_code == 0, result.output
     md = (out / "report.md").read_text()
     headings = re.findall(r"^## (.+)$", md, flags=re.M)
-    assert headings.index("Summary across runs") < headings.index("Significance between methods") < \
-        headings.index("Sanity checks") < headings.index("Faithfulness and Deletion@1 per run")
+    assert (
+        headings.index("Summary across runs")
+        < headings.index("Significance between methods")
+        < headings.index("Sanity checks")
+        < headings.index("Faithfulness and Deletion@1 per run")
+    )
     assert [t for t, _ in re.findall(r"^- \[(.+)\]\(#(.+)\)$", md, flags=re.M)] == headings
     assert "from 1 result folder(s) and 1 sanity folder(s)" in md
     assert (out / "sanity.csv").is_file() and (out / "faithfulness.csv").is_file()
@@ -393,13 +509,18 @@ def test_sanity_folder_errors(sanity_dir, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(sanity_dir, broken)
     (broken / "layer_roar.csv").unlink()
-    assert_one_line_error(run("report", broken, "--out", tmp_path / "o"),
-                          r"sanity folder '.*broken' has no layer_roar.csv: expected the output of `laya-eval sanity`")
+    assert_one_line_error(
+        run("report", broken, "--out", tmp_path / "o"),
+        r"sanity folder '.*broken' has no layer_roar.csv: expected the output of `laya-eval sanity`",
+    )
     shutil.copy(sanity_dir / "layer_roar.csv", broken / "layer_roar.csv")
-    pd.read_csv(sanity_dir / "roar_agreement.csv").drop(columns="ci_low").to_csv(broken / "roar_agreement.csv",
-                                                                                 index=False)
-    assert_one_line_error(run("report", broken, "--out", tmp_path / "o"),
-                          r"roar_agreement.csv: missing column\(s\) ci_low; is it from `laya-eval sanity`\?")
+    pd.read_csv(sanity_dir / "roar_agreement.csv").drop(columns="ci_low").to_csv(
+        broken / "roar_agreement.csv", index=False
+    )
+    assert_one_line_error(
+        run("report", broken, "--out", tmp_path / "o"),
+        r"roar_agreement.csv: missing column\(s\) ci_low; is it from `laya-eval sanity`\?",
+    )
     shutil.copy(sanity_dir / "roar_agreement.csv", broken / "roar_agreement.csv")
     (broken / "sanity.json").write_text("[1, 2]")
     assert_one_line_error(run("report", broken, "--out", tmp_path / "o"), r"sanity.json' is not a JSON object")
@@ -422,26 +543,47 @@ def _sanity_repeat_first_row(folder, name):
     pd.concat([table, table.iloc[:1]]).to_csv(folder / name, index=False)
 
 
-@pytest.mark.parametrize("edit, pattern", [
-    (lambda d: _sanity_cell(d, "randomisation.csv", "similarity", "abc"),
-     r"randomisation\.csv: column 'similarity' must be numbers; row 1 holds 'abc'"),
-    (lambda d: _sanity_cell(d, "data_randomisation.csv", "step", "1.5"),
-     r"data_randomisation\.csv: column 'step' must be whole non-negative numbers; row 1 holds 1\.5\.$"),
-    (lambda d: _sanity_cell(d, "randomisation.csv", "method", ""),
-     r"randomisation\.csv: column 'method' must be text; row 1 holds nan"),
-    (lambda d: _sanity_cell(d, "layer_roar.csv", "accuracy", ""),
-     r"layer_roar\.csv: column 'accuracy' must be finite numbers; row 1 holds nan"),
-    (lambda d: _sanity_cell(d, "layer_roar.csv", "seed", "true"),
-     r"layer_roar\.csv: column 'seed' must be (whole non-negative )?numbers"),
-    (lambda d: _sanity_cell(d, "roar_agreement.csv", "spearman", "inf"),
-     r"roar_agreement\.csv: column 'spearman' must be numbers or empty; row 1 holds inf"),
-    (lambda d: _sanity_cell(d, "roar_agreement.csv", "ci_note", "7"),
-     r"roar_agreement\.csv: column 'ci_note' must be text or empty; row 1 holds '?7(\.0)?'?\.$"),
-    (lambda d: _sanity_repeat_first_row(d, "roar_agreement.csv"),
-     r"roar_agreement\.csv: columns 'method' must be unique"),
-    (lambda d: _sanity_repeat_first_row(d, "randomisation.csv"),
-     r"randomisation\.csv: columns 'check', 'step', 'method' must be unique"),
-])
+@pytest.mark.parametrize(
+    "edit, pattern",
+    [
+        (
+            lambda d: _sanity_cell(d, "randomisation.csv", "similarity", "abc"),
+            r"randomisation\.csv: column 'similarity' must be numbers; row 1 holds 'abc'",
+        ),
+        (
+            lambda d: _sanity_cell(d, "data_randomisation.csv", "step", "1.5"),
+            r"data_randomisation\.csv: column 'step' must be whole non-negative numbers; row 1 holds 1\.5\.$",
+        ),
+        (
+            lambda d: _sanity_cell(d, "randomisation.csv", "method", ""),
+            r"randomisation\.csv: column 'method' must be text; row 1 holds nan",
+        ),
+        (
+            lambda d: _sanity_cell(d, "layer_roar.csv", "accuracy", ""),
+            r"layer_roar\.csv: column 'accuracy' must be finite numbers; row 1 holds nan",
+        ),
+        (
+            lambda d: _sanity_cell(d, "layer_roar.csv", "seed", "true"),
+            r"layer_roar\.csv: column 'seed' must be (whole non-negative )?numbers",
+        ),
+        (
+            lambda d: _sanity_cell(d, "roar_agreement.csv", "spearman", "inf"),
+            r"roar_agreement\.csv: column 'spearman' must be numbers or empty; row 1 holds inf",
+        ),
+        (
+            lambda d: _sanity_cell(d, "roar_agreement.csv", "ci_note", "7"),
+            r"roar_agreement\.csv: column 'ci_note' must be text or empty; row 1 holds '?7(\.0)?'?\.$",
+        ),
+        (
+            lambda d: _sanity_repeat_first_row(d, "roar_agreement.csv"),
+            r"roar_agreement\.csv: columns 'method' must be unique",
+        ),
+        (
+            lambda d: _sanity_repeat_first_row(d, "randomisation.csv"),
+            r"randomisation\.csv: columns 'check', 'step', 'method' must be unique",
+        ),
+    ],
+)
 def test_a_sanity_table_of_the_wrong_kind_is_one_line_naming_file_and_column(sanity_dir, tmp_path, edit, pattern):
     import shutil
 
@@ -451,5 +593,7 @@ def test_a_sanity_table_of_the_wrong_kind_is_one_line_naming_file_and_column(san
     shutil.copytree(sanity_dir, broken)
     edit(broken)
     rehash(broken)
-    assert_one_line_error(run("report", broken, "--out", tmp_path / "o"), str(broken).replace(".", r"\.") + "/" + pattern)
+    assert_one_line_error(
+        run("report", broken, "--out", tmp_path / "o"), str(broken).replace(".", r"\.") + "/" + pattern
+    )
     assert not (tmp_path / "o").exists()

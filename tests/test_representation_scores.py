@@ -31,7 +31,12 @@ def _concat_head(widths=(2, 2, 2, 2)):
 
 
 # Four 2-d states of one sample, chosen so the cosines are round: s1 = (1, 0), s2 = (1, 1), s3 = (0, 2), s4 = (-3, 0).
-STATES = [torch.tensor([[1.0, 0.0]]), torch.tensor([[1.0, 1.0]]), torch.tensor([[0.0, 2.0]]), torch.tensor([[-3.0, 0.0]])]
+STATES = [
+    torch.tensor([[1.0, 0.0]]),
+    torch.tensor([[1.0, 1.0]]),
+    torch.tensor([[0.0, 2.0]]),
+    torch.tensor([[-3.0, 0.0]]),
+]
 
 
 def test_block_influence_on_round_states_by_hand():
@@ -41,15 +46,18 @@ def test_block_influence_on_round_states_by_hand():
     np.testing.assert_allclose(got[0], expected, atol=1e-12)
 
 
-@pytest.mark.parametrize("span,expected", [
-    # n = 1: arccos(1/sqrt2) / pi = 1/4 for layers 2 and 3, arccos(0) / pi = 1/2 for layer 4; layer 1: 1/2.
-    (1, [0.5, 0.25, 0.25, 0.5]),
-    # n = 2: layer 2's block runs s1 -> s3: cos 0 -> 1/2; layer 3's s2 -> s4: cos = -3 / (sqrt2 * 3) -> 3/4;
-    # layer 4's block passes the end and stops at s4: s3 -> s4, 1/2.
-    (2, [0.5, 0.5, 0.75, 0.5]),
-    # n = 3: layer 2: s1 -> s4, cos = -1 -> 1; layer 3: s2 -> s4 (cut) 3/4; layer 4: s3 -> s4 1/2.
-    (3, [0.5, 1.0, 0.75, 0.5]),
-])
+@pytest.mark.parametrize(
+    "span,expected",
+    [
+        # n = 1: arccos(1/sqrt2) / pi = 1/4 for layers 2 and 3, arccos(0) / pi = 1/2 for layer 4; layer 1: 1/2.
+        (1, [0.5, 0.25, 0.25, 0.5]),
+        # n = 2: layer 2's block runs s1 -> s3: cos 0 -> 1/2; layer 3's s2 -> s4: cos = -3 / (sqrt2 * 3) -> 3/4;
+        # layer 4's block passes the end and stops at s4: s3 -> s4, 1/2.
+        (2, [0.5, 0.5, 0.75, 0.5]),
+        # n = 3: layer 2: s1 -> s4, cos = -1 -> 1; layer 3: s2 -> s4 (cut) 3/4; layer 4: s3 -> s4 1/2.
+        (3, [0.5, 1.0, 0.75, 0.5]),
+    ],
+)
 def test_angular_distance_on_round_states_by_hand(span, expected):
     got = _run("angular_distance", _concat_head(), [s.double() for s in STATES], angular_span=span)
     np.testing.assert_allclose(got[0], expected, atol=1e-12)
@@ -97,9 +105,20 @@ def test_prune_ranks_layers_by_the_baselines(digits_models, digits):
     from laya_eval.pruning import PruneOptions, prune
 
     model = digits_models["laya"]
-    result = prune(model, digits, options=PruneOptions(methods=("block_influence", "alpha_norm"), ablations=("gate",),
-                                                       seeds=0, n_random=2, n_random_refit=0, bootstrap=0, timing=False,
-                                                       early_exit=False))
+    result = prune(
+        model,
+        digits,
+        options=PruneOptions(
+            methods=("block_influence", "alpha_norm"),
+            ablations=("gate",),
+            seeds=0,
+            n_random=2,
+            n_random_refit=0,
+            bootstrap=0,
+            timing=False,
+            early_exit=False,
+        ),
+    )
     head = model.head
     with torch.no_grad():
         hidden = [h.double() for h in model.hidden_states(digits["test"].x)]

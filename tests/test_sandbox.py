@@ -39,8 +39,9 @@ def test_temporary_files_of_the_tests_and_their_subprocesses_go_into_the_sandbox
     sandbox rather than piling up in the system's temporary folder."""
     assert _inside(tmp_path, sandbox.SANDBOX)
     assert _inside(tempfile.gettempdir(), sandbox.SANDBOX)
-    child = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.mkdtemp())"],
-                           capture_output=True, text=True, check=True)
+    child = subprocess.run(
+        [sys.executable, "-c", "import tempfile; print(tempfile.mkdtemp())"], capture_output=True, text=True, check=True
+    )
     made = Path(child.stdout.strip())
     assert made.is_dir() and _inside(made, sandbox.SANDBOX / "tmp")
 
@@ -61,8 +62,14 @@ def test_home_snapshot_finds_new_and_changed_paths(tmp_path):
     (home / "stray.txt").write_text("")
     after = sandbox.home_snapshot(home)
     assert sandbox.home_changes(before, after) == [
-        ".cache", ".cache/laya-eval", ".cache/laya-eval/features", ".cache/laya-eval/features/k",
-        ".cache/laya-eval/features/k/x.pt", ".config/tool/settings.ini", "stray.txt"]
+        ".cache",
+        ".cache/laya-eval",
+        ".cache/laya-eval/features",
+        ".cache/laya-eval/features/k",
+        ".cache/laya-eval/features/k/x.pt",
+        ".config/tool/settings.ini",
+        "stray.txt",
+    ]
     assert sandbox.home_changes(after, sandbox.home_snapshot(home)) == []
 
 
@@ -85,13 +92,22 @@ def test_a_session_that_writes_to_the_real_home_fails(tmp_path):
     (home / ".cache").mkdir(parents=True)
     (project / "conftest.py").write_text(INNER_CONFTEST)
     (project / "test_inner.py").write_text(INNER_TEST)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           sandbox.SANDBOX_VAR: str(tmp_path / "inner-sandbox"), sandbox.REAL_HOME_VAR: str(home)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        sandbox.SANDBOX_VAR: str(tmp_path / "inner-sandbox"),
+        sandbox.REAL_HOME_VAR: str(home),
+    }
     results = {}
     for write in ("0", "1"):
-        results[write] = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                                         "no:xdist", str(project)], cwd=project, capture_output=True, text=True,
-                                        env={**env, "WRITE_HOME": write}, timeout=120)
+        results[write] = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(project)],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            env={**env, "WRITE_HOME": write},
+            timeout=120,
+        )
     assert results["0"].returncode == 0, results["0"].stdout
     assert results["1"].returncode == 1, results["1"].stdout
     assert "1 passed" in results["1"].stdout
@@ -113,13 +129,42 @@ def test_the_cli_writes_nothing_to_home(tmp_path):
         if var != "HOME":
             env[var] = str(tmp_path / "redirected" / sub.replace("home/", "home-"))
     Path(env["TMPDIR"]).mkdir(parents=True)
-    commands = [["train", "--dataset", "digits", "--backbone", "mlp", "--head", "laya", "--epochs", "1",
-                 "--out", str(tmp_path / "m.pt"), "--quiet"],
-                ["faithfulness", str(tmp_path / "m.pt"), "--limit", "20", "--bootstrap", "10",
-                 "--out", str(tmp_path / "res"), "--quiet"]]
+    commands = [
+        [
+            "train",
+            "--dataset",
+            "digits",
+            "--backbone",
+            "mlp",
+            "--head",
+            "laya",
+            "--epochs",
+            "1",
+            "--out",
+            str(tmp_path / "m.pt"),
+            "--quiet",
+        ],
+        [
+            "faithfulness",
+            str(tmp_path / "m.pt"),
+            "--limit",
+            "20",
+            "--bootstrap",
+            "10",
+            "--out",
+            str(tmp_path / "res"),
+            "--quiet",
+        ],
+    ]
     for args in commands:
-        proc = subprocess.run([sys.executable, "-m", "laya_eval_cli", *args], cwd=tmp_path, capture_output=True,
-                              text=True, env=env, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "laya_eval_cli", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert proc.returncode == 0, (args[0], proc.stderr[-2000:])
     assert (tmp_path / "res" / "summary.csv").is_file()
     assert list(home.iterdir()) == [] and home.stat().st_mtime_ns == stamp

@@ -80,10 +80,15 @@ def test_cascading_randomisation_of_a_lastlayer_head(digits_models, digits):
 
 def test_cascading_randomisation_of_laya_walks_its_groups_top_down(digits_models, features):
     model = digits_models["laya"]
-    table = cascading_randomisation(model, features["test"], SanityOptions(methods=("laya", "contribution", "random"),
-                                                                           bootstrap=0))
-    assert table.drop_duplicates("step").params.tolist() == ["none", "classifier", "classifier+scorer",
-                                                             "classifier+scorer+adapters"]
+    table = cascading_randomisation(
+        model, features["test"], SanityOptions(methods=("laya", "contribution", "random"), bootstrap=0)
+    )
+    assert table.drop_duplicates("step").params.tolist() == [
+        "none",
+        "classifier",
+        "classifier+scorer",
+        "classifier+scorer+adapters",
+    ]
     laya = table[table.method == "laya"].set_index("step").similarity
     # alpha is computed by the scorer and adapters, not the classifier: re-initialising the classifier alone
     # leaves it exactly as it was; once the scorer is random it is not
@@ -122,8 +127,11 @@ def _one_informative_layer(seed: int = 0, n: int = 600):
     g = torch.Generator().manual_seed(seed)
     y = torch.randint(0, 4, (n,), generator=g)
     informative = nn.functional.one_hot(y, 4).float() * 3 + 0.5 * torch.randn(n, 4, generator=g)
-    hidden = [torch.randn(n, 5, generator=g), torch.cat([informative, torch.randn(n, 2, generator=g)], 1),
-              torch.randn(n, 3, generator=g)]
+    hidden = [
+        torch.randn(n, 5, generator=g),
+        torch.cat([informative, torch.randn(n, 2, generator=g)], 1),
+        torch.randn(n, 3, generator=g),
+    ]
     return Features(hidden=hidden, y=y)
 
 
@@ -149,8 +157,14 @@ def test_retrained_heads_are_the_heads_fit_head_trains(digits_models, digits, tm
 
     model = digits_models["laya"]
     options = TrainOptions(epochs=3, seed=5, batch_size=64)
-    want = fit_head(copy.deepcopy(model.backbone), digits, head="laya", head_kwargs=model.head.config()["kwargs"],
-                    options=options, cache_dir=tmp_path).model.head
+    want = fit_head(
+        copy.deepcopy(model.backbone),
+        digits,
+        head="laya",
+        head_kwargs=model.head.config()["kwargs"],
+        options=options,
+        cache_dir=tmp_path,
+    ).model.head
     train_f, val_f = (encode_features(model, digits[s]) for s in ("train", "val"))
     got = retrained_head(model.head, model.head.layer_dims, train_f, val_f, options)
     assert want.state_dict().keys() == got.state_dict().keys()
@@ -165,14 +179,21 @@ def test_retrained_heads_are_the_heads_fit_head_trains(digits_models, digits, tm
 
 
 def test_roar_agreement_against_scipy_per_seed():
-    roar = pd.DataFrame({"layer": [1, 2, 3] * 2, "seed": [0, 0, 0, 1, 1, 1],
-                         "accuracy": 0.0, "accuracy_drop": [0.0, 0.5, 0.1, 0.02, 0.4, 0.01]})
+    roar = pd.DataFrame(
+        {
+            "layer": [1, 2, 3] * 2,
+            "seed": [0, 0, 0, 1, 1, 1],
+            "accuracy": 0.0,
+            "accuracy_drop": [0.0, 0.5, 0.1, 0.02, 0.4, 0.01],
+        }
+    )
     scores = {"good": np.tile([0.1, 0.8, 0.3], (4, 1)), "bad": np.tile([0.9, 0.1, 0.2], (4, 1))}
     got = roar_agreement(scores, roar, n_resamples=100).set_index("method")
     assert list(got.reset_index().columns) == ROAR_AGREEMENT_COLUMNS
     for name, s in scores.items():
-        want = np.mean([sps.spearmanr(s.mean(0), [0.0, 0.5, 0.1]).statistic,
-                        sps.spearmanr(s.mean(0), [0.02, 0.4, 0.01]).statistic])
+        want = np.mean(
+            [sps.spearmanr(s.mean(0), [0.0, 0.5, 0.1]).statistic, sps.spearmanr(s.mean(0), [0.02, 0.4, 0.01]).statistic]
+        )
         assert got.loc[name, "spearman"] == pytest.approx(want)
     assert got.loc["good", "spearman"] == pytest.approx(0.75)  # by hand: rho 1 (seed 0) and 0.5 (seed 1)
 
@@ -206,8 +227,11 @@ def test_similarity_interval_against_a_slow_scipy_loop():
     assert [got.low, got.high] == pytest.approx(want, abs=1e-12)
     shared = Resamples(40, 300, 11)
     assert attribution_similarity(a, b, n_resamples=300, seed=11, resamples=shared) == got
-    with pytest.raises(ConfigError, match=r"resamples were drawn for \(n, n_resamples, seed\) = \(40, 300, 11\); "
-                                          r"got \(40, 300, 12\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"resamples were drawn for \(n, n_resamples, seed\) = \(40, 300, 11\); "
+        r"got \(40, 300, 12\)",
+    ):
         attribution_similarity(a, b, n_resamples=300, seed=12, resamples=shared)
 
 
@@ -227,17 +251,26 @@ def test_attribute_features_equals_the_engine_on_the_same_samples(digits_models,
 
 def test_sanity_runs_the_backbone_once_per_split_and_per_block_step(digits_models, digits):
     model = digits_models["concat"]
-    options = SanityOptions(methods=("contribution", "random"), bootstrap=50, roar_seeds=1, batch_size=10_000,
-                            train=TrainOptions(epochs=3, seed=0, batch_size=64))
+    options = SanityOptions(
+        methods=("contribution", "random"),
+        bootstrap=50,
+        roar_seeds=1,
+        batch_size=10_000,
+        train=TrainOptions(epochs=3, seed=0, batch_size=64),
+    )
     with _Counter(model.backbone) as counter:
         result = sanity(model, digits, options=options)
     # train, val and test encoded once each (one batch each), then the test split once per block step (by the
     # copy of the backbone the block steps re-initialise; the copy carries the counting hook); head steps: none
     assert counter.calls == 3 + 3
     assert len(result.layer_roar) == 3 and list(result.roar_agreement.method) == ["contribution", "random"]
-    assert result.randomisation.params.unique().tolist() == ["none", "classifier", "classifier+block3",
-                                                             "classifier+block3+block2",
-                                                             "classifier+block3+block2+block1"]
+    assert result.randomisation.params.unique().tolist() == [
+        "none",
+        "classifier",
+        "classifier+block3",
+        "classifier+block3+block2",
+        "classifier+block3+block2+block1",
+    ]
 
 
 def _reset(modules, seed):
@@ -256,20 +289,27 @@ def test_backbone_block_steps_against_the_engine_on_a_rebuilt_model(digits_model
     from laya_eval.engine.evaluation import EvalOptions, evaluate
 
     model, test = digits_models["laya"], digits["test"]
-    options = SanityOptions(methods=("contribution", "grad_x_act", "random"), bootstrap=0, seed=7,
-                            batch_size=10_000)
+    options = SanityOptions(methods=("contribution", "grad_x_act", "random"), bootstrap=0, seed=7, batch_size=10_000)
     features = encode_features(model, test)
     with _Counter(model.backbone) as counter:
         table = cascading_randomisation(model, features, options, data=test)
     assert counter.calls == 3  # one pass (of the re-initialised copy) per block step; none for the 3 head steps
     assert table.drop_duplicates("step").params.tolist()[3:] == [
-        "classifier+scorer+adapters", "classifier+scorer+adapters+block3",
-        "classifier+scorer+adapters+block3+block2", "classifier+scorer+adapters+block3+block2+block1"]
+        "classifier+scorer+adapters",
+        "classifier+scorer+adapters+block3",
+        "classifier+scorer+adapters+block3+block2",
+        "classifier+scorer+adapters+block3+block2+block1",
+    ]
 
     def engine_scores(m):
         layers = evaluate(m, test, options=EvalOptions(methods=("contribution", "grad_x_act"), bootstrap=0)).layers
-        return {name: layers[layers.method == name].sort_values(["sample", "layer"]).attribution.to_numpy()
-                .reshape(len(test), -1) for name in ("contribution", "grad_x_act")}
+        return {
+            name: layers[layers.method == name]
+            .sort_values(["sample", "layer"])
+            .attribution.to_numpy()
+            .reshape(len(test), -1)
+            for name in ("contribution", "grad_x_act")
+        }
 
     base = engine_scores(model)
     for n_blocks, step in ((1, 4), (3, 6)):
@@ -343,17 +383,50 @@ def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
     from tests.cli_helpers import run
 
     out = tmp_path / "sanity"
-    result = run("sanity", digits_checkpoints["laya"], "--methods", "laya,contribution,random", "--epochs", 2,
-                 "--roar-seeds", 1, "--bootstrap", 20, "--limit", 100, "--out", out, "--quiet")
+    result = run(
+        "sanity",
+        digits_checkpoints["laya"],
+        "--methods",
+        "laya,contribution,random",
+        "--epochs",
+        2,
+        "--roar-seeds",
+        1,
+        "--bootstrap",
+        20,
+        "--limit",
+        100,
+        "--out",
+        out,
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0].split() == ["method", "cascading", "(all", "groups)", "shuffled", "labels",
-                                                     "ROAR", "rho", "[95%", "CI]"]
-    assert {p.name for p in out.iterdir()} == {"randomisation.csv", "data_randomisation.csv", "layer_roar.csv",
-                                               "roar_agreement.csv", "sanity.json", "sanity.png", "manifest.json"}
+    assert result.output.splitlines()[0].split() == [
+        "method",
+        "cascading",
+        "(all",
+        "groups)",
+        "shuffled",
+        "labels",
+        "ROAR",
+        "rho",
+        "[95%",
+        "CI]",
+    ]
+    assert {p.name for p in out.iterdir()} == {
+        "randomisation.csv",
+        "data_randomisation.csv",
+        "layer_roar.csv",
+        "roar_agreement.csv",
+        "sanity.json",
+        "sanity.png",
+        "manifest.json",
+    }
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["kind"] == "sanity" and manifest["code"] == code_origin()
-    assert manifest["files"] == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-                                 for p in out.iterdir() if p.name != "manifest.json"}
+    assert manifest["files"] == {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir() if p.name != "manifest.json"
+    }
     table = pd.read_csv(out / "randomisation.csv")
     assert list(table.columns) == RANDOMISATION_COLUMNS and set(table.method) == {"laya", "contribution", "random"}
     assert list(pd.read_csv(out / "layer_roar.csv").columns) == LAYER_ROAR_COLUMNS
@@ -373,8 +446,23 @@ def test_sanity_folder_is_replaced_whole_and_never_over_other_files(digits_check
     from tests.cli_helpers import assert_one_line_error, run
 
     out = tmp_path / "sanity"
-    args = ("sanity", digits_checkpoints["laya"], "--methods", "contribution,random", "--epochs", 1,
-            "--roar-seeds", 1, "--bootstrap", 0, "--limit", 60, "--out", out, "--quiet")
+    args = (
+        "sanity",
+        digits_checkpoints["laya"],
+        "--methods",
+        "contribution,random",
+        "--epochs",
+        1,
+        "--roar-seeds",
+        1,
+        "--bootstrap",
+        0,
+        "--limit",
+        60,
+        "--out",
+        out,
+        "--quiet",
+    )
     assert run(*args).exit_code == 0
     assert run(*args, "--format", "svg").exit_code == 0
     names = {p.name for p in out.iterdir()}
@@ -392,8 +480,25 @@ def test_sanity_paper_style_writes_pdf_and_caption_without_a_title(digits_checkp
     from tests.cli_helpers import run
 
     out = tmp_path / "paper"
-    result = run("sanity", digits_checkpoints["laya"], "--methods", "contribution,random", "--epochs", 1,
-                 "--roar-seeds", 1, "--bootstrap", 0, "--limit", 60, "--style", "paper", "--out", out, "--quiet")
+    result = run(
+        "sanity",
+        digits_checkpoints["laya"],
+        "--methods",
+        "contribution,random",
+        "--epochs",
+        1,
+        "--roar-seeds",
+        1,
+        "--bootstrap",
+        0,
+        "--limit",
+        60,
+        "--style",
+        "paper",
+        "--out",
+        out,
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output
     names = {p.name for p in out.iterdir()}
     assert {"sanity.pdf", "sanity.caption.txt"} <= names and "sanity.png" not in names
@@ -401,16 +506,18 @@ def test_sanity_paper_style_writes_pdf_and_caption_without_a_title(digits_checkp
     caption = (out / "sanity.caption.txt").read_text()
     assert caption.endswith(".\n") and len(caption.split()) > 5, caption
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["files"] == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-                                 for p in out.iterdir() if p.name != "manifest.json"}
+    assert manifest["files"] == {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir() if p.name != "manifest.json"
+    }
 
 
 def test_sanity_cli_errors_are_one_line(digits_checkpoints, tmp_path):
     from tests.cli_helpers import assert_one_line_error, run
 
     assert_one_line_error(run("sanity", tmp_path / "missing.pt"), r"missing\.pt")
-    assert_one_line_error(run("sanity", digits_checkpoints["laya"], "--methods", "gi"),
-                          r"--methods must be one of \{laya, .*\}; got 'gi'")
+    assert_one_line_error(
+        run("sanity", digits_checkpoints["laya"], "--methods", "gi"), r"--methods must be one of \{laya, .*\}; got 'gi'"
+    )
 
 
 def test_a_frozen_backbone_is_encoded_once_across_runs_through_the_feature_cache(digits_models, digits, tmp_path):
@@ -425,8 +532,12 @@ def test_a_frozen_backbone_is_encoded_once_across_runs_through_the_feature_cache
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     assert torch.equal(cached.y, digits["val"].y)
 
-    options = SanityOptions(methods=("contribution", "random"), bootstrap=0, roar_seeds=1,
-                            train=TrainOptions(epochs=1, seed=0, batch_size=64))
+    options = SanityOptions(
+        methods=("contribution", "random"),
+        bootstrap=0,
+        roar_seeds=1,
+        train=TrainOptions(epochs=1, seed=0, batch_size=64),
+    )
     with _Counter(model.backbone) as first:
         a = sanity(model, digits, options=options, cache_dir=tmp_path)
     with _Counter(model.backbone) as second:

@@ -130,9 +130,11 @@ def test_holm_is_monotone_bounded_and_at_least_p(p):
 
 def _per_sample(rng, n=80):
     rows = []
-    truth = {"laya": rng.choice([-1, -0.5, 0.5, 1], n, p=[0.05, 0.15, 0.4, 0.4]),
-             "ig": rng.choice([-1, -0.5, 0.5, 1], n, p=[0.1, 0.2, 0.4, 0.3]),
-             "random": rng.choice([-1, -0.5, 0.5, 1], n, p=[1 / 6, 2 / 6, 2 / 6, 1 / 6])}
+    truth = {
+        "laya": rng.choice([-1, -0.5, 0.5, 1], n, p=[0.05, 0.15, 0.4, 0.4]),
+        "ig": rng.choice([-1, -0.5, 0.5, 1], n, p=[0.1, 0.2, 0.4, 0.3]),
+        "random": rng.choice([-1, -0.5, 0.5, 1], n, p=[1 / 6, 2 / 6, 2 / 6, 1 / 6]),
+    }
     truth["ig"][:4] = np.nan
     deletion = {m: rng.uniform(0, 0.5, n).round(2) for m in truth}
     for m in truth:
@@ -146,8 +148,10 @@ def test_compare_methods_every_pair_both_metrics_against_scipy():
     got = compare_methods(table, n_resamples=200, seed=0, methods=["laya", "ig", "random"])
     assert list(got.columns) == COMPARISON_COLUMNS
     assert list(zip(got.metric, got.method_a, got.method_b)) == [
-        (metric, a, b) for metric in ("faithfulness", "deletion_at_1")
-        for a, b in [("laya", "ig"), ("laya", "random"), ("ig", "random")]]
+        (metric, a, b)
+        for metric in ("faithfulness", "deletion_at_1")
+        for a, b in [("laya", "ig"), ("laya", "random"), ("ig", "random")]
+    ]
     for row in got.itertuples():
         source = truth if row.metric == "faithfulness" else deletion
         a, b = source[row.method_a], source[row.method_b]
@@ -182,11 +186,17 @@ def test_compare_methods_names_unknown_methods():
 def test_exact_null_for_three_layers():
     null = spearman_null(np.array([0.3, 0.1, 0.2]))
     assert dict(zip(null.values.round(12), null.probs.round(12))) == {
-        -1.0: round(1 / 6, 12), -0.5: round(2 / 6, 12), 0.5: round(2 / 6, 12), 1.0: round(1 / 6, 12)}
+        -1.0: round(1 / 6, 12),
+        -0.5: round(2 / 6, 12),
+        0.5: round(2 / 6, 12),
+        1.0: round(1 / 6, 12),
+    }
 
 
-@pytest.mark.parametrize("effects", [[0.4, 0.1, 0.3, 0.2], [0.4, 0.4, 0.3, 0.2], [0.4, 0.4, 0.1, 0.1],
-                                     [0.2, 0.2, 0.2, 0.9], [0.1, 0.5, 0.5, 0.5]])
+@pytest.mark.parametrize(
+    "effects",
+    [[0.4, 0.1, 0.3, 0.2], [0.4, 0.4, 0.3, 0.2], [0.4, 0.4, 0.1, 0.1], [0.2, 0.2, 0.2, 0.9], [0.1, 0.5, 0.5, 0.5]],
+)
 def test_exact_null_for_four_layers_matches_enumeration_with_scipy(effects):
     rhos = [sps.spearmanr(p, effects).statistic for p in itertools.permutations(range(4))]
     values, counts = np.unique(np.round(rhos, 10), return_counts=True)
@@ -202,11 +212,14 @@ def _brute_force_p(effects: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sums, np.full(sums.size, 1 / sums.size)
 
 
-@pytest.mark.parametrize("effects", [
-    [[0.1, 0.2, 0.3], [0.3, 0.2, 0.1], [0.5, 0.1, 0.2]],  # one tie pattern
-    [[0.1, 0.2, 0.3], [0.2, 0.2, 0.3], [0.1, 0.3, 0.3], [0.9, 0.9, 0.1]],  # three patterns, mixed lattices
-    [[0.1, 0.2, 0.3, 0.4], [0.2, 0.2, 0.3, 0.4], [0.2, 0.2, 0.4, 0.4]],
-])
+@pytest.mark.parametrize(
+    "effects",
+    [
+        [[0.1, 0.2, 0.3], [0.3, 0.2, 0.1], [0.5, 0.1, 0.2]],  # one tie pattern
+        [[0.1, 0.2, 0.3], [0.2, 0.2, 0.3], [0.1, 0.3, 0.3], [0.9, 0.9, 0.1]],  # three patterns, mixed lattices
+        [[0.1, 0.2, 0.3, 0.4], [0.2, 0.2, 0.3, 0.4], [0.2, 0.2, 0.4, 0.4]],
+    ],
+)
 def test_p_value_equals_brute_force_enumeration(effects):
     effects = np.array(effects)
     sums, probs = _brute_force_p(effects)
@@ -343,8 +356,12 @@ def _slow_tie(row: np.ndarray, rtol: float) -> tuple[list[float], int]:
 
 
 @settings(max_examples=200, deadline=None)
-@given(arrays(np.float64, st.tuples(st.integers(1, 6), st.integers(2, 7)),
-              elements=st.integers(-40, 40).map(lambda v: v / 40)), st.sampled_from([0.0, 0.02, 0.1, 0.3]))
+@given(
+    arrays(
+        np.float64, st.tuples(st.integers(1, 6), st.integers(2, 7)), elements=st.integers(-40, 40).map(lambda v: v / 40)
+    ),
+    st.sampled_from([0.0, 0.02, 0.1, 0.3]),
+)
 def test_tie_effects_equals_a_slow_single_linkage_loop(effects, rtol):
     got = tie_effects(effects, rtol=rtol)
     for i, row in enumerate(effects):
@@ -403,10 +420,14 @@ def test_identical_rankings_flags_a_collapsed_head():
 
 def _summaries():
     # faithfulness per seed (rows) and method; laya best on every seed, ig second except seed 3
-    values = {"laya": [0.90, 0.85, 0.88, 0.80, 0.86], "ig": [0.70, 0.72, 0.69, 0.81, 0.75],
-              "random": [0.01, -0.02, 0.00, 0.03, -0.01]}
-    return pd.DataFrame([{"checkpoint": f"seed{s}.pt", "method": m, "faithfulness": v[s]}
-                         for m, v in values.items() for s in range(5)]), values
+    values = {
+        "laya": [0.90, 0.85, 0.88, 0.80, 0.86],
+        "ig": [0.70, 0.72, 0.69, 0.81, 0.75],
+        "random": [0.01, -0.02, 0.00, 0.03, -0.01],
+    }
+    return pd.DataFrame(
+        [{"checkpoint": f"seed{s}.pt", "method": m, "faithfulness": v[s]} for m, v in values.items() for s in range(5)]
+    ), values
 
 
 def test_across_seeds_by_hand_and_against_scipy():
@@ -437,7 +458,9 @@ def test_seed_ranks_per_run():
 
 def test_across_seeds_needs_one_row_per_run_and_method():
     table, _ = _summaries()
-    with pytest.raises(ConfigError, match=r"one row per \(checkpoint, method\); got several for \['seed0.pt', 'laya'\]"):
+    with pytest.raises(
+        ConfigError, match=r"one row per \(checkpoint, method\); got several for \['seed0.pt', 'laya'\]"
+    ):
         across_seeds(pd.concat([table, table.iloc[:1]]))
     with pytest.raises(ConfigError, match=r"missing \['seed'\]"):
         across_seeds(table, run="seed")

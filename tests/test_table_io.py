@@ -16,9 +16,16 @@ def _frame(n=50, seed=0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     spearman = rng.uniform(-1, 1, n)
     spearman[::7] = np.nan  # undefined rho: an empty CSV cell, a null in Parquet
-    return pd.DataFrame({"sample": np.arange(n, dtype=np.int64), "method": rng.choice(["laya", "ig"], n),
-                         "layer": rng.integers(1, 4, n), "attribution": rng.normal(size=n) * 1e-3,
-                         "spearman": spearman, "top1_hit": rng.random(n) < 0.5})
+    return pd.DataFrame(
+        {
+            "sample": np.arange(n, dtype=np.int64),
+            "method": rng.choice(["laya", "ig"], n),
+            "layer": rng.integers(1, 4, n),
+            "attribution": rng.normal(size=n) * 1e-3,
+            "spearman": spearman,
+            "top1_hit": rng.random(n) < 0.5,
+        }
+    )
 
 
 def test_csv_bytes_are_exactly_the_historical_format(tmp_path):

@@ -54,17 +54,36 @@ def test_target_label_and_a_fixed_class_follow_the_gate_effects_by_hand(tmp_path
     full = torch.softmax(terms.sum(1) + bias, -1)
     for target, classes in (("label", labels), (3, torch.full((N,), 3))):
         out = tmp_path / f"t{target}"
-        r = run("faithfulness", ckpt, "--methods", "contribution", "--target", target, "--limit", N,
-                "--bootstrap", 0, "--quiet", "--out", out)
+        r = run(
+            "faithfulness",
+            ckpt,
+            "--methods",
+            "contribution",
+            "--target",
+            target,
+            "--limit",
+            N,
+            "--bootstrap",
+            0,
+            "--quiet",
+            "--out",
+            out,
+        )
         assert r.exit_code == 0, r.output
         attribution, effect = _layers(out, "contribution")
         idx = classes.long()
         # gate: removing layer i drops its term t_i; the effect is p_t(all terms) - p_t(all but t_i).
         removed = torch.softmax(terms.sum(1, keepdim=True) - terms + bias, -1)  # (N, L, C)
-        expect = full.gather(1, idx[:, None]) - removed.gather(2, idx[:, None, None].expand(-1, terms.shape[1], 1))[..., 0]
+        expect = (
+            full.gather(1, idx[:, None]) - removed.gather(2, idx[:, None, None].expand(-1, terms.shape[1], 1))[..., 0]
+        )
         np.testing.assert_allclose(effect, expect.numpy(), atol=1e-9)
-        np.testing.assert_allclose(attribution, terms.gather(2, idx[:, None, None].expand(-1, terms.shape[1], 1))[..., 0]
-                                   .numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            attribution,
+            terms.gather(2, idx[:, None, None].expand(-1, terms.shape[1], 1))[..., 0].numpy(),
+            rtol=1e-5,
+            atol=1e-6,
+        )
         assert json.loads((out / "manifest.json").read_text())["target"]["option"] == target
 
 
@@ -78,8 +97,20 @@ def test_a_class_the_model_lacks_is_refused_in_one_line(tmp_path, digits_checkpo
 
 def test_ig_from_the_mean_is_complete_and_the_batch_size_changes_nothing(tmp_path, digits_checkpoints):
     ckpt = digits_checkpoints["laya"]
-    common = [ckpt, "--methods", "ig", "--ig-baseline", "mean", "--ig-steps", 64, "--limit", N, "--bootstrap", 0,
-              "--quiet"]
+    common = [
+        ckpt,
+        "--methods",
+        "ig",
+        "--ig-baseline",
+        "mean",
+        "--ig-steps",
+        64,
+        "--limit",
+        N,
+        "--bootstrap",
+        0,
+        "--quiet",
+    ]
     assert run("faithfulness", *common, "--out", tmp_path / "a").exit_code == 0
     assert run("faithfulness", *common, "--ig-batch-size", 7, "--out", tmp_path / "b").exit_code == 0
     ig_a, _ = _layers(tmp_path / "a", "ig")
@@ -94,9 +125,13 @@ def test_ig_from_the_mean_is_complete_and_the_batch_size_changes_nothing(tmp_pat
     pred = logits.argmax(1, keepdim=True)
     np.testing.assert_allclose(ig_a.sum(1), (logits.gather(1, pred) - base.gather(1, pred))[:, 0].numpy(), atol=1e-3)
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    assert manifest["integrated_gradients"] == {"n_steps": 64, "method": "gausslegendre", "baseline": "mean",
-                                                "baseline_state": "mean of each layer's state over the evaluated data",
-                                                "internal_batch_size": 7}
+    assert manifest["integrated_gradients"] == {
+        "n_steps": 64,
+        "method": "gausslegendre",
+        "baseline": "mean",
+        "baseline_state": "mean of each layer's state over the evaluated data",
+        "internal_batch_size": 7,
+    }
     assert manifest["diagnostics"]["ig"]["mean_abs"] < 1e-3
 
 
@@ -117,8 +152,9 @@ def test_cached_feature_attributions_follow_the_target_by_hand(digits_checkpoint
     removed = torch.softmax(terms.sum(1, keepdim=True) - terms + bias, -1)  # gate: term i dropped, (N, L, C)
     pred = full.argmax(-1)
     for target, classes in (("pred", pred), ("label", labels), (3, torch.full((N,), 3))):
-        scores, effects = attribute_features(model, features, ["contribution"], ablation="gate", batch_size=7,
-                                             target=target)
+        scores, effects = attribute_features(
+            model, features, ["contribution"], ablation="gate", batch_size=7, target=target
+        )
         idx = classes.long()[:, None, None].expand(-1, terms.shape[1], 1)
         expect = full.gather(1, classes.long()[:, None]) - removed.gather(2, idx)[..., 0]
         np.testing.assert_allclose(effects, expect.numpy(), atol=1e-9)
@@ -128,12 +164,48 @@ def test_cached_feature_attributions_follow_the_target_by_hand(digits_checkpoint
 
 def test_sanity_and_prune_take_the_target_and_record_it(tmp_path, digits_checkpoints):
     ckpt = digits_checkpoints["laya"]
-    r = run("sanity", ckpt, "--methods", "contribution,random", "--target", "label", "--epochs", 1, "--roar-seeds", 1,
-            "--bootstrap", 0, "--limit", 40, "--out", tmp_path / "s", "--quiet")
+    r = run(
+        "sanity",
+        ckpt,
+        "--methods",
+        "contribution,random",
+        "--target",
+        "label",
+        "--epochs",
+        1,
+        "--roar-seeds",
+        1,
+        "--bootstrap",
+        0,
+        "--limit",
+        40,
+        "--out",
+        tmp_path / "s",
+        "--quiet",
+    )
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "s" / "sanity.json").read_text())["target"] == "label"
-    r = run("prune", ckpt, "--methods", "contribution", "--target", 2, "--seeds", 0, "--random-rankings", 2,
-            "--no-timing", "--no-early-exit", "--bootstrap", 0, "--limit", 40, "--out", tmp_path / "p", "--quiet")
+    r = run(
+        "prune",
+        ckpt,
+        "--methods",
+        "contribution",
+        "--target",
+        2,
+        "--seeds",
+        0,
+        "--random-rankings",
+        2,
+        "--no-timing",
+        "--no-early-exit",
+        "--bootstrap",
+        0,
+        "--limit",
+        40,
+        "--out",
+        tmp_path / "p",
+        "--quiet",
+    )
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "p" / "manifest.json").read_text())["target"] == 2
     for command in ("sanity", "prune"):

@@ -12,8 +12,14 @@ from laya_eval.data import Dataset
 from laya_eval.engine.evaluation import EvalOptions, evaluate, make_plan
 from laya_eval.engine.evaluation import collect_statistics
 
-TEXTS = ["a", "a rather longer sentence about a film that goes on", "short one", "fine",
-         "the plot is thin but the acting is good and the music is better", "bad"]
+TEXTS = [
+    "a",
+    "a rather longer sentence about a film that goes on",
+    "short one",
+    "fine",
+    "the plot is thin but the acting is good and the music is better",
+    "bad",
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +36,14 @@ def text_model():
 
 
 def _data():
-    return Dataset(x=list(TEXTS), y=torch.tensor([0, 1, 0, 1, 1, 0]), class_names=("neg", "pos"), name="texts",
-                   split="test", preprocessing={})
+    return Dataset(
+        x=list(TEXTS),
+        y=torch.tensor([0, 1, 0, 1, 1, 0]),
+        class_names=("neg", "pos"),
+        name="texts",
+        split="test",
+        preprocessing={},
+    )
 
 
 def test_network_mean_fill_is_the_mean_over_real_tokens(text_model):
@@ -51,9 +63,16 @@ def test_network_mean_fill_is_the_mean_over_real_tokens(text_model):
 
 
 def test_network_scope_text_effects_do_not_depend_on_the_batching(text_model):
-    results = [evaluate(text_model, _data(), options=EvalOptions(scope="network", ablation="mean", batch_size=b,
-                                                                 methods=("contribution", "random"), bootstrap=0))
-               for b in (2, 6)]
+    results = [
+        evaluate(
+            text_model,
+            _data(),
+            options=EvalOptions(
+                scope="network", ablation="mean", batch_size=b, methods=("contribution", "random"), bootstrap=0
+            ),
+        )
+        for b in (2, 6)
+    ]
     a, b = (r.layers.sort_values(["method", "sample", "layer"]).effect.to_numpy() for r in results)
     np.testing.assert_allclose(a, b, atol=2e-5)
     assert np.abs(a).max() > 0  # the removals did something

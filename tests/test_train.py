@@ -11,14 +11,21 @@ from laya_eval.training.trainer import TrainOptions, build_model, classification
 
 
 def _small(digits, head="laya", seed=0):
-    return build_model("mlp", head, digits["train"], backbone_kwargs={"widths": [32, 16]},
-                       head_kwargs={"d_star": 8} if head in ("laya", "scalarmix") else {}, seed=seed)
+    return build_model(
+        "mlp",
+        head,
+        digits["train"],
+        backbone_kwargs={"widths": [32, 16]},
+        head_kwargs={"d_star": 8} if head in ("laya", "scalarmix") else {},
+        seed=seed,
+    )
 
 
 def test_learns_and_restores_the_best_epoch(digits):
     model = _small(digits)
-    result = train_in_place(model, digits["train"], digits["val"],
-                            TrainOptions(epochs=6, seed=0, batch_size=64, lr=3e-3))
+    result = train_in_place(
+        model, digits["train"], digits["val"], TrainOptions(epochs=6, seed=0, batch_size=64, lr=3e-3)
+    )
     best = max(h["val_accuracy"] for h in result.history)
     assert result.best_val_accuracy == best
     assert result.history[result.best_epoch - 1]["val_accuracy"] == best
@@ -46,8 +53,9 @@ def test_same_seed_same_checkpoint_bytes(digits, tmp_path):
 
 def test_freeze_backbone_trains_only_the_head(digits, digits_checkpoints):
     source = load_checkpoint(digits_checkpoints["concat"])
-    model = build_model("mlp", "laya", digits["train"], backbone_kwargs={"widths": [64, 32, 16]},
-                        head_kwargs={"d_star": 8}, seed=0)
+    model = build_model(
+        "mlp", "laya", digits["train"], backbone_kwargs={"widths": [64, 32, 16]}, head_kwargs={"d_star": 8}, seed=0
+    )
     model.backbone = source.backbone
     before = {k: v.clone() for k, v in model.backbone.state_dict().items()}
     head_before = [p.clone() for p in model.head.parameters()]
@@ -99,7 +107,7 @@ def _reference_loop(module, params, batch_logits, val_logits, y_train, y_val, op
         module.train()
         order = torch.randperm(len(y_train), generator=gen)
         for start in range(0, len(order), options.batch_size):
-            idx = order[start:start + options.batch_size]
+            idx = order[start : start + options.batch_size]
             loss = torch.nn.functional.cross_entropy(batch_logits(idx), y_train[idx])
             optimizer.zero_grad()
             loss.backward()
@@ -139,9 +147,15 @@ def test_train_head_gives_the_bits_of_the_plain_reference_loop(digits, monkeypat
 
     reference = fresh_head(source.head, source.head.layer_dims, 4)
     torch.manual_seed(options.seed)
-    _reference_loop(reference, list(reference.parameters()),
-                    lambda idx: reference([h[idx] for h in train_f.hidden]),
-                    lambda: reference(val_f.hidden), train_f.y, val_f.y, options)
+    _reference_loop(
+        reference,
+        list(reference.parameters()),
+        lambda idx: reference([h[idx] for h in train_f.hidden]),
+        lambda: reference(val_f.hidden),
+        train_f.y,
+        val_f.y,
+        options,
+    )
     _same_weights(trained, reference)
 
 
@@ -164,6 +178,13 @@ def test_train_gives_the_bits_of_the_plain_reference_loop(digits):
     reference = _small(digits, seed=2)
     torch.manual_seed(options.seed)
     x_train, x_val = digits["train"].x, digits["val"].x
-    _reference_loop(reference, list(reference.parameters()), lambda idx: reference(x_train[idx]),
-                    lambda: reference(x_val), digits["train"].y, digits["val"].y, options)
+    _reference_loop(
+        reference,
+        list(reference.parameters()),
+        lambda idx: reference(x_train[idx]),
+        lambda: reference(x_val),
+        digits["train"].y,
+        digits["val"].y,
+        options,
+    )
     _same_weights(trained, reference)

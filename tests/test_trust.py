@@ -43,8 +43,10 @@ def test_comparisons_match_scipy_wilcoxon_on_the_samples_table(result):
 def test_faithfulness_p_value_separates_random_from_contribution(digits_checkpoints):
     ps = []
     for seed in range(20):
-        r = evaluate(digits_checkpoints["laya"], options=EvalOptions(limit=100, methods=("contribution", "random"),
-                                                                     seed=seed, bootstrap=0))
+        r = evaluate(
+            digits_checkpoints["laya"],
+            options=EvalOptions(limit=100, methods=("contribution", "random"), seed=seed, bootstrap=0),
+        )
         p = dict(zip(r.summary.method, r.summary.faithfulness_p_value))
         assert p["contribution"] < 1e-6
         ps.append(p["random"])
@@ -79,12 +81,12 @@ def test_a_collapsed_head_is_flagged(digits_models, digits):
     with torch.no_grad():  # alpha collapses onto layer 3 whatever the input
         model.head.scorer[2].weight.zero_()
         model.head.scorer[2].bias.copy_(torch.tensor([0.0, 0.0, 30.0]))
-    r = evaluate(model, digits["test"], options=EvalOptions(limit=60, methods=("laya", "static", "contribution"),
-                                                            **FAST))
+    r = evaluate(
+        model, digits["test"], options=EvalOptions(limit=60, methods=("laya", "static", "contribution"), **FAST)
+    )
     assert any("collapsed" in w for w in r.warnings)
     assert r.manifest["warnings"] == r.warnings
-    healthy = evaluate(digits_models["concat"], digits["test"],
-                       options=EvalOptions(limit=60, **FAST))
+    healthy = evaluate(digits_models["concat"], digits["test"], options=EvalOptions(limit=60, **FAST))
     assert not any("collapsed" in w for w in healthy.warnings)
 
 
@@ -94,10 +96,17 @@ def test_nonfinite_inputs_are_refused_unless_allowed(digits_models, digits):
 
     x = digits["test"].x[:20].clone()
     x[7, 3] = float("nan")
-    data = Dataset(x=x, y=digits["test"].y[:20], class_names=digits["test"].class_names, name="digits-nan",
-                   split="test", preprocessing={})
+    data = Dataset(
+        x=x,
+        y=digits["test"].y[:20],
+        class_names=digits["test"].class_names,
+        name="digits-nan",
+        split="test",
+        preprocessing={},
+    )
     with pytest.raises(DataError, match="sample 7 holds nan"):
         evaluate(digits_models["laya"], data, options=EvalOptions(methods=("contribution",), bootstrap=0))
-    r = evaluate(digits_models["laya"], data, options=EvalOptions(methods=("contribution",), bootstrap=0,
-                                                                  allow_nonfinite=True))
+    r = evaluate(
+        digits_models["laya"], data, options=EvalOptions(methods=("contribution",), bootstrap=0, allow_nonfinite=True)
+    )
     assert len(r.samples) == 20

@@ -13,17 +13,30 @@ import torch
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
 
-SMALL = dict(hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32, conv_dim=(8, 8),
-             conv_stride=(4, 4), conv_kernel=(8, 4), num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2,
-             use_weighted_layer_sum=True, classifier_proj_size=6, num_labels=3)
+SMALL = dict(
+    hidden_size=16,
+    num_hidden_layers=3,
+    num_attention_heads=2,
+    intermediate_size=32,
+    conv_dim=(8, 8),
+    conv_stride=(4, 4),
+    conv_kernel=(8, 4),
+    num_conv_pos_embeddings=4,
+    num_conv_pos_embedding_groups=2,
+    use_weighted_layer_sum=True,
+    classifier_proj_size=6,
+    num_labels=3,
+)
 
 
 def _classifier(kind: str):
     import transformers as T
 
-    configs = {"wav2vec2": (T.Wav2Vec2Config, T.Wav2Vec2ForSequenceClassification),
-               "hubert": (T.HubertConfig, T.HubertForSequenceClassification),
-               "wavlm": (T.WavLMConfig, T.WavLMForSequenceClassification)}
+    configs = {
+        "wav2vec2": (T.Wav2Vec2Config, T.Wav2Vec2ForSequenceClassification),
+        "hubert": (T.HubertConfig, T.HubertForSequenceClassification),
+        "wavlm": (T.WavLMConfig, T.WavLMForSequenceClassification),
+    }
     config_cls, model_cls = configs[kind]
     torch.manual_seed(0)
     model = model_cls(config_cls(**SMALL)).eval()

@@ -81,9 +81,15 @@ MAX_THREADS = os.cpu_count() or 1
 
 @click.group(cls=LayaGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(version=__version__, prog_name="laya-eval")
-@click.option("--threads", type=click.IntRange(min=1, max=MAX_THREADS), default=None, envvar="LAYA_EVAL_THREADS",
-              show_envvar=True, help="CPU threads for torch, at most the machine's cores (default: torch's "
-                                     "choice). 1 is often fastest on a machine shared with other jobs.")
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1, max=MAX_THREADS),
+    default=None,
+    envvar="LAYA_EVAL_THREADS",
+    show_envvar=True,
+    help="CPU threads for torch, at most the machine's cores (default: torch's "
+    "choice). 1 is often fastest on a machine shared with other jobs.",
+)
 def cli(threads: int | None) -> None:
     """How faithful are layer attributions? Train, evaluate and report on layer-aggregating heads."""
     if threads is None:

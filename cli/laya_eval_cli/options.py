@@ -51,13 +51,22 @@ def epoch_bar(quiet: bool, epochs: int, desc: str):
 
     return bar, on_epoch
 
+
 figure_format_option = click.option(
-    "--format", "fmt", default=None, type=click.Choice(["png", "svg", "pdf"]),
-    help="Figure file format [default: png; pdf with --style paper].")
+    "--format",
+    "fmt",
+    default=None,
+    type=click.Choice(["png", "svg", "pdf"]),
+    help="Figure file format [default: png; pdf with --style paper].",
+)
 figure_style_option = click.option(
-    "--style", default="default", show_default=True, type=click.Choice(["default", "paper"]),
+    "--style",
+    default="default",
+    show_default=True,
+    type=click.Choice(["default", "paper"]),
     help="paper: no titles on the figures (each caption goes to NAME.caption.txt and into the report), "
-         "paper column widths (3.3 / 6.9 in), vector output by default, fonts embedded.")
+    "paper column widths (3.3 / 6.9 in), vector output by default, fonts embedded.",
+)
 
 
 def use_plugins(plugins: tuple[str, ...], trust_code: bool) -> None:
@@ -178,5 +187,5 @@ def flag_spelling(error: Exception, command: str | None) -> str:
     owner, _, name = parameter.rpartition(".")
     for record in for_command(command):
         if (record.id == parameter or (owner in record.also and record.name == name)) and message.startswith(parameter):
-            return record.flag + message[len(parameter):]
+            return record.flag + message[len(parameter) :]
     return message

@@ -29,6 +29,7 @@ import torch
 
 from laya_eval.data.dataset import Dataset
 from laya_eval.data.files import ENV_VAR, HIDE_ENV_VAR, SPLITS, system_data_hidden
+
 # The constants are re-exported for reading; the loaders look them up in their own
 # submodule, so patch them there (e.g. ``laya_eval.data.images.CIFAR10_MD5``).
 from laya_eval.data.images import (
@@ -109,13 +110,21 @@ def check_finite(dataset: Dataset) -> None:
     first = int(rows[0])
     column = int(bad[first].nonzero()[0])
     value = float(x.reshape(len(x), -1)[first, column])
-    raise DataError(f"dataset {dataset.name!r} ({dataset.split}): sample {first} holds {value} at flat feature {column}"
-                    f" ({len(rows)} of {len(x)} samples are not finite); clean the data "
-                    "or pass allow_nonfinite=True to keep them (their metrics are then undefined).")
+    raise DataError(
+        f"dataset {dataset.name!r} ({dataset.split}): sample {first} holds {value} at flat feature {column}"
+        f" ({len(rows)} of {len(x)} samples are not finite); clean the data "
+        "or pass allow_nonfinite=True to keep them (their metrics are then undefined)."
+    )
 
 
-def load_dataset(name: str, split: str = "test", *, data_dir: str | os.PathLike | None = None,
-                 download: bool = False, allow_nonfinite: bool = False) -> Dataset:
+def load_dataset(
+    name: str,
+    split: str = "test",
+    *,
+    data_dir: str | os.PathLike | None = None,
+    download: bool = False,
+    allow_nonfinite: bool = False,
+) -> Dataset:
     """Load one split of a dataset.
 
     Parameters
@@ -154,15 +163,22 @@ def load_dataset(name: str, split: str = "test", *, data_dir: str | os.PathLike 
     else:
         raise ConfigError(f"dataset must be one of {{{', '.join(dataset_names())}}}; got {name!r}.")
     if len(dataset) == 0:
-        raise DataError(f"dataset {dataset.name!r} split {split!r} is empty "
-                        "(the val split is the last 10% of train, floor(N/10) rows)")
+        raise DataError(
+            f"dataset {dataset.name!r} split {split!r} is empty "
+            "(the val split is the last 10% of train, floor(N/10) rows)"
+        )
     if not allow_nonfinite:
         check_finite(dataset)
     return dataset
 
 
-def load_splits(data: str | Mapping[str, Dataset] | None, *, data_dir: str | os.PathLike | None = None,
-                download: bool = False, test_limit: int | None = None) -> tuple[str, list[Dataset]]:
+def load_splits(
+    data: str | Mapping[str, Dataset] | None,
+    *,
+    data_dir: str | os.PathLike | None = None,
+    download: bool = False,
+    test_limit: int | None = None,
+) -> tuple[str, list[Dataset]]:
     """``(name, [train, val, test])`` for the commands that retrain heads (``sanity``, ``prune``).
 
     ``data`` is a dataset name (None: refused with the hint to name one) or a mapping holding the Datasets
@@ -172,8 +188,9 @@ def load_splits(data: str | Mapping[str, Dataset] | None, *, data_dir: str | os.
     if isinstance(data, Mapping):
         missing = [s for s in SPLITS if s not in data]
         if missing:
-            raise ConfigError(f"data must be a dataset name or a mapping with the splits {list(SPLITS)}; "
-                              f"missing {missing}.")
+            raise ConfigError(
+                f"data must be a dataset name or a mapping with the splits {list(SPLITS)}; missing {missing}."
+            )
         splits = [data[s] for s in SPLITS]
         name = splits[2].name
     elif not data:

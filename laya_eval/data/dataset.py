@@ -66,8 +66,10 @@ class Dataset:
                 raise ValueError(f"a boolean mask must have shape ({len(self)},); got {tuple(rows.shape)}")
             rows = rows.nonzero().flatten()
         if rows.is_floating_point() or rows.is_complex() or rows.ndim != 1:
-            raise TypeError("index must be a slice, a 1-D integer tensor, a list of ints or a "
-                            f"boolean mask; got {rows.dtype} of shape {tuple(rows.shape)}")
+            raise TypeError(
+                "index must be a slice, a 1-D integer tensor, a list of ints or a "
+                f"boolean mask; got {rows.dtype} of shape {tuple(rows.shape)}"
+            )
         rows = rows.long()
         y = self.y[rows]  # raises IndexError on out-of-range rows before x is touched
         x = self.x[rows] if isinstance(self.x, torch.Tensor) else [self.x[i] for i in rows.tolist()]

@@ -62,9 +62,11 @@ def _find_files(dirs: Sequence[Path], required: Sequence[Sequence[str]]) -> list
 
 
 def _not_found(what: str, dirs: Sequence[Path], files: Sequence[str], fix: str) -> DataError:
-    return DataError(f"{what} not found; searched {', '.join(map(str, dirs)) or 'no folder'} "
-                     f"for {', '.join(files)}. To fix: pass --data-dir DIR (data_dir=...), set "
-                     f"{ENV_VAR}=DIR, {fix}or use --download (download=True).")
+    return DataError(
+        f"{what} not found; searched {', '.join(map(str, dirs)) or 'no folder'} "
+        f"for {', '.join(files)}. To fix: pass --data-dir DIR (data_dir=...), set "
+        f"{ENV_VAR}=DIR, {fix}or use --download (download=True)."
+    )
 
 
 def _train_val_rows(n: int, split: str) -> slice:
@@ -83,8 +85,9 @@ def _stratified_rows(y: np.ndarray, split: str) -> np.ndarray:
 
 
 _VAL_RULE = "val = last 10% (floor(N/10) rows, file order) of the training set"
-_STRATIFIED_RULE = ("test = stratified 20% (sklearn train_test_split, random_state=0); "
-                    "val = last 10% of the remaining train part")
+_STRATIFIED_RULE = (
+    "test = stratified 20% (sklearn train_test_split, random_state=0); val = last 10% of the remaining train part"
+)
 
 
 def _md5(path: Path) -> str:
@@ -117,8 +120,10 @@ def _download_verified(url: str, dest: Path, md5: str) -> None:
         _fetch(url, tmp)
         got = _md5(tmp)
         if got != md5:
-            raise DataError(f"{url}: md5 {got} differs from the expected {md5}; the download is "
-                            "corrupt or changed upstream, nothing was saved")
+            raise DataError(
+                f"{url}: md5 {got} differs from the expected {md5}; the download is "
+                "corrupt or changed upstream, nothing was saved"
+            )
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)

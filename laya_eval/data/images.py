@@ -33,16 +33,30 @@ from laya_eval.data.files import (
 )
 from laya_eval.errors import DataError
 
-FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                         "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
-FASHION_MNIST_FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
-                       "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
+FASHION_MNIST_CLASSES = (
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
+FASHION_MNIST_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
 FASHION_MNIST_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
 # md5 of the official .gz files (the Debian package recompresses them: other md5, same bytes).
-FASHION_MNIST_MD5 = {"train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
-                     "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
-                     "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
-                     "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310"}
+FASHION_MNIST_MD5 = {
+    "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+    "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
+    "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
+    "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+}
 FASHION_MNIST_SYSTEM_DIRS = (Path("/usr/share/datasets/fashion-mnist"),)
 
 CIFAR10_FOLDER = "cifar-10-batches-py"
@@ -61,10 +75,14 @@ def _load_digits(split: str, data_dir, download: bool) -> Dataset:
     bunch = load_digits()
     rows = _stratified_rows(bunch.target, split)
     x = torch.from_numpy((bunch.data[rows] / 16.0).astype(np.float32))
-    return Dataset(x, torch.from_numpy(bunch.target[rows].astype(np.int64)),
-                   tuple(str(c) for c in range(10)), "digits", split,
-                   {"source": "sklearn.datasets.load_digits", "scale": 1 / 16,
-                    "layout": "N,64", "split_rule": _STRATIFIED_RULE})
+    return Dataset(
+        x,
+        torch.from_numpy(bunch.target[rows].astype(np.int64)),
+        tuple(str(c) for c in range(10)),
+        "digits",
+        split,
+        {"source": "sklearn.datasets.load_digits", "scale": 1 / 16, "layout": "N,64", "split_rule": _STRATIFIED_RULE},
+    )
 
 
 # ---------------------------------------------------------------------------- fashion-mnist
@@ -94,22 +112,28 @@ def _read_idx(path: Path, ndim: int) -> np.ndarray:
         with _idx_stream(path, raw) as stream:
             head = stream.read(4 + 4 * ndim)
             if len(head) < 4 + 4 * ndim or head[:2] != b"\0\0" or head[2] not in _IDX_DTYPES or head[3] != ndim:
-                raise DataError(f"{path}: bad IDX magic number {head[:4].hex() or 'empty'} "
-                                f"(expected 0000080{ndim}); the file is garbled or not this dataset")
-            dims = tuple(int.from_bytes(head[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+                raise DataError(
+                    f"{path}: bad IDX magic number {head[:4].hex() or 'empty'} "
+                    f"(expected 0000080{ndim}); the file is garbled or not this dataset"
+                )
+            dims = tuple(int.from_bytes(head[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
             dtype = np.dtype(_IDX_DTYPES[head[2]])
             needed = math.prod(dims) * dtype.itemsize  # Python ints: no overflow
             cap = min(MAX_IDX_BYTES, MAX_GZIP_RATIO * len(raw) if path.suffix == ".gz" else len(raw))
             if needed > cap:
-                raise DataError(f"{path}: the header declares {dims} ({needed} bytes of data); at most {cap} "
-                                "bytes are allowed for this file (size cap / gzip ratio); the file is garbled "
-                                "or hostile")
+                raise DataError(
+                    f"{path}: the header declares {dims} ({needed} bytes of data); at most {cap} "
+                    "bytes are allowed for this file (size cap / gzip ratio); the file is garbled "
+                    "or hostile"
+                )
             body = stream.read(needed + 1)
     except (OSError, EOFError, zlib.error) as exc:
         raise DataError(f"{path}: cannot read ({exc}); the file is truncated or not gzip") from exc
     if len(body) != needed:
-        raise DataError(f"{path}: {len(head) + len(body)}{'+' if len(body) > needed else ''} bytes but the "
-                        f"header {dims} needs {len(head) + needed}; the file is truncated or garbled")
+        raise DataError(
+            f"{path}: {len(head) + len(body)}{'+' if len(body) > needed else ''} bytes but the "
+            f"header {dims} needs {len(head) + needed}; the file is truncated or garbled"
+        )
     return np.frombuffer(body, dtype).reshape(dims)
 
 
@@ -134,10 +158,19 @@ def _load_fashion_mnist(split: str, data_dir, download: bool) -> Dataset:
         raise DataError(f"{found[1]}: labels must lie in 0..9; got {labels.min()}..{labels.max()}")
     rows = slice(None) if split == "test" else _train_val_rows(len(labels), split)
     x = torch.from_numpy(images[rows].astype(np.float32) / 255).unsqueeze(1)
-    return Dataset(x, torch.from_numpy(labels[rows].astype(np.int64)), FASHION_MNIST_CLASSES,
-                   "fashion-mnist", split,
-                   {"source": str(found[0].parent), "scale": 1 / 255, "layout": "N,1,28,28",
-                    "split_rule": "test = official t10k files; " + _VAL_RULE})
+    return Dataset(
+        x,
+        torch.from_numpy(labels[rows].astype(np.int64)),
+        FASHION_MNIST_CLASSES,
+        "fashion-mnist",
+        split,
+        {
+            "source": str(found[0].parent),
+            "scale": 1 / 255,
+            "layout": "N,1,28,28",
+            "split_rule": "test = official t10k files; " + _VAL_RULE,
+        },
+    )
 
 
 # ---------------------------------------------------------------------------- cifar10
@@ -165,8 +198,10 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) in _PICKLE_ALLOWED:
             return _PICKLE_ALLOWED[(module, name)]
-        raise DataError(f"{self.path}: refusing to unpickle {module}.{name}; a CIFAR-10 batch "
-                        "holds only numpy arrays, lists and bytes (the file may be malicious)")
+        raise DataError(
+            f"{self.path}: refusing to unpickle {module}.{name}; a CIFAR-10 batch "
+            "holds only numpy arrays, lists and bytes (the file may be malicious)"
+        )
 
 
 def _unpickle_numpy_only(path: Path) -> object:
@@ -185,8 +220,7 @@ def _key(d: dict, key: str, path: Path):
             return d[k]
     # repr only short str/bytes keys: the repr of a self-sharing tuple key grows exponentially
     shown = [repr(k)[:40] if isinstance(k, (str, bytes)) else type(k).__name__ for k in list(d)[:10]]
-    raise DataError(f"{path}: key {key!r} missing; found {', '.join(shown) or 'no keys'}"
-                    f"{', …' if len(d) > 10 else ''}")
+    raise DataError(f"{path}: key {key!r} missing; found {', '.join(shown) or 'no keys'}{', …' if len(d) > 10 else ''}")
 
 
 MAX_CIFAR_CLASSES = 1000
@@ -223,10 +257,15 @@ def _cifar_batch(path: Path, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _cifar_class_names(meta: object, path: Path) -> tuple[str, ...]:
     label_names = _key(meta, "label_names", path) if isinstance(meta, dict) else None
-    if not isinstance(label_names, list) or not 2 <= len(label_names) <= MAX_CIFAR_CLASSES or not all(
-            isinstance(n, (bytes, str)) and 0 < len(n) <= MAX_LABEL_NAME for n in label_names):
-        raise DataError(f"{path}: 'label_names' must be a list of 2 to {MAX_CIFAR_CLASSES} names "
-                        f"(bytes or str of 1 to {MAX_LABEL_NAME} characters)")
+    if (
+        not isinstance(label_names, list)
+        or not 2 <= len(label_names) <= MAX_CIFAR_CLASSES
+        or not all(isinstance(n, (bytes, str)) and 0 < len(n) <= MAX_LABEL_NAME for n in label_names)
+    ):
+        raise DataError(
+            f"{path}: 'label_names' must be a list of 2 to {MAX_CIFAR_CLASSES} names "
+            f"(bytes or str of 1 to {MAX_LABEL_NAME} characters)"
+        )
     try:
         return tuple(n.decode("utf-8") if isinstance(n, bytes) else n for n in label_names)
     except UnicodeDecodeError as exc:
@@ -270,8 +309,17 @@ def _load_cifar10(split: str, data_dir, download: bool) -> Dataset:
     rows = slice(None) if split == "test" else _train_val_rows(len(labels), split)
     x = torch.from_numpy(data[rows].reshape(-1, 3, 32, 32).astype(np.float32) / 255)
     mean, std = torch.tensor(CIFAR10_MEAN).view(3, 1, 1), torch.tensor(CIFAR10_STD).view(3, 1, 1)
-    return Dataset((x - mean) / std, torch.from_numpy(labels[rows].astype(np.int64)), class_names,
-                   "cifar10", split,
-                   {"source": str(found[0].parent), "scale": 1 / 255, "layout": "N,3,32,32",
-                    "normalize": {"mean": list(CIFAR10_MEAN), "std": list(CIFAR10_STD)},
-                    "split_rule": "test = official test_batch; " + _VAL_RULE})
+    return Dataset(
+        (x - mean) / std,
+        torch.from_numpy(labels[rows].astype(np.int64)),
+        class_names,
+        "cifar10",
+        split,
+        {
+            "source": str(found[0].parent),
+            "scale": 1 / 255,
+            "layout": "N,3,32,32",
+            "normalize": {"mean": list(CIFAR10_MEAN), "std": list(CIFAR10_STD)},
+            "split_rule": "test = official test_batch; " + _VAL_RULE,
+        },
+    )

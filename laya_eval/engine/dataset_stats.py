@@ -92,8 +92,12 @@ STATISTICS: dict[str, StatisticSpec] = {
     s.name: s
     for s in (
         StatisticSpec("hidden_mean", "Mean of each hidden state (the `mean` ablation's fill).", _hidden_sums),
-        StatisticSpec("hidden_square_mean", "Mean of the square of each hidden state, feature by feature (with "
-                      "hidden_mean, the `noise` ablation's per-feature scale).", _hidden_square_sums),
+        StatisticSpec(
+            "hidden_square_mean",
+            "Mean of the square of each hidden state, feature by feature (with "
+            "hidden_mean, the `noise` ablation's per-feature scale).",
+            _hidden_square_sums,
+        ),
         StatisticSpec("mean_layer_weights", "Mean layer weights over the evaluated set (`static`).", _weight_sums),
     )
 }
@@ -122,8 +126,9 @@ class DatasetStatistics:
         return DatasetStatistics({n: [(s.cpu(), c.cpu()) for s, c in p] for n, p in self.sums.items()})
 
 
-def batch_statistics(names: tuple[str, ...], tr: Trace, model: LayeredModel, scope: str,
-                     block_outputs: list[Tensor] | None = None) -> DatasetStatistics:
+def batch_statistics(
+    names: tuple[str, ...], tr: Trace, model: LayeredModel, scope: str, block_outputs: list[Tensor] | None = None
+) -> DatasetStatistics:
     """The contribution of one batch to each named statistic.
 
     ``block_outputs`` are the blocks' full outputs from the pass that made ``tr`` (network scope), so the

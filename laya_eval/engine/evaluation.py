@@ -47,8 +47,16 @@ from laya_eval.models.layered import MIN_BATCH_ROWS, LayeredModel, padded_rows
 from laya_eval.engine.partial import PartialStore, chunk_grid
 from laya_eval.engine.interventions import SampleFills, donor_ids
 from laya_eval.engine.removals import batch_fill, deletion_masks, layer_ranking, leave_one_out_masks, removal_effects
-from laya_eval.engine.plan import (CHUNK_SIZE, EvalOptions, KeptStates, Plan, explained_classes, make_plan,
-                                   resolved_ig_baseline, with_cached_features)
+from laya_eval.engine.plan import (
+    CHUNK_SIZE,
+    EvalOptions,
+    KeptStates,
+    Plan,
+    explained_classes,
+    make_plan,
+    resolved_ig_baseline,
+    with_cached_features,
+)
 from laya_eval.engine.records import Records, merge_records
 from laya_eval.engine.outcome import Evaluation, operators_of, write_evaluation
 from laya_eval.engine.results import SUMMARY_COLUMNS, EvaluationResult, MethodScore, build_result, score_method
@@ -56,8 +64,21 @@ from laya_eval.output.tables import check_table_format
 from laya_eval.models.heads import pool_hidden
 from laya_eval.models.trace import Trace, trace_from_hidden
 
-__all__ = ["CHUNK_SIZE", "MIN_BATCH_ROWS", "SUMMARY_COLUMNS", "EvalOptions", "Evaluation", "EvaluationResult",
-           "MethodScore", "Plan", "collect", "evaluate", "make_plan", "score_method", "summarize"]
+__all__ = [
+    "CHUNK_SIZE",
+    "MIN_BATCH_ROWS",
+    "SUMMARY_COLUMNS",
+    "EvalOptions",
+    "Evaluation",
+    "EvaluationResult",
+    "MethodScore",
+    "Plan",
+    "collect",
+    "evaluate",
+    "make_plan",
+    "score_method",
+    "summarize",
+]
 
 
 def _batches(plan: Plan, start: int, stop: int) -> Iterator[tuple[Any, Tensor, Tensor, Tensor]]:
@@ -80,8 +101,9 @@ def _cached_states(plan: Plan, rows: Tensor) -> list[Tensor]:
     return [h[rows].to(plan.device) for h in plan.features.hidden]
 
 
-def _trace(plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, *, record_blocks: bool = False
-           ) -> tuple[Trace, list[Tensor] | None]:
+def _trace(
+    plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, *, record_blocks: bool = False
+) -> tuple[Trace, list[Tensor] | None]:
     """One backbone pass (or the cached states of rows ``index``); with ``record_blocks`` also each block's full
     output (network-scope statistics)."""
     outputs = None
@@ -97,9 +119,16 @@ def _trace(plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, *, record_
     return trace_from_hidden(plan.model.head, hidden, labels=y, inputs=x, sample_ids=ids), outputs
 
 
-def collect_statistics(plan: Plan, start: int, stop: int, *, world: World = SINGLE_PROCESS,
-                       partial: PartialStore | None = None, progress: Any = None, keep: KeptStates | None = None
-                       ) -> dict[str, list[Tensor]]:
+def collect_statistics(
+    plan: Plan,
+    start: int,
+    stop: int,
+    *,
+    world: World = SINGLE_PROCESS,
+    partial: PartialStore | None = None,
+    progress: Any = None,
+    keep: KeptStates | None = None,
+) -> dict[str, list[Tensor]]:
     """The dataset statistics the plan needs, over every process's shard; ``{}`` when none is needed; ``keep``
     keeps the pass's states (none when the statistics come from ``partial``)."""
     if not plan.statistics:
@@ -171,8 +200,9 @@ def _target(plan: Plan, tr: Trace, y: Tensor) -> Tensor | None:
     return None if target == "pred" else explained_classes(target, tr.pred, y)
 
 
-def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, means: dict[str, list[Tensor]]
-                   ) -> Records:
+def _batch_records(
+    plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, means: dict[str, list[Tensor]]
+) -> Records:
     """Scores, effects and deletion curves of one (padded) batch; only the real rows are kept."""
     o, model = plan.options, plan.model
     tr, _ = _trace(plan, x, y, ids, index)
@@ -185,23 +215,38 @@ def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, me
     fills, donors = _batch_fills(plan, ids, means)
     lolo = leave_one_out_masks(model.n_layers, device=plan.device)
     # Network scope: replacement passes in row chunks within --max-memory (laya_eval.engine.memory_budget).
-    max_rows = (replacement_rows(one_row_block_outputs(model, tr.inputs), o.max_memory_mb)
-                if o.scope == "network" else None)
+    max_rows = (
+        replacement_rows(one_row_block_outputs(model, tr.inputs), o.max_memory_mb) if o.scope == "network" else None
+    )
+
     def effects_of(a: str, masks: Tensor) -> Tensor:
-        return removal_effects(tr64, model64, masks, ablation=a, scope=o.scope, fill=fills[a], max_rows=max_rows,
-                               target=target)
+        return removal_effects(
+            tr64, model64, masks, ablation=a, scope=o.scope, fill=fills[a], max_rows=max_rows, target=target
+        )
+
     # Network scope: one call per ablation for the removals and every deletion curve (they share removal sets).
     shared = {a: {"": lolo.expand(len(ids), *lolo.shape)} for a in plan.ablations} if o.scope == "network" else {}
     effects = {} if shared else {a: _to_numpy(effects_of(a, lolo), rows) for a in plan.ablations}
-    ctx = MethodContext(scope=o.scope, n_steps=o.n_steps, internal_batch_size=o.internal_batch_size, seed=o.seed,
-                        statistics=means, max_memory_mb=o.max_memory_mb, angular_span=o.angular_span,
-                        target=explained)
+    ctx = MethodContext(
+        scope=o.scope,
+        n_steps=o.n_steps,
+        internal_batch_size=o.internal_batch_size,
+        seed=o.seed,
+        statistics=means,
+        max_memory_mb=o.max_memory_mb,
+        angular_span=o.angular_span,
+        target=explained,
+    )
     if plan.needs_gradients:
-        ctx = dataclasses.replace(ctx, gradients=layer_gradients(tr, model, explained, o.scope,
-                                                                 max_memory_mb=o.max_memory_mb))
+        ctx = dataclasses.replace(
+            ctx, gradients=layer_gradients(tr, model, explained, o.scope, max_memory_mb=o.max_memory_mb)
+        )
     needs_baseline = any("baseline" in m.needs for m in plan.methods)
-    baselines = (baseline_states(resolved_ig_baseline(o), tr, model, o.scope, plan.ablations, means)
-                 if needs_baseline else {"": None})
+    baselines = (
+        baseline_states(resolved_ig_baseline(o), tr, model, o.scope, plan.ablations, means)
+        if needs_baseline
+        else {"": None}
+    )
     scores, deletion, diagnostics = {}, {a: {} for a in plan.ablations}, {}
     for m in plan.methods:
         # A method that starts from a baseline is run once per distinct baseline: with the removed state, each
@@ -213,7 +258,7 @@ def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, me
             key = m.name if not owner or len(plan.ablations) == 1 else f"{m.name}@{owner}"
             scores[key] = _to_numpy(s, rows)
             masks = deletion_masks(layer_ranking(s))
-            for a in ([owner] if owner else plan.ablations):
+            for a in [owner] if owner else plan.ablations:
                 if shared:
                     shared[a][m.name] = masks
                 else:
@@ -223,23 +268,40 @@ def _batch_records(plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, me
                 if value is not None:
                     diagnostics[key] = _to_numpy(value, rows)
     for a, groups in shared.items():
-        effects[a], *curves = (_to_numpy(e, rows) for e in effects_of(a, torch.cat([*groups.values()], 1)).split(
-            model.n_layers, 1))
+        effects[a], *curves = (
+            _to_numpy(e, rows) for e in effects_of(a, torch.cat([*groups.values()], 1)).split(model.n_layers, 1)
+        )
         deletion[a].update(zip(list(groups)[1:], curves))
-    return Records(sample=ids[rows].cpu().numpy(), label=y[rows].cpu().numpy().astype(np.int64),
-                   pred=tr.pred[rows].cpu().numpy().astype(np.int64), confidence=_to_numpy(tr.confidence, rows),
-                   scores=scores, effects=effects, deletion=deletion, diagnostics=diagnostics, donors=donors)
+    return Records(
+        sample=ids[rows].cpu().numpy(),
+        label=y[rows].cpu().numpy().astype(np.int64),
+        pred=tr.pred[rows].cpu().numpy().astype(np.int64),
+        confidence=_to_numpy(tr.confidence, rows),
+        scores=scores,
+        effects=effects,
+        deletion=deletion,
+        diagnostics=diagnostics,
+        donors=donors,
+    )
 
 
-def collect(plan: Plan, means: dict[str, list[Tensor]], start: int, stop: int, *,
-            partial: PartialStore | None = None, progress: Any = None) -> Records:
+def collect(
+    plan: Plan,
+    means: dict[str, list[Tensor]],
+    start: int,
+    stop: int,
+    *,
+    partial: PartialStore | None = None,
+    progress: Any = None,
+) -> Records:
     """Per-sample records of samples ``[start, stop)``, chunk by chunk (each kept in ``partial`` when given)."""
     parts = []
     for lo, hi in chunk_grid(start, stop, plan.options.chunk_size):
         chunk = partial.load_chunk(lo, hi) if partial is not None else None
         if chunk is None:
-            chunk = merge_records(_batch_records(plan, x, y, ids, index, means)
-                                  for x, y, ids, index in _batches(plan, lo, hi))
+            chunk = merge_records(
+                _batch_records(plan, x, y, ids, index, means) for x, y, ids, index in _batches(plan, lo, hi)
+            )
             if partial is not None:
                 partial.save_chunk(lo, hi, chunk)
         parts.append(chunk)
@@ -248,12 +310,15 @@ def collect(plan: Plan, means: dict[str, list[Tensor]], start: int, stop: int, *
     return merge_records(parts)
 
 
-def summarize(records: Records, plan: Plan, *, world_size: int = 1, map_items=serial_map, paired_tests: bool = True
-              ) -> dict[str, EvaluationResult]:
+def summarize(
+    records: Records, plan: Plan, *, world_size: int = 1, map_items=serial_map, paired_tests: bool = True
+) -> dict[str, EvaluationResult]:
     """Metrics, intervals, tables and manifest per ablation, from merged records; ``map_items`` computes the
     per-method scores and the paired comparisons (:meth:`World.map` shares them over the ranks)."""
-    return {a: build_result(records, plan, a, world_size=world_size, map_items=map_items, paired_tests=paired_tests)
-            for a in plan.ablations}
+    return {
+        a: build_result(records, plan, a, world_size=world_size, map_items=map_items, paired_tests=paired_tests)
+        for a in plan.ablations
+    }
 
 
 def evaluate(
@@ -318,12 +383,24 @@ def evaluate(
         from laya_eval.output.files import check_output_folder
 
         if extra_methods:
-            raise ConfigError("extra methods cannot be kept as partial results (their code is not part of the run "
-                              "key): evaluate them without out and write the tables yourself.")
+            raise ConfigError(
+                "extra methods cannot be kept as partial results (their code is not part of the run "
+                "key): evaluate them without out and write the tables yourself."
+            )
         check_output_folder(out)
         check_table_format(options.table_format)  # an unusable table format fails before any work
-    results = _evaluate(model, data, options=options, data_dir=data_dir, progress=progress, world=world,
-                        partial_dir=out, resume=resume, extra_methods=extra_methods, paired_tests=paired_tests)
+    results = _evaluate(
+        model,
+        data,
+        options=options,
+        data_dir=data_dir,
+        progress=progress,
+        world=world,
+        partial_dir=out,
+        resume=resume,
+        extra_methods=extra_methods,
+        paired_tests=paired_tests,
+    )
     evaluation = None
     if results is not None:
         evaluation = Evaluation(results, operators=operators_of(results))
@@ -334,14 +411,30 @@ def evaluate(
     return evaluation
 
 
-def _evaluate(model, data, *, options: EvalOptions, data_dir, progress, world: World, partial_dir, resume: bool,
-              extra_methods: Sequence[AttributionMethod], paired_tests: bool) -> dict[str, EvaluationResult] | None:
+def _evaluate(
+    model,
+    data,
+    *,
+    options: EvalOptions,
+    data_dir,
+    progress,
+    world: World,
+    partial_dir,
+    resume: bool,
+    extra_methods: Sequence[AttributionMethod],
+    paired_tests: bool,
+) -> dict[str, EvaluationResult] | None:
     """Plan, collect (with partial records under ``partial_dir``), merge over the ranks and summarize."""
     plan = make_plan(model, data, options=options, data_dir=data_dir, world=world, extra_methods=extra_methods)
     plan = with_cached_features(plan, world)
     start, stop = world.shard(len(plan.data))
-    partial = None if partial_dir is None else PartialStore(partial_dir, plan.key(), resume=resume,
-                                                            result_key=plan.result_key(), n_layers=plan.model.n_layers)
+    partial = (
+        None
+        if partial_dir is None
+        else PartialStore(
+            partial_dir, plan.key(), resume=resume, result_key=plan.result_key(), n_layers=plan.model.n_layers
+        )
+    )
     tick = None
     if progress is not None:
         progress.total = (stop - start) * (2 if plan.statistics else 1)

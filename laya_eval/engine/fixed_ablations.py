@@ -16,8 +16,16 @@ from laya_eval.models.heads import LayerHead, pool_hidden
 from laya_eval.models.layered import LayeredModel
 from laya_eval.models.trace import Trace
 
-__all__ = ["fill_state", "gate_logits", "gate_renorm_logits", "mean_head_logits", "mean_network_logits",
-           "zero_head_logits", "zero_network_logits", "zero_state"]
+__all__ = [
+    "fill_state",
+    "gate_logits",
+    "gate_renorm_logits",
+    "mean_head_logits",
+    "mean_network_logits",
+    "zero_head_logits",
+    "zero_network_logits",
+    "zero_state",
+]
 
 
 def gate_logits(tr: Trace, head: LayerHead, masks: Tensor, fill, *, renormalise: bool = False) -> Tensor:
@@ -40,8 +48,9 @@ def zero_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
     # The heads pool maps first, so replacing the pooled state is exact; the head's removal_logits reuses
     # what a removal does not touch (generic recomputation for custom heads).
     pooled = [pool_hidden(h) for h in tr.hidden]
-    return head.removal_logits(pooled, masks, [p.new_zeros(p.shape[-1]) for p in pooled], terms=tr.terms,
-                               adapted=tr.adapted)
+    return head.removal_logits(
+        pooled, masks, [p.new_zeros(p.shape[-1]) for p in pooled], terms=tr.terms, adapted=tr.adapted
+    )
 
 
 def mean_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
@@ -52,14 +61,12 @@ def mean_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor:
     return head.removal_logits(pooled, masks, list(fill), terms=tr.terms, adapted=tr.adapted)
 
 
-def zero_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
-                        ) -> Tensor:
+def zero_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None) -> Tensor:
     """``zero`` at network scope: the removed blocks' outputs set to zeros."""
     return network_replacement_logits(tr, model, masks, None, max_rows)
 
 
-def mean_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
-                        ) -> Tensor:
+def mean_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None) -> Tensor:
     """``mean`` at network scope: the removed blocks' outputs set to ``fill`` (their dataset means)."""
     return network_replacement_logits(tr, model, masks, fill, max_rows)
 

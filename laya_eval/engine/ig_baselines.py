@@ -21,8 +21,18 @@ from laya_eval.models.heads import pool_hidden
 from laya_eval.models.layered import LayeredModel
 from laya_eval.models.trace import Trace
 
-__all__ = ["baseline_description", "baseline_needs", "baseline_states", "head_ig_from", "ig_completeness_delta", "ig_diagnostic",
-           "layer_baseline", "network_ig_completeness_delta", "replaced_logits", "resolved_baseline"]
+__all__ = [
+    "baseline_description",
+    "baseline_needs",
+    "baseline_states",
+    "head_ig_from",
+    "ig_completeness_delta",
+    "ig_diagnostic",
+    "layer_baseline",
+    "network_ig_completeness_delta",
+    "replaced_logits",
+    "resolved_baseline",
+]
 
 
 def replaced_logits(model: LayeredModel, x: Tensor, i: int, value: Tensor) -> Tensor:
@@ -41,8 +51,16 @@ def _head_touching_all(model: LayeredModel, hidden: tuple[Tensor, ...]) -> Tenso
     return model.head(list(hidden)) + zero
 
 
-def head_ig_from(tr: Trace, model: LayeredModel, target: Tensor, baseline: list[Tensor], *, n_steps: int,
-                 method: str, internal_batch_size: int | None) -> Tensor:
+def head_ig_from(
+    tr: Trace,
+    model: LayeredModel,
+    target: Tensor,
+    baseline: list[Tensor],
+    *,
+    n_steps: int,
+    method: str,
+    internal_batch_size: int | None,
+) -> Tensor:
     """Head-scope IG (B, L) over the pooled head inputs from ``baseline`` (one tensor per layer, broadcast), by
     Captum; ``internal_batch_size`` bounds the (sample x step) rows of one head call."""
     from captum.attr import IntegratedGradients
@@ -57,8 +75,14 @@ def head_ig_from(tr: Trace, model: LayeredModel, target: Tensor, baseline: list[
     with torch.enable_grad():
         for lo in range(0, n, size):
             r = slice(lo, min(lo + size, n))
-            attr = ig.attribute(tuple(p[r] for p in pooled), baselines=tuple(b[r] for b in base), target=target[r],
-                                n_steps=n_steps, method=method, internal_batch_size=internal_batch_size)
+            attr = ig.attribute(
+                tuple(p[r] for p in pooled),
+                baselines=tuple(b[r] for b in base),
+                target=target[r],
+                n_steps=n_steps,
+                method=method,
+                internal_batch_size=internal_batch_size,
+            )
             parts.append(torch.stack([a.flatten(1).sum(1) for a in attr], 1).detach())
     return torch.cat(parts)
 
@@ -81,8 +105,10 @@ def baseline_needs(choice: str, ablations: Sequence[str], *, explicit: bool = Tr
     if choice == "removed" and explicit:
         stateless = [a for a in ablations if ABLATION_REGISTRY[a].removed_state is None]
         if stateless:
-            raise ConfigError(f"ig_baseline 'removed' needs an ablation that puts one state in place of the layer; "
-                              f"{stateless[0]!r} does not (use --ig-baseline zero or mean).")
+            raise ConfigError(
+                f"ig_baseline 'removed' needs an ablation that puts one state in place of the layer; "
+                f"{stateless[0]!r} does not (use --ig-baseline zero or mean)."
+            )
     return []
 
 
@@ -90,12 +116,21 @@ def baseline_description(choice: str, ablation: str) -> str:
     """What the IG baseline of ``ablation``'s results is, in words, for the manifest."""
     if choice == "removed" and ABLATION_REGISTRY[ablation].removed_state is None:
         return f"zero ('{ablation}' puts no single state in place of the layer)"
-    return {"zero": "zero", "mean": "mean of each layer's state over the evaluated data",
-            "removed": f"removed (the state '{ablation}' puts in place of the layer)"}.get(choice, choice)
+    return {
+        "zero": "zero",
+        "mean": "mean of each layer's state over the evaluated data",
+        "removed": f"removed (the state '{ablation}' puts in place of the layer)",
+    }.get(choice, choice)
 
 
-def baseline_states(choice: str, tr: Trace, model: LayeredModel, scope: str, ablations: Sequence[str],
-                    statistics: dict[str, list[Tensor]]) -> dict[str, list[Tensor] | None]:
+def baseline_states(
+    choice: str,
+    tr: Trace,
+    model: LayeredModel,
+    scope: str,
+    ablations: Sequence[str],
+    statistics: dict[str, list[Tensor]],
+) -> dict[str, list[Tensor] | None]:
     """One batch's baselines (see :attr:`MethodContext.layer_baseline`): ``{"": shared}`` when the baseline does
     not depend on the ablation, else ``{ablation: its removed state per layer}``."""
     if choice == "zero":
@@ -111,8 +146,9 @@ def baseline_states(choice: str, tr: Trace, model: LayeredModel, scope: str, abl
 
 
 @torch.no_grad()
-def ig_completeness_delta(tr: Trace, model: LayeredModel, scores: Tensor, target: Tensor | None = None,
-                          baseline: list[Tensor] | None = None) -> Tensor:
+def ig_completeness_delta(
+    tr: Trace, model: LayeredModel, scores: Tensor, target: Tensor | None = None, baseline: list[Tensor] | None = None
+) -> Tensor:
     """Head-scope IG completeness: ``sum_i a_i - (f_t(h) - f_t(h0))`` per sample, (B,); ``h0`` the baseline of
     the pooled states (zeros when ``None``), ``t`` the target (the predicted class when ``None``)."""
     target = tr.pred if target is None else target
@@ -122,9 +158,14 @@ def ig_completeness_delta(tr: Trace, model: LayeredModel, scores: Tensor, target
 
 
 @torch.no_grad()
-def network_ig_completeness_delta(tr: Trace, model: LayeredModel, scores: Tensor,
-                                  baseline: list[Tensor] | None, target: Tensor | None = None,
-                                  max_rows: int | None = None) -> Tensor:
+def network_ig_completeness_delta(
+    tr: Trace,
+    model: LayeredModel,
+    scores: Tensor,
+    baseline: list[Tensor] | None,
+    target: Tensor | None = None,
+    max_rows: int | None = None,
+) -> Tensor:
     """Network-scope IG completeness, per layer ``a_i - (f_t(x) - f_t(x, block i at its baseline))``; mean |.| over
     layers, (B,); at most ``max_rows`` inputs per replacement pass."""
     target = tr.pred if target is None else target
@@ -133,8 +174,9 @@ def network_ig_completeness_delta(tr: Trace, model: LayeredModel, scores: Tensor
     deltas = []
     for i, out in enumerate(outputs):
         base = layer_baseline(out, baseline, i)
-        removed = torch.cat([replaced_logits(model, tr.inputs[sl], i, base[sl])
-                             for sl in row_chunks(tr.n_samples, max_rows)])
+        removed = torch.cat(
+            [replaced_logits(model, tr.inputs[sl], i, base[sl]) for sl in row_chunks(tr.n_samples, max_rows)]
+        )
         deltas.append(scores[:, i] - (f - _class_logit(removed, target)))
     return torch.stack(deltas, 1).abs().mean(1)
 

@@ -44,9 +44,17 @@ def head_ig_route(head: LayerHead) -> str:
     return "captum"
 
 
-def head_ig(head: LayerHead, hidden: tuple[Tensor, ...], target: Tensor, *, n_steps: int = 50,
-            method: str = "gausslegendre", internal_batch_size: int | None = None,
-            terms: Tensor | None = None, adapted: Tensor | None = None) -> Tensor:
+def head_ig(
+    head: LayerHead,
+    hidden: tuple[Tensor, ...],
+    target: Tensor,
+    *,
+    n_steps: int = 50,
+    method: str = "gausslegendre",
+    internal_batch_size: int | None = None,
+    terms: Tensor | None = None,
+    adapted: Tensor | None = None,
+) -> Tensor:
     """Per-layer IG of the ``target`` logit at the head input, from the zero baseline, (B, L).
 
     Parameters
@@ -62,8 +70,9 @@ def head_ig(head: LayerHead, hidden: tuple[Tensor, ...], target: Tensor, *, n_st
     """
     route = head_ig_route(head)
     if route == "captum":
-        return head_ig_captum(head, hidden, target, n_steps=n_steps, method=method,
-                              internal_batch_size=internal_batch_size)
+        return head_ig_captum(
+            head, hidden, target, n_steps=n_steps, method=method, internal_batch_size=internal_batch_size
+        )
     with torch.no_grad():
         if terms is None or (route == "adapted" and adapted is None):
             terms, _, adapted = head.trace_parts(hidden)
@@ -77,8 +86,9 @@ def head_ig(head: LayerHead, hidden: tuple[Tensor, ...], target: Tensor, *, n_st
     return _ig_over_adapted(head, adapted.detach(), bias, target, n_steps, method, internal_batch_size)
 
 
-def _ig_over_adapted(head: nn.Module, z: Tensor, base: Tensor, target: Tensor, n_steps: int, method: str,
-                     internal_batch_size: int | None) -> Tensor:
+def _ig_over_adapted(
+    head: nn.Module, z: Tensor, base: Tensor, target: Tensor, n_steps: int, method: str, internal_batch_size: int | None
+) -> Tensor:
     """``sum_k (z - base)_k * sum_s w_s dF_c/dz_k(base + t_s (z - base))`` per layer, (B, L), in steps chunks."""
     weights, points = _quadrature(method, n_steps)
     batch = z.shape[0]
@@ -86,8 +96,8 @@ def _ig_over_adapted(head: nn.Module, z: Tensor, base: Tensor, target: Tensor, n
     diff = z - base
     total = torch.zeros_like(z)
     for lo in range(0, n_steps, per_call):
-        t = torch.tensor(points[lo:lo + per_call], dtype=z.dtype, device=z.device)
-        w = torch.tensor(weights[lo:lo + per_call], dtype=z.dtype, device=z.device)
+        t = torch.tensor(points[lo : lo + per_call], dtype=z.dtype, device=z.device)
+        w = torch.tensor(weights[lo : lo + per_call], dtype=z.dtype, device=z.device)
         with torch.enable_grad():
             path = (base + t[:, None, None, None] * diff).reshape(-1, *z.shape[1:]).requires_grad_(True)
             logits = head.adapted_logits(path)
@@ -98,8 +108,12 @@ def _ig_over_adapted(head: nn.Module, z: Tensor, base: Tensor, target: Tensor, n
 
 
 # Captum's integration rules: Riemann points on [0, 1] by rule (as Captum lays them out), Gauss-Legendre besides.
-_RIEMANN_ENDS = {"riemann_left": lambda n: (0, 1 - 1 / n), "riemann_right": lambda n: (1 / n, 1),
-                 "riemann_middle": lambda n: (1 / (2 * n), 1 - 1 / (2 * n)), "riemann_trapezoid": lambda n: (0, 1)}
+_RIEMANN_ENDS = {
+    "riemann_left": lambda n: (0, 1 - 1 / n),
+    "riemann_right": lambda n: (1 / n, 1),
+    "riemann_middle": lambda n: (1 / (2 * n), 1 - 1 / (2 * n)),
+    "riemann_trapezoid": lambda n: (0, 1),
+}
 IG_METHODS = ("gausslegendre", *_RIEMANN_ENDS)
 
 
@@ -132,8 +146,15 @@ def _touching_all(head: LayerHead, hidden: tuple[Tensor, ...]) -> Tensor:
     return head(list(hidden)) + zero
 
 
-def head_ig_captum(head: LayerHead, hidden: tuple[Tensor, ...], target: Tensor, *, n_steps: int = 50,
-                   method: str = "gausslegendre", internal_batch_size: int | None = None) -> Tensor:
+def head_ig_captum(
+    head: LayerHead,
+    hidden: tuple[Tensor, ...],
+    target: Tensor,
+    *,
+    n_steps: int = 50,
+    method: str = "gausslegendre",
+    internal_batch_size: int | None = None,
+) -> Tensor:
     """The general route: Captum ``IntegratedGradients`` over the pooled head inputs from zeros, (B, L).
 
     The heads pool maps first and pooling is linear, so IG over the pooled states gives the same per-layer
@@ -143,6 +164,11 @@ def head_ig_captum(head: LayerHead, hidden: tuple[Tensor, ...], target: Tensor, 
 
     with torch.enable_grad():
         ig = IntegratedGradients(lambda *h: _touching_all(head, h))
-        attr = ig.attribute(tuple(pool_hidden(h).detach() for h in hidden), target=target, n_steps=n_steps,
-                            method=method, internal_batch_size=internal_batch_size)
+        attr = ig.attribute(
+            tuple(pool_hidden(h).detach() for h in hidden),
+            target=target,
+            n_steps=n_steps,
+            method=method,
+            internal_batch_size=internal_batch_size,
+        )
     return torch.stack([a.flatten(1).sum(1) for a in attr], 1).detach()

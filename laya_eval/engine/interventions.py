@@ -34,9 +34,20 @@ from laya_eval.models.heads import LayerHead, pool_hidden
 from laya_eval.models.layered import LayeredModel
 from laya_eval.models.trace import Trace
 
-__all__ = ["DONOR_STREAM", "NOISE_STREAM", "SampleFills", "donor_ids", "drawn_class_probs", "drawn_head_logits",
-           "drawn_network_logits", "noise_fills", "noise_sample_fill", "resample_fills", "resample_sample_fill",
-           "sample_fill_probs"]
+__all__ = [
+    "DONOR_STREAM",
+    "NOISE_STREAM",
+    "SampleFills",
+    "donor_ids",
+    "drawn_class_probs",
+    "drawn_head_logits",
+    "drawn_network_logits",
+    "noise_fills",
+    "noise_sample_fill",
+    "resample_fills",
+    "resample_sample_fill",
+    "sample_fill_probs",
+]
 
 #: The first part of every derived seed of each ablation, so donors and noise never share random numbers.
 DONOR_STREAM, NOISE_STREAM = 1, 2
@@ -90,11 +101,12 @@ def donor_ids(seed: int, sample_ids: Tensor, n_samples: int, draws: int) -> Tens
 def resample_fills(donor_states: Sequence[Tensor], donors: Tensor) -> SampleFills:
     """Split the donors' states (each (K * B, ...), draw-major: rows ``j*B .. (j+1)*B - 1`` are draw ``j``)."""
     batch, draws = donors.shape
-    return SampleFills(tuple([s[j * batch:(j + 1) * batch] for s in donor_states] for j in range(draws)), donors)
+    return SampleFills(tuple([s[j * batch : (j + 1) * batch] for s in donor_states] for j in range(draws)), donors)
 
 
-def noise_fills(mean: Sequence[Tensor], square_mean: Sequence[Tensor], sample_ids: Tensor, *, seed: int,
-                draws: int) -> SampleFills:
+def noise_fills(
+    mean: Sequence[Tensor], square_mean: Sequence[Tensor], sample_ids: Tensor, *, seed: int, draws: int
+) -> SampleFills:
     """``mean + std * eps`` per sample and draw; ``mean``/``square_mean`` per layer, each of one state's shape."""
     ids = sample_ids.clamp(min=0)
     out = []
@@ -109,14 +121,28 @@ def noise_fills(mean: Sequence[Tensor], square_mean: Sequence[Tensor], sample_id
     return SampleFills(tuple(out))
 
 
-def resample_sample_fill(statistics: dict[str, list[Tensor]], sample_ids: Tensor, *, seed: int, draws: int,
-                         donor_states: Sequence[Tensor], donors: Tensor) -> SampleFills:
+def resample_sample_fill(
+    statistics: dict[str, list[Tensor]],
+    sample_ids: Tensor,
+    *,
+    seed: int,
+    draws: int,
+    donor_states: Sequence[Tensor],
+    donors: Tensor,
+) -> SampleFills:
     """``resample``'s sample fill: the states of the donors the engine drew (:func:`donor_ids`) and ran."""
     return resample_fills(donor_states, donors)
 
 
-def noise_sample_fill(statistics: dict[str, list[Tensor]], sample_ids: Tensor, *, seed: int, draws: int,
-                      donor_states: None = None, donors: None = None) -> SampleFills:
+def noise_sample_fill(
+    statistics: dict[str, list[Tensor]],
+    sample_ids: Tensor,
+    *,
+    seed: int,
+    draws: int,
+    donor_states: None = None,
+    donors: None = None,
+) -> SampleFills:
     """``noise``'s sample fill: :func:`noise_fills` from the ``hidden_mean`` and ``hidden_square_mean`` statistics."""
     return noise_fills(statistics["hidden_mean"], statistics["hidden_square_mean"], sample_ids, seed=seed, draws=draws)
 
@@ -137,8 +163,9 @@ def _head_logits(tr: Trace, head: LayerHead, masks: Tensor, values: Sequence[Ten
     return head(replaced).view(batch, k, -1)
 
 
-def _network_logits(tr: Trace, model: LayeredModel, masks: Tensor, values: Sequence[Tensor],
-                    max_rows: int | None = None) -> Tensor:
+def _network_logits(
+    tr: Trace, model: LayeredModel, masks: Tensor, values: Sequence[Tensor], max_rows: int | None = None
+) -> Tensor:
     """Logits (B, K, C) with block ``i``'s output replaced by ``values[i][b]`` inside the backbone; at most
     ``max_rows`` inputs per backbone pass (:mod:`laya_eval.engine.memory_budget`)."""
     out = []
@@ -158,16 +185,25 @@ def _network_logits(tr: Trace, model: LayeredModel, masks: Tensor, values: Seque
 def _per_sample_replacer(drop: Tensor, value: Tensor) -> Callable[[Tensor], Tensor]:
     def apply(t: Tensor) -> Tensor:
         if value.shape != t.shape:
-            raise ConfigError(f"a replacement state has shape {tuple(value.shape)}; the block output it replaces "
-                              f"has {tuple(t.shape)}.")
+            raise ConfigError(
+                f"a replacement state has shape {tuple(value.shape)}; the block output it replaces "
+                f"has {tuple(t.shape)}."
+            )
         shape = (-1,) + (1,) * (t.dim() - 1)
         return torch.where(drop.to(t.device).view(shape), value.to(t), t)
 
     return apply
 
 
-def drawn_class_probs(tr: Trace, head, model: LayeredModel | None, masks: Tensor, fills: SampleFills,
-                      scope: str, max_rows: int | None = None) -> Tensor:
+def drawn_class_probs(
+    tr: Trace,
+    head,
+    model: LayeredModel | None,
+    masks: Tensor,
+    fills: SampleFills,
+    scope: str,
+    max_rows: int | None = None,
+) -> Tensor:
     """Mean over the draws of the class probabilities after each removal in ``masks`` ((K, L) or (B, K, L)):
     (B, K, C). ``model`` is needed at network scope only, where a backbone pass carries at most ``max_rows``
     inputs."""
@@ -175,8 +211,10 @@ def drawn_class_probs(tr: Trace, head, model: LayeredModel | None, masks: Tensor
     total = None
     for values in fills.draws:
         if len(values) != masks.shape[-1]:
-            raise ConfigError(f"each draw of a sample fill holds one replacement state per layer ({masks.shape[-1]}); "
-                              f"got {len(values)}.")
+            raise ConfigError(
+                f"each draw of a sample fill holds one replacement state per layer ({masks.shape[-1]}); "
+                f"got {len(values)}."
+            )
         if scope == "head":
             logits = _head_logits(tr, head, masks, values)
         else:
@@ -186,8 +224,16 @@ def drawn_class_probs(tr: Trace, head, model: LayeredModel | None, masks: Tensor
     return total / len(fills.draws)
 
 
-def sample_fill_probs(tr: Trace, model: LayeredModel, masks: Tensor, fills: SampleFills, scope: str, *,
-                      target: Tensor | None = None, max_rows: int | None = None) -> Tensor:
+def sample_fill_probs(
+    tr: Trace,
+    model: LayeredModel,
+    masks: Tensor,
+    fills: SampleFills,
+    scope: str,
+    *,
+    target: Tensor | None = None,
+    max_rows: int | None = None,
+) -> Tensor:
     """Mean over the draws of ``p_t`` after each removal in ``masks`` ((K, L) or (B, K, L)): (B, K); ``t`` is
     ``target`` or the predicted class; at network scope at most ``max_rows`` inputs per backbone pass."""
     probs = drawn_class_probs(tr, model.head, model, masks, fills, scope, max_rows)
@@ -201,8 +247,7 @@ def drawn_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor
     return drawn_class_probs(tr, head, None, masks, _sample_fills(fill), "head").log()
 
 
-def drawn_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
-                          ) -> Tensor:
+def drawn_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None) -> Tensor:
     """As :func:`drawn_head_logits`, inside the backbone, at most ``max_rows`` inputs per backbone pass."""
     return drawn_class_probs(tr, model.head, model, masks, _sample_fills(fill), "network", max_rows).log()
 

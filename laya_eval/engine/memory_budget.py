@@ -39,8 +39,17 @@ from laya_eval.models.layered import MIN_BATCH_ROWS
 if TYPE_CHECKING:
     from laya_eval.models.layered import LayeredModel
 
-__all__ = ["FORWARD_FACTOR", "GRAD_FACTOR", "MIN_ROWS", "check_network_budget", "ig_rows", "one_row_block_outputs",
-           "replacement_rows", "row_bytes", "row_chunks"]
+__all__ = [
+    "FORWARD_FACTOR",
+    "GRAD_FACTOR",
+    "MIN_ROWS",
+    "check_network_budget",
+    "ig_rows",
+    "one_row_block_outputs",
+    "replacement_rows",
+    "row_bytes",
+    "row_chunks",
+]
 
 FORWARD_FACTOR = 3
 GRAD_FACTOR = 10
@@ -109,5 +118,7 @@ def check_network_budget(hidden: Sequence[Tensor], max_memory_mb: int, *, gradie
     need = -(-MIN_ROWS * factor * row_bytes(hidden) // (1 << 20))
     if need > max_memory_mb:
         work = "gradients through the backbone" if gradients else "block replacements"
-        raise ConfigError(f"--max-memory {max_memory_mb} MB cannot hold network-scope {work} for this model: "
-                          f"{MIN_ROWS} rows need about {need} MB; raise --max-memory or use --scope head.")
+        raise ConfigError(
+            f"--max-memory {max_memory_mb} MB cannot hold network-scope {work} for this model: "
+            f"{MIN_ROWS} rows need about {need} MB; raise --max-memory or use --scope head."
+        )

@@ -25,9 +25,17 @@ from laya_eval.catalog import METHOD_SPECS, MethodSpec
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import LayaHead, LayerHead, ScalarMixHead
 from laya_eval.models.layered import LayeredModel
-from laya_eval.engine.ig_baselines import (baseline_needs, baseline_states, head_ig_from, ig_completeness_delta,
-                                           ig_diagnostic, layer_baseline, network_ig_completeness_delta,
-                                           replaced_logits, resolved_baseline)
+from laya_eval.engine.ig_baselines import (
+    baseline_needs,
+    baseline_states,
+    head_ig_from,
+    ig_completeness_delta,
+    ig_diagnostic,
+    layer_baseline,
+    network_ig_completeness_delta,
+    replaced_logits,
+    resolved_baseline,
+)
 from laya_eval.engine.integrated_gradients import head_ig
 from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.engine.memory_budget import ig_rows, one_row_block_outputs, row_chunks
@@ -178,8 +186,9 @@ def _head_grads(tr: Trace, model: LayeredModel, target: Tensor) -> tuple[list[Te
     return [a.detach() for a in acts], list(grads)
 
 
-def _network_grads(tr: Trace, model: LayeredModel, target: Tensor, max_memory_mb: int
-                   ) -> tuple[list[Tensor], list[Tensor]]:
+def _network_grads(
+    tr: Trace, model: LayeredModel, target: Tensor, max_memory_mb: int
+) -> tuple[list[Tensor], list[Tensor]]:
     """Each block's full output inside the backbone and d logit_c / d output (total effect), in row chunks."""
     if not isinstance(tr.inputs, Tensor):
         raise ConfigError("network-scope gradient methods need tensor inputs; use --scope head for text models.")
@@ -196,8 +205,9 @@ def _network_grads(tr: Trace, model: LayeredModel, target: Tensor, max_memory_mb
     return [torch.cat(a) for a in zip(*acts_parts)], [torch.cat(g) for g in zip(*grad_parts)]
 
 
-def layer_gradients(tr: Trace, model: LayeredModel, target: Tensor, scope: str, *, max_memory_mb: int = 2048
-                    ) -> tuple[list[Tensor], list[Tensor]]:
+def layer_gradients(
+    tr: Trace, model: LayeredModel, target: Tensor, scope: str, *, max_memory_mb: int = 2048
+) -> tuple[list[Tensor], list[Tensor]]:
     """``(activations, d logit_target / d activation)`` per layer at ``scope`` ("head" or "network"); at network
     scope in row chunks within ``max_memory_mb`` (:mod:`laya_eval.engine.memory_budget`)."""
     return _head_grads(tr, model, target) if scope == "head" else _network_grads(tr, model, target, max_memory_mb)
@@ -236,15 +246,34 @@ def _gradcam(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodC
 
 
 def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
-    options = dict(target=target, n_steps=context.n_steps, method=context.ig_method,
-                   internal_batch_size=context.internal_batch_size)
+    options = dict(
+        target=target,
+        n_steps=context.n_steps,
+        method=context.ig_method,
+        internal_batch_size=context.internal_batch_size,
+    )
     if context.scope == "head" and context.layer_baseline is not None:
-        return head_ig_from(tr, model, target, context.layer_baseline, n_steps=context.n_steps,
-                            method=context.ig_method, internal_batch_size=context.internal_batch_size)
+        return head_ig_from(
+            tr,
+            model,
+            target,
+            context.layer_baseline,
+            n_steps=context.n_steps,
+            method=context.ig_method,
+            internal_batch_size=context.internal_batch_size,
+        )
     if context.scope == "head":
         # Through the affine adapters where the head has them (laya_eval.engine.integrated_gradients).
-        return head_ig(model.head, tr.hidden, target, n_steps=context.n_steps, method=context.ig_method,
-                       internal_batch_size=context.internal_batch_size, terms=tr.terms, adapted=tr.adapted)
+        return head_ig(
+            model.head,
+            tr.hidden,
+            target,
+            n_steps=context.n_steps,
+            method=context.ig_method,
+            internal_batch_size=context.internal_batch_size,
+            terms=tr.terms,
+            adapted=tr.adapted,
+        )
     from captum.attr import IntegratedGradients  # here: the head routes above run without Captum
 
     with torch.enable_grad():
@@ -264,8 +293,12 @@ def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContex
             base = layer_baseline(out.detach(), context.layer_baseline, i)
             parts = []
             for sl in row_chunks(tr.n_samples, rows):
-                attr = ig.attribute(out[sl].detach(), baselines=base[sl], additional_forward_args=(tr.inputs[sl],),
-                                    **{**options, "target": target[sl]})
+                attr = ig.attribute(
+                    out[sl].detach(),
+                    baselines=base[sl],
+                    additional_forward_args=(tr.inputs[sl],),
+                    **{**options, "target": target[sl]},
+                )
                 parts.append(attr.flatten(1).sum(1).detach())
             scores.append(torch.cat(parts))
     return torch.stack(scores, 1)
@@ -287,8 +320,13 @@ def _alpha_norm(tr: Trace, model: LayeredModel, *, target: Tensor, context: Meth
 METHODS: dict[str, AttributionMethod] = {}
 
 
-def register_method(spec: MethodSpec, fn: AttributionFn, *, diagnostic: Callable[..., Tensor | None] | None = None,
-                    diagnostic_note: str = "") -> AttributionMethod:
+def register_method(
+    spec: MethodSpec,
+    fn: AttributionFn,
+    *,
+    diagnostic: Callable[..., Tensor | None] | None = None,
+    diagnostic_note: str = "",
+) -> AttributionMethod:
     """Register an attribution method: its catalog entry and its function, the path every method takes.
 
     Parameters
@@ -324,18 +362,32 @@ def register_method(spec: MethodSpec, fn: AttributionFn, *, diagnostic: Callable
     return method
 
 
-_IG_NOTE = ("IG completeness delta, for the baseline the run used (manifest 'integrated_gradients'). Head scope: "
-            "sum_i a_i - (f_t(h) - f_t(h0)) per sample, h0 the baseline of the pooled states (IG over the head's "
-            "cached inputs measures the direct effect of each layer). Network scope: mean over layers of "
-            "|a_i - (f_t(x) - f_t(x with block i's output replaced by the baseline))|, injected inside the backbone.")
-_BUILTIN = {"laya": (_laya,), "static": (_static,), "contribution": (_contribution,),
-            "ig": (_ig, ig_diagnostic, _IG_NOTE), "gradcam": (_gradcam,), "grad_x_act": (_grad_x_act,),
-            "random": (_random,), "block_influence": (_block_influence,), "angular_distance": (_angular_distance,),
-            "alpha_norm": (_alpha_norm,)}
+_IG_NOTE = (
+    "IG completeness delta, for the baseline the run used (manifest 'integrated_gradients'). Head scope: "
+    "sum_i a_i - (f_t(h) - f_t(h0)) per sample, h0 the baseline of the pooled states (IG over the head's "
+    "cached inputs measures the direct effect of each layer). Network scope: mean over layers of "
+    "|a_i - (f_t(x) - f_t(x with block i's output replaced by the baseline))|, injected inside the backbone."
+)
+_BUILTIN = {
+    "laya": (_laya,),
+    "static": (_static,),
+    "contribution": (_contribution,),
+    "ig": (_ig, ig_diagnostic, _IG_NOTE),
+    "gradcam": (_gradcam,),
+    "grad_x_act": (_grad_x_act,),
+    "random": (_random,),
+    "block_influence": (_block_influence,),
+    "angular_distance": (_angular_distance,),
+    "alpha_norm": (_alpha_norm,),
+}
 for _name in [n for n in METHOD_SPECS if n in _BUILTIN]:  # catalog order is registry order
     _fn, *_diagnostic = _BUILTIN[_name]
-    register_method(METHOD_SPECS[_name], _fn, diagnostic=_diagnostic[0] if _diagnostic else None,
-                    diagnostic_note=_diagnostic[1] if _diagnostic else "")
+    register_method(
+        METHOD_SPECS[_name],
+        _fn,
+        diagnostic=_diagnostic[0] if _diagnostic else None,
+        diagnostic_note=_diagnostic[1] if _diagnostic else "",
+    )
 # Methods come only through register_method; the catalog names each one the engine can run.
 if set(METHODS) != set(METHOD_SPECS):
     raise ImportError(f"catalog methods without a function: {sorted(set(METHOD_SPECS) - set(METHODS))}")
@@ -350,10 +402,14 @@ def applicable(method: AttributionMethod, model: LayeredModel) -> str | None:
     if method.requires == "weights" and type(head).layer_weights is LayerHead.layer_weights:
         return f"it needs a head with layer weights (LAYA or ScalarMix); this model has a {head.name} head."
     if method.requires == "adapted" and not isinstance(head, (LayaHead, ScalarMixHead)):
-        return f"it needs a head with adapters and layer weights (LAYA or ScalarMix); this model has a {head.name} head."
+        return (
+            f"it needs a head with adapters and layer weights (LAYA or ScalarMix); this model has a {head.name} head."
+        )
     if method.requires == "states" and not has_common_states(head):
-        return (f"it compares layer states of one width; this {head.name} head has no adapters and "
-                f"layers of widths {list(head.layer_dims)}.")
+        return (
+            f"it compares layer states of one width; this {head.name} head has no adapters and "
+            f"layers of widths {list(head.layer_dims)}."
+        )
     return None
 
 

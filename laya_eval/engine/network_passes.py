@@ -34,8 +34,9 @@ def take_rows(inputs: Any, index: Tensor) -> Any | None:
     return None
 
 
-def network_replacement_logits(tr: Trace, model: LayeredModel, masks: Tensor,
-                               values: Sequence[Tensor | None] | None, max_rows: int | None = None) -> Tensor:
+def network_replacement_logits(
+    tr: Trace, model: LayeredModel, masks: Tensor, values: Sequence[Tensor | None] | None, max_rows: int | None = None
+) -> Tensor:
     """Network-scope logits (B, K, C) after each removal in ``masks`` (B, K, L): block ``i``'s full output is
     replaced by ``values[i]`` (broadcast to it; ``None`` or no ``values``: zeros) inside the backbone for the
     samples that drop it, and every later block is recomputed; at most ``max_rows`` inputs per backbone pass.
@@ -50,19 +51,23 @@ def network_replacement_logits(tr: Trace, model: LayeredModel, masks: Tensor,
     size = first.stop - first.start
     out = []
     for lo in range(0, unique.shape[0], size):
-        part = unique[lo:lo + size]
+        part = unique[lo : lo + size]
         real = part.shape[0]
         if real < size:
             part = torch.cat([part, part[torch.arange(size - real, device=part.device) % real]])
         dropped = part[:, 1:].bool()
-        replace = {i: _replacer(dropped[:, i], None if values is None else values[i])
-                   for i in range(n_layers) if bool(dropped[:, i].any())}
+        replace = {
+            i: _replacer(dropped[:, i], None if values is None else values[i])
+            for i in range(n_layers)
+            if bool(dropped[:, i].any())
+        }
         out.append(model.head(model.hidden_states(take_rows(tr.inputs, part[:, 0]), replace))[:real])
     return torch.cat(out)[inverse].reshape(n, k, -1)
 
 
-def _per_removal_logits(tr: Trace, model: LayeredModel, masks: Tensor, values: Sequence[Tensor | None] | None,
-                        max_rows: int | None) -> Tensor:
+def _per_removal_logits(
+    tr: Trace, model: LayeredModel, masks: Tensor, values: Sequence[Tensor | None] | None, max_rows: int | None
+) -> Tensor:
     out = []
     for k in range(masks.shape[1]):
         parts = []

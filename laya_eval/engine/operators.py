@@ -53,8 +53,18 @@ class OperatorSensitivity:
 def operator_columns(operators: list[str]) -> list[str]:
     """The columns of ``operators.csv`` for these operators, in order."""
     per = [c for a in operators for c in (f"faithfulness_{a}", f"rank_{a}")]
-    return ["method", *per, "largest_swing", "swing_from", "swing_to", "rank_range", "kendall_w",
-            "kendall_w_p_value", "n_operators", "n_methods_ranked"]
+    return [
+        "method",
+        *per,
+        "largest_swing",
+        "swing_from",
+        "swing_to",
+        "rank_range",
+        "kendall_w",
+        "kendall_w_p_value",
+        "n_operators",
+        "n_methods_ranked",
+    ]
 
 
 def _best(faith: pd.DataFrame, operator: str) -> str | None:
@@ -63,8 +73,9 @@ def _best(faith: pd.DataFrame, operator: str) -> str | None:
     return None if column.empty else str(column.idxmax())
 
 
-def operator_sensitivity(summaries: Mapping[str, pd.DataFrame], *, seed: int = 0,
-                         n_permutations: int = OPERATOR_PERMUTATIONS) -> OperatorSensitivity:
+def operator_sensitivity(
+    summaries: Mapping[str, pd.DataFrame], *, seed: int = 0, n_permutations: int = OPERATOR_PERMUTATIONS
+) -> OperatorSensitivity:
     """Operator sensitivity from each operator's ``summary`` table (columns ``method``, ``faithfulness``).
 
     Parameters
@@ -89,22 +100,29 @@ def operator_sensitivity(summaries: Mapping[str, pd.DataFrame], *, seed: int = 0
             row[f"rank_{a}"] = ranks.loc[method, a]
         defined = values.dropna()
         if len(defined) >= 2:
-            row.update(largest_swing=float(defined.max() - defined.min()), swing_from=str(defined.idxmin()),
-                       swing_to=str(defined.idxmax()),
-                       rank_range=float(ranks.loc[method].max() - ranks.loc[method].min()))
+            row.update(
+                largest_swing=float(defined.max() - defined.min()),
+                swing_from=str(defined.idxmin()),
+                swing_to=str(defined.idxmax()),
+                rank_range=float(ranks.loc[method].max() - ranks.loc[method].min()),
+            )
         else:
             row.update(largest_swing=np.nan, swing_from="", swing_to="", rank_range=np.nan)
-        row.update(kendall_w=test.w, kendall_w_p_value=test.p_value, n_operators=len(operators),
-                   n_methods_ranked=test.n_items)
+        row.update(
+            kendall_w=test.w, kendall_w_p_value=test.p_value, n_operators=len(operators), n_methods_ranked=test.n_items
+        )
         rows.append(row)
     best = {a: _best(faith, a) for a in operators}
     warning = None
     if len({b for b in best.values() if b is not None}) > 1:
-        warning = ("the best method changes with the operator: "
-                   + ", ".join(f"{a} -> {b if b is not None else 'undefined'}" for a, b in best.items())
-                   + ": which method is most faithful depends on how a layer is removed.")
-    return OperatorSensitivity(pd.DataFrame(rows, columns=operator_columns(operators)), best, test.w,
-                               test.p_value, warning)
+        warning = (
+            "the best method changes with the operator: "
+            + ", ".join(f"{a} -> {b if b is not None else 'undefined'}" for a, b in best.items())
+            + ": which method is most faithful depends on how a layer is removed."
+        )
+    return OperatorSensitivity(
+        pd.DataFrame(rows, columns=operator_columns(operators)), best, test.w, test.p_value, warning
+    )
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:

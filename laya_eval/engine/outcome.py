@@ -47,8 +47,10 @@ class Evaluation(Mapping[str, EvaluationResult]):
 
     def _only(self) -> EvaluationResult:
         if len(self.results) != 1:
-            raise AttributeError(f"this evaluation holds {len(self.results)} ablations ({', '.join(self.results)}); "
-                                 "read one of them: evaluation[ABLATION]")
+            raise AttributeError(
+                f"this evaluation holds {len(self.results)} ablations ({', '.join(self.results)}); "
+                "read one of them: evaluation[ABLATION]"
+            )
         return next(iter(self.results.values()))
 
     layers = property(lambda self: self._only().layers, doc="The one ablation's ``layers`` table.")
@@ -84,5 +86,6 @@ def write_evaluation(evaluation: Evaluation, out_dir: str | os.PathLike, *, tabl
     """Write an evaluation into ``out_dir``, replacing the folder whole: layers, samples, summary, comparisons and
     manifest (one subfolder per ablation and ``operators.csv`` when several). See
     :func:`laya_eval.output.files.write_result_folder`."""
-    return write_result_folder(out_dir, result_files(evaluation.results, operators=evaluation.operators,
-                                                     table_format=table_format))
+    return write_result_folder(
+        out_dir, result_files(evaluation.results, operators=evaluation.operators, table_format=table_format)
+    )

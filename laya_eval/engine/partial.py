@@ -38,8 +38,15 @@ from laya_eval.output.files import atomic_write_bytes, json_sha256
 from laya_eval.output.reading import UnsafeFile, read_regular_file
 from laya_eval.engine.records import Records
 
-__all__ = ["MAX_PARTIAL_ARRAYS", "PARTIAL_FOLDER", "PartialStore", "arrays_sha256", "chunk_grid", "max_chunk_bytes",
-           "run_key"]
+__all__ = [
+    "MAX_PARTIAL_ARRAYS",
+    "PARTIAL_FOLDER",
+    "PartialStore",
+    "arrays_sha256",
+    "chunk_grid",
+    "max_chunk_bytes",
+    "run_key",
+]
 
 PARTIAL_FOLDER = ".partial"
 #: Arrays one partial file may hold (per-method scores, effects, deletion curves and diagnostics).
@@ -99,8 +106,15 @@ class PartialStore:
         Layers per record row, checked on every chunk (any when None).
     """
 
-    def __init__(self, out_dir: str | os.PathLike, key: str, *, resume: bool, result_key: str | None = None,
-                 n_layers: int | None = None) -> None:
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        key: str,
+        *,
+        resume: bool,
+        result_key: str | None = None,
+        n_layers: int | None = None,
+    ) -> None:
         self.out_dir = Path(out_dir)
         self.folder = self.out_dir / PARTIAL_FOLDER
         self.key = key
@@ -122,7 +136,8 @@ class PartialStore:
             if recorded != result_key:
                 raise ConfigError(
                     f"--resume: '{self.out_dir}' holds a finished result made with other options (or another model "
-                    "or data), see its manifest.json; rerun without --resume to replace it, or with its options.")
+                    "or data), see its manifest.json; rerun without --resume to replace it, or with its options."
+                )
 
     def _check_key(self) -> None:
         if not self.folder.is_dir() or self.folder.is_symlink():
@@ -150,7 +165,8 @@ class PartialStore:
             with zipfile.ZipFile(io.BytesIO(raw)) as archive:
                 infos = archive.infolist()
             if len(infos) > MAX_PARTIAL_ARRAYS + 2 or any(
-                    i.compress_type != zipfile.ZIP_STORED or i.file_size > len(raw) for i in infos):
+                i.compress_type != zipfile.ZIP_STORED or i.file_size > len(raw) for i in infos
+            ):
                 raise _Damaged("an archive np.savez does not write (compressed or oversized members)")
             with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
                 arrays = {k: npz[k] for k in npz.files}
@@ -190,8 +206,9 @@ class PartialStore:
             if check is not None:
                 check(arrays)
         except _Damaged as err:
-            warnings.warn(f"the partial result '{path}' is not used ({err}); recomputing it.", RecomputedWarning,
-                          stacklevel=3)
+            warnings.warn(
+                f"the partial result '{path}' is not used ({err}); recomputing it.", RecomputedWarning, stacklevel=3
+            )
             return None
         return arrays
 
@@ -213,10 +230,13 @@ class PartialStore:
                 two_d = kind in ("scores", "effects", "deletion")
                 layers_ok = not two_d or (a.ndim == 2 and (self.n_layers is None or a.shape[1] == self.n_layers))
                 if kind not in ("scores", "effects", "deletion", "diagnostics") and name not in (
-                        *_INT_COLUMNS, "confidence"):
+                    *_INT_COLUMNS,
+                    "confidence",
+                ):
                     raise _Damaged(f"holds an unknown array {name[:80]!r}")
                 if a.dtype != want or a.shape[:1] != (rows,) or a.ndim != (2 if two_d else 1) or not layers_ok:
                     raise _Damaged(f"{name[:80]}: {a.dtype} {a.shape}, expected {np.dtype(want)} with {rows} rows")
+
         return check
 
     def load_chunk(self, start: int, stop: int) -> Records | None:
@@ -243,8 +263,11 @@ class PartialStore:
                 if part == "sum":
                     pairs.append((torch.from_numpy(arrays[key]), torch.from_numpy(arrays[f"{name}/{layer}/count"])))
         except (ValueError, KeyError, IndexError, TypeError):
-            warnings.warn(f"the partial result '{self.folder / 'statistics.npz'}' is not used (unknown arrays); "
-                          "recomputing it.", RecomputedWarning, stacklevel=2)
+            warnings.warn(
+                f"the partial result '{self.folder / 'statistics.npz'}' is not used (unknown arrays); recomputing it.",
+                RecomputedWarning,
+                stacklevel=2,
+            )
             return None
         return DatasetStatistics(sums)
 

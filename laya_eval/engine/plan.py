@@ -15,8 +15,14 @@ from typing import Any, Sequence
 
 import torch
 
-from laya_eval.engine.methods import (METHODS, AttributionMethod, applicable, baseline_needs, resolve_methods,
-                                     resolved_baseline)
+from laya_eval.engine.methods import (
+    METHODS,
+    AttributionMethod,
+    applicable,
+    baseline_needs,
+    resolve_methods,
+    resolved_baseline,
+)
 from laya_eval.catalog import ABLATION_SPECS, CHUNK_SIZE, DEFAULT_ABLATION
 from laya_eval.options import check_declared, check_option, declared, option, role_fields
 from laya_eval.data import Dataset, check_finite, load_dataset
@@ -31,8 +37,21 @@ from laya_eval.engine.partial import run_key
 from laya_eval.engine.plugins import code_identity, load_installed_plugins
 from laya_eval.engine.removals import ABLATION_REGISTRY, check_ablations
 
-__all__ = ["CHUNK_SIZE", "EvalOptions", "KeptStates", "Plan", "check_extra_methods", "check_target", "check_target_class",
-           "explained_classes", "make_plan", "plugin_sources", "resolved_ig_baseline", "with_cached_features"]
+__all__ = [
+    "CHUNK_SIZE",
+    "EvalOptions",
+    "KeptStates",
+    "Plan",
+    "check_extra_methods",
+    "check_target",
+    "check_target_class",
+    "explained_classes",
+    "make_plan",
+    "plugin_sources",
+    "resolved_ig_baseline",
+    "with_cached_features",
+]
+
 
 @declared
 class EvalOptions:
@@ -153,13 +172,26 @@ class Plan:
         from laya_eval.output.files import data_content_sha256, module_state_sha256
 
         o = self.options
-        model = self.checkpoint if self.checkpoint.get("sha256") or self.checkpoint.get("kind") else {
-            "in_memory_state_sha256": module_state_sha256(self.model)}
-        return run_key({"checkpoint": self.checkpoint, "model": model, "data": self.data.name, "n": len(self.data),
-                        "content_sha256": data_content_sha256(self.data.x, self.data.y),
-                        "methods": [m.name for m in self.methods], "ablations": self.ablations,
-                        "device_type": self.device.type, "resolved_ig_baseline": resolved_ig_baseline(o),
-                        "plugins": plugin_sources(self), "options": _role_values(o, "decides")})
+        model = (
+            self.checkpoint
+            if self.checkpoint.get("sha256") or self.checkpoint.get("kind")
+            else {"in_memory_state_sha256": module_state_sha256(self.model)}
+        )
+        return run_key(
+            {
+                "checkpoint": self.checkpoint,
+                "model": model,
+                "data": self.data.name,
+                "n": len(self.data),
+                "content_sha256": data_content_sha256(self.data.x, self.data.y),
+                "methods": [m.name for m in self.methods],
+                "ablations": self.ablations,
+                "device_type": self.device.type,
+                "resolved_ig_baseline": resolved_ig_baseline(o),
+                "plugins": plugin_sources(self),
+                "options": _role_values(o, "decides"),
+            }
+        )
 
     def result_key(self) -> str:
         """:meth:`key` plus every option that changes only the finished tables (role ``summary``: bootstrap, tie
@@ -172,8 +204,9 @@ def _role_values(options: EvalOptions, role: str) -> dict[str, Any]:
     return {name: getattr(options, name) for name in role_fields("EvalOptions", role)}
 
 
-def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device, options: EvalOptions,
-                   world: World = SINGLE_PROCESS) -> tuple[LayeredModel, dict]:
+def _resolve_model(
+    model: LayeredModel | str | os.PathLike, device: torch.device, options: EvalOptions, world: World = SINGLE_PROCESS
+) -> tuple[LayeredModel, dict]:
     """A model in memory as it is, or a spec (checkpoint path, ``hf:``, ``py:``) through :func:`laya_eval.loading.specs.load_model`."""
     if isinstance(model, LayeredModel):
         return model.to(device).eval(), {"path": None, "sha256": None}
@@ -182,8 +215,15 @@ def _resolve_model(model: LayeredModel | str | os.PathLike, device: torch.device
     # Through the feature cache where a head-scope run may read every pooled state from it (with_cached_features):
     # a frozen hf: encoder is then loaded only if a state is missing.
     cached = options.cache and options.scope == "head" and options.dtype == "float32" and world.size == 1
-    loaded = load_model(model, trust_code=options.trust_code, download=options.download, map_location=device,
-                        allow_unverified=options.allow_unverified, feature_cache=cached, cache_dir=options.cache_dir)
+    loaded = load_model(
+        model,
+        trust_code=options.trust_code,
+        download=options.download,
+        map_location=device,
+        allow_unverified=options.allow_unverified,
+        feature_cache=cached,
+        cache_dir=options.cache_dir,
+    )
     return loaded.model, loaded.provenance
 
 
@@ -194,9 +234,12 @@ def _resolve_data(model: LayeredModel, data: Dataset | str | None, options: Eval
         return data
     name = data or model.info.dataset
     if not name:
-        raise DataError("the checkpoint records no dataset; name one with --data (e.g. --data digits or --data npz:PATH).")
-    return load_dataset(name, options.split, data_dir=data_dir, download=options.download,
-                        allow_nonfinite=options.allow_nonfinite)
+        raise DataError(
+            "the checkpoint records no dataset; name one with --data (e.g. --data digits or --data npz:PATH)."
+        )
+    return load_dataset(
+        name, options.split, data_dir=data_dir, download=options.download, allow_nonfinite=options.allow_nonfinite
+    )
 
 
 def check_extra_methods(extra: Sequence[AttributionMethod]) -> tuple[AttributionMethod, ...]:
@@ -214,8 +257,9 @@ def check_extra_methods(extra: Sequence[AttributionMethod]) -> tuple[Attribution
     return extra
 
 
-def _check_network_budget(model: LayeredModel, data: Dataset, device: torch.device, options: EvalOptions, *,
-                          gradients: bool) -> int | None:
+def _check_network_budget(
+    model: LayeredModel, data: Dataset, device: torch.device, options: EvalOptions, *, gradients: bool
+) -> int | None:
     """One input's full block outputs sized against ``--max-memory`` (one backbone pass on one row), before any
     work. With gradients, the rows a batch may have: the methods read every block's output and its gradient for the
     whole batch, so a batch holds no more rows than one gradient call within the budget."""
@@ -230,15 +274,20 @@ def _check_ablation_needs(ablations: Sequence[str], data: Dataset, options: Eval
     for a in ablations:
         needs = ABLATION_SPECS[a].needs
         if "donors" in needs and len(data) < 2:
-            raise ConfigError(f"ablation {a!r} draws donors from the other samples of the split; '{data.name}' "
-                              f"has {len(data)} sample (raise --limit).")
+            raise ConfigError(
+                f"ablation {a!r} draws donors from the other samples of the split; '{data.name}' "
+                f"has {len(data)} sample (raise --limit)."
+            )
         if "tensor_inputs" in needs and options.scope == "network" and not isinstance(data.x, torch.Tensor):
-            raise ConfigError(f"ablation {a!r} at network scope needs tensor inputs (replacement states of one "
-                              f"shape per sample); '{data.name}' holds text: use --scope head.")
+            raise ConfigError(
+                f"ablation {a!r} at network scope needs tensor inputs (replacement states of one "
+                f"shape per sample); '{data.name}' holds text: use --scope head."
+            )
 
 
-def _applicable_methods(model: LayeredModel, data: Dataset, options: EvalOptions,
-                        extra: Sequence[AttributionMethod] = ()) -> tuple[list, list[str]]:
+def _applicable_methods(
+    model: LayeredModel, data: Dataset, options: EvalOptions, extra: Sequence[AttributionMethod] = ()
+) -> tuple[list, list[str]]:
     """The requested methods that can run, and a note per method skipped.
 
     A method that does not apply to the head is skipped with a note. One that needs tensor inputs at network
@@ -251,14 +300,17 @@ def _applicable_methods(model: LayeredModel, data: Dataset, options: EvalOptions
     for m in [*resolve_methods(asked), *extra]:
         reason = applicable(m, model)
         if reason is None and options.scope == "network" and "tensor_inputs" in m.needs and data.input_shape is None:
-            reason = (f"it needs tensor inputs at network scope; '{data.name}' is text (use scope 'head' "
-                      "for its direct effect).")
+            reason = (
+                f"it needs tensor inputs at network scope; '{data.name}' is text (use scope 'head' "
+                "for its direct effect)."
+            )
             if asked is not None or any(m is e for e in extra):
                 raise ConfigError(f"method {m.name!r}: {reason}")
         (notes.append(f"skipped {m.name}: {reason}") if reason else methods.append(m))
     if not methods:
-        raise ConfigError("no requested method applies to this model: " + " ".join(notes)
-                          + " Choose others with --methods.")
+        raise ConfigError(
+            "no requested method applies to this model: " + " ".join(notes) + " Choose others with --methods."
+        )
     return methods, notes
 
 
@@ -266,16 +318,19 @@ def check_target_class(target: str | int, model: LayeredModel) -> None:
     """A class index ``target`` must be one of ``model``'s classes."""
     n = model.head.num_classes
     if isinstance(target, int) and target >= n:
-        raise ConfigError(f"target must be 'pred', 'label' or a class index below {n} (the model has {n} classes); "
-                          f"got {target}.")
+        raise ConfigError(
+            f"target must be 'pred', 'label' or a class index below {n} (the model has {n} classes); got {target}."
+        )
 
 
 def plugin_sources(plan: Plan) -> dict[str, str]:
     """The code identity (sha256 of the module source) of every plug-in method and ablation the plan uses."""
     names = [("method", m.name, m.fn) for m in plan.methods]
     # An ablation drawn per sample is its sample fill (its head and network logits are the engine's own).
-    names += [("ablation", a, ABLATION_REGISTRY[a].sample_fill or ABLATION_REGISTRY[a].head
-               or ABLATION_REGISTRY[a].network) for a in plan.ablations]
+    names += [
+        ("ablation", a, ABLATION_REGISTRY[a].sample_fill or ABLATION_REGISTRY[a].head or ABLATION_REGISTRY[a].network)
+        for a in plan.ablations
+    ]
     out = {}
     for kind, name, fn in names:
         identity = code_identity(kind, name, fn)
@@ -284,8 +339,15 @@ def plugin_sources(plan: Plan) -> dict[str, str]:
     return out
 
 
-def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | None, *, options: EvalOptions, data_dir: Any = None, world: World = SINGLE_PROCESS,
-              extra_methods: Sequence[AttributionMethod] = ()) -> Plan:
+def make_plan(
+    model: LayeredModel | str | os.PathLike,
+    data: Dataset | str | None,
+    *,
+    options: EvalOptions,
+    data_dir: Any = None,
+    world: World = SINGLE_PROCESS,
+    extra_methods: Sequence[AttributionMethod] = (),
+) -> Plan:
     """Resolve model, data, methods and needs; every user error is raised here, before any work.
 
     ``extra_methods`` are scored after the registered ones, exactly like them (an attribution computed in code,
@@ -295,11 +357,15 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
     device = resolve_device(world.device(options.device))
     model, ckpt = _resolve_model(model, device, options, world)
     if model.n_layers < 2:
-        raise ConfigError("the model has a single hidden layer: faithfulness (a rank correlation across layers) is undefined.")
+        raise ConfigError(
+            "the model has a single hidden layer: faithfulness (a rank correlation across layers) is undefined."
+        )
     data = _resolve_data(model, data, options, data_dir)
     if options.limit is not None:
         if options.limit > len(data):
-            raise ConfigError(f"limit {options.limit} is larger than the {len(data)} samples of '{data.name}' ({options.split}).")
+            raise ConfigError(
+                f"limit {options.limit} is larger than the {len(data)} samples of '{data.name}' ({options.split})."
+            )
         data = data.subset(slice(0, options.limit))
     model.check_fits(data)
     _check_ablation_needs(ablations, data, options)
@@ -314,8 +380,19 @@ def make_plan(model: LayeredModel | str | os.PathLike, data: Dataset | str | Non
         # methods that need gradients or tensor inputs take gradients through the backbone at network scope
         backward = any({"gradients", "tensor_inputs"} & set(m.needs) for m in methods)
         batch_rows = _check_network_budget(model, data, device, options, gradients=backward)
-    return Plan(model, data, tuple(methods), ablations, options, device, stats, ckpt, tuple(notes),
-                effect_model=float64_view(model), batch_rows=batch_rows)
+    return Plan(
+        model,
+        data,
+        tuple(methods),
+        ablations,
+        options,
+        device,
+        stats,
+        ckpt,
+        tuple(notes),
+        effect_model=float64_view(model),
+        batch_rows=batch_rows,
+    )
 
 
 class KeptStates:
@@ -339,8 +416,9 @@ class KeptStates:
 
     def add(self, hidden: Sequence[torch.Tensor], ids: torch.Tensor, index: torch.Tensor) -> None:
         """Keep the real rows (``ids`` >= 0) of a batch's states at their rows ``index`` (CPU) of the data."""
-        self.whole = self.whole and all(h.dim() == 2 and h.dtype == torch.float32 and h.shape[1] == s.shape[1]
-                                        for h, s in zip(hidden, self.hidden))
+        self.whole = self.whole and all(
+            h.dim() == 2 and h.dtype == torch.float32 and h.shape[1] == s.shape[1] for h, s in zip(hidden, self.hidden)
+        )
         if self.whole:
             real = ids >= 0
             for store, h in zip(self.hidden, hidden):
@@ -359,8 +437,13 @@ def with_cached_features(plan: Plan, world: World = SINGLE_PROCESS) -> Plan:
     scope, a float32 pass, one process, a frozen backbone stored by reference whose states are vectors, and
     ``options.cache``; else ``plan`` unchanged."""
     o = plan.options
-    if not (o.cache and o.scope == "head" and o.dtype == "float32" and world.size == 1
-            and caches_features(plan.model.backbone, vector_states=True)):
+    if not (
+        o.cache
+        and o.scope == "head"
+        and o.dtype == "float32"
+        and world.size == 1
+        and caches_features(plan.model.backbone, vector_states=True)
+    ):
         return plan
     features = backbone_features(plan.model.backbone, plan.data, device=str(plan.device), cache_dir=o.cache_dir)
     return dataclasses.replace(plan, features=features)

@@ -47,8 +47,10 @@ def _source_sha256(module: Any) -> str:
     except (OSError, TypeError):
         path = getattr(module, "__file__", None)
         if not path or not Path(path).is_file():
-            raise ConfigError(f"plug-in module {getattr(module, '__name__', module)!r} has no readable source: its "
-                              "code identity (part of every run key) cannot be taken.") from None
+            raise ConfigError(
+                f"plug-in module {getattr(module, '__name__', module)!r} has no readable source: its "
+                "code identity (part of every run key) cannot be taken."
+            ) from None
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     return hashlib.sha256(source.encode()).hexdigest()
 
@@ -140,6 +142,8 @@ def code_identity(kind: str, name: str, fn: Callable | None = None) -> str | Non
         return f"{origin}@{digest}"
     module = inspect.getmodule(fn) if fn is not None else None
     if module is None:
-        raise ConfigError(f"{kind} {name!r} was registered without a module whose source can be read: its code "
-                          "identity (part of the run key) is unknown.")
+        raise ConfigError(
+            f"{kind} {name!r} was registered without a module whose source can be read: its code "
+            "identity (part of the run key) is unknown."
+        )
     return f"module:{module.__name__}@{_source_sha256(module)}"

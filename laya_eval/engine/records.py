@@ -72,8 +72,7 @@ class Records:
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> Records:
         """Inverse of :meth:`to_arrays`."""
-        rec = cls(sample=arrays["sample"], label=arrays["label"], pred=arrays["pred"],
-                  confidence=arrays["confidence"])
+        rec = cls(sample=arrays["sample"], label=arrays["label"], pred=arrays["pred"], confidence=arrays["confidence"])
         for key, value in arrays.items():
             kind, _, rest = key.partition("/")
             if kind == "scores":

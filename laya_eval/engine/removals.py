@@ -30,11 +30,24 @@ from torch import Tensor
 
 from laya_eval.catalog import ABLATION_SPECS, ABLATIONS, SCOPES, AblationSpec, add_ablation_spec, fixed_ablation_names
 from laya_eval.checks import check_choice, fail
-from laya_eval.engine.fixed_ablations import (fill_state, gate_logits, gate_renorm_logits, mean_head_logits,
-                                              mean_network_logits, zero_head_logits, zero_network_logits,
-                                              zero_state)
-from laya_eval.engine.interventions import (SampleFills, drawn_head_logits, drawn_network_logits,
-                                            noise_sample_fill, resample_sample_fill, sample_fill_probs)
+from laya_eval.engine.fixed_ablations import (
+    fill_state,
+    gate_logits,
+    gate_renorm_logits,
+    mean_head_logits,
+    mean_network_logits,
+    zero_head_logits,
+    zero_network_logits,
+    zero_state,
+)
+from laya_eval.engine.interventions import (
+    SampleFills,
+    drawn_head_logits,
+    drawn_network_logits,
+    noise_sample_fill,
+    resample_sample_fill,
+    sample_fill_probs,
+)
 from laya_eval.engine.network_passes import network_replacement_logits
 from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.errors import ConfigError
@@ -71,16 +84,22 @@ def check_ablation(ablation: str, scope: str, name: str = "ablation") -> None:
     check_choice(name, ablation, ABLATION_SPECS)
     if scope not in ABLATION_SPECS[ablation].scopes:
         allowed = [a for a, spec in ABLATION_SPECS.items() if scope in spec.scopes]
-        raise fail(name, f"an ablation defined at {scope} scope ({', '.join(allowed)}: {ablation} acts on the head's "
-                         "terms, not inside the backbone)", ablation)
+        raise fail(
+            name,
+            f"an ablation defined at {scope} scope ({', '.join(allowed)}: {ablation} acts on the head's "
+            "terms, not inside the backbone)",
+            ablation,
+        )
 
 
 def check_fixed_ablation(ablation: str, where: str) -> None:
     """Refuse an ablation drawn per sample (``resample``, ``noise``) where only cached head inputs are used."""
     fixed = fixed_ablation_names()
     if ablation not in fixed:
-        raise ConfigError(f"{where} applies only ablations with one fill for every sample ({', '.join(fixed)}); "
-                          f"got {ablation!r} (random per-sample replacements are scored by faithfulness).")
+        raise ConfigError(
+            f"{where} applies only ablations with one fill for every sample ({', '.join(fixed)}); "
+            f"got {ablation!r} (random per-sample replacements are scored by faithfulness)."
+        )
 
 
 def check_ablations(ablations: Sequence[str] | str, scope: str, name: str = "ablations") -> tuple[str, ...]:
@@ -101,9 +120,16 @@ def ablation_fill(ablation: str, statistics: dict[str, list[Tensor]]) -> list[Te
     return statistics[stats[0]] if stats else None
 
 
-def batch_fill(ablation: str, statistics: dict[str, list[Tensor]], sample_ids: Tensor, *, seed: int, draws: int,
-               donor_states: Sequence[Tensor] | None = None, donors: Tensor | None = None
-               ) -> list[Tensor] | SampleFills | None:
+def batch_fill(
+    ablation: str,
+    statistics: dict[str, list[Tensor]],
+    sample_ids: Tensor,
+    *,
+    seed: int,
+    draws: int,
+    donor_states: Sequence[Tensor] | None = None,
+    donors: Tensor | None = None,
+) -> list[Tensor] | SampleFills | None:
     """One batch's replacement values for ``ablation``: :func:`ablation_fill` for a fixed fill; for an ablation
     drawn per sample, the :class:`~laya_eval.engine.interventions.SampleFills` its registered sample fill draws
     (see :class:`Ablation`; ``donor_states``, each (K * B, ...) draw-major, and ``donors`` (B, K) are the donors
@@ -117,14 +143,15 @@ def batch_fill(ablation: str, statistics: dict[str, list[Tensor]], sample_ids: T
     entry = ABLATION_REGISTRY[ablation]
     if entry.sample_fill is None:
         return ablation_fill(ablation, statistics)
-    fills = entry.sample_fill(statistics, sample_ids, seed=seed, draws=draws, donor_states=donor_states,
-                              donors=donors)
+    fills = entry.sample_fill(statistics, sample_ids, seed=seed, draws=draws, donor_states=donor_states, donors=donors)
     if not isinstance(fills, SampleFills):
-        raise ConfigError(f"ablation {ablation!r}: its sample_fill must return a SampleFills; got "
-                          f"{type(fills).__name__}.")
+        raise ConfigError(
+            f"ablation {ablation!r}: its sample_fill must return a SampleFills; got {type(fills).__name__}."
+        )
     if len(fills.draws) != draws:
-        raise ConfigError(f"ablation {ablation!r}: its sample_fill must return {draws} draws (--draws); got "
-                          f"{len(fills.draws)}.")
+        raise ConfigError(
+            f"ablation {ablation!r}: its sample_fill must return {draws} draws (--draws); got {len(fills.draws)}."
+        )
     return fills
 
 
@@ -228,10 +255,14 @@ class Ablation:
 ABLATION_REGISTRY: dict[str, Ablation] = {}
 
 
-def register_ablation(spec: AblationSpec, *, head: Callable[..., Tensor] | None = None,
-                      network: Callable[..., Tensor] | None = None,
-                      removed_state: Callable[..., Tensor] | None = None,
-                      sample_fill: Callable[..., SampleFills] | None = None) -> Ablation:
+def register_ablation(
+    spec: AblationSpec,
+    *,
+    head: Callable[..., Tensor] | None = None,
+    network: Callable[..., Tensor] | None = None,
+    removed_state: Callable[..., Tensor] | None = None,
+    sample_fill: Callable[..., SampleFills] | None = None,
+) -> Ablation:
     """Register an ablation, the path every ablation takes (see :class:`Ablation` for the signatures).
 
     A fixed ablation gives one logits function per scope it declares (``head``, ``network``). An ablation drawn
@@ -250,13 +281,17 @@ def register_ablation(spec: AblationSpec, *, head: Callable[..., Tensor] | None 
     if spec.drawn_per_sample:
         head, network = _drawn_logits(spec, head, network, sample_fill)
     elif sample_fill is not None:
-        raise ConfigError(f"ablation {spec.name!r}: sample_fill= is for an ablation drawn per sample (needs "
-                          f"'draws' or 'donors'); its needs are {tuple(spec.needs)!r}.")
+        raise ConfigError(
+            f"ablation {spec.name!r}: sample_fill= is for an ablation drawn per sample (needs "
+            f"'draws' or 'donors'); its needs are {tuple(spec.needs)!r}."
+        )
     given = {"head": head, "network": network}
     for scope, fn in given.items():
         if (scope in tuple(spec.scopes)) != (fn is not None) or (fn is not None and not callable(fn)):
-            raise ConfigError(f"ablation {spec.name!r}: give a callable {scope}= exactly when its scopes "
-                              f"{tuple(spec.scopes)!r} include {scope!r}.")
+            raise ConfigError(
+                f"ablation {spec.name!r}: give a callable {scope}= exactly when its scopes "
+                f"{tuple(spec.scopes)!r} include {scope!r}."
+            )
     try:
         add_ablation_spec(spec)
     except ValueError as err:
@@ -272,25 +307,29 @@ def _drawn_logits(spec: AblationSpec, head, network, sample_fill) -> tuple[Calla
     """The head and network logits of an ablation drawn per sample: the drawn replacement at each declared
     scope, after checking that its sample fill, and nothing in place of it, was given."""
     if sample_fill is None:
-        raise ConfigError(f"ablation {spec.name!r} needs {tuple(n for n in spec.needs if n in ('draws', 'donors'))!r}: "
-                          "register it with sample_fill=, the callable that draws each batch's replacement states; "
-                          "got none.")
+        raise ConfigError(
+            f"ablation {spec.name!r} needs {tuple(n for n in spec.needs if n in ('draws', 'donors'))!r}: "
+            "register it with sample_fill=, the callable that draws each batch's replacement states; "
+            "got none."
+        )
     if not callable(sample_fill):
         raise ConfigError(f"ablation {spec.name!r}: sample_fill must be callable; got {type(sample_fill).__name__}.")
     for scope, fn in (("head", head), ("network", network)):
         if fn is not None:
-            raise ConfigError(f"ablation {spec.name!r} is drawn per sample: the engine puts its sample_fill's states "
-                              f"in place at every scope, so it takes no {scope}=; got {getattr(fn, '__name__', fn)!r}.")
-    return (drawn_head_logits if "head" in spec.scopes else None,
-            drawn_network_logits if "network" in spec.scopes else None)
+            raise ConfigError(
+                f"ablation {spec.name!r} is drawn per sample: the engine puts its sample_fill's states "
+                f"in place at every scope, so it takes no {scope}=; got {getattr(fn, '__name__', fn)!r}."
+            )
+    return (
+        drawn_head_logits if "head" in spec.scopes else None,
+        drawn_network_logits if "network" in spec.scopes else None,
+    )
 
 
 register_ablation(ABLATION_SPECS["gate"], head=gate_logits)
 register_ablation(ABLATION_SPECS["gate-renorm"], head=gate_renorm_logits)
-register_ablation(ABLATION_SPECS["zero"], head=zero_head_logits, network=zero_network_logits,
-                  removed_state=zero_state)
-register_ablation(ABLATION_SPECS["mean"], head=mean_head_logits, network=mean_network_logits,
-                  removed_state=fill_state)
+register_ablation(ABLATION_SPECS["zero"], head=zero_head_logits, network=zero_network_logits, removed_state=zero_state)
+register_ablation(ABLATION_SPECS["mean"], head=mean_head_logits, network=mean_network_logits, removed_state=fill_state)
 # Drawn per sample: no single removed state, so IG at network scope starts from zeros for resample (refused with an
 # explicit --ig-baseline removed); noise's draws have the dataset mean as their expectation, where IG starts.
 register_ablation(ABLATION_SPECS["resample"], sample_fill=resample_sample_fill)
@@ -349,8 +388,9 @@ def removal_probs(
     if scope == "head":
         logits = head_removal_logits(tr, model.head, masks, ablation, fill)
     else:
-        logits = ABLATION_REGISTRY[ablation].network(tr, model, _expand_masks(masks, tr.n_samples), fill,
-                                                     max_rows=max_rows)
+        logits = ABLATION_REGISTRY[ablation].network(
+            tr, model, _expand_masks(masks, tr.n_samples), fill, max_rows=max_rows
+        )
     probs = torch.softmax(logits, -1)
     target = tr.pred if target is None else target
     index = target[:, None, None].expand(-1, probs.shape[1], 1)

@@ -38,14 +38,38 @@ from laya_eval.stats import (
 )
 from laya_eval.output.tables import table_bytes
 
-__all__ = ["SUMMARY_COLUMNS", "EvaluationResult", "MethodScore", "build_result", "mean_faithfulness", "result_files",
-           "sample_faithfulness", "score_method"]
+__all__ = [
+    "SUMMARY_COLUMNS",
+    "EvaluationResult",
+    "MethodScore",
+    "build_result",
+    "mean_faithfulness",
+    "result_files",
+    "sample_faithfulness",
+    "score_method",
+]
 
 SUMMARY_COLUMNS = [
-    "checkpoint", "head", "dataset", "method", "ablation", "scope", "n", "n_undefined",
-    "n_effect_ties", "share_negligible_effects",
-    "faithfulness", "faithfulness_ci_low", "faithfulness_ci_high", "faithfulness_ci_note", "faithfulness_p_value",
-    "deletion_at_1", "deletion_at_1_ci_low", "deletion_at_1_ci_high", "deletion_at_1_ci_note", "top1_hit_rate",
+    "checkpoint",
+    "head",
+    "dataset",
+    "method",
+    "ablation",
+    "scope",
+    "n",
+    "n_undefined",
+    "n_effect_ties",
+    "share_negligible_effects",
+    "faithfulness",
+    "faithfulness_ci_low",
+    "faithfulness_ci_high",
+    "faithfulness_ci_note",
+    "faithfulness_p_value",
+    "deletion_at_1",
+    "deletion_at_1_ci_low",
+    "deletion_at_1_ci_high",
+    "deletion_at_1_ci_note",
+    "top1_hit_rate",
     "aopc",
 ]
 
@@ -123,7 +147,12 @@ def mean_faithfulness(scores: np.ndarray, effects: np.ndarray, *, ties: TiedEffe
 
 
 def score_method(
-    scores: np.ndarray, effects: np.ndarray, deletion: np.ndarray, *, bootstrap: int, seed: Sequence[int],
+    scores: np.ndarray,
+    effects: np.ndarray,
+    deletion: np.ndarray,
+    *,
+    bootstrap: int,
+    seed: Sequence[int],
     ties: TiedEffects | None = None,
 ) -> MethodScore:
     """Faithfulness, Deletion@k, top-1 hits and AOPC of one method.
@@ -150,11 +179,19 @@ def score_method(
     faith = bootstrap_mean(rho, n_resamples=bootstrap, seed=[*seed, 0])
     d1 = bootstrap_mean(deletion[:, 0], n_resamples=bootstrap, seed=[*seed, 1])
     summary = {
-        "n": int(effects.shape[0]), "n_undefined": faith.n_undefined, "n_effect_ties": ties.n_effect_ties,
-        "share_negligible_effects": ties.share_negligible_effects, "faithfulness": faith.mean,
-        "faithfulness_ci_low": faith.low, "faithfulness_ci_high": faith.high, "faithfulness_ci_note": faith.note,
-        "faithfulness_p_value": faithfulness_p_value(rho, ranked, seed=int(seed[0])), "deletion_at_1": d1.mean,
-        "deletion_at_1_ci_low": d1.low, "deletion_at_1_ci_high": d1.high, "deletion_at_1_ci_note": d1.note,
+        "n": int(effects.shape[0]),
+        "n_undefined": faith.n_undefined,
+        "n_effect_ties": ties.n_effect_ties,
+        "share_negligible_effects": ties.share_negligible_effects,
+        "faithfulness": faith.mean,
+        "faithfulness_ci_low": faith.low,
+        "faithfulness_ci_high": faith.high,
+        "faithfulness_ci_note": faith.note,
+        "faithfulness_p_value": faithfulness_p_value(rho, ranked, seed=int(seed[0])),
+        "deletion_at_1": d1.mean,
+        "deletion_at_1_ci_low": d1.low,
+        "deletion_at_1_ci_high": d1.high,
+        "deletion_at_1_ci_note": d1.note,
         "top1_hit_rate": float(hit.mean()),
         "aopc": float(deletion.mean()),
     }
@@ -162,9 +199,15 @@ def score_method(
     return MethodScore(spearman=rho, top1_hit=hit, summary=summary)
 
 
-def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int = 1,
-                 map_items: Callable[[Callable, Sequence], list] | None = None,
-                 paired_tests: bool = True) -> EvaluationResult:
+def build_result(
+    records: Records,
+    plan: Plan,
+    ablation: str,
+    *,
+    world_size: int = 1,
+    map_items: Callable[[Callable, Sequence], list] | None = None,
+    paired_tests: bool = True,
+) -> EvaluationResult:
     """The tables and manifest of one ablation from merged per-sample records (``comparisons`` empty unless
     ``paired_tests``).
 
@@ -188,30 +231,59 @@ def build_result(records: Records, plan: Plan, ablation: str, *, world_size: int
     layer_rows, sample_rows, summary_rows = [], [], []
     for k, m in enumerate(plan.methods):
         (scores, deletion), scored = inputs[k], every_score[k]
-        layer_rows.append(pd.DataFrame({
-            "sample": np.repeat(sample, n_layers), "method": m.name,
-            "layer": np.tile(np.arange(1, n_layers + 1), n),
-            "attribution": scores.reshape(-1), "effect": effects.reshape(-1),
-        }))
-        sample_rows.append(pd.DataFrame({
-            "sample": sample, "label": records.label, "pred": records.pred, "confidence": records.confidence,
-            "method": m.name, "spearman": scored.spearman, "deletion_at_1": deletion[:, 0], "top1_hit": scored.top1_hit,
-            "n_tied_effects": ties.n_tied_effects,
-        }))
-        summary_rows.append({
-            "checkpoint": plan.checkpoint.get("path") or plan.checkpoint.get("spec") or "<in-memory>", "head": model.head.name, "dataset": plan.data.name,
-            "method": m.name, "ablation": ablation, "scope": options.scope, **scored.summary,
-        })
+        layer_rows.append(
+            pd.DataFrame(
+                {
+                    "sample": np.repeat(sample, n_layers),
+                    "method": m.name,
+                    "layer": np.tile(np.arange(1, n_layers + 1), n),
+                    "attribution": scores.reshape(-1),
+                    "effect": effects.reshape(-1),
+                }
+            )
+        )
+        sample_rows.append(
+            pd.DataFrame(
+                {
+                    "sample": sample,
+                    "label": records.label,
+                    "pred": records.pred,
+                    "confidence": records.confidence,
+                    "method": m.name,
+                    "spearman": scored.spearman,
+                    "deletion_at_1": deletion[:, 0],
+                    "top1_hit": scored.top1_hit,
+                    "n_tied_effects": ties.n_tied_effects,
+                }
+            )
+        )
+        summary_rows.append(
+            {
+                "checkpoint": plan.checkpoint.get("path") or plan.checkpoint.get("spec") or "<in-memory>",
+                "head": model.head.name,
+                "dataset": plan.data.name,
+                "method": m.name,
+                "ablation": ablation,
+                "scope": options.scope,
+                **scored.summary,
+            }
+        )
     samples = pd.concat(sample_rows, ignore_index=True) if sample_rows else pd.DataFrame()
-    comparisons = (compare_methods(samples, n_resamples=options.bootstrap, seed=options.seed, map_rows=map_items)
-                   if paired_tests and len(plan.methods) > 1 else pd.DataFrame(columns=COMPARISON_COLUMNS))
+    comparisons = (
+        compare_methods(samples, n_resamples=options.bootstrap, seed=options.seed, map_rows=map_items)
+        if paired_tests and len(plan.methods) > 1
+        else pd.DataFrame(columns=COMPARISON_COLUMNS)
+    )
     warnings = _warnings(records, plan, ties, ablation)
     return EvaluationResult(
         layers=pd.concat(layer_rows, ignore_index=True) if layer_rows else pd.DataFrame(),
         samples=samples,
         summary=pd.DataFrame(summary_rows),
-        manifest={**_manifest(records, plan, options, world_size), "warnings": warnings,
-                  "ties": {"rtol": ties.rtol, "rule": TIE_RULE}},
+        manifest={
+            **_manifest(records, plan, options, world_size),
+            "warnings": warnings,
+            "ties": {"rtol": ties.rtol, "rule": TIE_RULE},
+        },
         notes=list(plan.notes),
         comparisons=comparisons,
         warnings=warnings,
@@ -224,13 +296,20 @@ def _donor_table(records: Records, ablation: str) -> pd.DataFrame | None:
     if donors is None:
         return None
     n, k = donors.shape
-    return pd.DataFrame({"sample": np.repeat(records.sample, k), "draw": np.tile(np.arange(k), n),
-                         "donor": donors.reshape(-1).astype(np.int64)})
+    return pd.DataFrame(
+        {
+            "sample": np.repeat(records.sample, k),
+            "draw": np.tile(np.arange(k), n),
+            "donor": donors.reshape(-1).astype(np.int64),
+        }
+    )
 
 
-TIE_RULE = ("two effects of a sample closer than rtol x the sample's largest |effect| are tied (single linkage on "
-            "the sorted effects; a tied group takes its mean, ranks are average ranks); an effect below that "
-            "tolerance is negligible")
+TIE_RULE = (
+    "two effects of a sample closer than rtol x the sample's largest |effect| are tied (single linkage on "
+    "the sorted effects; a tied group takes its mean, ranks are average ranks); an effect below that "
+    "tolerance is negligible"
+)
 
 
 def _warnings(records: Records, plan: Plan, ties: TiedEffects, ablation: str) -> list[str]:
@@ -238,11 +317,15 @@ def _warnings(records: Records, plan: Plan, ties: TiedEffects, ablation: str) ->
     out = []
     n = max(len(records), 1)
     if ties.n_effect_ties / n > 0.5:
-        out.append(f"{ties.n_effect_ties / n:.0%} of samples have tied effects (within {ties.rtol:g} of their largest "
-                   "effect): faithfulness there rests on ranks the effects cannot tell apart.")
+        out.append(
+            f"{ties.n_effect_ties / n:.0%} of samples have tied effects (within {ties.rtol:g} of their largest "
+            "effect): faithfulness there rests on ranks the effects cannot tell apart."
+        )
     if ties.share_negligible_effects > 0.5:
-        out.append(f"{ties.share_negligible_effects:.0%} of the layer effects are negligible (below the tie "
-                   "tolerance): removing most layers changes nothing measurable.")
+        out.append(
+            f"{ties.share_negligible_effects:.0%} of the layer effects are negligible (below the tie "
+            "tolerance): removing most layers changes nothing measurable."
+        )
     real = [m.name for m in plan.methods if not m.spec.baseline]
     if len(real) > 1 and len(records):
         top = np.stack([rank_layers(method_scores(records, m, ablation))[:, 0] for m in real])  # (methods, N)
@@ -250,9 +333,11 @@ def _warnings(records: Records, plan: Plan, ties: TiedEffects, ablation: str) ->
         layer, count = np.unique(top[0][agree], return_counts=True)
         share = count.max() / len(records) if count.size else 0.0
         if share >= 0.99:
-            out.append(f"every real method ({', '.join(real)}) ranks layer {int(layer[count.argmax()]) + 1} first on "
-                       f"{share:.0%} of samples: the head has probably collapsed onto that layer, and faithfulness "
-                       "cannot tell these methods apart.")
+            out.append(
+                f"every real method ({', '.join(real)}) ranks layer {int(layer[count.argmax()]) + 1} first on "
+                f"{share:.0%} of samples: the head has probably collapsed onto that layer, and faithfulness "
+                "cannot tell these methods apart."
+            )
     return out
 
 
@@ -293,27 +378,40 @@ def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: in
         "world_size": world_size,
         "methods": {m.name: m.description for m in plan.methods},
         "skipped": list(plan.notes),
-        "effect": ("p_t(x) - p_t(x with the layer removed), t = the target class (see 'target'; by default the "
-                   "class predicted on the intact input); "
-                   f"ablation {options.ablation!r}, scope {options.scope!r}."),
+        "effect": (
+            "p_t(x) - p_t(x with the layer removed), t = the target class (see 'target'; by default the "
+            "class predicted on the intact input); "
+            f"ablation {options.ablation!r}, scope {options.scope!r}."
+        ),
         "metrics": {name: asdict(info) for name, info in METRICS.items()},
         "diagnostics": _diagnostics(records, plan, options.ablation),
-        "target": {"option": options.target,
-                   "meaning": "the class whose logit the attributions explain and whose probability the effects "
-                              "measure: pred = the class predicted on the intact input, label = the true label, "
-                              "an integer = that class for every input"},
+        "target": {
+            "option": options.target,
+            "meaning": "the class whose logit the attributions explain and whose probability the effects "
+            "measure: pred = the class predicted on the intact input, label = the true label, "
+            "an integer = that class for every input",
+        },
         "integrated_gradients": {
-            "n_steps": options.n_steps, "method": "gausslegendre", "baseline": resolved_ig_baseline(options),
+            "n_steps": options.n_steps,
+            "method": "gausslegendre",
+            "baseline": resolved_ig_baseline(options),
             "baseline_state": baseline_description(resolved_ig_baseline(options), options.ablation),
-            "internal_batch_size": options.internal_batch_size},
+            "internal_batch_size": options.internal_batch_size,
+        },
         "plugins": plugin_sources(plan),
-        "feature_cache": None if plan.features is None else {"path": str(plan.features.path),
-                                                             "reused": plan.features.reused},
+        "feature_cache": None
+        if plan.features is None
+        else {"path": str(plan.features.path), "reused": plan.features.reused},
     }
 
 
-def result_files(results: Mapping[str, EvaluationResult], *, operators: Any = None, run_id: str | None = None,
-                 table_format: str = "csv") -> dict[str, bytes]:
+def result_files(
+    results: Mapping[str, EvaluationResult],
+    *,
+    operators: Any = None,
+    run_id: str | None = None,
+    table_format: str = "csv",
+) -> dict[str, bytes]:
     """Every file of a run as ``{relative path: bytes}``: one ablation in the folder itself, several in
     one subfolder each (``gate/layers.csv``, ...) and ``operators.csv`` beside them
     (:func:`laya_eval.engine.operators.operator_sensitivity`). Each manifest records the run id and the sha256 of

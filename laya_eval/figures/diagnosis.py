@@ -50,19 +50,27 @@ def diagnosis_figure(diagnosis, *, meta: Mapping[str, Any], style: str = "defaul
         if hues:
             sns.ecdfplot(data, x="distance", hue="predictions", hue_order=hues, palette=palette, ax=ax_ecdf)
         else:  # seaborn cannot draw an empty hue level
-            ax_ecdf.text(0.5, 0.5, "no input has a reference profile", ha="center", va="center",
-                         transform=ax_ecdf.transAxes)
+            ax_ecdf.text(
+                0.5, 0.5, "no input has a reference profile", ha="center", va="center", transform=ax_ecdf.transAxes
+            )
         ax_ecdf.set_xlabel(f"{dist_label} to the reference")
         ax_ecdf.set_ylabel("share of predictions")
         if len(hues) == 2:
             fpr, tpr, _ = roc_curve(~ok, samples["distance"].to_numpy())
             ax_roc.plot(fpr, tpr, color=method_color(meta["method"]), drawstyle="steps-post")
         ax_roc.plot([0, 1], [0, 1], color="#999999", linestyle="--", linewidth=0.8)
-        ax_roc.set(xlim=(0, 1), ylim=(0, 1), xlabel="false positive rate (correct flagged)",
-                   ylabel="true positive rate (errors flagged)", title=_auc_text(row))
+        ax_roc.set(
+            xlim=(0, 1),
+            ylim=(0, 1),
+            xlabel="false positive rate (correct flagged)",
+            ylabel="true positive rate (errors flagged)",
+            title=_auc_text(row),
+        )
         ax_roc.set_aspect("equal")
         who = "predicted" if diagnosis.meta["reference_by"] == "pred" else "true"
-        note = (f"{dist_label} to the {who} class's correct-prediction profile (the mean "
-                f"{method_label(meta['method'])} of its correct predictions, leaving the input out); ROC: the distance "
-                "as a score of errors")
+        note = (
+            f"{dist_label} to the {who} class's correct-prediction profile (the mean "
+            f"{method_label(meta['method'])} of its correct predictions, leaving the input out); ROC: the distance "
+            "as a score of errors"
+        )
         return _finish(fig, f"Error signal from {method_label(meta['method'])}", describe(meta), note)

@@ -18,8 +18,18 @@ import numpy as np
 __all__ = ["annotated_heatmap"]
 
 
-def annotated_heatmap(ax, values: np.ndarray, cells: np.ndarray, xlabels: Sequence[str], ylabels: Sequence[str], *,
-                      cmap: str, vmin: float, vmax: float, fontsize: float):
+def annotated_heatmap(
+    ax,
+    values: np.ndarray,
+    cells: np.ndarray,
+    xlabels: Sequence[str],
+    ylabels: Sequence[str],
+    *,
+    cmap: str,
+    vmin: float,
+    vmax: float,
+    fontsize: float,
+):
     """An annotated (M, N) heat map on ``ax``; returns the QuadMesh (for a colour bar).
 
     Parameters
@@ -40,8 +50,9 @@ def annotated_heatmap(ax, values: np.ndarray, cells: np.ndarray, xlabels: Sequen
 
     ax.spines[:].set_visible(False)
     n_rows, n_cols = values.shape
-    mesh = ax.pcolormesh(np.ma.masked_invalid(values), cmap=cmap, vmin=vmin, vmax=vmax, linewidths=0.5,
-                         edgecolor="white")
+    mesh = ax.pcolormesh(
+        np.ma.masked_invalid(values), cmap=cmap, vmin=vmin, vmax=vmax, linewidths=0.5, edgecolor="white"
+    )
     ax.set(xlim=(0, n_cols), ylim=(0, n_rows))
     ax.invert_yaxis()
     ax.set_aspect("equal")
@@ -53,8 +64,15 @@ def annotated_heatmap(ax, values: np.ndarray, cells: np.ndarray, xlabels: Sequen
             continue
         row, col = divmod(k, n_cols)
         # Dark text on light cells, white on dark ones, by relative luminance (WCAG 2.0).
-        ax.text(col + 0.5, row + 0.5, f"{cells[row, col]}", ha="center", va="center", fontsize=fontsize,
-                color=".15" if _relative_luminance(colour) > 0.408 else "w")
+        ax.text(
+            col + 0.5,
+            row + 0.5,
+            f"{cells[row, col]}",
+            ha="center",
+            va="center",
+            fontsize=fontsize,
+            color=".15" if _relative_luminance(colour) > 0.408 else "w",
+        )
     return mesh
 
 

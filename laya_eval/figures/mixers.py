@@ -22,18 +22,19 @@ def mixer_map_figure(table: pd.DataFrame, *, title: str = "Depth mixers: mass an
     import seaborn as sns
 
     mixers = list(dict.fromkeys(table["mixer"]))
-    grids = [table.pivot(index="mixer", columns="source", values=v).reindex(mixers)
-             for v in ("mean_mass", "mean_effect")]
+    grids = [
+        table.pivot(index="mixer", columns="source", values=v).reindex(mixers) for v in ("mean_mass", "mean_effect")
+    ]
     n_src = grids[0].shape[1]
     with _theme("white"):
         fig = _new_figure(3.0 + 1.3 * n_src, 1.4 + 0.45 * len(mixers))
         axes = fig.subplots(1, 2)
-        for ax, grid, name, cmap in zip(axes, grids, ("mean mass w_j", "mean effect (drop of p_c)"),
-                                        ("viridis", "vlag")):
+        for ax, grid, name, cmap in zip(
+            axes, grids, ("mean mass w_j", "mean effect (drop of p_c)"), ("viridis", "vlag")
+        ):
             span = float(np.nanmax(np.abs(grid.to_numpy()))) if grid.notna().any().any() else 1.0
             limits = {"vmin": -span, "vmax": span} if cmap == "vlag" else {}
-            sns.heatmap(grid, ax=ax, annot=True, fmt=".3f", cmap=cmap, cbar=False, annot_kws={"fontsize": 7},
-                        **limits)
+            sns.heatmap(grid, ax=ax, annot=True, fmt=".3f", cmap=cmap, cbar=False, annot_kws={"fontsize": 7}, **limits)
             ax.set_title(name)
             ax.set_xlabel("source")
             ax.set_ylabel("mixer" if ax is axes[0] else "")

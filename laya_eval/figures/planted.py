@@ -22,7 +22,8 @@ def _recovery_grid(summary: pd.DataFrame) -> pd.DataFrame:
     grid.index = [method_label(m) for m in grid.index]
     effects = summary[summary["kind"] == "effect"]
     rows = effects.pivot(index="ablation", columns="family", values="auroc").reindex(
-        index=list(dict.fromkeys(effects["ablation"])), columns=families)
+        index=list(dict.fromkeys(effects["ablation"])), columns=families
+    )
     rows.index = [f"LOLO effect ({a})" for a in rows.index]
     return pd.concat([grid, rows])
 
@@ -43,9 +44,11 @@ def planted_figure(summary: pd.DataFrame, metrics: pd.DataFrame):
     import seaborn as sns
 
     grid = _recovery_grid(summary)
-    metrics = metrics.assign(column=metrics["family"] + "\n" + metrics["ablation"],
-                             margin=np.fmin(metrics["margin_vs_inverted"], metrics["margin_vs_layer_index"]),
-                             ok=[_VERDICT_VALUE.get(v, 0.0) for v in metrics["verdict"]])
+    metrics = metrics.assign(
+        column=metrics["family"] + "\n" + metrics["ablation"],
+        margin=np.fmin(metrics["margin_vs_inverted"], metrics["margin_vs_layer_index"]),
+        ok=[_VERDICT_VALUE.get(v, 0.0) for v in metrics["verdict"]],
+    )
     columns = list(dict.fromkeys(metrics["column"]))
     order = list(dict.fromkeys(metrics["metric"]))
     ok = metrics.pivot(index="metric", columns="column", values="ok").reindex(index=order, columns=columns)
@@ -56,23 +59,49 @@ def planted_figure(summary: pd.DataFrame, metrics: pd.DataFrame):
         fig = _new_figure(max(9.0, 0.62 * len(columns) + 2.5), 0.34 * len(grid) + 0.5 * len(order) + 3.2)
         top, bottom = fig.subfigures(2, 1, height_ratios=[max(len(grid), 1) * 0.34 + 1.2, len(order) * 0.5 + 1.6])
         ax = top.subplots()
-        sns.heatmap(grid, ax=ax, annot=True, fmt=".2f", cmap="vlag_r", vmin=0, vmax=1, center=0.5, linewidths=0.5,
-                    annot_kws={"fontsize": 7}, cbar_kws={"label": "AUROC (0.5 = chance)"}, mask=grid.isna())
+        sns.heatmap(
+            grid,
+            ax=ax,
+            annot=True,
+            fmt=".2f",
+            cmap="vlag_r",
+            vmin=0,
+            vmax=1,
+            center=0.5,
+            linewidths=0.5,
+            annot_kws={"fontsize": 7},
+            cbar_kws={"label": "AUROC (0.5 = chance)"},
+            mask=grid.isna(),
+        )
         ax.set_title("(a) recovery of the planted relevance: mean AUROC over seeds", fontsize=9, loc="left")
         ax.set_xlabel("planted family")
         ax.set_ylabel("")
         ax.tick_params(axis="y", rotation=0)
         ax = bottom.subplots()
-        sns.heatmap(ok, ax=ax, annot=annot, fmt="", cmap=sns.color_palette(["#d6604d", "#bdbdbd", "#8fd19e"],
-                                                                           as_cmap=True),
-                    vmin=0, vmax=1, linewidths=0.5, cbar=False, annot_kws={"fontsize": 6.5}, mask=ok.isna())
-        ax.set_title("(b) does the metric rank the planted attribution above the unfaithful ones?", fontsize=9,
-                     loc="left")
+        sns.heatmap(
+            ok,
+            ax=ax,
+            annot=annot,
+            fmt="",
+            cmap=sns.color_palette(["#d6604d", "#bdbdbd", "#8fd19e"], as_cmap=True),
+            vmin=0,
+            vmax=1,
+            linewidths=0.5,
+            cbar=False,
+            annot_kws={"fontsize": 6.5},
+            mask=ok.isna(),
+        )
+        ax.set_title(
+            "(b) does the metric rank the planted attribution above the unfaithful ones?", fontsize=9, loc="left"
+        )
         ax.set_xlabel("family / ablation (cells: the smaller mean margin)")
         ax.set_ylabel("")
         ax.tick_params(axis="x", labelsize=6.5)
         ax.tick_params(axis="y", rotation=0)
-        return _finish(fig, f"Planted ground truth on digits: {n_seeds} seed(s) per family, head scope",
-                       "(b) green: above the inverted and the layer-index rankings beyond seed variation; red: not; "
-                       "grey: undefined or one seed only.\nCells: the smaller mean margin metric(planted) - "
-                       "metric(other) over seeds")
+        return _finish(
+            fig,
+            f"Planted ground truth on digits: {n_seeds} seed(s) per family, head scope",
+            "(b) green: above the inverted and the layer-index rankings beyond seed variation; red: not; "
+            "grey: undefined or one seed only.\nCells: the smaller mean margin metric(planted) - "
+            "metric(other) over seeds",
+        )

@@ -33,36 +33,66 @@ def _color(name: str) -> str:
 
 
 def _subtitle(meta: Mapping[str, Any]) -> str:
-    return (f"checkpoint: {meta.get('label', '?')} ({meta.get('head', '?')} head) · dataset: {meta.get('dataset', '?')} "
-            f"(test, n = {meta.get('n_test', '?')}) · head scope")
+    return (
+        f"checkpoint: {meta.get('label', '?')} ({meta.get('head', '?')} head) · dataset: {meta.get('dataset', '?')} "
+        f"(test, n = {meta.get('n_test', '?')}) · head scope"
+    )
 
 
 def _panel(ax, part: pd.DataFrame, value: str, title: str, style: str) -> None:
-    lines = [(key, rows.sort_values("k_removed")) for key, rows in part.groupby(["method", "ranking"], sort=False)
-             if not rows[value].isna().all()]
+    lines = [
+        (key, rows.sort_values("k_removed"))
+        for key, rows in part.groupby(["method", "ranking"], sort=False)
+        if not rows[value].isna().all()
+    ]
     oracle = [rows for (method, _), rows in lines if method == "oracle"]
     if oracle:  # a wide pale band under the methods: a method on the oracle's line shows inside it
-        ax.plot(oracle[0]["k_removed"], oracle[0][value], color="#000000", alpha=0.15, linewidth=7,
-                solid_capstyle="round", zorder=1)
+        ax.plot(
+            oracle[0]["k_removed"],
+            oracle[0][value],
+            color="#000000",
+            alpha=0.15,
+            linewidth=7,
+            solid_capstyle="round",
+            zorder=1,
+        )
     others = [line for line in lines if line[0][0] != "oracle"]
     size = 3 if style == "paper" else 4
     # Offsets symmetric around each k and never 0: the oracle's own markers keep the exact positions.
     shift = (len(others) % 2) / 2
     for j, ((method, ranking), rows) in enumerate(others):
         dataset = ranking == "dataset"
-        ax.plot(rows["k_removed"] + (j - (len(others) - 1) / 2 + shift) * _DODGE, rows[value], color=_color(method),
-                marker=method_marker(method), markersize=size, linewidth=1.3 if dataset else 0.9,
-                alpha=1.0 if dataset else 0.6, linestyle="solid" if dataset else (0, (4, 2)), zorder=3,
-                label=f"{method_label(method)}{'' if dataset else ' (per input)'}")
+        ax.plot(
+            rows["k_removed"] + (j - (len(others) - 1) / 2 + shift) * _DODGE,
+            rows[value],
+            color=_color(method),
+            marker=method_marker(method),
+            markersize=size,
+            linewidth=1.3 if dataset else 0.9,
+            alpha=1.0 if dataset else 0.6,
+            linestyle="solid" if dataset else (0, (4, 2)),
+            zorder=3,
+            label=f"{method_label(method)}{'' if dataset else ' (per input)'}",
+        )
     for rows in oracle:
-        ax.plot(rows["k_removed"], rows[value], color="#000000", linestyle=_BOUND_STYLE["oracle"][1],
-                marker="*", markersize=size + 1, linewidth=1.0, zorder=4, label="oracle (grey band)")
+        ax.plot(
+            rows["k_removed"],
+            rows[value],
+            color="#000000",
+            linestyle=_BOUND_STYLE["oracle"][1],
+            marker="*",
+            markersize=size + 1,
+            linewidth=1.0,
+            zorder=4,
+            label="oracle (grey band)",
+        )
     ax.set_title(title)
     ax.set_xticks(sorted(part["k_removed"].unique()))
 
 
-def pruning_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style: str = "default",
-                   width: str | float | None = None):
+def pruning_figure(
+    table: pd.DataFrame, *, meta: Mapping[str, Any], style: str = "default", width: str | float | None = None
+):
     """Test accuracy against the number of layers removed, one line per method and ranking.
 
     One panel per ablation (no retraining), then one for the heads retrained on the kept layers (dataset-level
@@ -88,17 +118,28 @@ def pruning_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style: str =
     ncols = n_panels if style == "default" else min(n_panels, 3)
     nrows = -(-n_panels // ncols)
     with _theme(figure_style=style):
-        fig = _new_figure(3.2 * ncols + 1.5, 3.6 * nrows, style=style, paper_width=width,
-                          paper_height=1.5 * nrows + 0.9)
+        fig = _new_figure(
+            3.2 * ncols + 1.5, 3.6 * nrows, style=style, paper_width=width, paper_height=1.5 * nrows + 0.9
+        )
         axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True).ravel()
         for ax in axes[n_panels:]:
             ax.set_visible(False)
         for ax, ablation in zip(axes, ablations):
-            _panel(ax, table[table["ablation"] == ablation], "accuracy",
-                   f"no retraining · {ablation}" if style == "default" else ablation, style)
+            _panel(
+                ax,
+                table[table["ablation"] == ablation],
+                "accuracy",
+                f"no retraining · {ablation}" if style == "default" else ablation,
+                style,
+            )
         if has_refit:
-            _panel(axes[n_panels - 1], refit, "accuracy_refit",
-                   "head retrained on the kept layers" if style == "default" else "head retrained", style)
+            _panel(
+                axes[n_panels - 1],
+                refit,
+                "accuracy_refit",
+                "head retrained on the kept layers" if style == "default" else "head retrained",
+                style,
+            )
         for ax in axes[::ncols]:
             ax.set_ylabel("test accuracy")
         handles, labels = axes[0].get_legend_handles_labels()
@@ -109,13 +150,16 @@ def pruning_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style: str =
             for ax in axes[:n_panels]:
                 ax.set_xlabel("layers removed")
             _legend_below(fig, handles, labels, ncols=4, fontsize=6, frameon=False)
-        note = ("markers of the lines of one panel are set side by side so that lines which coincide stay "
-                "visible; the oracle (greedy order on the validation split) is also the wide grey band")
+        note = (
+            "markers of the lines of one panel are set side by side so that lines which coincide stay "
+            "visible; the oracle (greedy order on the validation split) is also the wide grey band"
+        )
         return _finish(fig, "Pruning layers by attribution: accuracy against layers removed", _subtitle(meta), note)
 
 
-def early_exit_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style: str = "default",
-                      width: str | float | None = None):
+def early_exit_figure(
+    table: pd.DataFrame, *, meta: Mapping[str, Any], style: str = "default", width: str | float | None = None
+):
     """The accuracy-compute frontier of the early-exit policies.
 
     x: the latency ratio when measured, else the mean depth; y: test accuracy. One panel per partial-prediction
@@ -131,17 +175,40 @@ def early_exit_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style: st
         for ax, kind in zip(axes, kinds):
             part = table[table["partial"] == kind]
             fixed = part[part["policy"] == "fixed"].sort_values(x)
-            ax.plot(fixed[x], fixed["accuracy"], color="#000000", linewidth=1.0, marker="s", markersize=3,
-                    label="fixed depth")
+            ax.plot(
+                fixed[x],
+                fixed["accuracy"],
+                color="#000000",
+                linewidth=1.0,
+                marker="s",
+                markersize=3,
+                label="fixed depth",
+            )
             conf = part[part["policy"] == "confidence"].sort_values(x)
-            ax.plot(conf[x], conf["accuracy"], color="#d55e00", linewidth=1.2, marker="o", markersize=3,
-                    label="confidence θ", markerfacecolor="none" if (conf["saving"] == "hypothetical").all() else None)
+            ax.plot(
+                conf[x],
+                conf["accuracy"],
+                color="#d55e00",
+                linewidth=1.2,
+                marker="o",
+                markersize=3,
+                label="confidence θ",
+                markerfacecolor="none" if (conf["saving"] == "hypothetical").all() else None,
+            )
             for method, rows in part[part["policy"] == "attribution"].groupby("method", sort=False):
                 rows = rows.sort_values(x)
                 hollow = (rows["saving"] == "hypothetical").all()
-                ax.plot(rows[x], rows["accuracy"], color=method_color(method), linestyle=method_dashes(method),
-                        marker=method_marker(method), markersize=4, linewidth=1.0,
-                        markerfacecolor="none" if hollow else None, label=f"mass ε · {method_label(method)}")
+                ax.plot(
+                    rows[x],
+                    rows["accuracy"],
+                    color=method_color(method),
+                    linestyle=method_dashes(method),
+                    marker=method_marker(method),
+                    markersize=4,
+                    linewidth=1.0,
+                    markerfacecolor="none" if hollow else None,
+                    label=f"mass ε · {method_label(method)}",
+                )
             oracle = part[part["policy"] == "oracle"]
             ax.scatter(oracle[x], oracle["accuracy"], color="#000000", marker="*", s=80, zorder=5, label="oracle exit")
             ax.set_title(f"partial prediction: {kind}", fontsize=None if style == "default" else 7)
@@ -154,6 +221,9 @@ def early_exit_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style: st
             fig.legend(handles, labels, loc="outside right center", fontsize=7, frameon=False)
         else:
             _legend_below(fig, handles, labels, ncols=3, fontsize=6, frameon=False)
-        return _finish(fig, "Early exit: accuracy against compute", _subtitle(meta),
-                       "hollow markers: the saving is hypothetical (the signal or the partial head needs every "
-                       "layer's state)")
+        return _finish(
+            fig,
+            "Early exit: accuracy against compute",
+            _subtitle(meta),
+            "hollow markers: the saving is hypothetical (the signal or the partial head needs every layer's state)",
+        )

@@ -28,14 +28,15 @@ def _step_labels(params: list[str]) -> list[str]:
     labels, previous = [], []
     for p in params:
         groups = [] if p == "none" else p.split("+")
-        new = groups[len(previous):] if groups[:len(previous)] == previous else groups
+        new = groups[len(previous) :] if groups[: len(previous)] == previous else groups
         labels.append("original" if not groups else ("+" if previous else "") + "\n+".join(new))
         previous = groups
     return labels
 
 
-def randomisation_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style: str = "default",
-                         width: str | float | None = None):
+def randomisation_figure(
+    table: pd.DataFrame, *, meta: Mapping[str, Any], style: str = "default", width: str | float | None = None
+):
     """Similarity to the original attributions (95% interval) after each randomisation step, per method.
 
     Parameters
@@ -55,10 +56,20 @@ def randomisation_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style:
     methods = list(dict.fromkeys(table["method"]))
     n_steps = max(int(table.loc[table["check"] == c, "step"].max()) + 1 for c in checks)
     with _theme(figure_style=style):
-        fig = _new_figure(min(16.0, max(7.0, 1.5 * n_steps + 2.5 * len(checks))), 4.0, style=style,
-                          paper_width=width, paper_height=2.4)
-        axes = fig.subplots(1, len(checks), squeeze=False, sharey=True,
-                            width_ratios=[int(table.loc[table["check"] == c, "step"].max()) + 1 for c in checks])[0]
+        fig = _new_figure(
+            min(16.0, max(7.0, 1.5 * n_steps + 2.5 * len(checks))),
+            4.0,
+            style=style,
+            paper_width=width,
+            paper_height=2.4,
+        )
+        axes = fig.subplots(
+            1,
+            len(checks),
+            squeeze=False,
+            sharey=True,
+            width_ratios=[int(table.loc[table["check"] == c, "step"].max()) + 1 for c in checks],
+        )[0]
         for ax, check in zip(axes, checks):
             part = table[table["check"] == check]
             steps = part.drop_duplicates("step").sort_values("step")
@@ -68,10 +79,17 @@ def randomisation_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style:
                 # A percentile interval can miss its estimate with few resamples; errorbar needs lengths >= 0.
                 below = (rows["similarity"] - rows["similarity_ci_low"]).clip(lower=0)
                 above = (rows["similarity_ci_high"] - rows["similarity"]).clip(lower=0)
-                ax.errorbar(x, rows["similarity"], yerr=[below, above],
-                            color=method_color(method), marker="o", markersize=2.5 if paper else 4, capsize=2,
-                            linewidth=0.9 if paper else 1.2,
-                            label=method_label(method))
+                ax.errorbar(
+                    x,
+                    rows["similarity"],
+                    yerr=[below, above],
+                    color=method_color(method),
+                    marker="o",
+                    markersize=2.5 if paper else 4,
+                    capsize=2,
+                    linewidth=0.9 if paper else 1.2,
+                    label=method_label(method),
+                )
             ax.set_xticks(steps["step"], _step_labels(steps["params"].tolist()), fontsize=5 if paper else 7)
             ax.axhline(0, color="black", linewidth=0.6)
             ax.set_ylim(-1.05, 1.05)
@@ -80,6 +98,10 @@ def randomisation_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style:
         axes[0].set_ylabel("similarity to the original attributions")
         handles, labels = axes[0].get_legend_handles_labels()
         _legend_below(fig, handles, labels, ncols=len(labels), fontsize=6 if paper else 8, frameon=False)
-        return _finish(fig, "Sanity checks: do the attributions depend on the model?", describe(meta),
-                       "similarity of each method's attributions to the original ones after each step (bars: 95% "
-                       "bootstrap interval over samples); attributions that depend on the model fall towards 0")
+        return _finish(
+            fig,
+            "Sanity checks: do the attributions depend on the model?",
+            describe(meta),
+            "similarity of each method's attributions to the original ones after each step (bars: 95% "
+            "bootstrap interval over samples); attributions that depend on the model fall towards 0",
+        )

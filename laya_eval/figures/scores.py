@@ -7,13 +7,27 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from laya_eval.figures.style import (METHOD_SHORT_LABELS, PALETTE, _facet_title, _facets, _finish, _new_figure,
-                                     _theme, check_style, method_color, method_dashes, method_label, method_marker)
+from laya_eval.figures.style import (
+    METHOD_SHORT_LABELS,
+    PALETTE,
+    _facet_title,
+    _facets,
+    _finish,
+    _new_figure,
+    _theme,
+    check_style,
+    method_color,
+    method_dashes,
+    method_label,
+    method_marker,
+)
 
 __all__ = ["SIGNIFICANCE_LEVELS", "axis_range", "deletion_curves_figure", "faithfulness_figure", "significance_marker"]
 
-_METRICS = (("faithfulness", "faithfulness (mean Spearman ρ)", "faithfulness (ρ)"),
-            ("deletion_at_1", "Deletion@1 (drop of p(pred.))", "Deletion@1"))
+_METRICS = (
+    ("faithfulness", "faithfulness (mean Spearman ρ)", "faithfulness (ρ)"),
+    ("deletion_at_1", "Deletion@1 (drop of p(pred.))", "Deletion@1"),
+)
 # Both metrics live in [-1, 1]: Spearman rho, and a difference of two probabilities.
 _BOUNDS = (-1.0, 1.0)
 # (threshold, marker), strictest first; Holm-adjusted p-values of the paired tests.
@@ -57,8 +71,10 @@ def _markers(comparisons: pd.DataFrame | None, run: str, metric: str, means: pd.
     for m in means.index:
         if m == best:
             continue
-        row = part[((part["method_a"] == best) & (part["method_b"] == m))
-                   | ((part["method_a"] == m) & (part["method_b"] == best))]
+        row = part[
+            ((part["method_a"] == best) & (part["method_b"] == m))
+            | ((part["method_a"] == m) & (part["method_b"] == best))
+        ]
         if len(row):
             out[m] = significance_marker(row["p_holm"].iloc[0])
     return out
@@ -73,41 +89,72 @@ def _baseline(ax, value: float | None, style: str) -> None:
     color = method_color(BASELINE)
     if lo <= value <= hi:
         ax.axvline(value, color=color, linestyle=":", linewidth=1.0, zorder=1)
-        ax.text(value, 1.0, " random", transform=ax.get_xaxis_transform(), color=color, fontsize=size,
-                ha="left", va="top")
+        ax.text(
+            value, 1.0, " random", transform=ax.get_xaxis_transform(), color=color, fontsize=size, ha="left", va="top"
+        )
     elif value < lo:
-        ax.text(0.01, 0.02, f"← random: {value:.2f}", transform=ax.transAxes, color=color, fontsize=size,
-                ha="left", va="bottom")
+        ax.text(
+            0.01,
+            0.02,
+            f"← random: {value:.2f}",
+            transform=ax.transAxes,
+            color=color,
+            fontsize=size,
+            ha="left",
+            va="bottom",
+        )
     else:
-        ax.text(0.99, 0.02, f"random: {value:.2f} →", transform=ax.transAxes, color=color, fontsize=size,
-                ha="right", va="bottom")
+        ax.text(
+            0.99,
+            0.02,
+            f"random: {value:.2f} →",
+            transform=ax.transAxes,
+            color=color,
+            fontsize=size,
+            ha="right",
+            va="bottom",
+        )
 
 
-def _score_panel(ax, part: pd.DataFrame, metric: str, ypos: dict[str, int], marks: dict[str, str],
-                 style: str) -> None:
+def _score_panel(ax, part: pd.DataFrame, metric: str, ypos: dict[str, int], marks: dict[str, str], style: str) -> None:
     shown = part[part["method"] != BASELINE] if (part["method"] != BASELINE).any() else part
     low, high = shown[f"{metric}_ci_low"].fillna(shown[metric]), shown[f"{metric}_ci_high"].fillna(shown[metric])
-    ax.set_xlim(*axis_range(pd.concat([low, shown[metric]]), pd.concat([high, shown[metric]]),
-                            right_room=0.22 if marks else 0.0))
+    ax.set_xlim(
+        *axis_range(
+            pd.concat([low, shown[metric]]), pd.concat([high, shown[metric]]), right_room=0.22 if marks else 0.0
+        )
+    )
     for row, lo, hi in zip(shown.itertuples(index=False), low, high):
         mid = getattr(row, metric)
         # The interval is drawn as it is: a percentile bootstrap interval may miss the estimate (--bootstrap 1).
         y, color = ypos[row.method], method_color(row.method)
         ax.hlines(y, lo, hi, color=color, linewidth=1.0, zorder=3)
         ax.plot([lo, hi], [y, y], "|", color=color, markersize=4 if style == "paper" else 6, zorder=3)
-        ax.plot([mid], [y], method_marker(row.method), color=color, markersize=3.5 if style == "paper" else 5,
-                zorder=4)
+        ax.plot([mid], [y], method_marker(row.method), color=color, markersize=3.5 if style == "paper" else 5, zorder=4)
         if row.method in marks:
-            ax.annotate(marks[row.method], (hi, ypos[row.method]), xytext=(3, 0), textcoords="offset points",
-                        va="center", ha="left", fontsize=6 if style == "paper" else 7.5, color="#333333")
+            ax.annotate(
+                marks[row.method],
+                (hi, ypos[row.method]),
+                xytext=(3, 0),
+                textcoords="offset points",
+                va="center",
+                ha="left",
+                fontsize=6 if style == "paper" else 7.5,
+                color="#333333",
+            )
     random = part.loc[part["method"] == BASELINE, metric]
     if len(shown) < len(part):
         _baseline(ax, float(random.iloc[0]) if len(random) else None, style)
 
 
-def faithfulness_figure(table: pd.DataFrame, runs: Sequence[Mapping[str, Any]], *,
-                        comparisons: pd.DataFrame | None = None, style: str = "default",
-                        width: str | float | None = None):
+def faithfulness_figure(
+    table: pd.DataFrame,
+    runs: Sequence[Mapping[str, Any]],
+    *,
+    comparisons: pd.DataFrame | None = None,
+    style: str = "default",
+    width: str | float | None = None,
+):
     """Faithfulness and Deletion@1 per method: dots (means) and 95% intervals on a data-driven axis.
 
     One column per run, one row per metric. The random baseline is a reference line (or an
@@ -134,8 +181,14 @@ def faithfulness_figure(table: pd.DataFrame, runs: Sequence[Mapping[str, Any]], 
     paper_height = 2 * (0.13 * len(methods) + 0.55) + 0.15
     marked = False
     with _theme(figure_style=style):
-        fig = _new_figure(3.4 * len(runs) + 1.6, 0.3 * len(methods) * 2 + 2.8, style=style, paper_width=width,
-                          natural="single" if len(runs) == 1 else "double", paper_height=paper_height)
+        fig = _new_figure(
+            3.4 * len(runs) + 1.6,
+            0.3 * len(methods) * 2 + 2.8,
+            style=style,
+            paper_width=width,
+            natural="single" if len(runs) == 1 else "double",
+            paper_height=paper_height,
+        )
         axes = fig.subplots(2, len(runs), squeeze=False, sharey=True)
         for j, meta in enumerate(runs):
             part = table[table["run"] == meta["label"]]
@@ -154,15 +207,25 @@ def faithfulness_figure(table: pd.DataFrame, runs: Sequence[Mapping[str, Any]], 
             for text, name in zip(ax.get_yticklabels(), methods):
                 text.set_color(method_color(name))
             ax.set_ylim(-1.1, len(methods) - 0.4)  # the bottom half row holds the baseline's label
-        note = ("markers: paired Wilcoxon signed-rank test against the panel's best method (ref.), "
-                "Holm-adjusted: *** p < 0.001, ** p < 0.01, * p < 0.05, n.s. otherwise; " if marked else "")
-        note = ("higher is better for both; each panel's axis spans its methods' intervals; dotted line or arrow: "
-                "the random baseline; " + note + "faithfulness = Spearman ρ(attribution, leave-one-layer-out "
-                "effect); a method missing from a column does not apply to that head")
+        note = (
+            "markers: paired Wilcoxon signed-rank test against the panel's best method (ref.), "
+            "Holm-adjusted: *** p < 0.001, ** p < 0.01, * p < 0.05, n.s. otherwise; "
+            if marked
+            else ""
+        )
+        note = (
+            "higher is better for both; each panel's axis spans its methods' intervals; dotted line or arrow: "
+            "the random baseline; " + note + "faithfulness = Spearman ρ(attribution, leave-one-layer-out "
+            "effect); a method missing from a column does not apply to that head"
+        )
         if style == "paper":
             note += ". " + _facets(runs)
-        return _finish(fig, "Faithfulness and Deletion@1 per method",
-                       "dots: mean · bars: 95% bootstrap interval · higher is better", note)
+        return _finish(
+            fig,
+            "Faithfulness and Deletion@1 per method",
+            "dots: mean · bars: 95% bootstrap interval · higher is better",
+            note,
+        )
 
 
 def _merge_identical(curves: dict[str, np.ndarray], atol: float) -> list[list[str]]:
@@ -198,18 +261,28 @@ def _spread(ys: Sequence[float], heights: Sequence[float], bounds: tuple[float, 
 
 def _group_label(group: Sequence[str]) -> str:
     names = [METHOD_SHORT_LABELS.get(m, m) for m in group]
-    return "\n".join(" = ".join(names[k:k + 2]) for k in range(0, len(names), 2))
+    return "\n".join(" = ".join(names[k : k + 2]) for k in range(0, len(names), 2))
 
 
 def _curves_panel(ax, part: pd.DataFrame, methods: Sequence[str], style: str) -> None:
     ks = np.array(sorted(part["k"].unique()))
-    curves = {m: part[part["method"] == m].sort_values("k")["deletion"].to_numpy() for m in methods
-              if (part["method"] == m).any()}
+    curves = {
+        m: part[part["method"] == m].sort_values("k")["deletion"].to_numpy()
+        for m in methods
+        if (part["method"] == m).any()
+    }
     groups = _merge_identical(curves, atol=1e-3)
     for group in groups:
         m = group[0]
-        ax.plot(ks, curves[m], color=method_color(m), linestyle=method_dashes(m), marker=method_marker(m),
-                markersize=3.5 if style == "paper" else 5, linewidth=1.1 if style == "paper" else 1.6)
+        ax.plot(
+            ks,
+            curves[m],
+            color=method_color(m),
+            linestyle=method_dashes(m),
+            marker=method_marker(m),
+            markersize=3.5 if style == "paper" else 5,
+            linewidth=1.1 if style == "paper" else 1.6,
+        )
     low = min(float(np.nanmin(c)) for c in curves.values())
     high = max(float(np.nanmax(c)) for c in curves.values())
     ax.set_ylim(low - 0.06 * (high - low + 1e-9), high + 0.06 * (high - low + 1e-9))
@@ -223,13 +296,23 @@ def _curves_panel(ax, part: pd.DataFrame, methods: Sequence[str], style: str) ->
     heights = [line * (_group_label(g).count("\n") + 1) for g in groups]
     for group, y in zip(groups, _spread(y0, heights, (lo, hi))):
         # Drawn even where labels taller than the panel push one past it (matplotlib would silently leave it out).
-        ax.annotate(_group_label(group), (ks[0], y), xytext=(-9, 0), textcoords="offset points", ha="right",
-                    va="center", color=method_color(group[0]), fontsize=6 if style == "paper" else 7.5,
-                    linespacing=0.95, annotation_clip=False)
+        ax.annotate(
+            _group_label(group),
+            (ks[0], y),
+            xytext=(-9, 0),
+            textcoords="offset points",
+            ha="right",
+            va="center",
+            color=method_color(group[0]),
+            fontsize=6 if style == "paper" else 7.5,
+            linespacing=0.95,
+            annotation_clip=False,
+        )
 
 
-def deletion_curves_figure(curves: pd.DataFrame, runs: Sequence[Mapping[str, Any]], *, style: str = "default",
-                           width: str | float | None = None):
+def deletion_curves_figure(
+    curves: pd.DataFrame, runs: Sequence[Mapping[str, Any]], *, style: str = "default", width: str | float | None = None
+):
     """Deletion@k: mean drop of the predicted class's probability after removing the top-k layers.
 
     One panel per run; each method has its own colour, dash pattern and marker and is named at
@@ -248,18 +331,26 @@ def deletion_curves_figure(curves: pd.DataFrame, runs: Sequence[Mapping[str, Any
     ncols = min(len(runs), 2 if style == "paper" else 4)
     nrows = -(-len(runs) // ncols)
     with _theme(figure_style=style):
-        fig = _new_figure(4.4 * ncols, 3.3 * nrows, style=style, paper_width=width,
-                          natural="single" if len(runs) == 1 else "double", paper_height=1.75 * nrows + 0.1)
+        fig = _new_figure(
+            4.4 * ncols,
+            3.3 * nrows,
+            style=style,
+            paper_width=width,
+            natural="single" if len(runs) == 1 else "double",
+            paper_height=1.75 * nrows + 0.1,
+        )
         axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
-        for ax in axes[len(runs):]:
+        for ax in axes[len(runs) :]:
             ax.set_visible(False)
         for j, (ax, meta) in enumerate(zip(axes, runs)):
             _curves_panel(ax, curves[curves["run"] == meta["label"]], methods, style)
             ax.set_xlabel("k: top-ranked layers removed")
             ax.set_ylabel("mean drop of p(pred.)")
             ax.set_title(_facet_title(meta, style, j), fontsize=7 if style == "paper" else 8)
-        note = ("a steeper early rise means the method ranks the layers that matter first; methods named "
-                "together (a = b) have the same curve within 0.001 and share one line")
+        note = (
+            "a steeper early rise means the method ranks the layers that matter first; methods named "
+            "together (a = b) have the same curve within 0.001 and share one line"
+        )
         if style == "paper":
             note += ". " + _facets(runs)
         return _finish(fig, "Deletion@k: removing the k layers a method ranks highest", None, note)

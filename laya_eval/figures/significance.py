@@ -8,14 +8,25 @@ import numpy as np
 
 from laya_eval.figures.heatmap import annotated_heatmap
 from laya_eval.figures.layout import after_layout
-from laya_eval.figures.style import (METHOD_SHORT_LABELS, _facet_title, _facets, _finish, _new_figure, _theme,
-                                     check_style, describe, method_color, method_label)
+from laya_eval.figures.style import (
+    METHOD_SHORT_LABELS,
+    _facet_title,
+    _facets,
+    _finish,
+    _new_figure,
+    _theme,
+    check_style,
+    describe,
+    method_color,
+    method_label,
+)
 
 __all__ = ["significance_figure"]
 
 
-def significance_figure(panels: Sequence[Mapping[str, Any]], *, cap: float = 4.0, style: str = "default",
-                        width: str | float | None = None):
+def significance_figure(
+    panels: Sequence[Mapping[str, Any]], *, cap: float = 4.0, style: str = "default", width: str | float | None = None
+):
     """One heat map per run (or seed group): colour = sign of the difference x -log10 of the Holm p.
 
     Parameters
@@ -38,17 +49,31 @@ def significance_figure(panels: Sequence[Mapping[str, Any]], *, cap: float = 4.0
     ncols = min(len(panels), 2)
     nrows = -(-len(panels) // ncols)
     with _theme("white", figure_style=style):
-        fig = _new_figure((0.65 * size + 2.4) * ncols + 1.2, (0.55 * size + 1.6) * nrows + 1.4, style=style,
-                          paper_width=width, natural="single" if len(panels) == 1 else "double",
-                          paper_height=(0.28 * size + 0.8) * nrows + 0.3)
+        fig = _new_figure(
+            (0.65 * size + 2.4) * ncols + 1.2,
+            (0.55 * size + 1.6) * nrows + 1.4,
+            style=style,
+            paper_width=width,
+            natural="single" if len(panels) == 1 else "double",
+            paper_height=(0.28 * size + 0.8) * nrows + 0.3,
+        )
         axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
-        for ax in axes[len(panels):]:
+        for ax in axes[len(panels) :]:
             ax.set_visible(False)
         for k, (ax, panel) in enumerate(zip(axes, panels)):
             values, cells = panel["values"], panel["cells"]
             labels = [name(m) for m in values.index]
-            annotated_heatmap(ax, values.to_numpy(dtype=float), cells.to_numpy(dtype=object), labels, labels,
-                              cmap="vlag_r", vmin=-cap, vmax=cap, fontsize=3.0 if paper else 7)
+            annotated_heatmap(
+                ax,
+                values.to_numpy(dtype=float),
+                cells.to_numpy(dtype=object),
+                labels,
+                labels,
+                cmap="vlag_r",
+                vmin=-cap,
+                vmax=cap,
+                fontsize=3.0 if paper else 7,
+            )
             texts = list(ax.texts)
             after_layout(fig, lambda ax=ax, texts=texts: _fit_cells(ax, texts))
             for axis, names in (("y", values.index), ("x", values.columns)):
@@ -56,20 +81,25 @@ def significance_figure(panels: Sequence[Mapping[str, Any]], *, cap: float = 4.0
                     text.set_color(method_color(method))
             ax.set_xlabel("column method")
             ax.set_ylabel("row method" if k % ncols == 0 else "")
-            ax.set_title(_facet_title(panel["meta"], style, k) + ("" if paper else f"\n{panel.get('test', '')}"),
-                         fontsize=7 if paper else 8)
+            ax.set_title(
+                _facet_title(panel["meta"], style, k) + ("" if paper else f"\n{panel.get('test', '')}"),
+                fontsize=7 if paper else 8,
+            )
         mappable = axes[0].collections[0]
-        bar = fig.colorbar(mappable, ax=list(axes[:len(panels)]), shrink=0.8 if paper else 0.6)
+        bar = fig.colorbar(mappable, ax=list(axes[: len(panels)]), shrink=0.8 if paper else 0.6)
         bar.set_label("sign(row − column) × −log10 p (Holm)", fontsize=5.5 if paper else None)
         if paper:
             bar.ax.tick_params(labelsize=5, length=2, width=0.5)
         metas = [p["meta"] for p in panels]
-        note = ("▲ row method significantly higher (better), ▼ lower, · not significant at 0.05; "
-                "number: Holm-adjusted p")
+        note = "▲ row method significantly higher (better), ▼ lower, · not significant at 0.05; number: Holm-adjusted p"
         if paper:
             note += ". " + _facets(metas)
-        return _finish(fig, "Significance matrix of faithfulness: paired tests between methods",
-                       describe(metas[0]) if len(panels) == 1 and not paper else None, note)
+        return _finish(
+            fig,
+            "Significance matrix of faithfulness: paired tests between methods",
+            describe(metas[0]) if len(panels) == 1 and not paper else None,
+            note,
+        )
 
 
 def _fit_cells(ax, texts: Sequence) -> None:

@@ -22,10 +22,32 @@ from laya_eval.figures.layout import lay_out, wrap_axes_titles, wrap_to_width
 from laya_eval.checks import check_choice, fail
 from laya_eval.catalog import FIGURE_FORMATS, FIGURE_STYLES
 
-__all__ = ["COLUMN_WIDTHS", "DPI", "FORMATS", "METHOD_LABELS", "METHOD_SHORT_LABELS", "PALETTE", "PAPER_DPI",
-           "RHO_BANDS", "STYLES", "caption_path", "check_format", "check_style", "default_format", "describe",
-           "figure_bytes", "figure_caption", "figure_files", "figure_style", "layer_names", "method_color", "method_dashes",
-           "method_label", "method_marker", "save_figure"]
+__all__ = [
+    "COLUMN_WIDTHS",
+    "DPI",
+    "FORMATS",
+    "METHOD_LABELS",
+    "METHOD_SHORT_LABELS",
+    "PALETTE",
+    "PAPER_DPI",
+    "RHO_BANDS",
+    "STYLES",
+    "caption_path",
+    "check_format",
+    "check_style",
+    "default_format",
+    "describe",
+    "figure_bytes",
+    "figure_caption",
+    "figure_files",
+    "figure_style",
+    "layer_names",
+    "method_color",
+    "method_dashes",
+    "method_label",
+    "method_marker",
+    "save_figure",
+]
 
 # seaborn's "colorblind" palette; the two weight-based methods share a hue family.
 PALETTE: dict[str, str] = {
@@ -45,11 +67,30 @@ METHOD_LABELS: dict[str, str] = {n: spec.label or n for n, spec in METHOD_SPECS.
 # Direct labels on lines have little room.
 METHOD_SHORT_LABELS: dict[str, str] = {n: spec.short_label or spec.label or n for n, spec in METHOD_SPECS.items()}
 # A second channel besides colour (grey-scale print, colour-blind readers): marker and dash pattern.
-_MARKERS = {"laya": "o", "static": "s", "contribution": "D", "ig": "^", "gradcam": "v", "grad_x_act": "P",
-            "random": "X", "block_influence": "<", "angular_distance": ">", "alpha_norm": "h"}
-_DASHES = {"laya": (None, None), "static": (0, (5, 2)), "contribution": (0, (1, 1.5)), "ig": (0, (4, 1.5, 1, 1.5)),
-           "gradcam": (0, (2, 2)), "grad_x_act": (0, (6, 1.5, 1, 1.5, 1, 1.5)), "random": (0, (1, 3)),
-           "block_influence": (0, (8, 2)), "angular_distance": (0, (3, 1, 3, 3)), "alpha_norm": (0, (1, 1, 4, 1))}
+_MARKERS = {
+    "laya": "o",
+    "static": "s",
+    "contribution": "D",
+    "ig": "^",
+    "gradcam": "v",
+    "grad_x_act": "P",
+    "random": "X",
+    "block_influence": "<",
+    "angular_distance": ">",
+    "alpha_norm": "h",
+}
+_DASHES = {
+    "laya": (None, None),
+    "static": (0, (5, 2)),
+    "contribution": (0, (1, 1.5)),
+    "ig": (0, (4, 1.5, 1, 1.5)),
+    "gradcam": (0, (2, 2)),
+    "grad_x_act": (0, (6, 1.5, 1, 1.5, 1, 1.5)),
+    "random": (0, (1, 3)),
+    "block_influence": (0, (8, 2)),
+    "angular_distance": (0, (3, 1, 3, 3)),
+    "alpha_norm": (0, (1, 1, 4, 1)),
+}
 FORMATS, STYLES = FIGURE_FORMATS, FIGURE_STYLES
 DPI = 110
 PAPER_DPI = 300
@@ -135,15 +176,24 @@ def _panel_letter(k: int) -> str:
 def _facet_title(meta: Mapping[str, Any], style: str = "default", k: int = 0) -> str:
     if style == "paper":  # a letter the caption resolves (see _facets)
         return f"{_panel_letter(k)} {meta.get('head', '?')} head"
-    return (f"{meta.get('label', '?')}\n{meta.get('head', '?')} head · {meta.get('dataset', '?')}\n"
-            f"ablation {meta.get('ablation', '?')} · scope {meta.get('scope', '?')}")
+    return (
+        f"{meta.get('label', '?')}\n{meta.get('head', '?')} head · {meta.get('dataset', '?')}\n"
+        f"ablation {meta.get('ablation', '?')} · scope {meta.get('scope', '?')}"
+    )
 
 
 def _facets(runs) -> str:
     """A caption sentence naming every run of a multi-panel figure (paper style has short panel titles)."""
-    return "Panels: " + "; ".join(f"{_panel_letter(k)} {m.get('head', '?')} head: {m.get('label', '?')}, "
-                                  f"{m.get('dataset', '?')}, ablation {m.get('ablation', '?')}, "
-                                  f"scope {m.get('scope', '?')}" for k, m in enumerate(runs)) + "."
+    return (
+        "Panels: "
+        + "; ".join(
+            f"{_panel_letter(k)} {m.get('head', '?')} head: {m.get('label', '?')}, "
+            f"{m.get('dataset', '?')}, ablation {m.get('ablation', '?')}, "
+            f"scope {m.get('scope', '?')}"
+            for k, m in enumerate(runs)
+        )
+        + "."
+    )
 
 
 @contextlib.contextmanager
@@ -152,13 +202,30 @@ def _theme(style: str = "whitegrid", figure_style: str = "default") -> Iterator[
     import seaborn as sns
 
     if figure_style == "paper":
-        context = sns.plotting_context("paper", rc={"font.size": 7, "axes.labelsize": 7, "axes.titlesize": 7,
-                                                    "xtick.labelsize": 6.5, "ytick.labelsize": 6.5,
-                                                    "legend.fontsize": 6.5, "legend.title_fontsize": 7,
-                                                    "lines.linewidth": 1.1, "lines.markersize": 3.5})
-        extra = {"figure.dpi": PAPER_DPI, "savefig.dpi": PAPER_DPI, "axes.linewidth": 0.6, "grid.linewidth": 0.4,
-                 # TrueType fonts embedded in PDF (type 3 fonts are refused by some publishers); SVG text as paths.
-                 "pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "path"}
+        context = sns.plotting_context(
+            "paper",
+            rc={
+                "font.size": 7,
+                "axes.labelsize": 7,
+                "axes.titlesize": 7,
+                "xtick.labelsize": 6.5,
+                "ytick.labelsize": 6.5,
+                "legend.fontsize": 6.5,
+                "legend.title_fontsize": 7,
+                "lines.linewidth": 1.1,
+                "lines.markersize": 3.5,
+            },
+        )
+        extra = {
+            "figure.dpi": PAPER_DPI,
+            "savefig.dpi": PAPER_DPI,
+            "axes.linewidth": 0.6,
+            "grid.linewidth": 0.4,
+            # TrueType fonts embedded in PDF (type 3 fonts are refused by some publishers); SVG text as paths.
+            "pdf.fonttype": 42,
+            "ps.fonttype": 42,
+            "svg.fonttype": "path",
+        }
     else:
         context = sns.plotting_context("notebook", font_scale=0.85)
         extra = {"figure.dpi": DPI, "savefig.dpi": DPI, "axes.titlesize": 10}
@@ -180,8 +247,15 @@ def _paper_width(width: str | float | None, natural: str) -> float:
     return float(width)
 
 
-def _new_figure(width: float, height: float, *, style: str = "default", paper_width: str | float | None = None,
-                natural: str = "double", paper_height: float | None = None):
+def _new_figure(
+    width: float,
+    height: float,
+    *,
+    style: str = "default",
+    paper_width: str | float | None = None,
+    natural: str = "double",
+    paper_height: float | None = None,
+):
     """A constrained-layout Figure of ``width`` x ``height`` inches.
 
     In paper style the width is a column width (``paper_width``: "single", "double" or inches;
@@ -288,13 +362,20 @@ def _drawn_as_saved(fig, dpi: int):
     from PIL import Image
 
     rc = matplotlib.rcParams
-    if (type(fig.canvas) is not FigureCanvasAgg or fig.dpi != dpi or rc["savefig.bbox"] is not None
-            or rc["savefig.transparent"] or rc["savefig.facecolor"] != "auto" or rc["savefig.edgecolor"] != "auto"):
+    if (
+        type(fig.canvas) is not FigureCanvasAgg
+        or fig.dpi != dpi
+        or rc["savefig.bbox"] is not None
+        or rc["savefig.transparent"]
+        or rc["savefig.facecolor"] != "auto"
+        or rc["savefig.edgecolor"] != "auto"
+    ):
         return None
     # One draw renders the figure (and lays it out first where it still has a layout engine), as savefig does.
     fig.canvas.draw()
-    return Image.frombuffer("RGBA", fig.canvas.get_width_height(physical=True), fig.canvas.buffer_rgba(),
-                            "raw", "RGBA", 0, 1)
+    return Image.frombuffer(
+        "RGBA", fig.canvas.get_width_height(physical=True), fig.canvas.buffer_rgba(), "raw", "RGBA", 0, 1
+    )
 
 
 def figure_bytes(fig, fmt: str = "png") -> bytes:

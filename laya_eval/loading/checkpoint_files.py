@@ -26,8 +26,7 @@ import torch
 
 from laya_eval.errors import CheckpointError
 
-__all__ = ["MAX_CHECKPOINT_TENSORS", "MAX_SAFETENSORS_HEADER", "SAFETENSORS_KEY", "not_a_checkpoint",
-           "read_payload"]
+__all__ = ["MAX_CHECKPOINT_TENSORS", "MAX_SAFETENSORS_HEADER", "SAFETENSORS_KEY", "not_a_checkpoint", "read_payload"]
 
 SAFETENSORS_KEY = "laya_eval"
 #: Tensors a laya-eval checkpoint holds at most (a head, or a backbone of MAX_LAYERS blocks stored in full,
@@ -47,9 +46,13 @@ def read_payload(path: Path) -> tuple[Any, int]:
     return _read_pt(path, data), len(data)
 
 
-_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-               (stat.S_ISSOCK, "a socket"))
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def _read_file(path: Path, check_start: Callable[[BinaryIO, int], None] | None = None) -> bytes:
@@ -81,8 +84,10 @@ def _read_file(path: Path, check_start: Callable[[BinaryIO, int], None] | None =
 
 
 def not_a_checkpoint(path: Path, why: str) -> CheckpointError:
-    return CheckpointError(f"'{path}' is not a laya-eval checkpoint ({why}); create one with "
-                           "`laya-eval train` or laya_eval.save_checkpoint.")
+    return CheckpointError(
+        f"'{path}' is not a laya-eval checkpoint ({why}); create one with "
+        "`laya-eval train` or laya_eval.save_checkpoint."
+    )
 
 
 def _check_torch_zip(path: Path, data: bytes) -> None:
@@ -97,18 +102,23 @@ def _check_torch_zip(path: Path, data: bytes) -> None:
     # every member has one central-directory signature: an upper bound on the entries, counted without parsing
     entries = data.count(b"PK\x01\x02")
     if entries > MAX_CHECKPOINT_TENSORS + 16:
-        raise CheckpointError(f"'{path}' is not a readable checkpoint: its archive lists up to {entries} members; "
-                              f"a laya-eval checkpoint holds at most {MAX_CHECKPOINT_TENSORS} tensors.")
+        raise CheckpointError(
+            f"'{path}' is not a readable checkpoint: its archive lists up to {entries} members; "
+            f"a laya-eval checkpoint holds at most {MAX_CHECKPOINT_TENSORS} tensors."
+        )
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             infos = archive.infolist()
     except Exception as exc:  # noqa: BLE001 - zipfile fails on garbled bytes in many ways (even NotImplementedError)
-        raise CheckpointError(f"'{path}' is not a readable checkpoint (truncated or not a PyTorch file: "
-                              f"{type(exc).__name__}).") from None
+        raise CheckpointError(
+            f"'{path}' is not a readable checkpoint (truncated or not a PyTorch file: {type(exc).__name__})."
+        ) from None
     for info in infos:
         if info.compress_type != zipfile.ZIP_STORED or info.file_size > len(data):
-            raise CheckpointError(f"'{path}' is not a readable checkpoint: member {info.filename[:80]!r} is "
-                                  "compressed or larger than the file; torch.save never writes such members.")
+            raise CheckpointError(
+                f"'{path}' is not a readable checkpoint: member {info.filename[:80]!r} is "
+                "compressed or larger than the file; torch.save never writes such members."
+            )
     if not any(i.filename.endswith("data.pkl") for i in infos):
         raise not_a_checkpoint(path, "a zip archive without the data.pkl of a PyTorch file")
 
@@ -141,15 +151,20 @@ def _check_safetensors_start(path: Path, fh: BinaryIO, file_size: int) -> None:
     start = fh.read(8)
     size = int.from_bytes(start, "little") if len(start) == 8 else -1
     if not 2 <= size <= file_size - 8:
-        raise CheckpointError(f"'{path}' is not a readable safetensors file (header length {size} does not fit "
-                              f"its {file_size} bytes).")
+        raise CheckpointError(
+            f"'{path}' is not a readable safetensors file (header length {size} does not fit its {file_size} bytes)."
+        )
     if size > MAX_SAFETENSORS_HEADER:
-        raise CheckpointError(f"'{path}' is not a laya-eval checkpoint: its safetensors header has {size} bytes; "
-                              f"at most {MAX_SAFETENSORS_HEADER} are expected.")
+        raise CheckpointError(
+            f"'{path}' is not a laya-eval checkpoint: its safetensors header has {size} bytes; "
+            f"at most {MAX_SAFETENSORS_HEADER} are expected."
+        )
     entries = fh.read(size).count(b'"data_offsets"')  # one per tensor, counted before the JSON is parsed
     if entries > MAX_CHECKPOINT_TENSORS:
-        raise CheckpointError(f"'{path}' is not a laya-eval checkpoint: its safetensors header lists {entries} "
-                              f"tensors; a laya-eval checkpoint holds at most {MAX_CHECKPOINT_TENSORS}.")
+        raise CheckpointError(
+            f"'{path}' is not a laya-eval checkpoint: its safetensors header lists {entries} "
+            f"tensors; a laya-eval checkpoint holds at most {MAX_CHECKPOINT_TENSORS}."
+        )
 
 
 def _read_safetensors(path: Path, data: bytes) -> Any:
@@ -158,7 +173,7 @@ def _read_safetensors(path: Path, data: bytes) -> Any:
 
     size = int.from_bytes(data[:8], "little")  # checked by _check_safetensors_start before the file was read
     try:
-        header = json.loads(data[8:8 + size].decode("utf-8"))
+        header = json.loads(data[8 : 8 + size].decode("utf-8"))
         state = load(data)
     except (SafetensorError, UnicodeDecodeError, ValueError, RecursionError, OSError) as exc:
         why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
@@ -173,7 +188,8 @@ def _read_safetensors(path: Path, data: bytes) -> Any:
     except (TypeError, ValueError, RecursionError):
         raise CheckpointError(f"'{path}' has a corrupt laya-eval config in its metadata (not JSON).") from None
     if not isinstance(payload, dict):
-        raise CheckpointError(f"'{path}': the laya-eval config in its metadata must be a JSON object; "
-                              f"got {type(payload).__name__}.")
+        raise CheckpointError(
+            f"'{path}': the laya-eval config in its metadata must be a JSON object; got {type(payload).__name__}."
+        )
     payload["state_dict"] = state
     return payload

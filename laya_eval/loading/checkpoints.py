@@ -52,25 +52,42 @@ import torch
 from torch import nn
 
 from laya_eval.errors import CheckpointError, LayaEvalError
-from laya_eval.loading.checkpoint_files import (MAX_CHECKPOINT_TENSORS, MAX_SAFETENSORS_HEADER, SAFETENSORS_KEY,
-                                                not_a_checkpoint, read_payload)
+from laya_eval.loading.checkpoint_files import (
+    MAX_CHECKPOINT_TENSORS,
+    MAX_SAFETENSORS_HEADER,
+    SAFETENSORS_KEY,
+    not_a_checkpoint,
+    read_payload,
+)
 from laya_eval.loading.probe import PROBE_TOLERANCE, check_probe, probe_inputs, probe_record, unverified_parts
 from laya_eval.loading.references import build_backbone, source_hashes
-from laya_eval.loading.schema import (STORED_BY_REFERENCE, check_checksum, describe, metadata_sha256,
-                                     validate_payload)
+from laya_eval.loading.schema import STORED_BY_REFERENCE, check_checksum, describe, metadata_sha256, validate_payload
 from laya_eval.loading.weights_fit import check_state_shapes
 from laya_eval.models.layered import LayeredModel, ModelInfo
 from laya_eval.output.files import state_dict_sha256
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MAX_CHECKPOINT_TENSORS", "MAX_SAFETENSORS_HEADER", "PROBE_TOLERANCE",
-           "check_checkpoint_path", "check_probe", "load_checkpoint", "probe_inputs", "probe_record",
-           "read_checkpoint", "save_checkpoint", "unverified_parts"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MAX_CHECKPOINT_TENSORS",
+    "MAX_SAFETENSORS_HEADER",
+    "PROBE_TOLERANCE",
+    "check_checkpoint_path",
+    "check_probe",
+    "load_checkpoint",
+    "probe_inputs",
+    "probe_record",
+    "read_checkpoint",
+    "save_checkpoint",
+    "unverified_parts",
+]
 
 FORMAT = "laya-eval-checkpoint"
 FORMAT_VERSION = 1
 #: ``laya_eval.mixers.reference.CHECKPOINT_FORMAT`` (that room imports this one): named in the refusal of a mixer
 #: model file given where a checkpoint is expected.
 MIXER_MODEL_FORMAT = "laya-eval-depth-mixer-model"
+
 
 def _payload(model: LayeredModel) -> dict[str, Any]:
     from laya_eval.version import __version__
@@ -108,8 +125,11 @@ def _payload(model: LayeredModel) -> dict[str, Any]:
     }
     # through JSON first: the digests are of what a reader gets back (tuples as lists), in .pt and .safetensors
     payload.update(json.loads(json.dumps({k: v for k, v in payload.items() if k != "state_dict"})))
-    payload["checksum"] = {"algorithm": "sha256", "state_dict": state_dict_sha256(tensors),
-                           "metadata": metadata_sha256(payload)}
+    payload["checksum"] = {
+        "algorithm": "sha256",
+        "state_dict": state_dict_sha256(tensors),
+        "metadata": metadata_sha256(payload),
+    }
     return payload
 
 
@@ -134,8 +154,9 @@ def check_checkpoint_path(path: str | os.PathLike) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise CheckpointError(f"cannot write the checkpoint to '{path}': folder '{parent}' is not writable.")
     if len(path.name.encode()) > 200:
-        raise CheckpointError(f"cannot write the checkpoint: the file name is {len(path.name.encode())} bytes "
-                              "long; use at most 200.")
+        raise CheckpointError(
+            f"cannot write the checkpoint: the file name is {len(path.name.encode())} bytes long; use at most 200."
+        )
     return path
 
 
@@ -198,8 +219,10 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     payload, size = read_payload(path)
     if isinstance(payload, dict) and payload.get("format") == MIXER_MODEL_FORMAT:
-        raise CheckpointError(f"'{path}' is a depth-mixer model file, not a layer-attribution checkpoint: audit its "
-                              "mixers with `laya-eval mixers`.")
+        raise CheckpointError(
+            f"'{path}' is a depth-mixer model file, not a layer-attribution checkpoint: audit its "
+            "mixers with `laya-eval mixers`."
+        )
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise not_a_checkpoint(path, f"no format '{FORMAT}'")
     version = payload.get("format_version")
@@ -218,9 +241,16 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return payload
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
-                    trust_code: bool = False, download: bool = False, allow_unverified: bool = False,
-                    feature_cache: bool = False, cache_dir: str | os.PathLike | None = None) -> LayeredModel:
+def load_checkpoint(
+    path: str | os.PathLike,
+    map_location: str | torch.device = "cpu",
+    *,
+    trust_code: bool = False,
+    download: bool = False,
+    allow_unverified: bool = False,
+    feature_cache: bool = False,
+    cache_dir: str | os.PathLike | None = None,
+) -> LayeredModel:
     """Load a checkpoint into a :class:`LayeredModel` in eval mode.
 
     Parameters
@@ -275,15 +305,17 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     result = model.load_state_dict(state, strict=False)
     missing = [k for k in result.missing_keys if not (backbone is not None and k.startswith("backbone."))]
     if missing or result.unexpected_keys:  # check_state_shapes makes this unreachable; kept as a guard
-        raise CheckpointError(f"{source}: weights do not fit the config (missing {missing[:3]}, "
-                              f"unexpected {result.unexpected_keys[:3]}).")
+        raise CheckpointError(
+            f"{source}: weights do not fit the config (missing {missing[:3]}, unexpected {result.unexpected_keys[:3]})."
+        )
     model.eval()
     missing = unverified_parts(payload, model)
     if missing and not allow_unverified:
         raise CheckpointError(
             f"{source} lacks {', '.join(missing)}: nothing can check that the model rebuilt from it is the one that "
             "was saved (an edited file, or one written by an older laya-eval). Re-save it with this version, or pass "
-            "--allow-unverified (allow_unverified=True) to use it unverified.")
+            "--allow-unverified (allow_unverified=True) to use it unverified."
+        )
     check_probe(model, payload.get("probe"), path, feature_cache=feature_cache, cache_dir=cache_dir)
     return model.to(map_location)
 

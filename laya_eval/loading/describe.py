@@ -23,8 +23,10 @@ def describe_checkpoint(path: str | os.PathLike) -> list[tuple[str, Any]]:
     rows: list[tuple[str, Any]] = [
         ("checkpoint", str(path)),
         ("sha256", file_sha256(path)),
-        ("format", f"{payload['format']} v{payload['format_version']} "
-                   f"(laya-eval {payload.get('laya_eval_version', '?')})"),
+        (
+            "format",
+            f"{payload['format']} v{payload['format_version']} (laya-eval {payload.get('laya_eval_version', '?')})",
+        ),
         ("dataset", cfg.get("dataset")),
         ("classes", f"{cfg['num_classes']}: {', '.join(map(str, cfg.get('class_names') or []))}"),
         ("input shape", cfg.get("input_shape") or "text"),
@@ -37,8 +39,14 @@ def describe_checkpoint(path: str | os.PathLike) -> list[tuple[str, Any]]:
     if backbone["name"] == "modules":
         rows.append(("backbone code", f"{kwargs.get('spec')} (loading needs --trust-code)"))
     probe = payload.get("probe")
-    rows.append(("probe guard", "none (written before the guard)" if not probe else
-                 f"{len(probe.get('logits', []))} probe inputs ({probe.get('kind')}), tolerance 1e-4"))
+    rows.append(
+        (
+            "probe guard",
+            "none (written before the guard)"
+            if not probe
+            else f"{len(probe.get('logits', []))} probe inputs ({probe.get('kind')}), tolerance 1e-4",
+        )
+    )
     training = {k: v for k, v in (payload.get("training") or {}).items() if k != "history"}
     rows += [(f"training.{k}", v) for k, v in training.items()]
     rows += [(f"metrics.{k}", v) for k, v in (payload.get("metrics") or {}).items()]

@@ -43,8 +43,18 @@ from laya_eval.models.layered import padded_rows
 from laya_eval.output.files import data_content_sha256, file_sha256, json_sha256, sha256_bytes
 from laya_eval.output.reading import UnsafeFile, read_regular_file
 
-__all__ = ["FEATURE_BATCH_ROWS", "Features", "backbone_features", "cache_root", "caches_features", "extract_features",
-           "feature_key", "known_layer_dims", "library_versions", "remember_layer_dims"]
+__all__ = [
+    "FEATURE_BATCH_ROWS",
+    "Features",
+    "backbone_features",
+    "cache_root",
+    "caches_features",
+    "extract_features",
+    "feature_key",
+    "known_layer_dims",
+    "library_versions",
+    "remember_layer_dims",
+]
 
 ENV_VAR = "LAYA_EVAL_CACHE"
 #: The largest ``meta.json`` read (the key and one record per array).
@@ -91,8 +101,9 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return Path.home() / ".cache" / "laya-eval" / "features"
 
 
-def feature_key(backbone_config: dict[str, Any], data: Any, *, device: str = "cpu",
-                batch_rows: int = FEATURE_BATCH_ROWS) -> dict[str, Any]:
+def feature_key(
+    backbone_config: dict[str, Any], data: Any, *, device: str = "cpu", batch_rows: int = FEATURE_BATCH_ROWS
+) -> dict[str, Any]:
     """The cache key: the backbone's reference (spec, weights hash, layers, pooling), the data split, the
     device type, the rows per backbone call and the versions of the libraries that compute the states.
 
@@ -106,9 +117,18 @@ def feature_key(backbone_config: dict[str, Any], data: Any, *, device: str = "cp
     batch_rows : int
         Rows per backbone call.
     """
-    return {"backbone": backbone_config, "data": data.name, "split": data.split, "n": len(data),
-            "preprocessing": data.preprocessing, "content_sha256": _content_sha256(data), "device": device,
-            "batch_rows": int(batch_rows), "versions": library_versions(backbone_config), "format": _FORMAT}
+    return {
+        "backbone": backbone_config,
+        "data": data.name,
+        "split": data.split,
+        "n": len(data),
+        "preprocessing": data.preprocessing,
+        "content_sha256": _content_sha256(data),
+        "device": device,
+        "batch_rows": int(batch_rows),
+        "versions": library_versions(backbone_config),
+        "format": _FORMAT,
+    }
 
 
 def library_versions(backbone_config: dict[str, Any]) -> dict[str, str | None]:
@@ -156,8 +176,9 @@ def _read_array(folder: Path, name: str, record: Any, dtype: np.dtype, shape: tu
     except Exception as err:  # noqa: BLE001 - any failure to parse the bytes means a damaged file
         raise _BadEntry(f"{name}: not a readable .npy file ({type(err).__name__})") from None
     if not isinstance(array, np.ndarray) or array.dtype != dtype or array.shape != shape:
-        raise _BadEntry(f"{name}: holds {getattr(array, 'dtype', '?')} {getattr(array, 'shape', '?')}, "
-                        f"expected {dtype} {shape}")
+        raise _BadEntry(
+            f"{name}: holds {getattr(array, 'dtype', '?')} {getattr(array, 'shape', '?')}, expected {dtype} {shape}"
+        )
     return array
 
 
@@ -178,11 +199,19 @@ def _read(folder: Path, key: dict[str, Any], data: Any) -> Features | None:
     if not isinstance(meta, dict) or meta.get("key") != json.loads(json.dumps(key, sort_keys=True, default=str)):
         raise _BadEntry("meta.json records another key")
     dims, arrays, n = meta.get("layer_dims"), meta.get("arrays"), len(data)
-    if not (isinstance(dims, list) and dims and all(isinstance(d, int) and 0 < d < 1 << 24 for d in dims)
-            and isinstance(arrays, dict)):
+    if not (
+        isinstance(dims, list)
+        and dims
+        and all(isinstance(d, int) and 0 < d < 1 << 24 for d in dims)
+        and isinstance(arrays, dict)
+    ):
         raise _BadEntry("meta.json lacks valid layer sizes and array records")
-    hidden = [torch.from_numpy(_read_array(folder, f"layer{i}.npy", arrays.get(f"layer{i}.npy"),
-                                           np.dtype(np.float32), (n, d))) for i, d in enumerate(dims)]
+    hidden = [
+        torch.from_numpy(
+            _read_array(folder, f"layer{i}.npy", arrays.get(f"layer{i}.npy"), np.dtype(np.float32), (n, d))
+        )
+        for i, d in enumerate(dims)
+    ]
     y = _read_array(folder, "y.npy", arrays.get("y.npy"), np.dtype(np.int64), (n,))
     if not np.array_equal(y, data.y.numpy()):
         raise _BadEntry("y.npy holds other labels than the data")
@@ -228,8 +257,11 @@ def extract_features(
     try:
         cached = _read(folder, key, data)
     except _BadEntry as err:
-        warnings.warn(f"the feature cache entry '{folder}' is not trusted ({err}); recomputing it.",
-                      RecomputedWarning, stacklevel=2)
+        warnings.warn(
+            f"the feature cache entry '{folder}' is not trusted ({err}); recomputing it.",
+            RecomputedWarning,
+            stacklevel=2,
+        )
         cached = None
     if cached is not None:
         return cached
@@ -244,8 +276,13 @@ def extract_features(
         records["y.npy"] = {"dtype": np.dtype(np.int64).str, "shape": [len(data)]}
         for name, record in records.items():
             record["sha256"] = file_sha256(tmp / name)
-        meta = {"key": key, "n_layers": len(arrays), "layer_dims": [int(a.shape[1]) for a in arrays],
-                "arrays": records, "format": _FORMAT}
+        meta = {
+            "key": key,
+            "n_layers": len(arrays),
+            "layer_dims": [int(a.shape[1]) for a in arrays],
+            "arrays": records,
+            "format": _FORMAT,
+        }
         (tmp / "meta.json").write_text(json.dumps(meta, sort_keys=True, default=str))
         del arrays
         try:
@@ -263,15 +300,18 @@ def extract_features(
     else:
         why = "it vanished"
     if result is None:
-        raise DataError(f"the feature cache entry '{folder}' changed while it was written ({why}); "
-                        "is another process writing the same cache?")
+        raise DataError(
+            f"the feature cache entry '{folder}' changed while it was written ({why}); "
+            "is another process writing the same cache?"
+        )
     result.reused = False
     return result
 
 
 @torch.no_grad()
-def _stream(encode_batch: Callable[[Any], list[Tensor]], data: Any, folder: Path, batch_size: int,
-            progress: Any) -> list[np.ndarray]:
+def _stream(
+    encode_batch: Callable[[Any], list[Tensor]], data: Any, folder: Path, batch_size: int, progress: Any
+) -> list[np.ndarray]:
     """Encode batch by batch, writing each batch into memory-mapped ``layer{i}.npy`` files; a batch of fewer
     runs padded with copies of its own rows to a multiple of MIN_BATCH_ROWS (CPU kernels round tiny batches and
     partial row tiles differently)."""
@@ -284,10 +324,14 @@ def _stream(encode_batch: Callable[[Any], list[Tensor]], data: Any, folder: Path
             part = part.subset(torch.arange(padded_rows(rows)) % rows)
         hidden = [h[:rows] for h in encode_batch(part.x)]
         if not arrays:
-            arrays = [np.lib.format.open_memmap(folder / f"layer{i}.npy", mode="w+", dtype=np.float32,
-                                                shape=(n, int(h.shape[1]))) for i, h in enumerate(hidden)]
+            arrays = [
+                np.lib.format.open_memmap(
+                    folder / f"layer{i}.npy", mode="w+", dtype=np.float32, shape=(n, int(h.shape[1]))
+                )
+                for i, h in enumerate(hidden)
+            ]
         for array, h in zip(arrays, hidden):
-            array[start:start + rows] = h.detach().float().cpu().numpy()
+            array[start : start + rows] = h.detach().float().cpu().numpy()
         if progress is not None:
             progress.update(rows)
     for array in arrays:
@@ -314,8 +358,15 @@ def _reference(backbone: Any) -> dict[str, Any]:
     return ref
 
 
-def backbone_features(backbone: Any, data: Any, *, device: str = "cpu", batch_size: int = FEATURE_BATCH_ROWS,
-                      cache_dir: str | os.PathLike | None = None, progress: Any = None) -> Features:
+def backbone_features(
+    backbone: Any,
+    data: Any,
+    *,
+    device: str = "cpu",
+    batch_size: int = FEATURE_BATCH_ROWS,
+    cache_dir: str | os.PathLike | None = None,
+    progress: Any = None,
+) -> Features:
     """The pooled hidden states of ``data`` under a frozen ``backbone``, through the feature cache.
 
     Parameters

@@ -108,8 +108,10 @@ def _read_member(archive: zipfile.ZipFile, name: str, limit: int, path: Path) ->
     with archive.open(name) as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
-        raise CheckpointError(f"'{path}': archive member {name!r} decompresses to more than {limit} bytes (the "
-                              "archive's own size); Keras stores its members uncompressed.")
+        raise CheckpointError(
+            f"'{path}': archive member {name!r} decompresses to more than {limit} bytes (the "
+            "archive's own size); Keras stores its members uncompressed."
+        )
     return data
 
 
@@ -131,20 +133,29 @@ def _unpack_archive(path: Path, data: bytes) -> tuple[bytes, dict, dict | None]:
         raise CheckpointError(f"'{path}' is not a readable .keras archive ({type(exc).__name__}).") from None
     with archive:
         if "model.weights.h5" not in names or "config.json" not in names:
-            what = "model.weights.npz (save with the default weights format)" if "model.weights.npz" in names \
+            what = (
+                "model.weights.npz (save with the default weights format)"
+                if "model.weights.npz" in names
                 else f"members {sorted(names)[:6]}"
-            raise CheckpointError(f"'{path}' is not a Keras 3 archive with HDF5 weights: it has {what}; expected "
-                                  "config.json and model.weights.h5.")
+            )
+            raise CheckpointError(
+                f"'{path}' is not a Keras 3 archive with HDF5 weights: it has {what}; expected "
+                "config.json and model.weights.h5."
+            )
         unknown = sorted(n for n in names if n not in _ARCHIVE_MEMBERS and not n.startswith("assets/"))
         if unknown:
-            raise CheckpointError(f"'{path}': unexpected archive member {unknown[0][:80]!r}; a Keras 3 archive "
-                                  f"holds {sorted(_ARCHIVE_MEMBERS)} (and assets/).")
-        config = _json(_read_member(archive, "config.json", min(MAX_CONFIG_BYTES, len(data)), path),
-                       "config.json", path)
+            raise CheckpointError(
+                f"'{path}': unexpected archive member {unknown[0][:80]!r}; a Keras 3 archive "
+                f"holds {sorted(_ARCHIVE_MEMBERS)} (and assets/)."
+            )
+        config = _json(
+            _read_member(archive, "config.json", min(MAX_CONFIG_BYTES, len(data)), path), "config.json", path
+        )
         metadata = None
         if "metadata.json" in names:
-            metadata = _json(_read_member(archive, "metadata.json", min(MAX_METADATA_BYTES, len(data)), path),
-                             "metadata.json", path)
+            metadata = _json(
+                _read_member(archive, "metadata.json", min(MAX_METADATA_BYTES, len(data)), path), "metadata.json", path
+            )
         weights = _read_member(archive, "model.weights.h5", len(data), path)
     return weights, config, metadata
 
@@ -162,8 +173,10 @@ def _hard_children(group: Any, path: Path, where: str) -> list[tuple[str, Any]]:
     for key in sorted(group.keys(), key=_natural_key):
         link = group.get(key, getlink=True)
         if not isinstance(link, h5py.HardLink):
-            raise CheckpointError(f"'{path}': {where}/{key} is an HDF5 {type(link).__name__}; a Keras weights file "
-                                  "holds only plain groups and datasets (a link could read another file).")
+            raise CheckpointError(
+                f"'{path}': {where}/{key} is an HDF5 {type(link).__name__}; a Keras weights file "
+                "holds only plain groups and datasets (a link could read another file)."
+            )
         children.append((key, group[key]))
     return children
 
@@ -177,11 +190,14 @@ def _layer_name(vars_group: Any, fallback: str) -> str:
 
 def _check_dataset(ds: Any, where: str, path: Path) -> tuple[int, ...]:
     if ds.is_virtual or ds.external or ds.compression is not None or ds.id.get_create_plist().get_nfilters():
-        raise CheckpointError(f"'{path}': {where} is compressed, virtual or stored outside the file; Keras writes "
-                              "plain datasets, and laya-eval reads no more than a file holds.")
+        raise CheckpointError(
+            f"'{path}': {where} is compressed, virtual or stored outside the file; Keras writes "
+            "plain datasets, and laya-eval reads no more than a file holds."
+        )
     if ds.dtype not in _FLOAT_KINDS or not 1 <= ds.ndim <= 4:
-        raise CheckpointError(f"'{path}': {where} is {ds.dtype} of shape {tuple(ds.shape)}; expected float "
-                              "weights of 1 to 4 dimensions.")
+        raise CheckpointError(
+            f"'{path}': {where} is {ds.dtype} of shape {tuple(ds.shape)}; expected float weights of 1 to 4 dimensions."
+        )
     return tuple(int(s) for s in ds.shape)
 
 
@@ -195,8 +211,10 @@ def _walk(root: Any, path: Path) -> list[tuple[str, str, list[tuple[str, Any]]]]
         where, group, depth = stack.pop()
         seen += 1
         if seen > MAX_GROUPS or depth > MAX_DEPTH:
-            raise CheckpointError(f"'{path}': the HDF5 tree is deeper than {MAX_DEPTH} or has more than "
-                                  f"{MAX_GROUPS} groups; not a Keras weights file.")
+            raise CheckpointError(
+                f"'{path}': the HDF5 tree is deeper than {MAX_DEPTH} or has more than "
+                f"{MAX_GROUPS} groups; not a Keras weights file."
+            )
         children = _hard_children(group, path, where or "/")
         subgroups = []
         for key, child in children:
@@ -206,16 +224,24 @@ def _walk(root: Any, path: Path) -> list[tuple[str, str, list[tuple[str, Any]]]]
             if key == "vars" and isinstance(child, h5py.Group):
                 entries = _hard_children(child, path, here)
                 if any(not k.isdigit() or not isinstance(v, h5py.Dataset) for k, v in entries):
-                    raise CheckpointError(f"'{path}': {here} holds {[k for k, _ in entries][:4]}; Keras 3 stores a "
-                                          "layer's variables as vars/0, vars/1, ...")
+                    raise CheckpointError(
+                        f"'{path}': {here} holds {[k for k, _ in entries][:4]}; Keras 3 stores a "
+                        "layer's variables as vars/0, vars/1, ..."
+                    )
                 if entries:
-                    found.append((where, _layer_name(child, where.rpartition("/")[2] or "model"),
-                                  sorted(entries, key=lambda kv: int(kv[0]))))
+                    found.append(
+                        (
+                            where,
+                            _layer_name(child, where.rpartition("/")[2] or "model"),
+                            sorted(entries, key=lambda kv: int(kv[0])),
+                        )
+                    )
             elif isinstance(child, h5py.Group):
                 subgroups.append((here, child, depth + 1))
             else:
-                raise CheckpointError(f"'{path}': {here} is a dataset outside a vars group; not a Keras 3 "
-                                      "weights file.")
+                raise CheckpointError(
+                    f"'{path}': {here} is a dataset outside a vars group; not a Keras 3 weights file."
+                )
         stack.extend(reversed(subgroups))
     return found
 
@@ -229,19 +255,25 @@ def _read_weights(path: Path, weights: bytes) -> tuple[KerasLayer, ...]:
         raise CheckpointError(f"'{path}' is not a readable HDF5 weights file ({str(exc)[:120]}).") from None
     with handle:
         if "model_weights" in handle or "layer_names" in handle.attrs:
-            raise CheckpointError(f"'{path}' is a Keras 2 (TF-Keras) HDF5 file; laya-eval reads Keras 3 files: "
-                                  "save the model with Keras 3 as name.keras or name.weights.h5.")
+            raise CheckpointError(
+                f"'{path}' is a Keras 2 (TF-Keras) HDF5 file; laya-eval reads Keras 3 files: "
+                "save the model with Keras 3 as name.keras or name.weights.h5."
+            )
         walked = _walk(handle, path)
         layers, total = [], 0
         for where, name, entries in walked:
             shapes = tuple(_check_dataset(ds, f"{where}/vars/{key}", path) for key, ds in entries)
             total += sum(int(np.prod(s, dtype=np.int64)) * ds.dtype.itemsize for s, (_, ds) in zip(shapes, entries))
             if total > len(weights):
-                raise CheckpointError(f"'{path}': the datasets declare more bytes than the file's {len(weights)}; "
-                                      "the file is truncated or not a Keras weights file.")
+                raise CheckpointError(
+                    f"'{path}': the datasets declare more bytes than the file's {len(weights)}; "
+                    "the file is truncated or not a Keras weights file."
+                )
             layers.append((where, name, shapes, entries))
-        return tuple(KerasLayer(where, name, shapes, tuple(np.asarray(ds[()], dtype=np.float32) for _, ds in entries))
-                     for where, name, shapes, entries in layers)
+        return tuple(
+            KerasLayer(where, name, shapes, tuple(np.asarray(ds[()], dtype=np.float32) for _, ds in entries))
+            for where, name, shapes, entries in layers
+        )
 
 
 def read_keras_file(path: str | os.PathLike) -> KerasFile:

@@ -83,9 +83,13 @@ class _Roles:
         return [n.shapes[0][0] for n in self.norms]
 
     def names(self) -> dict[str, Any]:
-        return {"backbone": [d.layer.name for d in self.backbone], "layer_norms": [n.name for n in self.norms],
-                "adapters": [d.layer.name for d in self.adapters],
-                "scorer": [d.layer.name for d in self.scorer], "classifier": self.classifier.layer.name}
+        return {
+            "backbone": [d.layer.name for d in self.backbone],
+            "layer_norms": [n.name for n in self.norms],
+            "adapters": [d.layer.name for d in self.adapters],
+            "scorer": [d.layer.name for d in self.scorer],
+            "classifier": self.classifier.layer.name,
+        }
 
 
 class _Refusal(Exception):
@@ -107,8 +111,10 @@ def _kinds(layers: Sequence[KerasLayer]) -> tuple[list[_Dense], list[KerasLayer]
         elif dims == [1, 1] and layer.shapes[0] == layer.shapes[1]:
             norms.append(layer)
         else:
-            raise _Refusal(f"layer {layer.name!r} holds variables of shapes {list(layer.shapes)}, neither a Dense "
-                           "(kernel, bias) nor a LayerNormalization (gamma, beta)")
+            raise _Refusal(
+                f"layer {layer.name!r} holds variables of shapes {list(layer.shapes)}, neither a Dense "
+                "(kernel, bias) nor a LayerNormalization (gamma, beta)"
+            )
     return dense, norms
 
 
@@ -131,8 +137,10 @@ def _roles(layers: Sequence[KerasLayer]) -> _Roles:
     siblings = [d for d in dense if d.layer.parent == norms[0].parent][:n_layers]
     for i, d in enumerate(siblings):
         if d.fan_out != widths[i] or (i and d.fan_in != widths[i - 1]):
-            raise _Refusal(f"the backbone's Dense layer {d.layer.name!r} maps {d.fan_in} -> {d.fan_out}; block {i + 1} "
-                           f"needs {'any' if not i else widths[i - 1]} -> {widths[i]}")
+            raise _Refusal(
+                f"the backbone's Dense layer {d.layer.name!r} maps {d.fan_in} -> {d.fan_out}; block {i + 1} "
+                f"needs {'any' if not i else widths[i - 1]} -> {widths[i]}"
+            )
     if len(siblings) != n_layers:
         raise _Refusal(f"{n_layers} LayerNormalization layers but {len(siblings)} Dense layers beside them")
     rest = [d for d in dense if d not in siblings]
@@ -140,17 +148,27 @@ def _roles(layers: Sequence[KerasLayer]) -> _Roles:
     if first is None:
         raise _Refusal(f"no adapter Dense layer reads block 1's {widths[0]} features")
     d_star = first.fan_out
-    adapters = [_take(rest, lambda d, w=w: (d.fan_in, d.fan_out) == (w, d_star), f"adapter {i + 1} ({w} -> {d_star})")
-                for i, w in enumerate(widths)]
+    adapters = [
+        _take(rest, lambda d, w=w: (d.fan_in, d.fan_out) == (w, d_star), f"adapter {i + 1} ({w} -> {d_star})")
+        for i, w in enumerate(widths)
+    ]
     if len(rest) != 3:
         extra = [d.layer.name for d in rest]
-        psi = " (a psi MLP is not supported: the reference code's psi ends in a GELU, laya-eval's does not)" \
-            if len(rest) > 3 else ""
-        raise _Refusal(f"after the backbone and the adapters, {len(rest)} Dense layers remain ({extra}); the head "
-                       f"has a scorer of two and a classifier{psi}")
+        psi = (
+            " (a psi MLP is not supported: the reference code's psi ends in a GELU, laya-eval's does not)"
+            if len(rest) > 3
+            else ""
+        )
+        raise _Refusal(
+            f"after the backbone and the adapters, {len(rest)} Dense layers remain ({extra}); the head "
+            f"has a scorer of two and a classifier{psi}"
+        )
     score_in = _take(rest, lambda d: d.fan_in == n_layers * d_star, f"the scorer's input ({n_layers} x {d_star})")
-    score_out = _take(rest, lambda d: (d.fan_in, d.fan_out) == (score_in.fan_out, n_layers),
-                      f"the scorer's output ({score_in.fan_out} -> {n_layers})")
+    score_out = _take(
+        rest,
+        lambda d: (d.fan_in, d.fan_out) == (score_in.fan_out, n_layers),
+        f"the scorer's output ({score_in.fan_out} -> {n_layers})",
+    )
     classifier = _take(rest, lambda d: d.fan_in == d_star and d.fan_out >= 2, f"the classifier ({d_star} -> classes)")
     return _Roles(siblings, norms, adapters, (score_in, score_out), classifier)
 
@@ -186,8 +204,10 @@ class _ConfigFacts:
 def _check_dense(cfg: dict, name: str, allowed: set[str]) -> None:
     activation = cfg.get("activation", "linear")
     if not isinstance(activation, str) or activation not in allowed:
-        raise _Refusal(f"Dense layer {name!r} has activation {str(activation)[:40]!r}; here it must be "
-                       f"{' or '.join(sorted(allowed))}")
+        raise _Refusal(
+            f"Dense layer {name!r} has activation {str(activation)[:40]!r}; here it must be "
+            f"{' or '.join(sorted(allowed))}"
+        )
 
 
 def _config_facts(config: dict | None, roles: _Roles) -> _ConfigFacts:
@@ -206,23 +226,31 @@ def _config_facts(config: dict | None, roles: _Roles) -> _ConfigFacts:
             continue
         if cls == "LayerNormalization":
             axis = cfg.get("axis", -1)
-            if not (cfg.get("center", True) and cfg.get("scale", True)) or cfg.get("rms_scaling") \
-                    or axis not in (-1, [-1]) or not _number(cfg.get("epsilon", 1e-3)) or cfg.get("epsilon", 1e-3) <= 0:
-                raise _Refusal(f"LayerNormalization {cfg.get('name')!r} is not centred and scaled over the last "
-                               "axis with a positive epsilon")
+            if (
+                not (cfg.get("center", True) and cfg.get("scale", True))
+                or cfg.get("rms_scaling")
+                or axis not in (-1, [-1])
+                or not _number(cfg.get("epsilon", 1e-3))
+                or cfg.get("epsilon", 1e-3) <= 0
+            ):
+                raise _Refusal(
+                    f"LayerNormalization {cfg.get('name')!r} is not centred and scaled over the last "
+                    "axis with a positive epsilon"
+                )
             eps.add(float(cfg.get("epsilon", KERAS_LAYER_NORM_EPS)))
         elif cls == "Activation":
             if not isinstance(cfg.get("activation"), str) or cfg["activation"] not in _ACTIVATIONS:
-                raise _Refusal(f"Activation {cfg.get('name')!r} is {str(cfg.get('activation'))[:40]!r}; laya-eval "
-                               f"reproduces {sorted(_ACTIVATIONS)} (Keras' gelu is the exact erf form)")
+                raise _Refusal(
+                    f"Activation {cfg.get('name')!r} is {str(cfg.get('activation'))[:40]!r}; laya-eval "
+                    f"reproduces {sorted(_ACTIVATIONS)} (Keras' gelu is the exact erf form)"
+                )
             gelus += cfg.get("activation") == "gelu"
         elif cls == "InputLayer":
             batch = cfg.get("batch_shape", cfg.get("batch_input_shape"))
             if isinstance(batch, list) and len(batch) >= 2 and all(isinstance(s, int) and s > 0 for s in batch[1:]):
                 shape = tuple(batch[1:])
         elif cls not in _WEIGHTLESS | {"Dense", "LayerNormalization"}:
-            raise _Refusal(f"built-in layer {cls} {cfg.get('name')!r} has no counterpart in the reference "
-                           "architecture")
+            raise _Refusal(f"built-in layer {cls} {cfg.get('name')!r} has no counterpart in the reference architecture")
     if len(eps) > 1:
         raise _Refusal(f"the LayerNormalization layers use different epsilons {sorted(eps)}")
     if len(taus) > 1:
@@ -247,8 +275,11 @@ def _state_dict(roles: _Roles) -> dict[str, torch.Tensor]:
         state[f"backbone.blocks.{i}.1.bias"] = torch.from_numpy(np.array(beta))
     for i, dense in enumerate(roles.adapters):
         state[f"head.adapters.{i}.weight"], state[f"head.adapters.{i}.bias"] = dense.tensors()
-    for key, dense in (("head.scorer.0", roles.scorer[0]), ("head.scorer.2", roles.scorer[1]),
-                       ("head.classifier", roles.classifier)):
+    for key, dense in (
+        ("head.scorer.0", roles.scorer[0]),
+        ("head.scorer.2", roles.scorer[1]),
+        ("head.classifier", roles.classifier),
+    ):
         state[f"{key}.weight"], state[f"{key}.bias"] = dense.tensors()
     return state
 
@@ -257,24 +288,30 @@ def _resolve_tau(stored: float | None, tau: float | None) -> tuple[float, str]:
     if tau is not None and (not _number(tau) or tau <= 0):
         raise ConfigError(f"tau must be a positive finite number; got {tau!r}.")
     if stored is not None and tau is not None and not math.isclose(stored, tau, rel_tol=1e-9):
-        raise ConfigError(f"tau {tau} contradicts the temperature {stored} stored in the file's config; drop the "
-                          "option or check the file.")
+        raise ConfigError(
+            f"tau {tau} contradicts the temperature {stored} stored in the file's config; drop the "
+            "option or check the file."
+        )
     if stored is not None:
         return stored, "config"
     return (float(tau), "option") if tau is not None else (REFERENCE_TAU, "reference default")
 
 
-def _resolve_shape(in_features: int, stored: tuple[int, ...] | None,
-                   input_shape: Sequence[int] | None) -> tuple[int, ...]:
+def _resolve_shape(
+    in_features: int, stored: tuple[int, ...] | None, input_shape: Sequence[int] | None
+) -> tuple[int, ...]:
     shape = tuple(int(s) for s in input_shape) if input_shape is not None else stored or (in_features,)
     if not shape or min(shape) < 1 or math.prod(shape) != in_features:
-        raise ConfigError(f"input_shape must be positive sizes whose product is the backbone's {in_features} "
-                          f"input features; got {list(shape)}.")
+        raise ConfigError(
+            f"input_shape must be positive sizes whose product is the backbone's {in_features} "
+            f"input features; got {list(shape)}."
+        )
     return shape
 
 
-def import_keras(path: str | os.PathLike, *, tau: float | None = None,
-                 input_shape: Sequence[int] | None = None) -> LayeredModel:
+def import_keras(
+    path: str | os.PathLike, *, tau: float | None = None, input_shape: Sequence[int] | None = None
+) -> LayeredModel:
     """A Keras 3 LAYA model of the reference architecture as a laya-eval model (the ``mlp`` backbone and
     the ``laya`` head), read from the file as data.
 
@@ -308,22 +345,29 @@ def import_keras(path: str | os.PathLike, *, tau: float | None = None,
         roles = _roles(keras_file.layers)
         facts = _config_facts(keras_file.config, roles)
     except _Refusal as why:
-        raise CheckpointError(f"'{keras_file.path}' is not the reference LAYA architecture (Dense -> "
-                              f"LayerNormalization -> GELU blocks, adapters, a 2-layer scorer, a classifier): {why}; "
-                              f"layers with weights: {_listing(keras_file.layers)}.") from None
+        raise CheckpointError(
+            f"'{keras_file.path}' is not the reference LAYA architecture (Dense -> "
+            f"LayerNormalization -> GELU blocks, adapters, a 2-layer scorer, a classifier): {why}; "
+            f"layers with weights: {_listing(keras_file.layers)}."
+        ) from None
     tau_value, tau_from = _resolve_tau(facts.tau, tau)
     in_features = roles.backbone[0].fan_in
     shape = _resolve_shape(in_features, facts.input_shape, input_shape)
     eps = facts.layer_norm_eps if facts.layer_norm_eps is not None else KERAS_LAYER_NORM_EPS
     widths, d_star = roles.widths, roles.adapters[0].fan_out
     backbone = MLPBackbone(in_features, widths, layer_norm_eps=eps)
-    head = LayaHead(widths, roles.classifier.fan_out, d_star=d_star, tau=tau_value,
-                    scorer_hidden=roles.scorer[0].fan_out)
-    imported = {"format": keras_file.kind, "file": keras_file.path.name[:200], "sha256": keras_file.sha256,
-                "keras_version": str((keras_file.metadata or {}).get("keras_version", "unknown"))[:40],
-                "tau_from": tau_from,
-                "layer_norm_eps_from": "config" if facts.layer_norm_eps is not None else "Keras default",
-                "layers": roles.names()}
+    head = LayaHead(
+        widths, roles.classifier.fan_out, d_star=d_star, tau=tau_value, scorer_hidden=roles.scorer[0].fan_out
+    )
+    imported = {
+        "format": keras_file.kind,
+        "file": keras_file.path.name[:200],
+        "sha256": keras_file.sha256,
+        "keras_version": str((keras_file.metadata or {}).get("keras_version", "unknown"))[:40],
+        "tau_from": tau_from,
+        "layer_norm_eps_from": "config" if facts.layer_norm_eps is not None else "Keras default",
+        "layers": roles.names(),
+    }
     info = ModelInfo(num_classes=head.num_classes, input_shape=shape, training={"imported_from": imported})
     model = LayeredModel(backbone, head, info)
     model.load_state_dict(_state_dict(roles), strict=True)

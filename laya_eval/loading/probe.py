@@ -36,8 +36,12 @@ PROBE_MAX = 64
 #: the complete check of the tokenizer; the probe is the independent one).
 PROBE_IDS_PER_TEXT = 32
 PROBE_VOCAB_IDS = 512
-_PROBE_TEXTS = ("a quiet, moving film", "dull and far too long", "the cast is great but the plot is thin",
-                "I would not watch it again")
+_PROBE_TEXTS = (
+    "a quiet, moving film",
+    "dull and far too long",
+    "the cast is great but the plot is thin",
+    "I would not watch it again",
+)
 
 
 def probe_inputs(model: LayeredModel, record: dict[str, Any] | None = None) -> Any:
@@ -68,15 +72,16 @@ def vocabulary_texts(tokenizer: Any) -> list[str]:
         ids = [ids[(k * (len(ids) - 1)) // (PROBE_VOCAB_IDS - 1)] for k in range(PROBE_VOCAB_IDS)]
     texts = []
     for start in range(0, len(ids), PROBE_IDS_PER_TEXT):
-        text = tokenizer.decode(ids[start:start + PROBE_IDS_PER_TEXT], skip_special_tokens=True)
+        text = tokenizer.decode(ids[start : start + PROBE_IDS_PER_TEXT], skip_special_tokens=True)
         if text.strip():
             texts.append(text)
     return texts
 
 
 @torch.no_grad()
-def _probe_logits(model: LayeredModel, inputs: Any, *, cached: bool = False,
-                  cache_dir: str | os.PathLike | None = None) -> torch.Tensor:
+def _probe_logits(
+    model: LayeredModel, inputs: Any, *, cached: bool = False, cache_dir: str | os.PathLike | None = None
+) -> torch.Tensor:
     """The model's logits on the probe batch, in eval mode; ``cached``: the head on the batch's pooled states read
     through the feature cache (computed by the backbone and stored on a miss)."""
     device = next(model.parameters()).device
@@ -98,8 +103,11 @@ def probe_record(model: LayeredModel) -> dict[str, Any] | None:
     inputs = probe_inputs(model)
     if inputs is None:
         return None
-    record: dict[str, Any] = {"kind": "texts", "texts": list(inputs)} if isinstance(inputs, list) else {
-        "kind": "randn-seed0", "n": int(inputs.shape[0])}
+    record: dict[str, Any] = (
+        {"kind": "texts", "texts": list(inputs)}
+        if isinstance(inputs, list)
+        else {"kind": "randn-seed0", "n": int(inputs.shape[0])}
+    )
     record["logits"] = _probe_logits(model, inputs).tolist()
     return record
 
@@ -121,8 +129,14 @@ class _ProbeBatch:
         return _ProbeBatch([self.x[int(i)] for i in index])
 
 
-def check_probe(model: LayeredModel, record: Any, path: str | os.PathLike, *, feature_cache: bool = False,
-                cache_dir: str | os.PathLike | None = None) -> None:
+def check_probe(
+    model: LayeredModel,
+    record: Any,
+    path: str | os.PathLike,
+    *,
+    feature_cache: bool = False,
+    cache_dir: str | os.PathLike | None = None,
+) -> None:
     """Recompute the probe logits and raise CheckpointError if they differ from ``record``.
 
     ``record`` None checks nothing (whether that is allowed is the caller's decision). ``feature_cache``: a frozen
@@ -139,11 +153,17 @@ def check_probe(model: LayeredModel, record: Any, path: str | os.PathLike, *, fe
     if inputs is None:
         got = None
     else:
-        got = _probe_logits(model, inputs, cached=feature_cache and caches_features(model.backbone, vector_states=True),
-                            cache_dir=cache_dir)
+        got = _probe_logits(
+            model,
+            inputs,
+            cached=feature_cache and caches_features(model.backbone, vector_states=True),
+            cache_dir=cache_dir,
+        )
     if got is None or got.shape != expected.shape:
-        raise CheckpointError(f"'{path}': the probe logits have shape {tuple(expected.shape)}; the rebuilt model "
-                              f"gives {None if got is None else tuple(got.shape)}.")
+        raise CheckpointError(
+            f"'{path}': the probe logits have shape {tuple(expected.shape)}; the rebuilt model "
+            f"gives {None if got is None else tuple(got.shape)}."
+        )
     diff = float((got - expected).abs().max()) if got.numel() else 0.0
     if not diff <= PROBE_TOLERANCE:
         raise CheckpointError(

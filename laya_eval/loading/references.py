@@ -102,8 +102,10 @@ def _extra_sha256(path: Path) -> str:
         raise ConfigError(f"source '{path}' (named to key a py: factory's code) is neither a file nor a folder.")
     files = sorted(f for f in path.rglob("*.py") if f.is_file())
     if len(files) > MAX_SOURCE_FILES:
-        raise ConfigError(f"source folder '{path}' holds {len(files)} .py files; at most {MAX_SOURCE_FILES} are "
-                          "hashed. Name the package's folder, not a parent of it.")
+        raise ConfigError(
+            f"source folder '{path}' holds {len(files)} .py files; at most {MAX_SOURCE_FILES} are "
+            "hashed. Name the package's folder, not a parent of it."
+        )
     return python_files_sha256(path, files)
 
 
@@ -128,7 +130,7 @@ def source_hashes(value: str, sources: Sequence[str | os.PathLike] = ()) -> dict
 
 def check_sources(value: str, recorded: dict[str, str], what: str) -> None:
     """Raise CheckpointError when the code of ``py:value`` no longer hashes to ``recorded``."""
-    extra = [label[len(_EXTRA):] for label in recorded if label.startswith(_EXTRA)]
+    extra = [label[len(_EXTRA) :] for label in recorded if label.startswith(_EXTRA)]
     try:
         now = source_hashes(value, extra)
     except ConfigError as err:
@@ -137,7 +139,8 @@ def check_sources(value: str, recorded: dict[str, str], what: str) -> None:
     if changed:
         raise CheckpointError(
             f"the referenced code of py:{value} changed since {what} was made ({', '.join(changed)[:300]} differ): "
-            "its features would differ. Restore that code, or fit a new head.")
+            "its features would differ. Restore that code, or fit a new head."
+        )
 
 
 def call_factory(value: str) -> Any:
@@ -147,9 +150,9 @@ def call_factory(value: str) -> Any:
         raise ConfigError(f"py:{value} must be callable without arguments ({err}).") from None
 
 
-
-def build_backbone(config: dict[str, Any], *, trust_code: bool = False, download: bool = False,
-                   lazy: bool = False) -> nn.Module:
+def build_backbone(
+    config: dict[str, Any], *, trust_code: bool = False, download: bool = False, lazy: bool = False
+) -> nn.Module:
     """Rebuild a checkpoint's backbone from its config ``{"name", "kwargs"}``.
 
     A reference is rebuilt from its resolved form (``resolved_spec`` of a ``py:`` spec, ``resolved_model`` of an
@@ -184,8 +187,10 @@ def _build_module_backbone(kwargs: dict[str, Any], trust_code: bool) -> nn.Modul
     spec = kwargs.get("resolved_spec") or given
     module_name = spec[3:].rpartition(":")[0]
     if not trust_code:
-        raise CheckpointError(f"the backbone is the Python code py:{spec[3:]}: loading it imports module "
-                              f"{module_name!r}; pass --trust-code (trust_code=True) if you trust that code.")
+        raise CheckpointError(
+            f"the backbone is the Python code py:{spec[3:]}: loading it imports module "
+            f"{module_name!r}; pass --trust-code (trust_code=True) if you trust that code."
+        )
     made = call_factory(spec[3:])
     if isinstance(made, LayeredModel):  # a model's factory: its backbone's network (what the spec saved)
         made = made.backbone
@@ -197,12 +202,14 @@ def _build_module_backbone(kwargs: dict[str, Any], trust_code: bool) -> nn.Modul
         raise CheckpointError(
             f"the referenced model {spec} changed: its weights hash to {state_sha256(made)[:12]}…, the head was "
             f"trained on {str(expected)[:12]}…. Restore those weights, or make the factory return the same network "
-            "on every call (load or seed its weights), then fit a new head.")
+            "on every call (load or seed its weights), then fit a new head."
+        )
     recorded = kwargs.get("source_sha256")
     if recorded:
         check_sources(spec[3:], recorded, "the head")
-    backbone = ModuleBackbone(made.eval(), kwargs["layer_names"], layer_dims=kwargs["layer_dims"],
-                              pool=kwargs.get("pool"), spec=given)
+    backbone = ModuleBackbone(
+        made.eval(), kwargs["layer_names"], layer_dims=kwargs["layer_dims"], pool=kwargs.get("pool"), spec=given
+    )
     backbone.resolved_spec = spec
     backbone.source_sha256 = dict(recorded or {})
     return backbone.requires_grad_(False)

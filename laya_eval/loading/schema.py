@@ -121,23 +121,34 @@ def _section(value: Any) -> bool:
 
 
 def _class_names(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and len(value) <= MAX_CLASSES and all(
-        isinstance(v, str) and len(v) <= 200 for v in value)
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) <= MAX_CLASSES
+        and all(isinstance(v, str) and len(v) <= 200 for v in value)
+    )
 
 
 def _input_shape(value: Any) -> bool:
     # -1 marks a dimension of any length (e.g. audio samples of a weighted-layer-sum model).
-    return value is None or (isinstance(value, (list, tuple)) and 1 <= len(value) <= 8
-                             and all(_size(v) or (_is_int(v, -1, -1)) for v in value))
+    return value is None or (
+        isinstance(value, (list, tuple))
+        and 1 <= len(value) <= 8
+        and all(_size(v) or (_is_int(v, -1, -1)) for v in value)
+    )
 
 
 def _checksum(value: Any) -> bool:
-    if not (isinstance(value, dict) and set(value) in ({"algorithm", "state_dict"},
-                                                       {"algorithm", "state_dict", "metadata"})):
+    if not (
+        isinstance(value, dict) and set(value) in ({"algorithm", "state_dict"}, {"algorithm", "state_dict", "metadata"})
+    ):
         return False
     metadata = value.get("metadata", {})
-    return (value["algorithm"] == "sha256" and _sha256(value["state_dict"]) and isinstance(metadata, dict)
-            and all(k in PAYLOAD_KEYS and _sha256(v) for k, v in metadata.items()))
+    return (
+        value["algorithm"] == "sha256"
+        and _sha256(value["state_dict"])
+        and isinstance(metadata, dict)
+        and all(k in PAYLOAD_KEYS and _sha256(v) for k, v in metadata.items())
+    )
 
 
 def _sha256(value: Any) -> bool:
@@ -145,8 +156,9 @@ def _sha256(value: Any) -> bool:
 
 
 def _file_hashes(value: Any) -> bool:
-    return isinstance(value, dict) and len(value) <= MAX_LAYERS and all(
-        _name(k) and _sha256(v) for k, v in value.items())
+    return (
+        isinstance(value, dict) and len(value) <= MAX_LAYERS and all(_name(k) and _sha256(v) for k, v in value.items())
+    )
 
 
 def _names(value: Any) -> bool:
@@ -158,8 +170,11 @@ def _probe(value: Any) -> bool:
     if not _record(value) or value.get("kind") not in ("texts", "randn-seed0"):
         return False
     logits = value.get("logits")
-    return (isinstance(logits, list) and len(logits) <= 64 and
-            all(isinstance(row, list) and len(row) <= MAX_CLASSES for row in logits))
+    return (
+        isinstance(logits, list)
+        and len(logits) <= 64
+        and all(isinstance(row, list) and len(row) <= MAX_CLASSES for row in logits)
+    )
 
 
 _SIZE = f"an integer in [1, {MAX_SIZE}]"
@@ -174,8 +189,9 @@ PAYLOAD_KEYS: dict[str, Key] = {
     "state_dict": Key(_section, "a dict of tensors", required=True),
     "training": Key(_record, "a dict of plain values (str, numbers, lists, dicts)"),
     "metrics": Key(_record, "a dict of plain values (str, numbers, lists, dicts)"),
-    "checksum": Key(_checksum, "{'algorithm': 'sha256', 'state_dict': 64 hex digits, 'metadata': {payload key: "
-                               "64 hex digits}}"),
+    "checksum": Key(
+        _checksum, "{'algorithm': 'sha256', 'state_dict': 64 hex digits, 'metadata': {payload key: 64 hex digits}}"
+    ),
     "probe": Key(lambda v: v is None or _probe(v), "null or {'kind', 'n' or 'texts', 'logits'} of plain values"),
 }
 
@@ -196,13 +212,20 @@ SPEC_KEYS: dict[str, Key] = {
 
 # The backbones a checkpoint may name; 'modules' wraps arbitrary code and has no config.
 BACKBONE_KWARGS: dict[str, dict[str, Key]] = {
-    "mlp": {"in_features": Key(_size, _SIZE), "widths": Key(_sizes, _SIZES),
-            "layer_norm_eps": Key(_number(0, 1), "a number in (0, 1]")},
+    "mlp": {
+        "in_features": Key(_size, _SIZE),
+        "widths": Key(_sizes, _SIZES),
+        "layer_norm_eps": Key(_number(0, 1), "a number in (0, 1]"),
+    },
     "cnn": {"in_channels": Key(_size, _SIZE), "channels": Key(_sizes, _SIZES)},
     "vit": {
-        "image_size": Key(_size, _SIZE), "patch_size": Key(_size, _SIZE), "in_channels": Key(_size, _SIZE),
-        "dim": Key(_size, _SIZE), "depth": Key(lambda v: _is_int(v, 1, MAX_LAYERS), f"an integer in [1, {MAX_LAYERS}]"),
-        "heads": Key(_size, _SIZE), "mlp_ratio": Key(_number(0, 64), "a number in (0, 64]"),
+        "image_size": Key(_size, _SIZE),
+        "patch_size": Key(_size, _SIZE),
+        "in_channels": Key(_size, _SIZE),
+        "dim": Key(_size, _SIZE),
+        "depth": Key(lambda v: _is_int(v, 1, MAX_LAYERS), f"an integer in [1, {MAX_LAYERS}]"),
+        "heads": Key(_size, _SIZE),
+        "mlp_ratio": Key(_number(0, 64), "a number in (0, 64]"),
     },
     "hf": {
         # A checkpoint may only name a local model; downloads need an explicit --download.
@@ -211,8 +234,9 @@ BACKBONE_KWARGS: dict[str, dict[str, Key]] = {
         "resolved_model": Key(lambda v: _name(v) and "\0" not in v, "a non-empty string"),
         "max_length": Key(_size, _SIZE),
         "pooling": Key(_one_of("mean", "cls"), "one of {'cls', 'mean'}"),
-        "local_files_only": Key(lambda v: v is True,
-                                "true (a checkpoint cannot allow downloads; download the model yourself)"),
+        "local_files_only": Key(
+            lambda v: v is True, "true (a checkpoint cannot allow downloads; download the model yourself)"
+        ),
         "weights_sha256": Key(_file_hashes, "a dict {weight file name: 64 hex digits}"),
         "files_sha256": Key(_file_hashes, "a dict {config or tokenizer file name: 64 hex digits}"),
         "layers": Key(lambda v: v is None or _names(v), "null or a list of hidden-state names"),
@@ -221,8 +245,9 @@ BACKBONE_KWARGS: dict[str, dict[str, Key]] = {
     "modules": {
         "spec": Key(lambda v: _name(v) and v.startswith("py:"), "a 'py:MODULE:CALLABLE' string", required=True),
         # the spec as given and, resolved when it was saved, what it is rebuilt from (a .py file's absolute path)
-        "resolved_spec": Key(lambda v: _name(v) and v.startswith("py:") and "\0" not in v,
-                             "a 'py:MODULE:CALLABLE' string"),
+        "resolved_spec": Key(
+            lambda v: _name(v) and v.startswith("py:") and "\0" not in v, "a 'py:MODULE:CALLABLE' string"
+        ),
         "layer_names": Key(_names, "a non-empty list of submodule names", required=True),
         "layer_dims": Key(_sizes, _SIZES, required=True),
         "pool": Key(lambda v: v is None or v in ("avg", "cls", "flatten"), "null or one of {'avg', 'cls', 'flatten'}"),
@@ -237,8 +262,10 @@ HEAD_KWARGS: dict[str, dict[str, Key]] = {
     "concat": {},
     "scalarmix": {"d_star": Key(_size, _SIZE)},
     "laya": {
-        "d_star": Key(_size, _SIZE), "tau": Key(_number(0, 1e6), "a positive finite number"),
-        "scorer_hidden": Key(_size, _SIZE), "psi": Key(_one_of("identity", "mlp"), "one of {'identity', 'mlp'}"),
+        "d_star": Key(_size, _SIZE),
+        "tau": Key(_number(0, 1e6), "a positive finite number"),
+        "scorer_hidden": Key(_size, _SIZE),
+        "psi": Key(_one_of("identity", "mlp"), "one of {'identity', 'mlp'}"),
     },
 }
 
@@ -261,8 +288,10 @@ def describe(value: Any, limit: int = 60) -> str:
 def _check_table(section: Any, table: Mapping[str, Key], where: str, source: str) -> None:
     unknown = [k for k in section if k not in table]
     if unknown:
-        raise CheckpointError(f"{source}: {where} has unknown key {describe(unknown[0])}; "
-                              f"expected keys among {{{', '.join(table) or 'none'}}}.")
+        raise CheckpointError(
+            f"{source}: {where} has unknown key {describe(unknown[0])}; "
+            f"expected keys among {{{', '.join(table) or 'none'}}}."
+        )
     for key, rule in table.items():
         if key not in section:
             if rule.required:
@@ -275,8 +304,9 @@ def _check_table(section: Any, table: Mapping[str, Key], where: str, source: str
 def _check_spec(spec: dict, tables: Mapping[str, dict[str, Key]], where: str, source: str) -> None:
     _check_table(spec, SPEC_KEYS, f"{where}.", source)
     if spec["name"] not in tables:
-        raise CheckpointError(f"{source}: {where}.name: expected one of {{{', '.join(sorted(tables))}}}; "
-                              f"got {describe(spec['name'])}.")
+        raise CheckpointError(
+            f"{source}: {where}.name: expected one of {{{', '.join(sorted(tables))}}}; got {describe(spec['name'])}."
+        )
     _check_table(spec.get("kwargs", {}), tables[spec["name"]], f"{where}.kwargs.", source)
 
 
@@ -286,8 +316,9 @@ def _check_config(cfg: dict, source: str) -> None:
     _check_spec(cfg["head"], HEAD_KWARGS, "config.head", source)
     names = cfg.get("class_names") or []
     if names and len(names) != cfg["num_classes"]:
-        raise CheckpointError(f"{source}: config.class_names: expected {cfg['num_classes']} names "
-                              f"(num_classes); got {len(names)}.")
+        raise CheckpointError(
+            f"{source}: config.class_names: expected {cfg['num_classes']} names (num_classes); got {len(names)}."
+        )
 
 
 def _check_tensors(state: dict, source: str, file_size: int) -> None:
@@ -295,25 +326,33 @@ def _check_tensors(state: dict, source: str, file_size: int) -> None:
     for key, value in state.items():
         where = f"state_dict[{describe(key)}]"
         if not isinstance(key, str) or len(key) > 200:
-            raise CheckpointError(f"{source}: state_dict keys must be strings of at most 200 characters; "
-                                  f"got {describe(key)}.")
+            raise CheckpointError(
+                f"{source}: state_dict keys must be strings of at most 200 characters; got {describe(key)}."
+            )
         if not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.is_quantized:
             raise CheckpointError(f"{source}: {where}: expected a dense tensor; got {describe(value)}.")
         if value.dtype not in _TENSOR_DTYPES:
             raise CheckpointError(f"{source}: {where}: expected a float or int64 tensor; got {describe(value)}.")
         nbytes = value.numel() * value.element_size()
         # A tensor must own the bytes it claims: a stride-0 view of one element could claim petabytes.
-        if not value.is_contiguous() or value.untyped_storage().nbytes() < value.storage_offset() * \
-                value.element_size() + nbytes:
-            raise CheckpointError(f"{source}: {where}: expected a contiguous tensor backed by its own data; "
-                                  f"got {describe(value)} over {value.untyped_storage().nbytes()} stored bytes.")
+        if (
+            not value.is_contiguous()
+            or value.untyped_storage().nbytes() < value.storage_offset() * value.element_size() + nbytes
+        ):
+            raise CheckpointError(
+                f"{source}: {where}: expected a contiguous tensor backed by its own data; "
+                f"got {describe(value)} over {value.untyped_storage().nbytes()} stored bytes."
+            )
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise CheckpointError(f"{source}: {where}: expected finite weights; got NaN or inf (a diverged or "
-                                  "corrupt training run).")
+            raise CheckpointError(
+                f"{source}: {where}: expected finite weights; got NaN or inf (a diverged or corrupt training run)."
+            )
         total += nbytes
     if total > file_size:
-        raise CheckpointError(f"{source}: state_dict: expected tensors of at most the file's {file_size} bytes; "
-                              f"got {total} bytes (tensors sharing storage).")
+        raise CheckpointError(
+            f"{source}: state_dict: expected tensors of at most the file's {file_size} bytes; "
+            f"got {total} bytes (tensors sharing storage)."
+        )
 
 
 def validate_payload(payload: Any, source: str, file_size: int) -> None:
@@ -340,8 +379,10 @@ def validate_payload(payload: Any, source: str, file_size: int) -> None:
     if cfg["backbone"]["name"] in STORED_BY_REFERENCE:
         stored = [k for k in state if k.startswith("backbone.")]
         if stored:
-            raise CheckpointError(f"{source}: state_dict: a {cfg['backbone']['name']!r} backbone is stored by "
-                                  f"reference; expected no backbone weights, got {describe(stored[:3])}.")
+            raise CheckpointError(
+                f"{source}: state_dict: a {cfg['backbone']['name']!r} backbone is stored by "
+                f"reference; expected no backbone weights, got {describe(stored[:3])}."
+            )
 
 
 #: Payload keys the tensor checksum covers; every other key is covered by ``checksum.metadata``.
@@ -367,8 +408,10 @@ def check_checksum(payload: Mapping[str, Any], source: str) -> None:
     if checksum is None:
         return
     if state_dict_sha256(payload["state_dict"]) != checksum["state_dict"]:
-        raise CheckpointError(f"{source}: the stored tensors do not match the checkpoint's sha256 checksum; "
-                              "the file is corrupt (e.g. a flipped bit). Use an intact copy.")
+        raise CheckpointError(
+            f"{source}: the stored tensors do not match the checkpoint's sha256 checksum; "
+            "the file is corrupt (e.g. a flipped bit). Use an intact copy."
+        )
     recorded = checksum.get("metadata")
     if recorded is None:
         return
@@ -378,6 +421,8 @@ def check_checksum(payload: Mapping[str, Any], source: str) -> None:
         raise CheckpointError(f"{source}: its config or records are not plain JSON values.") from None
     changed = sorted(k for k in set(now) | set(recorded) if now.get(k) != recorded.get(k))
     if changed:
-        raise CheckpointError(f"{source}: {', '.join(changed)} {'does' if len(changed) == 1 else 'do'} not match "
-                              "the checkpoint's sha256 checksum; the file was edited or is corrupt. Use an intact "
-                              "copy, or save the model again with laya_eval.save_checkpoint.")
+        raise CheckpointError(
+            f"{source}: {', '.join(changed)} {'does' if len(changed) == 1 else 'do'} not match "
+            "the checkpoint's sha256 checksum; the file was edited or is corrupt. Use an intact "
+            "copy, or save the model again with laya_eval.save_checkpoint."
+        )

@@ -64,8 +64,9 @@ def parse_spec(spec: str | os.PathLike) -> tuple[str, str]:
     if isinstance(spec, os.PathLike):
         return "path", os.fspath(spec)
     if not isinstance(spec, str) or not spec.strip():
-        raise ConfigError(f"a model spec must be PATH.pt, PATH.safetensors, hf:ID_OR_DIR or py:MODULE:CALLABLE; "
-                          f"got {spec!r}.")
+        raise ConfigError(
+            f"a model spec must be PATH.pt, PATH.safetensors, hf:ID_OR_DIR or py:MODULE:CALLABLE; got {spec!r}."
+        )
     if spec.startswith("hf:"):
         if not spec[3:]:
             raise ConfigError("model spec 'hf:' needs a directory, package or Hub id after 'hf:'.")
@@ -82,10 +83,18 @@ def _module_candidates(module: nn.Module) -> list[str]:
     return [n for n, _ in module.named_modules() if n]
 
 
-def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str | None = None,
-                  example_input: Any = None, download: bool = False, trust_code: bool = False,
-                  cache_dir: str | os.PathLike | None = None, sources: Sequence[str | os.PathLike] = (),
-                  allow_unverified: bool = False) -> nn.Module:
+def load_backbone(
+    spec: str,
+    *,
+    layers: Sequence[str] | None = None,
+    pool: str | None = None,
+    example_input: Any = None,
+    download: bool = False,
+    trust_code: bool = False,
+    cache_dir: str | os.PathLike | None = None,
+    sources: Sequence[str | os.PathLike] = (),
+    allow_unverified: bool = False,
+) -> nn.Module:
     """The frozen backbone a head is fitted on (``fit-head --model``).
 
     Parameters
@@ -126,16 +135,18 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
         from laya_eval.loading.checkpoints import load_checkpoint
 
         if layers is not None or pool is not None or sources:
-            raise ConfigError("--layers, --pool and --source apply to hf: and py: models; "
-                              "a checkpoint's backbone is taken whole.")
+            raise ConfigError(
+                "--layers, --pool and --source apply to hf: and py: models; a checkpoint's backbone is taken whole."
+            )
         backbone = load_checkpoint(value, trust_code=trust_code, allow_unverified=allow_unverified).backbone
     elif kind == "hf":
         if sources:
             raise ConfigError("--source applies to py: models; an hf: model's files are all hashed.")
         if pool is not None and pool != "avg":  # avg: the default of every model kind
             check_choice("pool (an hf: model)", pool, HF_POOLS)
-        backbone = HFBackbone(value, pooling="cls" if pool == "cls" else "mean", local_files_only=not download,
-                              layers=layers)
+        backbone = HFBackbone(
+            value, pooling="cls" if pool == "cls" else "mean", local_files_only=not download, layers=layers
+        )
     else:
         made = call_factory(value)
         if isinstance(made, LayeredModel):
@@ -144,20 +155,30 @@ def load_backbone(spec: str, *, layers: Sequence[str] | None = None, pool: str |
             raise ConfigError(f"py:{value} must return an nn.Module or a LayeredModel; got {type(made).__name__}.")
         if layers is None:
             children = [n for n, _ in made.named_children()]
-            raise ConfigError(f"py:{value} returns a {type(made).__name__}; name its layers with --layers "
-                              f"(names or patterns, e.g. {','.join(children[:4]) or 'layer1,layer2'}).")
+            raise ConfigError(
+                f"py:{value} returns a {type(made).__name__}; name its layers with --layers "
+                f"(names or patterns, e.g. {','.join(children[:4]) or 'layer1,layer2'})."
+            )
         if pool is not None:
             check_choice("pool", pool, POOLS)
         names = select_names(layers, _module_candidates(made), "layer")
         code = source_hashes(value, sources)
-        backbone = _module_backbone(made, f"py:{value}", names, "avg" if pool in (None, "mean") else pool,
-                                    example_input, cache_dir, code)
+        backbone = _module_backbone(
+            made, f"py:{value}", names, "avg" if pool in (None, "mean") else pool, example_input, cache_dir, code
+        )
     backbone.requires_grad_(False)
     return backbone
 
 
-def _module_backbone(made: nn.Module, spec: str, names: list[str], pool: str, example_input: Any,
-                     cache_dir: str | os.PathLike | None, code: dict[str, str]) -> nn.Module:
+def _module_backbone(
+    made: nn.Module,
+    spec: str,
+    names: list[str],
+    pool: str,
+    example_input: Any,
+    cache_dir: str | os.PathLike | None,
+    code: dict[str, str],
+) -> nn.Module:
     """A by-reference ModuleBackbone recording its code's hashes; layer sizes from the cache when known,
     else from a dry run."""
     from laya_eval.models.backbones import ModuleBackbone
@@ -165,8 +186,13 @@ def _module_backbone(made: nn.Module, spec: str, names: list[str], pool: str, ex
     from laya_eval.loading.feature_cache import known_layer_dims, remember_layer_dims
 
     made.eval()
-    reference = {"spec": resolve_py_spec(spec), "layer_names": names, "pool": pool, "state_sha256": state_sha256(made),
-                 "source_sha256": code}
+    reference = {
+        "spec": resolve_py_spec(spec),
+        "layer_names": names,
+        "pool": pool,
+        "state_sha256": state_sha256(made),
+        "source_sha256": code,
+    }
     dims = known_layer_dims(reference, cache_dir)
     if dims is not None and len(dims) == len(names):
         backbone = ModuleBackbone(made, names, layer_dims=dims, pool=pool, spec=spec)
@@ -179,9 +205,16 @@ def _module_backbone(made: nn.Module, spec: str, names: list[str], pool: str, ex
     return backbone
 
 
-def load_model(spec: str | os.PathLike, *, trust_code: bool = False, download: bool = False,
-               map_location: str | torch.device = "cpu", allow_unverified: bool = False,
-               feature_cache: bool = False, cache_dir: str | os.PathLike | None = None) -> LoadedModel:
+def load_model(
+    spec: str | os.PathLike,
+    *,
+    trust_code: bool = False,
+    download: bool = False,
+    map_location: str | torch.device = "cpu",
+    allow_unverified: bool = False,
+    feature_cache: bool = False,
+    cache_dir: str | os.PathLike | None = None,
+) -> LoadedModel:
     """Resolve a spec into a complete model for evaluation (faithfulness, profile, …).
 
     Parameters
@@ -215,8 +248,15 @@ def load_model(spec: str | os.PathLike, *, trust_code: bool = False, download: b
         from laya_eval.loading.checkpoints import load_checkpoint
         from laya_eval.output.files import file_sha256
 
-        model = load_checkpoint(value, map_location=map_location, trust_code=trust_code, download=download,
-                                allow_unverified=allow_unverified, feature_cache=feature_cache, cache_dir=cache_dir)
+        model = load_checkpoint(
+            value,
+            map_location=map_location,
+            trust_code=trust_code,
+            download=download,
+            allow_unverified=allow_unverified,
+            feature_cache=feature_cache,
+            cache_dir=cache_dir,
+        )
         provenance.update(path=str(value), sha256=file_sha256(value), backbone=_reference(model))
     elif kind == "hf":
         from laya_eval.models.weighted_layer_sum import load_weighted_layer_sum
@@ -224,15 +264,17 @@ def load_model(spec: str | os.PathLike, *, trust_code: bool = False, download: b
         from laya_eval.models.backbones.hf import locate_hf_model, model_file_hashes
 
         model, files = load_weighted_layer_sum(value, local_files_only=not download)
-        provenance.update(path=value, weights_sha256=files,
-                          files_sha256=model_file_hashes(locate_hf_model(value, not download)))
+        provenance.update(
+            path=value, weights_sha256=files, files_sha256=model_file_hashes(locate_hf_model(value, not download))
+        )
     else:
         model = call_factory(value)
         if not isinstance(model, LayeredModel):
             raise ConfigError(
                 f"py:{value} returned {type(model).__name__}; to evaluate it, a factory must return a "
                 "laya_eval.LayeredModel (wrap your network with ModuleBackbone and your head with "
-                "laya_eval.as_layer_head), or train a head on it with `laya-eval fit-head --model py:...`.")
+                "laya_eval.as_layer_head), or train a head on it with `laya-eval fit-head --model py:...`."
+            )
         from laya_eval.output.files import module_state_sha256
 
         # what decides its numbers: the code and the weights (a run key built from this refuses stale chunks)
@@ -247,8 +289,11 @@ def _remember_spec(model: LayeredModel, spec: str) -> None:
     from laya_eval.models.backbones import ModuleBackbone
 
     backbone = model.backbone
-    if isinstance(backbone, ModuleBackbone) and backbone.spec is None and (
-            backbone.pool_name is not None or backbone._pool is None):
+    if (
+        isinstance(backbone, ModuleBackbone)
+        and backbone.spec is None
+        and (backbone.pool_name is not None or backbone._pool is None)
+    ):
         backbone.remember_spec(spec)
 
 

@@ -25,15 +25,17 @@ def meta_model(cfg: dict, backbone: torch.nn.Module | None = None) -> torch.nn.M
         with torch.device("meta"):
             if backbone is None:
                 backbone = make_backbone(cfg["backbone"]["name"], **cfg["backbone"].get("kwargs", {}))
-            head = make_head(cfg["head"]["name"], backbone.layer_dims, cfg["num_classes"],
-                             **cfg["head"].get("kwargs", {}))
+            head = make_head(
+                cfg["head"]["name"], backbone.layer_dims, cfg["num_classes"], **cfg["head"].get("kwargs", {})
+            )
     except LayaEvalError as exc:
         raise CheckpointError(f"cannot rebuild the model from its config: {exc}") from None
     return LayeredModel(backbone, head)
 
 
-def check_state_shapes(cfg: dict, state: Mapping[str, torch.Tensor], source: str,
-                       backbone: torch.nn.Module | None = None) -> torch.nn.Module:
+def check_state_shapes(
+    cfg: dict, state: Mapping[str, torch.Tensor], source: str, backbone: torch.nn.Module | None = None
+) -> torch.nn.Module:
     """Check that ``state`` holds exactly the weights ``cfg`` declares; return the model on ``meta``.
 
     With ``backbone`` given (a backbone stored by reference, already built), only the
@@ -48,15 +50,20 @@ def check_state_shapes(cfg: dict, state: Mapping[str, torch.Tensor], source: str
         model = meta_model(cfg, backbone)
     except CheckpointError as exc:
         raise CheckpointError(f"{source}: {exc}") from None
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()
-                if backbone is None or not k.startswith("backbone.")}
+    expected = {
+        k: tuple(v.shape) for k, v in model.state_dict().items() if backbone is None or not k.startswith("backbone.")
+    }
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     if missing or unexpected:
-        raise CheckpointError(f"{source}: weights do not fit the config (missing {describe(missing[:3])}, "
-                              f"unexpected {describe(unexpected[:3])}).")
+        raise CheckpointError(
+            f"{source}: weights do not fit the config (missing {describe(missing[:3])}, "
+            f"unexpected {describe(unexpected[:3])})."
+        )
     for key, shape in expected.items():
         if tuple(state[key].shape) != shape:
-            raise CheckpointError(f"{source}: weights do not fit the config: state_dict[{describe(key)}]: "
-                                  f"expected shape {shape} (from the config); got {tuple(state[key].shape)}.")
+            raise CheckpointError(
+                f"{source}: weights do not fit the config: state_dict[{describe(key)}]: "
+                f"expected shape {shape} (from the config); got {tuple(state[key].shape)}."
+            )
     return model

@@ -66,11 +66,16 @@ def _ig(model, mixer, call: MixerCall, x, *, target, context) -> Tensor:
     ig = IntegratedGradients(lambda w, inputs: _target_logit(model, mixer, w, inputs))
     out = []
     for b in range(len(target)):
-        weights = call.weights[b:b + 1].clone()
+        weights = call.weights[b : b + 1].clone()
         with torch.enable_grad():
-            scores = ig.attribute(weights, baselines=torch.zeros_like(weights), target=target[b:b + 1],
-                                  additional_forward_args=(x[b:b + 1],), n_steps=context.ig_steps,
-                                  method="gausslegendre")
+            scores = ig.attribute(
+                weights,
+                baselines=torch.zeros_like(weights),
+                target=target[b : b + 1],
+                additional_forward_args=(x[b : b + 1],),
+                n_steps=context.ig_steps,
+                method="gausslegendre",
+            )
         out.append(scores.detach())
     return torch.cat(out)
 
@@ -86,12 +91,20 @@ if set(_FUNCTIONS) != set(MIXER_METHOD_SPECS):  # the catalog owns the names and
 
 #: name -> (description, function), in the catalog's order
 MIXER_METHODS: dict[str, tuple[str, Callable[..., Tensor]]] = {
-    name: (description, _FUNCTIONS[name]) for name, description in MIXER_METHOD_SPECS.items()}
+    name: (description, _FUNCTIONS[name]) for name, description in MIXER_METHOD_SPECS.items()
+}
 
 
 @torch.no_grad()
-def removal_probs(model: nn.Module, mixer: nn.Module, x: Tensor, keeps: Sequence[Tensor], target: Tensor,
-                  removal: str, fills: Sequence[Sequence[Tensor] | None]) -> Tensor:
+def removal_probs(
+    model: nn.Module,
+    mixer: nn.Module,
+    x: Tensor,
+    keeps: Sequence[Tensor],
+    target: Tensor,
+    removal: str,
+    fills: Sequence[Sequence[Tensor] | None],
+) -> Tensor:
     """``p_target`` with each keep mask (B, J) of ``keeps`` applied to ``mixer``, averaged over ``fills``: (B, K).
 
     ``fills`` holds the alternative replacements of the sources (one for ``"mean"``, one per draw for

@@ -96,8 +96,10 @@ def load_mixer_spec(spec: str | os.PathLike, *, trust_code: bool = False) -> tup
         raise ConfigError(f"mixer audits take a mixer model file or py:MODULE:CALLABLE; got {spec!r}.")
     if kind == "py":
         if not trust_code:
-            raise ConfigError(f"{spec!r} runs Python code from module {value.rpartition(':')[0]!r}; pass "
-                              "--trust-code (trust_code=True) if you trust that code.")
+            raise ConfigError(
+                f"{spec!r} runs Python code from module {value.rpartition(':')[0]!r}; pass "
+                "--trust-code (trust_code=True) if you trust that code."
+            )
         model = import_factory(value)()
         if not isinstance(model, nn.Module):
             raise ConfigError(f"py:{value} must return a torch.nn.Module; got {type(model).__name__}.")
@@ -137,8 +139,10 @@ def _source_means(model, mixers, data: Dataset, batch_size: int) -> dict[str, li
 
 def _single_call(name, calls):
     if len(calls) != 1:
-        raise ConfigError(f"depth mixer {name!r} ran {len(calls)} times in one forward pass; the audit needs "
-                          "exactly one call per pass.")
+        raise ConfigError(
+            f"depth mixer {name!r} ran {len(calls)} times in one forward pass; the audit needs "
+            "exactly one call per pass."
+        )
     return calls[0]
 
 
@@ -155,15 +159,23 @@ def _donor_fills(model, mixers, data: Dataset, ids: Tensor, options: MixerOption
     fills = {}
     for name in mixers:
         sources = _single_call(name, calls[name]).sources
-        fills[name] = tuple([s[k * batch:(k + 1) * batch] for s in sources] for k in range(options.draws))
+        fills[name] = tuple([s[k * batch : (k + 1) * batch] for s in sources] for k in range(options.draws))
     return fills, donors
 
 
 def _collect(model, mixers, data: Dataset, options: MixerOptions, means, progress) -> dict[str, Any]:
     names = list(mixers)
-    out: dict[str, Any] = {"sample": [], "label": [], "pred": [], "confidence": [], "donors": [],
-                           "mixers": {n: {"scores": {m: [] for m in options.methods}, "effects": [],
-                                          "deletion": {m: [] for m in options.methods}} for n in names}}
+    out: dict[str, Any] = {
+        "sample": [],
+        "label": [],
+        "pred": [],
+        "confidence": [],
+        "donors": [],
+        "mixers": {
+            n: {"scores": {m: [] for m in options.methods}, "effects": [], "deletion": {m: [] for m in options.methods}}
+            for n in names
+        },
+    }
     for idx in _batches(len(data), options.batch_size):
         x, n = _padded(data.x[idx], idx)
         ids = torch.cat([idx, idx[torch.arange(len(x) - n) % n]]) if len(x) > n else idx
@@ -180,13 +192,15 @@ def _collect(model, mixers, data: Dataset, options: MixerOptions, means, progres
         for k, name in enumerate(names):
             call, mixer, rec = _single_call(name, calls[name]), mixers[name], out["mixers"][name]
             context = MixerContext(ids, k, len(names), options.seed, options.ig_steps)
-            rec["effects"].append(leave_one_source_out(model, mixer, x, call, pred, conf, options.removal,
-                                                       fills[name])[:n].numpy())
+            rec["effects"].append(
+                leave_one_source_out(model, mixer, x, call, pred, conf, options.removal, fills[name])[:n].numpy()
+            )
             for m in options.methods:
                 scores = MIXER_METHODS[m][1](model, mixer, call, x, target=pred, context=context)
                 rec["scores"][m].append(scores[:n].double().numpy())
-                rec["deletion"][m].append(deletion_effects(model, mixer, x, scores, pred, conf, options.removal,
-                                                           fills[name])[:n].numpy())
+                rec["deletion"][m].append(
+                    deletion_effects(model, mixer, x, scores, pred, conf, options.removal, fills[name])[:n].numpy()
+                )
         if progress is not None:
             progress.update(n)
     return out
@@ -204,82 +218,164 @@ def _tables(collected, mixers, options: MixerOptions, described: dict[str, Any],
         per_sample = []
         for j, m in enumerate(options.methods):
             scores, deletion = cat(rec["scores"][m]), cat(rec["deletion"][m]).astype(np.float64)
-            scored = score_method(scores, effects, deletion, bootstrap=options.bootstrap,
-                                  seed=[options.seed, k, j], ties=ties)
-            rows["sources"].append(pd.DataFrame({
-                "sample": np.repeat(sample, n_src), "mixer": name, "method": m,
-                "source": np.tile(np.arange(1, n_src + 1), n), "attribution": scores.reshape(-1),
-                "effect": effects.reshape(-1)}))
-            per_sample.append(pd.DataFrame({
-                "sample": sample, "label": label, "pred": pred, "confidence": conf, "mixer": name, "method": m,
-                "spearman": scored.spearman, "deletion_at_1": deletion[:, 0], "top1_hit": scored.top1_hit,
-                "n_tied_effects": ties.n_tied_effects}))
-            summary = {k2: v for k2, v in scored.summary.items() if not k2.startswith("deletion_at_")
-                       or k2.startswith("deletion_at_1")}
-            rows["summary"].append({"dataset": dataset, "mixer": name, "n_sources": n_src, "method": m,
-                                    "removal": options.removal, **summary})
+            scored = score_method(
+                scores, effects, deletion, bootstrap=options.bootstrap, seed=[options.seed, k, j], ties=ties
+            )
+            rows["sources"].append(
+                pd.DataFrame(
+                    {
+                        "sample": np.repeat(sample, n_src),
+                        "mixer": name,
+                        "method": m,
+                        "source": np.tile(np.arange(1, n_src + 1), n),
+                        "attribution": scores.reshape(-1),
+                        "effect": effects.reshape(-1),
+                    }
+                )
+            )
+            per_sample.append(
+                pd.DataFrame(
+                    {
+                        "sample": sample,
+                        "label": label,
+                        "pred": pred,
+                        "confidence": conf,
+                        "mixer": name,
+                        "method": m,
+                        "spearman": scored.spearman,
+                        "deletion_at_1": deletion[:, 0],
+                        "top1_hit": scored.top1_hit,
+                        "n_tied_effects": ties.n_tied_effects,
+                    }
+                )
+            )
+            summary = {
+                k2: v
+                for k2, v in scored.summary.items()
+                if not k2.startswith("deletion_at_") or k2.startswith("deletion_at_1")
+            }
+            rows["summary"].append(
+                {
+                    "dataset": dataset,
+                    "mixer": name,
+                    "n_sources": n_src,
+                    "method": m,
+                    "removal": options.removal,
+                    **summary,
+                }
+            )
         samples = pd.concat(per_sample, ignore_index=True)
         rows["samples"].append(samples)
         if len(options.methods) > 1:
             comp = compare_methods(samples, n_resamples=options.bootstrap, seed=options.seed)
             rows["comparisons"].append(comp.assign(mixer=name)[["mixer", *comp.columns]])
         mass = cat(rec["scores"]["mass"]) if "mass" in options.methods else np.full((n, n_src), np.nan)
-        rows["map"].append(pd.DataFrame({"mixer": name, "source": np.arange(1, n_src + 1), "n": n,
-                                         "mean_mass": mass.mean(0), "mean_effect": effects.mean(0),
-                                         "mean_abs_effect": np.abs(effects).mean(0)}))
-    comparisons = (pd.concat(rows["comparisons"], ignore_index=True) if rows["comparisons"]
-                   else pd.DataFrame(columns=["mixer", *COMPARISON_COLUMNS]))
-    manifest = {**provenance(), "model": described, "dataset": dataset, "split": options.split,
-                "n_samples": int(len(sample)), "mixers": {name: type(m).__name__ for name, m in mixers.items()},
-                "options": asdict(options), "methods": {m: MIXER_METHODS[m][0] for m in options.methods},
-                "removal": REMOVALS[options.removal],
-                "effect": ("p_c(x) - p_c(x with the source removed from that mixer), c = class predicted on the "
-                           "intact input, every later part of the network recomputed (total effect at the output)"),
-                "sources": "1-based position in the mixer's list of sources"}
+        rows["map"].append(
+            pd.DataFrame(
+                {
+                    "mixer": name,
+                    "source": np.arange(1, n_src + 1),
+                    "n": n,
+                    "mean_mass": mass.mean(0),
+                    "mean_effect": effects.mean(0),
+                    "mean_abs_effect": np.abs(effects).mean(0),
+                }
+            )
+        )
+    comparisons = (
+        pd.concat(rows["comparisons"], ignore_index=True)
+        if rows["comparisons"]
+        else pd.DataFrame(columns=["mixer", *COMPARISON_COLUMNS])
+    )
+    manifest = {
+        **provenance(),
+        "model": described,
+        "dataset": dataset,
+        "split": options.split,
+        "n_samples": int(len(sample)),
+        "mixers": {name: type(m).__name__ for name, m in mixers.items()},
+        "options": asdict(options),
+        "methods": {m: MIXER_METHODS[m][0] for m in options.methods},
+        "removal": REMOVALS[options.removal],
+        "effect": (
+            "p_c(x) - p_c(x with the source removed from that mixer), c = class predicted on the "
+            "intact input, every later part of the network recomputed (total effect at the output)"
+        ),
+        "sources": "1-based position in the mixer's list of sources",
+    }
     donors = None
     if collected["donors"]:
         drawn = cat(collected["donors"])
         n_draws = drawn.shape[1]
-        donors = pd.DataFrame({"sample": np.repeat(sample, n_draws), "draw": np.tile(np.arange(n_draws), len(sample)),
-                               "donor": drawn.reshape(-1).astype(np.int64)})
-        manifest["donors"] = ("donors.csv: for each sample and draw, the global index (in the evaluated data) of the "
-                              "sample whose source states replaced its own; the effect averages p_c over the draws")
-    return MixerAudit(sources=pd.concat(rows["sources"], ignore_index=True), donors=donors,
-                      samples=pd.concat(rows["samples"], ignore_index=True), summary=pd.DataFrame(rows["summary"]),
-                      comparisons=comparisons, map=pd.concat(rows["map"], ignore_index=True), manifest=manifest)
+        donors = pd.DataFrame(
+            {
+                "sample": np.repeat(sample, n_draws),
+                "draw": np.tile(np.arange(n_draws), len(sample)),
+                "donor": drawn.reshape(-1).astype(np.int64),
+            }
+        )
+        manifest["donors"] = (
+            "donors.csv: for each sample and draw, the global index (in the evaluated data) of the "
+            "sample whose source states replaced its own; the effect averages p_c over the draws"
+        )
+    return MixerAudit(
+        sources=pd.concat(rows["sources"], ignore_index=True),
+        donors=donors,
+        samples=pd.concat(rows["samples"], ignore_index=True),
+        summary=pd.DataFrame(rows["summary"]),
+        comparisons=comparisons,
+        map=pd.concat(rows["map"], ignore_index=True),
+        manifest=manifest,
+    )
 
 
 def _prepared(model, data, options: MixerOptions, data_dir):
     options = options.check()
-    model, described = (model, {"spec": "<in-memory>"}) if isinstance(model, nn.Module) else \
-        load_mixer_spec(model, trust_code=options.trust_code)
+    model, described = (
+        (model, {"spec": "<in-memory>"})
+        if isinstance(model, nn.Module)
+        else load_mixer_spec(model, trust_code=options.trust_code)
+    )
     mixers = find_mixers(model)
     if not mixers:
-        raise ConfigError("the model has no depth mixer (a module with a bool mixer_softmax and mixer_logits); "
-                          "see docs/concepts/mixers.md.")
+        raise ConfigError(
+            "the model has no depth mixer (a module with a bool mixer_softmax and mixer_logits); "
+            "see docs/concepts/mixers.md."
+        )
     dataset = data if isinstance(data, Dataset) else load_dataset(data, options.split, data_dir=data_dir)
     if options.limit is not None:
         dataset = dataset.subset(slice(0, options.limit))
     if not isinstance(dataset.x, Tensor):
         if not callable(getattr(model, "encode_texts", None)):
-            raise ConfigError(f"dataset {dataset.name!r} holds texts and the model has no encode_texts(texts) to "
-                              "turn them into tensors.")
+            raise ConfigError(
+                f"dataset {dataset.name!r} holds texts and the model has no encode_texts(texts) to "
+                "turn them into tensors."
+            )
         dataset = replace(dataset, x=model.encode_texts(dataset.x))
     if options.removal == "resample" and len(dataset) < 2:
-        raise ConfigError(f"removal 'resample' draws donors from the other samples; '{dataset.name}' has "
-                          f"{len(dataset)} sample.")
+        raise ConfigError(
+            f"removal 'resample' draws donors from the other samples; '{dataset.name}' has {len(dataset)} sample."
+        )
     try:
         with torch.no_grad():
             model.eval()(dataset.x[:1])
     except (RuntimeError, ValueError, TypeError) as err:
-        raise ConfigError(f"the model cannot take the inputs of {dataset.name!r} (one sample of shape "
-                          f"{tuple(dataset.x.shape[1:])}): {str(err).splitlines()[0]}") from None
+        raise ConfigError(
+            f"the model cannot take the inputs of {dataset.name!r} (one sample of shape "
+            f"{tuple(dataset.x.shape[1:])}): {str(err).splitlines()[0]}"
+        ) from None
     return model.eval(), described, mixers, dataset, options
 
 
-def audit_mixers(model: nn.Module | str | os.PathLike, data: str | Dataset, *, out: str | os.PathLike | None = None,
-                 options: MixerOptions | None = None, data_dir: str | os.PathLike | None = None,
-                 progress: Any = None) -> MixerAudit:
+def audit_mixers(
+    model: nn.Module | str | os.PathLike,
+    data: str | Dataset,
+    *,
+    out: str | os.PathLike | None = None,
+    options: MixerOptions | None = None,
+    data_dir: str | os.PathLike | None = None,
+    progress: Any = None,
+) -> MixerAudit:
     """Audit every depth mixer of ``model`` (a module, a mixer model file or ``py:MODULE:CALLABLE``) on ``data``
     (``laya-eval mixers``).
 

@@ -34,8 +34,19 @@ from laya_eval.catalog import MIXER_REMOVALS
 from laya_eval.errors import ConfigError
 from laya_eval.checks import check_choice
 
-__all__ = ["REMOVALS", "DepthMixer", "MixerCall", "capture_mixers", "find_mixers", "is_depth_mixer", "masked_weights",
-           "mix", "mixer_weights", "removed_sources", "set_weights"]
+__all__ = [
+    "REMOVALS",
+    "DepthMixer",
+    "MixerCall",
+    "capture_mixers",
+    "find_mixers",
+    "is_depth_mixer",
+    "masked_weights",
+    "mix",
+    "mixer_weights",
+    "removed_sources",
+    "set_weights",
+]
 
 #: How a source is removed from a mixer (the names and descriptions live in the catalog).
 REMOVALS = MIXER_REMOVALS
@@ -70,8 +81,9 @@ def _logits(mixer: nn.Module, sources: Sequence[Tensor]) -> Tensor:
     if logits.dim() == 1:
         logits = logits.expand(batch, n)
     if tuple(logits.shape) != (batch, n):
-        raise ConfigError(f"mixer_logits must return ({batch}, {n}) or ({n},) for {n} sources; got "
-                          f"{tuple(logits.shape)}.")
+        raise ConfigError(
+            f"mixer_logits must return ({batch}, {n}) or ({n},) for {n} sources; got {tuple(logits.shape)}."
+        )
     return logits
 
 
@@ -157,9 +169,12 @@ def capture_mixers(mixers: dict[str, nn.Module], *, check: bool = True) -> Itera
                 expected = mix(weights, sources)
             out = output.detach()
             if check and not torch.allclose(out, expected, rtol=1e-4, atol=1e-5 * float(expected.abs().max()) + 1e-6):
-                raise ConfigError(f"depth mixer {name!r}: its output is not sum_j w_j s_j of its sources with the "
-                                  "weights its mixer_logits give; it does not follow the depth-mixer protocol.")
+                raise ConfigError(
+                    f"depth mixer {name!r}: its output is not sum_j w_j s_j of its sources with the "
+                    "weights its mixer_logits give; it does not follow the depth-mixer protocol."
+                )
             calls[name].append(MixerCall(sources, logits.detach(), weights.detach(), out))
+
         return hook
 
     with _hooks([(m, None, recorder(name)) for name, m in mixers.items()]):
@@ -167,8 +182,9 @@ def capture_mixers(mixers: dict[str, nn.Module], *, check: bool = True) -> Itera
 
 
 @contextmanager
-def removed_sources(mixer: nn.Module, keep: Tensor, removal: str,
-                    fill: Sequence[Tensor] | None = None) -> Iterator[None]:
+def removed_sources(
+    mixer: nn.Module, keep: Tensor, removal: str, fill: Sequence[Tensor] | None = None
+) -> Iterator[None]:
     """Run the network with the sources where ``keep`` (B, J) is 0 removed from ``mixer``.
 
     ``removal`` as :data:`REMOVALS`; ``fill`` (one tensor per source) is the replacement for ``"mean"`` (shaped
@@ -176,14 +192,18 @@ def removed_sources(mixer: nn.Module, keep: Tensor, removal: str,
     """
     check_choice("removal", removal, REMOVALS)
     if removal == "weight":
+
         def post(module, args, output):
             sources = _sources("mixer", args)
             return mix(masked_weights(module, sources, keep.to(sources[0].device)), sources).to(output.dtype)
+
         pairs = [(mixer, None, post)]
     else:
         if fill is None:
-            raise ConfigError(f"removal {removal!r} needs the replacement of every source (the mean over the "
-                              "evaluated data, or the donors' states).")
+            raise ConfigError(
+                f"removal {removal!r} needs the replacement of every source (the mean over the "
+                "evaluated data, or the donors' states)."
+            )
 
         def pre(module, args):
             sources = _sources("mixer", args)
@@ -192,6 +212,7 @@ def removed_sources(mixer: nn.Module, keep: Tensor, removal: str,
                 drop = (keep[:, j] == 0).to(s.device).view(-1, *(1,) * (s.dim() - 1))
                 out.append(torch.where(drop, fill[j].to(s).expand_as(s), s))
             return (out,)
+
         pairs = [(mixer, pre, None)]
     with _hooks(pairs):
         yield
@@ -200,6 +221,7 @@ def removed_sources(mixer: nn.Module, keep: Tensor, removal: str,
 @contextmanager
 def set_weights(mixer: nn.Module, weights: Tensor) -> Iterator[None]:
     """Run the network with ``mixer``'s output computed from the given ``weights`` (B, J) instead of its own."""
+
     def post(module, args, output):
         return mix(weights, _sources("mixer", args)).to(output.dtype)
 

@@ -31,9 +31,20 @@ from laya_eval.errors import CheckpointError, ConfigError
 from laya_eval.mixers.vocabulary import PAD, check_vocabulary, encode_texts
 from laya_eval.output.files import atomic_write_bytes
 
-__all__ = ["CHECKPOINT_FORMAT", "KINDS", "DepthClassifier", "DepthSoftmax", "DepthWeightedAverage",
-           "PatchDepthClassifier", "TokenDepthClassifier", "build_mixer_model",
-           "accuracy", "fit_mixer_model", "load_mixer_model", "save_mixer_model"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "KINDS",
+    "DepthClassifier",
+    "DepthSoftmax",
+    "DepthWeightedAverage",
+    "PatchDepthClassifier",
+    "TokenDepthClassifier",
+    "build_mixer_model",
+    "accuracy",
+    "fit_mixer_model",
+    "load_mixer_model",
+    "save_mixer_model",
+]
 
 CHECKPOINT_FORMAT = "laya-eval-depth-mixer-model"
 KINDS = tuple(MIXER_MODEL_KINDS)
@@ -145,11 +156,32 @@ class DepthClassifier(nn.Module):
 class PatchDepthClassifier(DepthClassifier):
     """A patch transformer classifier with depth mixers; ``forward(x (B, C, H, W)) -> logits (B, n_classes)``."""
 
-    def __init__(self, kind: str = "denseformer", *, image_size: int = 28, channels: int = 1, patch: int = 7,
-                 dim: int = 32, depth: int = 4, heads: int = 2, n_classes: int = 10, mlp_ratio: int = 2):
-        config = _check_config({"kind": kind, "image_size": image_size, "channels": channels, "patch": patch,
-                                "dim": dim, "depth": depth, "heads": heads, "n_classes": n_classes,
-                                "mlp_ratio": mlp_ratio})
+    def __init__(
+        self,
+        kind: str = "denseformer",
+        *,
+        image_size: int = 28,
+        channels: int = 1,
+        patch: int = 7,
+        dim: int = 32,
+        depth: int = 4,
+        heads: int = 2,
+        n_classes: int = 10,
+        mlp_ratio: int = 2,
+    ):
+        config = _check_config(
+            {
+                "kind": kind,
+                "image_size": image_size,
+                "channels": channels,
+                "patch": patch,
+                "dim": dim,
+                "depth": depth,
+                "heads": heads,
+                "n_classes": n_classes,
+                "mlp_ratio": mlp_ratio,
+            }
+        )
         tokens = (image_size // patch) ** 2
         embed = nn.Conv2d(channels, dim, patch, stride=patch)
         super().__init__(config, embed, nn.Parameter(torch.randn(1, tokens, dim) * 0.02))
@@ -163,17 +195,39 @@ class TokenDepthClassifier(DepthClassifier):
     ``forward(ids (B, max_len) int64) -> logits``; the classifier reads the mean over the non-padding tokens.
     :meth:`encode_texts` turns texts into ids (:mod:`~laya_eval.mixers.vocabulary`)."""
 
-    def __init__(self, kind: str = "denseformer", *, vocabulary: Sequence[str], max_len: int = 48, dim: int = 32,
-                 depth: int = 4, heads: int = 2, n_classes: int = 2, mlp_ratio: int = 2):
-        config = _check_config({"kind": kind, "vocabulary": list(vocabulary), "max_len": max_len, "dim": dim,
-                                "depth": depth, "heads": heads, "n_classes": n_classes, "mlp_ratio": mlp_ratio})
+    def __init__(
+        self,
+        kind: str = "denseformer",
+        *,
+        vocabulary: Sequence[str],
+        max_len: int = 48,
+        dim: int = 32,
+        depth: int = 4,
+        heads: int = 2,
+        n_classes: int = 2,
+        mlp_ratio: int = 2,
+    ):
+        config = _check_config(
+            {
+                "kind": kind,
+                "vocabulary": list(vocabulary),
+                "max_len": max_len,
+                "dim": dim,
+                "depth": depth,
+                "heads": heads,
+                "n_classes": n_classes,
+                "mlp_ratio": mlp_ratio,
+            }
+        )
         embed = nn.Embedding(len(vocabulary) + 2, dim, padding_idx=PAD)
         super().__init__(config, embed, nn.Parameter(torch.randn(1, max_len, dim) * 0.02))
 
     def embed_tokens(self, x: Tensor) -> tuple[Tensor, Tensor]:
         if x.dtype != torch.int64 or x.dim() != 2 or x.shape[1] != self.config["max_len"]:
-            raise ValueError(f"expected token ids of shape (B, {self.config['max_len']}) and dtype int64; got "
-                             f"{tuple(x.shape)} {x.dtype}")
+            raise ValueError(
+                f"expected token ids of shape (B, {self.config['max_len']}) and dtype int64; got "
+                f"{tuple(x.shape)} {x.dtype}"
+            )
         return self.embed(x) + self.pos, (x != PAD).to(self.pos.dtype)
 
     def encode_texts(self, texts: Sequence[str]) -> Tensor:
@@ -207,13 +261,14 @@ def _check_config(config: dict[str, Any]) -> dict[str, Any]:
     return dict(config)
 
 
-def save_mixer_model(model: DepthClassifier, path: str | os.PathLike, *,
-                     info: dict[str, Any] | None = None) -> Path:
+def save_mixer_model(model: DepthClassifier, path: str | os.PathLike, *, info: dict[str, Any] | None = None) -> Path:
     """Write ``model`` (config, float32 weights, optional JSON-able ``info``) atomically to ``path``."""
     buffer = io.BytesIO()
     state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
-    torch.save({"format": CHECKPOINT_FORMAT, "config": dict(model.config), "state_dict": state,
-                "info": dict(info or {})}, buffer)
+    torch.save(
+        {"format": CHECKPOINT_FORMAT, "config": dict(model.config), "state_dict": state, "info": dict(info or {})},
+        buffer,
+    )
     return atomic_write_bytes(path, buffer.getvalue())
 
 
@@ -245,8 +300,11 @@ def load_mixer_model(path: str | os.PathLike) -> tuple[DepthClassifier, dict[str
     model = build_mixer_model(config)
     state = raw.get("state_dict")
     expected = model.state_dict()
-    if not isinstance(state, dict) or set(state) != set(expected) or any(
-            not isinstance(state[k], Tensor) or state[k].shape != expected[k].shape for k in expected):
+    if (
+        not isinstance(state, dict)
+        or set(state) != set(expected)
+        or any(not isinstance(state[k], Tensor) or state[k].shape != expected[k].shape for k in expected)
+    ):
         raise CheckpointError(f"'{path}': its weights do not fit the model its config describes.")
     model.load_state_dict(state)
     info = raw.get("info") if isinstance(raw.get("info"), dict) else {}
@@ -257,13 +315,24 @@ def load_mixer_model(path: str | os.PathLike) -> tuple[DepthClassifier, dict[str
 def accuracy(model: nn.Module, x: Tensor, y: Tensor, *, batch_size: int = 512) -> float:
     """Share of ``x`` (N, ...) classified as ``y`` (N,)."""
     model.eval()
-    hits = sum(int((model(x[i:i + batch_size]).argmax(-1) == y[i:i + batch_size]).sum())
-               for i in range(0, len(y), batch_size))
+    hits = sum(
+        int((model(x[i : i + batch_size]).argmax(-1) == y[i : i + batch_size]).sum())
+        for i in range(0, len(y), batch_size)
+    )
     return hits / max(len(y), 1)
 
 
-def fit_mixer_model(kind: str, x: Tensor, y: Tensor, *, epochs: int = 2, batch_size: int = 128, lr: float = 3e-3,
-                    seed: int = 0, **config: Any) -> PatchDepthClassifier:
+def fit_mixer_model(
+    kind: str,
+    x: Tensor,
+    y: Tensor,
+    *,
+    epochs: int = 2,
+    batch_size: int = 128,
+    lr: float = 3e-3,
+    seed: int = 0,
+    **config: Any,
+) -> PatchDepthClassifier:
     """Train a :class:`PatchDepthClassifier` of ``kind`` on images ``x`` (N, C, H, W) and labels ``y`` (N,).
 
     AdamW (weight decay 0.01 on all but the depth weights), cosine learning rate, cross-entropy; the
@@ -286,7 +355,7 @@ def fit_mixer_model(kind: str, x: Tensor, y: Tensor, *, epochs: int = 2, batch_s
     for _ in range(epochs):
         order = torch.randperm(len(y), generator=gen)
         for i in range(0, len(y), batch_size):
-            idx = order[i:i + batch_size]
+            idx = order[i : i + batch_size]
             loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
             opt.zero_grad()
             loss.backward()

@@ -47,8 +47,12 @@ class MixerFit:
     def info(self) -> dict[str, Any]:
         """What the model file's ``info`` stores (no wall time: the same training writes the same bytes)."""
         t = self.training
-        return {**self.metrics, "epochs_run": t.epochs_run, "best_epoch": t.best_epoch,
-                "best_val_accuracy": t.best_val_accuracy}
+        return {
+            **self.metrics,
+            "epochs_run": t.epochs_run,
+            "best_epoch": t.best_epoch,
+            "best_val_accuracy": t.best_val_accuracy,
+        }
 
 
 def _splits(data: str | Mapping[str, Dataset], data_dir, download) -> dict[str, Dataset]:
@@ -65,13 +69,16 @@ def _build(kind: str, train: Dataset, config: Mapping[str, Any]) -> DepthClassif
     n_classes = max(2, len(train.class_names))
     if isinstance(train.x, Tensor):
         if train.x.dim() != 4:
-            raise DataError(f"--backbone {kind} takes images (N, C, H, W) or texts; '{train.name}' holds inputs of "
-                            f"shape {tuple(train.x.shape[1:])}.")
+            raise DataError(
+                f"--backbone {kind} takes images (N, C, H, W) or texts; '{train.name}' holds inputs of "
+                f"shape {tuple(train.x.shape[1:])}."
+            )
         _refuse_unknown(config, _IMAGE_KEYS, kind)
         size = int(train.x.shape[-1])
         defaults = {"patch": _DEFAULT_PATCH.get(size, 4 if size % 4 == 0 else 1)}
-        return PatchDepthClassifier(kind, image_size=size, channels=int(train.x.shape[1]), n_classes=n_classes,
-                                    **{**defaults, **config})
+        return PatchDepthClassifier(
+            kind, image_size=size, channels=int(train.x.shape[1]), n_classes=n_classes, **{**defaults, **config}
+        )
     _refuse_unknown(config, _TOKEN_KEYS | set(_VOCABULARY_KEYS), kind)
     words = {k: config.get(k, v) for k, v in _VOCABULARY_KEYS.items()}
     vocabulary = build_vocabulary(train.x, max_size=words["vocabulary_size"], min_count=words["min_count"])
@@ -82,8 +89,10 @@ def _build(kind: str, train: Dataset, config: Mapping[str, Any]) -> DepthClassif
 def _refuse_unknown(config: Mapping[str, Any], known: set[str], kind: str) -> None:
     unknown = sorted(set(config) - known)
     if unknown:
-        raise ConfigError(f"--backbone-arg {unknown[0]!r} is not an option of --backbone {kind} for these inputs; "
-                          f"expected among {{{', '.join(sorted(known))}}}.")
+        raise ConfigError(
+            f"--backbone-arg {unknown[0]!r} is not an option of --backbone {kind} for these inputs; "
+            f"expected among {{{', '.join(sorted(known))}}}."
+        )
 
 
 def _inputs(model: DepthClassifier, data: Dataset) -> Tensor:
@@ -96,9 +105,16 @@ def _optimiser(model: nn.Module, lr: float) -> torch.optim.Optimizer:
     return torch.optim.AdamW([{"params": rest, "weight_decay": 0.01}, {"params": depth, "weight_decay": 0.0}], lr=lr)
 
 
-def train_mixer_model(kind: str, data: str | Mapping[str, Dataset], *, config: Mapping[str, Any] | None = None,
-                      options: TrainOptions = TrainOptions(), data_dir: str | os.PathLike | None = None,
-                      download: bool = False, on_epoch: Callable[[dict[str, float]], None] | None = None) -> MixerFit:
+def train_mixer_model(
+    kind: str,
+    data: str | Mapping[str, Dataset],
+    *,
+    config: Mapping[str, Any] | None = None,
+    options: TrainOptions = TrainOptions(),
+    data_dir: str | os.PathLike | None = None,
+    download: bool = False,
+    on_epoch: Callable[[dict[str, float]], None] | None = None,
+) -> MixerFit:
     """Build and train a depth-mixer classifier of ``kind`` on ``data`` (a name or ``{"train", "val", "test"}``).
 
     ``config`` holds model options (``dim``, ``depth``, ``heads``, ``mlp_ratio``; ``patch`` for images;
@@ -119,7 +135,7 @@ def train_mixer_model(kind: str, data: str | Mapping[str, Dataset], *, config: M
         model.train()
         order, total = torch.randperm(len(y["train"]), generator=gen), 0.0
         for i in range(0, len(order), options.batch_size):
-            idx = order[i:i + options.batch_size]
+            idx = order[i : i + options.batch_size]
             loss = nn.functional.cross_entropy(model(x["train"][idx]), y["train"][idx])
             opt.zero_grad()
             loss.backward()
@@ -136,12 +152,25 @@ def train_mixer_model(kind: str, data: str | Mapping[str, Dataset], *, config: M
     model.load_state_dict(best)
     model.eval()
     with torch.no_grad():
-        pred = torch.cat([model(x["test"][i:i + 512]).argmax(-1) for i in range(0, len(y["test"]), 512)])
+        pred = torch.cat([model(x["test"][i : i + 512]).argmax(-1) for i in range(0, len(y["test"]), 512)])
     scores = classification_metrics(y["test"], pred)
-    metrics = {"dataset": splits["train"].name, "test_accuracy": scores["accuracy"],
-               "test_macro_f1": scores["macro_f1"], "n_test": len(y["test"]), "n_train": len(y["train"]),
-               "seed": options.seed, "epochs": options.epochs, "batch_size": options.batch_size, "lr": options.lr,
-               "patience": options.patience}
-    training = TrainResult(epochs_run=len(history), best_epoch=best_epoch, best_val_accuracy=best_acc,
-                           wall_time_s=time.perf_counter() - start, history=history)
+    metrics = {
+        "dataset": splits["train"].name,
+        "test_accuracy": scores["accuracy"],
+        "test_macro_f1": scores["macro_f1"],
+        "n_test": len(y["test"]),
+        "n_train": len(y["train"]),
+        "seed": options.seed,
+        "epochs": options.epochs,
+        "batch_size": options.batch_size,
+        "lr": options.lr,
+        "patience": options.patience,
+    }
+    training = TrainResult(
+        epochs_run=len(history),
+        best_epoch=best_epoch,
+        best_val_accuracy=best_acc,
+        wall_time_s=time.perf_counter() - start,
+        history=history,
+    )
     return MixerFit(model=model, metrics=metrics, training=training)

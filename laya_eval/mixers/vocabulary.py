@@ -37,11 +37,13 @@ def build_vocabulary(texts: Sequence[str], *, max_size: int = 20_000, min_count:
     check_positive_int("max_size", max_size)
     check_positive_int("min_count", min_count)
     counts = Counter(w for text in texts for w in words(text))
-    ranked = sorted((w for w, c in counts.items() if c >= min_count and len(w) <= MAX_WORD_CHARS),
-                    key=lambda w: (-counts[w], w))
+    ranked = sorted(
+        (w for w, c in counts.items() if c >= min_count and len(w) <= MAX_WORD_CHARS), key=lambda w: (-counts[w], w)
+    )
     if not ranked:
-        raise ConfigError(f"no word occurs {min_count} times in the {len(texts)} training texts; the vocabulary "
-                          "would be empty.")
+        raise ConfigError(
+            f"no word occurs {min_count} times in the {len(texts)} training texts; the vocabulary would be empty."
+        )
     return ranked[:max_size]
 
 
@@ -51,11 +53,19 @@ def check_vocabulary(vocabulary) -> list[str]:
         raise ConfigError(f"vocabulary must be a list of words; got {type(vocabulary).__name__}.")
     if not 1 <= len(vocabulary) <= MAX_VOCABULARY:
         raise ConfigError(f"vocabulary must hold 1 to {MAX_VOCABULARY} words; got {len(vocabulary)}.")
-    bad = next((w for w in vocabulary if not isinstance(w, str) or not 0 < len(w) <= MAX_WORD_CHARS
-                or any(c.isspace() for c in w)), None)
+    bad = next(
+        (
+            w
+            for w in vocabulary
+            if not isinstance(w, str) or not 0 < len(w) <= MAX_WORD_CHARS or any(c.isspace() for c in w)
+        ),
+        None,
+    )
     if bad is not None or len(set(vocabulary)) != len(vocabulary):
-        raise ConfigError(f"vocabulary must hold distinct words of 1 to {MAX_WORD_CHARS} characters without white "
-                          f"space; got {bad!r}" + ("." if bad is not None else " (a repeated word)."))
+        raise ConfigError(
+            f"vocabulary must hold distinct words of 1 to {MAX_WORD_CHARS} characters without white "
+            f"space; got {bad!r}" + ("." if bad is not None else " (a repeated word).")
+        )
     return list(vocabulary)
 
 
@@ -67,5 +77,5 @@ def encode_texts(texts: Sequence[str], vocabulary: Sequence[str], max_len: int) 
     out = torch.full((len(texts), max_len), PAD, dtype=torch.int64)
     for i, text in enumerate(texts):
         ids = [index.get(w, UNKNOWN) for w in words(text)[:max_len]]
-        out[i, :len(ids)] = torch.tensor(ids, dtype=torch.int64)
+        out[i, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
     return out

@@ -54,8 +54,9 @@ class ProtocolHead(LayerHead):
         expected = (hidden[0].shape[0], self.n_layers, self.num_classes)
         if not isinstance(t, Tensor) or tuple(t.shape) != expected:
             got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-            raise ConfigError(f"{type(self.module).__name__}.terms must return a (B, L, C) = {expected} tensor; "
-                              f"got {got}.")
+            raise ConfigError(
+                f"{type(self.module).__name__}.terms must return a (B, L, C) = {expected} tensor; got {got}."
+            )
         return t
 
     @property
@@ -67,8 +68,10 @@ class ProtocolHead(LayerHead):
         return None if fn is None else fn(list(hidden))
 
     def config(self) -> dict:
-        raise ConfigError("a head following the protocol is your own code: laya-eval cannot rebuild it from a "
-                          "checkpoint; evaluate it through a py:MODULE:CALLABLE spec that returns the LayeredModel.")
+        raise ConfigError(
+            "a head following the protocol is your own code: laya-eval cannot rebuild it from a "
+            "checkpoint; evaluate it through a py:MODULE:CALLABLE spec that returns the LayeredModel."
+        )
 
 
 def as_layer_head(module: nn.Module, layer_dims: Sequence[int], num_classes: int) -> LayerHead:
@@ -86,7 +89,8 @@ def as_layer_head(module: nn.Module, layer_dims: Sequence[int], num_classes: int
         raise ConfigError(
             f"{type(module).__name__} does not follow the head protocol: it lacks {missing}. A head needs "
             "terms(hidden) -> (B, L, C), bias (C,) and, where it has them, layer_weights(hidden) -> (B, L); "
-            "or load its weights into a standard head with import_head_state_dict.")
+            "or load its weights into a standard head with import_head_state_dict."
+        )
     return ProtocolHead(module, layer_dims, num_classes)
 
 
@@ -101,17 +105,28 @@ def _mapping_by_shape(ours: Mapping[str, Tensor], theirs: Mapping[str, Tensor], 
     mine, other = _shape_groups(ours), _shape_groups(theirs)
     bad = sorted(s for s in set(mine) | set(other) if len(mine.get(s, [])) != len(other.get(s, [])))
     if bad:
-        lines = "; ".join(f"shape {list(s)}: state dict {other.get(s, [])} vs {name} head {mine.get(s, [])}"
-                          for s in bad[:4])
-        raise ConfigError(f"the state dict does not fit the {name} head: {lines}. Check d_star, "
-                          "scorer_hidden, the layer sizes and the number of classes, or pass key_map.")
+        lines = "; ".join(
+            f"shape {list(s)}: state dict {other.get(s, [])} vs {name} head {mine.get(s, [])}" for s in bad[:4]
+        )
+        raise ConfigError(
+            f"the state dict does not fit the {name} head: {lines}. Check d_star, "
+            "scorer_hidden, the layer sizes and the number of classes, or pass key_map."
+        )
     return {ours_key: their_key for s in mine for ours_key, their_key in zip(mine[s], other[s])}
 
 
-def import_head_state_dict(name: str, state_dict: Mapping[str, Any], layer_dims: Sequence[int], num_classes: int, *,
-                           key_map: Mapping[str, str] | None = None, reference: nn.Module | Tensor | None = None,
-                           hidden: Sequence[Tensor] | None = None, atol: float = 1e-4,
-                           **head_kwargs: Any) -> LayerHead:
+def import_head_state_dict(
+    name: str,
+    state_dict: Mapping[str, Any],
+    layer_dims: Sequence[int],
+    num_classes: int,
+    *,
+    key_map: Mapping[str, str] | None = None,
+    reference: nn.Module | Tensor | None = None,
+    hidden: Sequence[Tensor] | None = None,
+    atol: float = 1e-4,
+    **head_kwargs: Any,
+) -> LayerHead:
     """Build the standard head ``name`` and load another implementation's weights into it.
 
     Parameters
@@ -160,8 +175,11 @@ def import_head_state_dict(name: str, state_dict: Mapping[str, Any], layer_dims:
         pairs.update({k: k for k in rest_ours})
     else:
         pairs.update(_mapping_by_shape(rest_ours, rest_theirs, name))
-    wrong = [(k, tuple(ours[k].shape), v, tuple(theirs[v].shape)) for k, v in pairs.items()
-             if ours[k].shape != theirs[v].shape]
+    wrong = [
+        (k, tuple(ours[k].shape), v, tuple(theirs[v].shape))
+        for k, v in pairs.items()
+        if ours[k].shape != theirs[v].shape
+    ]
     if wrong:
         k, ks, v, vs = wrong[0]
         raise ConfigError(f"key_map pairs head key {k!r} {list(ks)} with state-dict key {v!r} {list(vs)}.")
@@ -172,14 +190,21 @@ def import_head_state_dict(name: str, state_dict: Mapping[str, Any], layer_dims:
     return head
 
 
-def _check_logits(head: LayerHead, name: str, reference: nn.Module | Tensor, hidden: Sequence[Tensor] | None,
-                  layer_dims: Sequence[int], atol: float) -> None:
+def _check_logits(
+    head: LayerHead,
+    name: str,
+    reference: nn.Module | Tensor,
+    hidden: Sequence[Tensor] | None,
+    layer_dims: Sequence[int],
+    atol: float,
+) -> None:
     """Refuse an import whose logits differ from the other implementation's by more than ``atol``."""
     if isinstance(reference, Tensor) and hidden is None:
         raise ConfigError("reference logits need the hidden states they were computed on: pass hidden=[...].")
     if not isinstance(reference, (Tensor, nn.Module)) and not callable(reference):
-        raise ConfigError(f"reference must be the other head (an nn.Module) or its logits (a Tensor); "
-                          f"got {type(reference).__name__}.")
+        raise ConfigError(
+            f"reference must be the other head (an nn.Module) or its logits (a Tensor); got {type(reference).__name__}."
+        )
     if hidden is None:
         gen = torch.Generator().manual_seed(0)
         hidden = [torch.randn(16, d, generator=gen) for d in layer_dims]
@@ -197,4 +222,5 @@ def _check_logits(head: LayerHead, name: str, reference: nn.Module | Tensor, hid
         raise ConfigError(
             f"the imported {name} head's logits differ from the reference's by up to {worst:.4g} (sample {sample}, "
             f"class {cls}; tolerance {atol:g}): the weights fit, so a setting does not — check tau, psi, the "
-            "scorer's activation and the layer order.")
+            "scorer's activation and the layer order."
+        )

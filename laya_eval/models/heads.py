@@ -104,9 +104,7 @@ class LayerHead(nn.Module):
         pooled = [pool_hidden(h) for h in hidden]
         for i, (h, d) in enumerate(zip(pooled, self.layer_dims)):
             if h.shape[-1] != d:
-                raise ConfigError(
-                    f"hidden state {i + 1} has {h.shape[-1]} features; the head was built for {d}."
-                )
+                raise ConfigError(f"hidden state {i + 1} has {h.shape[-1]} features; the head was built for {d}.")
         return pooled
 
     def terms(self, hidden: Sequence[Tensor]) -> Tensor:
@@ -135,8 +133,15 @@ class LayerHead(nn.Module):
     #: The removal fast path of this class (laya_eval.models.removal); None: the generic recomputation.
     removal_fast_path: FastPath | None = None
 
-    def removal_logits(self, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor], *,
-                       terms: Tensor | None = None, adapted: Tensor | None = None) -> Tensor:
+    def removal_logits(
+        self,
+        pooled: Sequence[Tensor],
+        keep: Tensor,
+        fill: Sequence[Tensor],
+        *,
+        terms: Tensor | None = None,
+        adapted: Tensor | None = None,
+    ) -> Tensor:
         """Logits after replacing the removed layers' pooled states by fill vectors (``zero``/``mean`` removals).
 
         For every input ``b`` and removal ``k`` the head sees ``m p_i + (1 - m) fill_i`` with
@@ -319,7 +324,9 @@ class LayaHead(_AdaptedHead):
         self.scorer_hidden = int(scorer_hidden)
         self.psi_kind = psi
         if psi == "mlp":
-            self.psi = nn.Sequential(nn.Linear(self.d_star, self.d_star), nn.GELU(), nn.Linear(self.d_star, self.d_star))
+            self.psi = nn.Sequential(
+                nn.Linear(self.d_star, self.d_star), nn.GELU(), nn.Linear(self.d_star, self.d_star)
+            )
         else:
             self.psi = nn.Identity()
         self.scorer = nn.Sequential(
@@ -366,9 +373,7 @@ class LayaHead(_AdaptedHead):
     removal_fast_path = LAYA_FAST_PATH
 
 
-HEADS: dict[str, type[LayerHead]] = {
-    cls.name: cls for cls in (LastLayerHead, ConcatHead, ScalarMixHead, LayaHead)
-}
+HEADS: dict[str, type[LayerHead]] = {cls.name: cls for cls in (LastLayerHead, ConcatHead, ScalarMixHead, LayaHead)}
 if tuple(HEADS) != HEAD_NAMES:  # the catalog owns the names (read by the CLI without torch)
     raise ImportError(f"heads {list(HEADS)} do not match the catalog's {list(HEAD_NAMES)}")
 

@@ -55,9 +55,7 @@ __all__ = [
 ]
 
 
-def check_removal_inputs(
-    pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor]
-) -> tuple[Tensor, list[Tensor]]:
+def check_removal_inputs(pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor]) -> tuple[Tensor, list[Tensor]]:
     """Validate a removal request; return the masks and the fills on the inputs' device and dtype.
 
     Parameters
@@ -96,8 +94,13 @@ def check_removal_inputs(
 
 
 def recompute_removal_logits(
-    head: nn.Module, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor], *,
-    terms: Tensor | None = None, adapted: Tensor | None = None,
+    head: nn.Module,
+    pooled: Sequence[Tensor],
+    keep: Tensor,
+    fill: Sequence[Tensor],
+    *,
+    terms: Tensor | None = None,
+    adapted: Tensor | None = None,
 ) -> Tensor:
     """Logits of every removal by calling the whole head on the ``B x K`` replaced inputs (the generic route).
 
@@ -129,8 +132,13 @@ def recompute_removal_logits(
 
 
 def affine_removal_logits(
-    head: nn.Module, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor], *,
-    terms: Tensor | None = None, adapted: Tensor | None = None,
+    head: nn.Module,
+    pooled: Sequence[Tensor],
+    keep: Tensor,
+    fill: Sequence[Tensor],
+    *,
+    terms: Tensor | None = None,
+    adapted: Tensor | None = None,
 ) -> Tensor:
     """Fast path for heads whose terms are affine in their own layer and weighted independently of the input.
 
@@ -147,8 +155,13 @@ def affine_removal_logits(
 
 
 def laya_removal_logits(
-    head: nn.Module, pooled: Sequence[Tensor], keep: Tensor, fill: Sequence[Tensor], *,
-    terms: Tensor | None = None, adapted: Tensor | None = None,
+    head: nn.Module,
+    pooled: Sequence[Tensor],
+    keep: Tensor,
+    fill: Sequence[Tensor],
+    *,
+    terms: Tensor | None = None,
+    adapted: Tensor | None = None,
 ) -> Tensor:
     """Fast path for LAYA: adapters and the scorer's per-layer blocks once, the rest of the scorer per removal.
 
@@ -264,13 +277,32 @@ def _laya_applies(head: nn.Module, keep: Tensor) -> bool:
 AFFINE_FAST_PATH = FastPath(affine_removal_logits, ("terms", "forward", "bias"))
 SCALARMIX_FAST_PATH = FastPath(
     affine_removal_logits,
-    ("terms", "forward", "bias", "adapted", "mix_weights", "_weighted_terms", "trace_parts",
-     "adapted_logits", "_layer_mix"),
+    (
+        "terms",
+        "forward",
+        "bias",
+        "adapted",
+        "mix_weights",
+        "_weighted_terms",
+        "trace_parts",
+        "adapted_logits",
+        "_layer_mix",
+    ),
     _linear_adapters,
 )
 LAYA_FAST_PATH = FastPath(
     laya_removal_logits,
-    ("terms", "terms_and_weights", "forward", "bias", "adapted", "_alpha", "_weighted_terms", "trace_parts",
-     "adapted_logits", "_layer_mix"),
+    (
+        "terms",
+        "terms_and_weights",
+        "forward",
+        "bias",
+        "adapted",
+        "_alpha",
+        "_weighted_terms",
+        "trace_parts",
+        "adapted_logits",
+        "_layer_mix",
+    ),
     _laya_applies,
 )

@@ -77,8 +77,13 @@ class Trace:
 
 
 @torch.no_grad()
-def trace_from_hidden(head: LayerHead, hidden: list[Tensor], labels: Tensor | None = None, inputs: Any = None,
-                      sample_ids: Tensor | None = None) -> Trace:
+def trace_from_hidden(
+    head: LayerHead,
+    hidden: list[Tensor],
+    labels: Tensor | None = None,
+    inputs: Any = None,
+    sample_ids: Tensor | None = None,
+) -> Trace:
     """Build a :class:`Trace` from hidden states that are already computed."""
     hidden = tuple(h.detach() for h in hidden)
     if fast_path_unchanged(head):

@@ -58,8 +58,9 @@ class WeightedLayerSumBackbone(Backbone):
     def forward(self, x: Any, replace: Mapping[int, Replacement] | None = None) -> list[Tensor]:
         """Hidden states of waveforms ``x`` (B, T), each time-averaged to (B, D)."""
         if replace:
-            raise ConfigError("network-scope removal is not available for weighted-layer-sum classifiers; "
-                              "use --scope head.")
+            raise ConfigError(
+                "network-scope removal is not available for weighted-layer-sum classifiers; use --scope head."
+            )
         if not isinstance(x, Tensor) or x.dim() != 2:
             got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise DataError(f"a weighted-layer-sum audio classifier expects waveforms (B, T); got {got}.")
@@ -70,8 +71,10 @@ class WeightedLayerSumBackbone(Backbone):
         return [h.mean(dim=1) for h in states]
 
     def config(self) -> dict[str, Any]:
-        raise ConfigError("a weighted-layer-sum classifier is evaluated from its own folder: name it with "
-                          "hf:DIR each time instead of saving a laya-eval checkpoint.")
+        raise ConfigError(
+            "a weighted-layer-sum classifier is evaluated from its own folder: name it with "
+            "hf:DIR each time instead of saving a laya-eval checkpoint."
+        )
 
 
 def from_weighted_layer_sum(classifier: nn.Module) -> LayeredModel:
@@ -87,7 +90,8 @@ def from_weighted_layer_sum(classifier: nn.Module) -> LayeredModel:
     if not getattr(config, "use_weighted_layer_sum", False) or any(p is None for p in parts):
         raise ConfigError(
             f"{type(classifier).__name__} does not aggregate its layers (it needs use_weighted_layer_sum=True, "
-            "layer_weights, projector and classifier); train a head on its layers with `laya-eval fit-head`.")
+            "layer_weights, projector and classifier); train a head on its layers with `laya-eval fit-head`."
+        )
     weights, projector, linear = parts
     n_states = int(weights.shape[0])
     classifier = classifier.float().eval()
@@ -101,8 +105,12 @@ def from_weighted_layer_sum(classifier: nn.Module) -> LayeredModel:
         head.classifier.load_state_dict(linear.state_dict())
     labels = getattr(config, "id2label", None) or {}
     names = tuple(str(labels.get(i, labels.get(str(i), i))) for i in range(int(linear.out_features)))
-    info = ModelInfo(num_classes=int(linear.out_features), class_names=names, input_shape=(-1,),
-                     preprocessing={"input": "raw waveform (B, T), as the model's feature extractor expects"})
+    info = ModelInfo(
+        num_classes=int(linear.out_features),
+        class_names=names,
+        input_shape=(-1,),
+        preprocessing={"input": "raw waveform (B, T), as the model's feature extractor expects"},
+    )
     return LayeredModel(backbone, head.eval(), info).eval()
 
 
@@ -123,7 +131,8 @@ def load_weighted_layer_sum(model: str, *, local_files_only: bool = True) -> tup
     try:
         with no_progress_bars():
             classifier = AutoModelForAudioClassification.from_pretrained(
-                path, use_safetensors=True, trust_remote_code=False, local_files_only=local_files_only)
+                path, use_safetensors=True, trust_remote_code=False, local_files_only=local_files_only
+            )
     except (OSError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(f"could not load a transformers audio classifier from {path!r}: {first}") from None

@@ -35,13 +35,36 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from laya_eval.checks import (check_choice, check_int, check_non_negative_int, check_number, check_positive_int,
-                              check_seed, fail, is_int)
+from laya_eval.checks import (
+    check_choice,
+    check_int,
+    check_non_negative_int,
+    check_number,
+    check_positive_int,
+    check_seed,
+    fail,
+    is_int,
+)
 from laya_eval.options.record import COMMANDS, KINDS, REQUIRED, ROLES, Option
 from laya_eval.options.records import RECORDS
 
-__all__ = ["COMMANDS", "OPTIONS", "REQUIRED", "ROLES", "Option", "check_declared", "check_option", "declared",
-           "deciding_fields", "defaults_of", "for_command", "option", "options_of", "role_fields", "values_for"]
+__all__ = [
+    "COMMANDS",
+    "OPTIONS",
+    "REQUIRED",
+    "ROLES",
+    "Option",
+    "check_declared",
+    "check_option",
+    "declared",
+    "deciding_fields",
+    "defaults_of",
+    "for_command",
+    "option",
+    "options_of",
+    "role_fields",
+    "values_for",
+]
 
 #: Every record by id.
 OPTIONS: dict[str, Option] = {}
@@ -94,11 +117,16 @@ def check_option(record: Option, value: Any, name: str | None = None) -> Any:
     if kind == "int" and record.high is None and record.low in (0, 1):
         return (check_positive_int if record.low == 1 else check_non_negative_int)(name, value)
     if kind == "int":
-        return check_int(name, value, low=None if record.low is None else int(record.low),
-                         high=None if record.high is None else int(record.high))
+        return check_int(
+            name,
+            value,
+            low=None if record.low is None else int(record.low),
+            high=None if record.high is None else int(record.high),
+        )
     if kind == "float":
-        return check_number(name, value, low=record.low, high=record.high, low_open=record.low_open,
-                            high_open=record.high_open)
+        return check_number(
+            name, value, low=record.low, high=record.high, low_open=record.low_open, high_open=record.high_open
+        )
     if kind == "seed":
         return check_seed(name, value)
     if kind == "flag":

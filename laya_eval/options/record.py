@@ -14,8 +14,20 @@ __all__ = ["COMMANDS", "KINDS", "REQUIRED", "ROLES", "Option"]
 #: The roles an option plays (see the module docstring), in the order the docs list them.
 ROLES = ("decides", "summary", "speed", "presentation", "permission")
 #: The commands, in the order ``laya-eval --help`` lists them.
-COMMANDS = ("train", "fit-head", "faithfulness", "profile", "sanity", "prune", "mixers", "report", "sweep", "meta",
-            "import-keras", "info")
+COMMANDS = (
+    "train",
+    "fit-head",
+    "faithfulness",
+    "profile",
+    "sanity",
+    "prune",
+    "mixers",
+    "report",
+    "sweep",
+    "meta",
+    "import-keras",
+    "info",
+)
 
 #: No default: the option is required (its flag must be given; the library parameter has no default).
 REQUIRED = object()
@@ -102,5 +114,3 @@ class Option:
         """The choices as they stand (a registry is read now)."""
         c = self.choices
         return list(c() if callable(c) else c or ())
-
-

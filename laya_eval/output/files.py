@@ -128,8 +128,11 @@ def _umask_mode() -> int:
     return 0o666 & ~umask
 
 
-_STORAGE_ERRORS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exhausted",
-                   errno.EROFS: "the file system is read-only"}
+_STORAGE_ERRORS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EROFS: "the file system is read-only",
+}
 
 
 #: The errno values of a write that failed for lack of room or permission to change the file system.
@@ -154,8 +157,7 @@ def storage_error(exc: OSError, folder: Path, needed: int, *, intact: bool = Tru
     except OSError:
         free = ""
     need = f"{_size(needed)} needed" if needed else "more space needed"
-    return ConfigError(f"cannot write to '{folder}': {what} ({need}{free}); free some space or write "
-                       f"elsewhere{kept}.")
+    return ConfigError(f"cannot write to '{folder}': {what} ({need}{free}); free some space or write elsewhere{kept}.")
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -208,8 +210,10 @@ def check_output_folder(out: str | os.PathLike) -> Path:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output folder '{out}' exists and is not a folder.")
     if out.is_dir() and not _replaceable(out):
-        raise ConfigError(f"output folder '{out}' holds files that are not a laya-eval result, and a result replaces "
-                          "its folder whole; choose an empty or new folder.")
+        raise ConfigError(
+            f"output folder '{out}' holds files that are not a laya-eval result, and a result replaces "
+            "its folder whole; choose an empty or new folder."
+        )
     parent = out.resolve().parent
     probe = parent / f".{out.name}.{uuid.uuid4().hex}.probe"
     try:
@@ -328,6 +332,8 @@ def verify_result_folder(folder: str | os.PathLike) -> dict[str, Any]:
         except OSError:
             raise ResultsError(f"'{folder}' lacks {rel}, which its run {manifest.get('run_id')} wrote.") from None
         if got != digest:
-            raise ResultsError(f"'{folder}/{rel}' is not the file run {manifest.get('run_id')} wrote "
-                               "(files of different runs are mixed); rerun the evaluation.")
+            raise ResultsError(
+                f"'{folder}/{rel}' is not the file run {manifest.get('run_id')} wrote "
+                "(files of different runs are mixed); rerun the evaluation."
+            )
     return manifest

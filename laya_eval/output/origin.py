@@ -56,8 +56,15 @@ def _git(folder: Path, *args: str) -> str | None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
     try:
-        done = subprocess.run(["git", *args], cwd=folder, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=GIT_TIMEOUT_S)
+        done = subprocess.run(
+            ["git", *args],
+            cwd=folder,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+        )
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
     return done.stdout if done.returncode == 0 else None
@@ -110,16 +117,25 @@ def _version(module: str) -> str:
 def _versions() -> dict[str, str]:
     from laya_eval.version import __version__
 
-    return {"laya_eval": __version__, "python": platform.python_version(), "torch": _version("torch"),
-            "captum": _version("captum"), "numpy": _version("numpy"), "scipy": _version("scipy"),
-            "pandas": _version("pandas")}
+    return {
+        "laya_eval": __version__,
+        "python": platform.python_version(),
+        "torch": _version("torch"),
+        "captum": _version("captum"),
+        "numpy": _version("numpy"),
+        "scipy": _version("scipy"),
+        "pandas": _version("pandas"),
+    }
 
 
 def provenance(device: str | None = None) -> dict[str, Any]:
     """Versions, laya-eval's code (:func:`code_origin`), machine and command line of this process, for a manifest
     or a benchmark result. The torch thread count is recorded where torch is loaded."""
-    machine: dict[str, Any] = {"platform": platform.platform(),
-                               "processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()}
+    machine: dict[str, Any] = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+    }
     torch = sys.modules.get("torch")
     if torch is not None:
         machine["torch_threads"] = torch.get_num_threads()

@@ -24,7 +24,15 @@ from laya_eval.output.files import ResultsError, atomic_write_bytes
 from laya_eval.checks import check_choice
 from laya_eval import catalog
 
-__all__ = ["TABLE_FORMATS", "check_table_format", "find_table", "read_table", "table_bytes", "table_path", "write_table"]
+__all__ = [
+    "TABLE_FORMATS",
+    "check_table_format",
+    "find_table",
+    "read_table",
+    "table_bytes",
+    "table_path",
+    "write_table",
+]
 
 TABLE_FORMATS = catalog.TABLE_FORMATS
 _PARQUET_HINT = "install the parquet extra (pip install 'laya-eval[parquet]', which brings pyarrow) or use csv"
@@ -66,8 +74,15 @@ def _parquet_bytes(df: pd.DataFrame) -> bytes:
     pa = _pyarrow()
     table = pa.Table.from_pandas(df, preserve_index=False)
     buf = io.BytesIO()
-    pa.parquet.write_table(table, buf, compression="zstd", compression_level=3, row_group_size=1 << 20,
-                           use_dictionary=True, write_statistics=True)
+    pa.parquet.write_table(
+        table,
+        buf,
+        compression="zstd",
+        compression_level=3,
+        row_group_size=1 << 20,
+        use_dictionary=True,
+        write_statistics=True,
+    )
     return buf.getvalue()
 
 

@@ -22,7 +22,6 @@ from typing import Any
 __all__ = ["owner_record", "remove_stale_temporaries"]
 
 
-
 def _start_time(pid: int) -> str | None:
     """The start time of process ``pid`` (Linux ``/proc/PID/stat`` field 22), ``None`` where unknown."""
     try:
@@ -84,4 +83,3 @@ def remove_stale_temporaries(out: str | os.PathLike) -> list[Path]:
         with contextlib.suppress(OSError):
             entry.unlink()
     return removed
-

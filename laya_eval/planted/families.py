@@ -37,8 +37,17 @@ from laya_eval.models.heads import LayaHead
 from laya_eval.models.layered import LayeredModel, ModelInfo
 from laya_eval.checks import check_choice
 
-__all__ = ["LAYER_WIDTH", "LOGIT_SCALE", "MIN_LAYERS", "NOISE_FREQUENCY", "UNREAD_SCORE", "PlantedBackbone",
-           "PlantedModel", "build_planted", "layer_plan"]
+__all__ = [
+    "LAYER_WIDTH",
+    "LOGIT_SCALE",
+    "MIN_LAYERS",
+    "NOISE_FREQUENCY",
+    "UNREAD_SCORE",
+    "PlantedBackbone",
+    "PlantedModel",
+    "build_planted",
+    "layer_plan",
+]
 
 #: Features of every planted layer.
 LAYER_WIDTH = 32
@@ -88,34 +97,54 @@ def _normalised(w: np.ndarray) -> np.ndarray:
 def _subset(rng: np.random.Generator, n: int) -> LayerPlan:
     read = np.zeros(n, dtype=bool)
     read[rng.choice(n, size=n // 2, replace=False)] = True
-    return LayerPlan(("view",) * n, ("ridge",) * n, _normalised(read.astype(float)), read.astype(float),
-                     tuple("read" if r else "unread" for r in read))
+    return LayerPlan(
+        ("view",) * n,
+        ("ridge",) * n,
+        _normalised(read.astype(float)),
+        read.astype(float),
+        tuple("read" if r else "unread" for r in read),
+    )
 
 
 def _graded(rng: np.random.Generator, n: int) -> LayerPlan:
     order = rng.permutation(n)
     strength = np.zeros(n)
     strength[order[: n - 2]] = 2.0 ** rng.permutation(n - 2)
-    return LayerPlan(("view",) * n, ("ridge",) * n, _normalised(strength), strength,
-                     tuple("read" if s else "unread" for s in strength))
+    return LayerPlan(
+        ("view",) * n,
+        ("ridge",) * n,
+        _normalised(strength),
+        strength,
+        tuple("read" if s else "unread" for s in strength),
+    )
 
 
 def _noise(rng: np.random.Generator, n: int) -> LayerPlan:
     noise = np.zeros(n, dtype=bool)
     noise[rng.choice(n, size=n // 2, replace=False)] = True
-    return LayerPlan(tuple("noise" if z else "view" for z in noise), tuple("shift" if z else "ridge" for z in noise),
-                     np.full(n, 1.0 / n), (~noise).astype(float), tuple("noise" if z else "read" for z in noise))
+    return LayerPlan(
+        tuple("noise" if z else "view" for z in noise),
+        tuple("shift" if z else "ridge" for z in noise),
+        np.full(n, 1.0 / n),
+        (~noise).astype(float),
+        tuple("noise" if z else "read" for z in noise),
+    )
 
 
 def _redundant(rng: np.random.Generator, n: int) -> LayerPlan:
     k = n // 2
     first = int(rng.integers(0, n - k + 1))
     copies = np.zeros(n, dtype=bool)
-    copies[first:first + k] = True
+    copies[first : first + k] = True
     kinds = tuple("copy" if copies[i] and i > first else "view" for i in range(n))
     adapters = tuple(("same", first) if copies[i] and i > first else "ridge" for i in range(n))
-    return LayerPlan(kinds, adapters, _normalised(copies.astype(float)), copies.astype(float),
-                     tuple("copy" if c else "unread" for c in copies))
+    return LayerPlan(
+        kinds,
+        adapters,
+        _normalised(copies.astype(float)),
+        copies.astype(float),
+        tuple("copy" if c else "unread" for c in copies),
+    )
 
 
 def _cancel(rng: np.random.Generator, n: int) -> LayerPlan:
@@ -182,8 +211,11 @@ class PlantedBackbone(Backbone):
                 out = hidden[-1]
             else:
                 pre = z @ self.projections[i].T / z.shape[1] ** 0.5
-                out = torch.tanh(pre + self.offsets[i]) if kind == "view" else torch.sin(NOISE_FREQUENCY * pre
-                                                                                         + self.offsets[i])
+                out = (
+                    torch.tanh(pre + self.offsets[i])
+                    if kind == "view"
+                    else torch.sin(NOISE_FREQUENCY * pre + self.offsets[i])
+                )
             if i in replace:
                 out = _apply_replacement(i, replace[i], out)
             hidden.append(out)
@@ -226,8 +258,15 @@ def _ridge(features: np.ndarray, labels: np.ndarray, n_classes: int) -> tuple[np
     return weight, target.mean(0) - weight @ mean
 
 
-def _adapter(spec, i: int, feats: list[np.ndarray], labels: np.ndarray, n_classes: int,
-             done: dict[int, tuple[np.ndarray, np.ndarray]], rng: np.random.Generator):
+def _adapter(
+    spec,
+    i: int,
+    feats: list[np.ndarray],
+    labels: np.ndarray,
+    n_classes: int,
+    done: dict[int, tuple[np.ndarray, np.ndarray]],
+    rng: np.random.Generator,
+):
     if spec == "ridge":
         return _ridge(feats[i], labels, n_classes)
     if spec == "shift":
@@ -276,10 +315,16 @@ def build_planted(family: str, seed: int, train: Dataset, *, n_layers: int = 6) 
         for p in head.scorer.parameters():
             p.zero_()
         read = plan.weights > 0
-        head.scorer[2].bias.copy_(torch.from_numpy(np.where(read, np.log(np.where(read, plan.weights, 1.0)),
-                                                            UNREAD_SCORE)))
+        head.scorer[2].bias.copy_(
+            torch.from_numpy(np.where(read, np.log(np.where(read, plan.weights, 1.0)), UNREAD_SCORE))
+        )
         head.classifier.weight.copy_(LOGIT_SCALE * torch.eye(n_classes))
         head.classifier.bias.zero_()
-    info = ModelInfo(num_classes=n_classes, class_names=tuple(train.class_names), input_shape=train.input_shape,
-                     dataset=train.name, training={"planted": family, "seed": int(seed)})
+    info = ModelInfo(
+        num_classes=n_classes,
+        class_names=tuple(train.class_names),
+        input_shape=train.input_shape,
+        dataset=train.name,
+        training={"planted": family, "seed": int(seed)},
+    )
     return PlantedModel(family, int(seed), LayeredModel(backbone, head, info).eval(), plan)

@@ -31,9 +31,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from laya_eval.catalog import (ABLATION_SPECS, PLANTED_FAMILY_SPECS,
-                               IG_STEPS, PLANTED_REFERENCES, MethodSpec)
-from laya_eval.checks import (SEED_MAX, check_int, check_positive_int, fail)
+from laya_eval.catalog import ABLATION_SPECS, PLANTED_FAMILY_SPECS, IG_STEPS, PLANTED_REFERENCES, MethodSpec
+from laya_eval.checks import SEED_MAX, check_int, check_positive_int, fail
 from laya_eval.data import load_dataset
 from laya_eval.engine.evaluation import evaluate
 from laya_eval.engine.plugins import load_installed_plugins
@@ -126,29 +125,50 @@ def reference_methods(relevance: np.ndarray) -> tuple[AttributionMethod, ...]:
     """The reference attributions of ``catalog.PLANTED_REFERENCES`` for a planted relevance (L,), as engine methods."""
     r = torch.as_tensor(np.asarray(relevance, dtype=np.float64))
     values = {"planted": r, "inverted": -r, "layer_index": torch.arange(1, r.numel() + 1, dtype=torch.float64)}
-    return tuple(AttributionMethod(MethodSpec(name, PLANTED_REFERENCES[name], baseline=True), _fixed(values[name]))
-                 for name in PLANTED_REFERENCES)
+    return tuple(
+        AttributionMethod(MethodSpec(name, PLANTED_REFERENCES[name], baseline=True), _fixed(values[name]))
+        for name in PLANTED_REFERENCES
+    )
 
 
 def _model_row(pm: PlantedModel, result) -> dict[str, Any]:
     samples = result.samples.drop_duplicates("sample")
-    return {"family": pm.family, "seed": pm.seed, "relevance": " ".join(f"{v:g}" for v in pm.plan.relevance),
-            "weights": " ".join(f"{v:.4g}" for v in pm.plan.weights), "roles": " ".join(pm.plan.roles),
-            "kinds": " ".join(pm.plan.kinds), "n": len(samples),
-            "accuracy": float((samples["label"] == samples["pred"]).mean()),
-            "mean_confidence": float(samples["confidence"].mean())}
+    return {
+        "family": pm.family,
+        "seed": pm.seed,
+        "relevance": " ".join(f"{v:g}" for v in pm.plan.relevance),
+        "weights": " ".join(f"{v:.4g}" for v in pm.plan.weights),
+        "roles": " ".join(pm.plan.roles),
+        "kinds": " ".join(pm.plan.kinds),
+        "n": len(samples),
+        "accuracy": float((samples["label"] == samples["pred"]).mean()),
+        "mean_confidence": float(samples["confidence"].mean()),
+    }
 
 
 def _evaluate(pm: PlantedModel, test, options: MetaOptions) -> dict:
-    eval_options = EvalOptions(methods=options.methods, ablation=options.ablations, batch_size=options.batch_size,
-                               seed=pm.seed, bootstrap=0, n_steps=options.n_steps, limit=options.limit)
+    eval_options = EvalOptions(
+        methods=options.methods,
+        ablation=options.ablations,
+        batch_size=options.batch_size,
+        seed=pm.seed,
+        bootstrap=0,
+        n_steps=options.n_steps,
+        limit=options.limit,
+    )
     # meta reads the per-method tables only: no paired tests between the methods.
-    return evaluate(pm.model, test, options=eval_options, extra_methods=reference_methods(pm.relevance),
-                    paired_tests=False)
+    return evaluate(
+        pm.model, test, options=eval_options, extra_methods=reference_methods(pm.relevance), paired_tests=False
+    )
 
 
-def meta(out_dir: str | os.PathLike | None = None, options: MetaOptions | None = None, *,
-         data_dir: str | os.PathLike | None = None, progress: Any = None) -> MetaResult:
+def meta(
+    out_dir: str | os.PathLike | None = None,
+    options: MetaOptions | None = None,
+    *,
+    data_dir: str | os.PathLike | None = None,
+    progress: Any = None,
+) -> MetaResult:
     """Score every method, ablation and metric on models whose layer relevance is planted.
 
     Parameters
@@ -195,9 +215,13 @@ def meta(out_dir: str | os.PathLike | None = None, options: MetaOptions | None =
             if progress is not None:
                 progress.update(1)
     runs = pd.DataFrame(rows)
-    result = MetaResult(summary=over_seeds(runs, n_resamples=options.bootstrap, seed=options.first_seed),
-                        metrics=metric_verdicts(runs, n_resamples=options.bootstrap, seed=options.first_seed),
-                        seeds=runs, models=pd.DataFrame(models), manifest=_manifest(options))
+    result = MetaResult(
+        summary=over_seeds(runs, n_resamples=options.bootstrap, seed=options.first_seed),
+        metrics=metric_verdicts(runs, n_resamples=options.bootstrap, seed=options.first_seed),
+        seeds=runs,
+        models=pd.DataFrame(models),
+        manifest=_manifest(options),
+    )
     if out_dir is not None:
         write_meta(result, out_dir, fmt=options.fmt)
     return result
@@ -207,18 +231,27 @@ def _manifest(options: MetaOptions) -> dict[str, Any]:
     from laya_eval.output.origin import provenance
     from laya_eval.planted import families
 
-    return {**provenance(), "kind": "meta", "options": asdict(options),
-            "data": "digits (train: adapters, test: evaluation)",
-            "scope": "head", "families": {n: s.description for n, s in PLANTED_FAMILY_SPECS.items()
-                                          if n in options.families},
-            "references": dict(PLANTED_REFERENCES),
-            "construction": {"layer_width": families.LAYER_WIDTH, "logit_scale": families.LOGIT_SCALE,
-                             "noise_frequency": families.NOISE_FREQUENCY, "unread_score": families.UNREAD_SCORE,
-                             "shift_gain": families.SHIFT_GAIN, "ridge": families.RIDGE},
-            "intervals": "95% percentile bootstrap over seeds of the per-seed values; none with fewer than two "
-                         "defined seeds (empty in the CSV, n/a in words)",
-            "auroc": "share of (relevant, irrelevant) layer pairs ordered correctly, ties 1/2, per sample, averaged",
-            "deletion_at_k": "Deletion@k with k = the number of planted-relevant layers (column k)"}
+    return {
+        **provenance(),
+        "kind": "meta",
+        "options": asdict(options),
+        "data": "digits (train: adapters, test: evaluation)",
+        "scope": "head",
+        "families": {n: s.description for n, s in PLANTED_FAMILY_SPECS.items() if n in options.families},
+        "references": dict(PLANTED_REFERENCES),
+        "construction": {
+            "layer_width": families.LAYER_WIDTH,
+            "logit_scale": families.LOGIT_SCALE,
+            "noise_frequency": families.NOISE_FREQUENCY,
+            "unread_score": families.UNREAD_SCORE,
+            "shift_gain": families.SHIFT_GAIN,
+            "ridge": families.RIDGE,
+        },
+        "intervals": "95% percentile bootstrap over seeds of the per-seed values; none with fewer than two "
+        "defined seeds (empty in the CSV, n/a in words)",
+        "auroc": "share of (relevant, irrelevant) layer pairs ordered correctly, ties 1/2, per sample, averaged",
+        "deletion_at_k": "Deletion@k with k = the number of planted-relevant layers (column k)",
+    }
 
 
 def write_meta(result: MetaResult, out_dir: str | os.PathLike, *, fmt: str = "png") -> list[Path]:
@@ -229,9 +262,15 @@ def write_meta(result: MetaResult, out_dir: str | os.PathLike, *, fmt: str = "pn
     from laya_eval.output.files import sha256_bytes, write_result_folder
 
     csv = {"index": False, "float_format": "%.6g", "lineterminator": "\n"}
-    files = {name: table.to_csv(**csv).encode() for name, table in (
-        ("meta.csv", result.summary), ("metrics.csv", result.metrics), ("seeds.csv", result.seeds),
-        ("models.csv", result.models))}
+    files = {
+        name: table.to_csv(**csv).encode()
+        for name, table in (
+            ("meta.csv", result.summary),
+            ("metrics.csv", result.metrics),
+            ("seeds.csv", result.seeds),
+            ("models.csv", result.models),
+        )
+    }
     files[f"meta.{fmt}"] = figure_bytes(planted_figure(result.summary, result.metrics), fmt)
     manifest = {**result.manifest, "files": {name: sha256_bytes(data) for name, data in files.items()}}
     files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode()

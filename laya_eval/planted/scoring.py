@@ -25,8 +25,17 @@ import pandas as pd
 
 from laya_eval.stats.metrics import bootstrap_mean, spearman_per_sample
 
-__all__ = ["EFFECT_ROW", "METRIC_COLUMNS", "REFERENCES", "RECOVERY_COLUMNS", "metric_verdicts", "over_seeds",
-           "planted_auroc", "planted_rank_correlation", "seed_rows"]
+__all__ = [
+    "EFFECT_ROW",
+    "METRIC_COLUMNS",
+    "REFERENCES",
+    "RECOVERY_COLUMNS",
+    "metric_verdicts",
+    "over_seeds",
+    "planted_auroc",
+    "planted_rank_correlation",
+    "seed_rows",
+]
 
 #: The rows of the reference attributions, in order: the faithful one first.
 REFERENCES = ("planted", "inverted", "layer_index")
@@ -61,8 +70,12 @@ def _mean_defined(values: np.ndarray) -> tuple[float, int]:
 def _recovery(scores: np.ndarray, relevance: np.ndarray) -> dict[str, float]:
     auroc, n_auroc = _mean_defined(planted_auroc(scores, relevance))
     rho, n_rho = _mean_defined(planted_rank_correlation(scores, relevance))
-    return {"auroc": auroc, "auroc_n_undefined": n_auroc, "rank_correlation": rho,
-            "rank_correlation_n_undefined": n_rho}
+    return {
+        "auroc": auroc,
+        "auroc_n_undefined": n_auroc,
+        "rank_correlation": rho,
+        "rank_correlation_n_undefined": n_rho,
+    }
 
 
 def seed_rows(family: str, seed: int, relevance: np.ndarray, results: Mapping) -> list[dict]:
@@ -85,16 +98,36 @@ def seed_rows(family: str, seed: int, relevance: np.ndarray, results: Mapping) -
             scores = part["attribution"].to_numpy().reshape(-1, n_layers)
             effects = part["effect"].to_numpy().reshape(-1, n_layers)
             s = summary.loc[method]
-            rows.append({"family": family, "seed": seed, "ablation": ablation, "method": method,
-                         "kind": "reference" if method in REFERENCES else "method", "n": int(s["n"]),
-                         **_recovery(scores, relevance), "k": k,
-                         "faithfulness": float(s["faithfulness"]), "faithfulness_n_undefined": int(s["n_undefined"]),
-                         "deletion_at_1": float(s["deletion_at_1"]),
-                         "deletion_at_k": float(s["deletion_at_1" if k == 1 else f"deletion_at_{k}"]),
-                         "aopc": float(s["aopc"])})
+            rows.append(
+                {
+                    "family": family,
+                    "seed": seed,
+                    "ablation": ablation,
+                    "method": method,
+                    "kind": "reference" if method in REFERENCES else "method",
+                    "n": int(s["n"]),
+                    **_recovery(scores, relevance),
+                    "k": k,
+                    "faithfulness": float(s["faithfulness"]),
+                    "faithfulness_n_undefined": int(s["n_undefined"]),
+                    "deletion_at_1": float(s["deletion_at_1"]),
+                    "deletion_at_k": float(s["deletion_at_1" if k == 1 else f"deletion_at_{k}"]),
+                    "aopc": float(s["aopc"]),
+                }
+            )
         if effects is not None:
-            rows.append({"family": family, "seed": seed, "ablation": ablation, "method": EFFECT_ROW, "kind": "effect",
-                         "n": effects.shape[0], **_recovery(effects, relevance), "k": k})
+            rows.append(
+                {
+                    "family": family,
+                    "seed": seed,
+                    "ablation": ablation,
+                    "method": EFFECT_ROW,
+                    "kind": "effect",
+                    "n": effects.shape[0],
+                    **_recovery(effects, relevance),
+                    "k": k,
+                }
+            )
     return rows
 
 
@@ -105,8 +138,12 @@ def _interval(values: np.ndarray, *, n_resamples: int, seed: Sequence[int]) -> d
         return {"mean": float("nan"), "ci_low": float("nan"), "ci_high": float("nan"), "n_seeds": 0}
     iv = bootstrap_mean(values, n_resamples=n_resamples, seed=list(seed))
     has_interval = n_defined >= 2 and n_resamples > 0
-    return {"mean": iv.mean, "ci_low": iv.low if has_interval else float("nan"),
-            "ci_high": iv.high if has_interval else float("nan"), "n_seeds": n_defined}
+    return {
+        "mean": iv.mean,
+        "ci_low": iv.low if has_interval else float("nan"),
+        "ci_high": iv.high if has_interval else float("nan"),
+        "n_seeds": n_defined,
+    }
 
 
 def over_seeds(runs: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
@@ -118,8 +155,14 @@ def over_seeds(runs: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0) ->
     rows = []
     keys = ["family", "ablation", "method"]
     for g, ((family, ablation, method), part) in enumerate(runs.groupby(keys, sort=False)):
-        row = {"family": family, "ablation": ablation, "method": method, "kind": part["kind"].iloc[0],
-               "n_seeds": int(part["seed"].nunique()), "k": int(part["k"].iloc[0])}
+        row = {
+            "family": family,
+            "ablation": ablation,
+            "method": method,
+            "kind": part["kind"].iloc[0],
+            "n_seeds": int(part["seed"].nunique()),
+            "k": int(part["k"].iloc[0]),
+        }
         for c, column in enumerate((*RECOVERY_COLUMNS, *METRIC_COLUMNS)):
             values = part[column].to_numpy(dtype=np.float64) if column in part else np.full(len(part), np.nan)
             iv = _interval(values, n_resamples=n_resamples, seed=[seed, g, c])
@@ -160,8 +203,13 @@ def metric_verdicts(runs: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 
         seeds = wide["planted"].index
         for c, metric in enumerate(METRIC_COLUMNS):
             values = {m: wide[m][metric].reindex(seeds).to_numpy(dtype=np.float64) for m in REFERENCES}
-            row = {"family": family, "ablation": ablation, "metric": metric, "k": int(part["k"].iloc[0]),
-                   "n_seeds": len(seeds)}
+            row = {
+                "family": family,
+                "ablation": ablation,
+                "metric": metric,
+                "k": int(part["k"].iloc[0]),
+                "n_seeds": len(seeds),
+            }
             for m in REFERENCES:
                 row[m] = _interval(values[m], n_resamples=0, seed=[seed])["mean"]
             # Where ranking by layer index happens to rank every relevant layer first, it is faithful on that
@@ -175,11 +223,17 @@ def metric_verdicts(runs: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 
                     margin = np.where(index_faithful, np.nan, margin)
                 iv = _interval(margin, n_resamples=n_resamples, seed=[seed, g, c, r])
                 margins[other] = iv
-                row.update({f"margin_vs_{other}": iv["mean"], f"margin_vs_{other}_ci_low": iv["ci_low"],
-                            f"margin_vs_{other}_ci_high": iv["ci_high"]})
+                row.update(
+                    {
+                        f"margin_vs_{other}": iv["mean"],
+                        f"margin_vs_{other}_ci_low": iv["ci_low"],
+                        f"margin_vs_{other}_ci_high": iv["ci_high"],
+                    }
+                )
             with np.errstate(invalid="ignore"):
-                wins = (values["planted"] > values["inverted"]) & ((values["planted"] > values["layer_index"])
-                                                                   | index_faithful)
+                wins = (values["planted"] > values["inverted"]) & (
+                    (values["planted"] > values["layer_index"]) | index_faithful
+                )
             row["share_seeds_separated"] = float(wins.mean()) if len(seeds) else float("nan")
             row["verdict"] = _verdict(margins, int((~np.isnan(values["planted"])).sum()))
             rows.append(row)

@@ -59,8 +59,17 @@ __all__ = [
 ]
 
 DIAGNOSIS_COLUMNS = ["sample", "label", "pred", "correct", "distance"]
-SUMMARY_COLUMNS = ["class", "class_name", "n_correct", "n_incorrect", "n_undefined", "auc", "ci_low", "ci_high",
-                   "distance_name"]
+SUMMARY_COLUMNS = [
+    "class",
+    "class_name",
+    "n_correct",
+    "n_incorrect",
+    "n_undefined",
+    "auc",
+    "ci_low",
+    "ci_high",
+    "distance_name",
+]
 _BY = ("pred", "label")
 # Layer weights from a float32 softmax sum to one within a few ulps; anything further off is not a weight vector.
 _SUM_TOLERANCE = 1e-5
@@ -133,8 +142,12 @@ def is_weight_profile(scores: np.ndarray) -> bool:
     scores : ndarray, (N, L)
     """
     scores = np.asarray(scores, dtype=np.float64)
-    return bool(scores.size and np.isfinite(scores).all() and (scores >= 0).all()
-                and np.abs(scores.sum(1) - 1.0).max() <= _SUM_TOLERANCE)
+    return bool(
+        scores.size
+        and np.isfinite(scores).all()
+        and (scores >= 0).all()
+        and np.abs(scores.sum(1) - 1.0).max() <= _SUM_TOLERANCE
+    )
 
 
 def jensen_shannon_distance(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -200,8 +213,9 @@ if set(_DISTANCE_FUNCTIONS) != set(DISTANCE_SPECS):  # the catalog owns the name
     raise ImportError(f"distances {sorted(_DISTANCE_FUNCTIONS)} do not match the catalog {sorted(DISTANCE_SPECS)}")
 
 
-def leave_one_out_references(profiles: np.ndarray, classes: np.ndarray, correct: np.ndarray,
-                             n_classes: int) -> np.ndarray:
+def leave_one_out_references(
+    profiles: np.ndarray, classes: np.ndarray, correct: np.ndarray, n_classes: int
+) -> np.ndarray:
     """Each sample's reference: the mean profile of the correct samples of its class, itself left out.
 
     Parameters
@@ -256,8 +270,14 @@ def roc_auc(distance: np.ndarray, incorrect: np.ndarray) -> float:
     return float((ranks[incorrect].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def bootstrap_auc(distance: np.ndarray, incorrect: np.ndarray, *, n_resamples: int = 1000,
-                  seed: int | Sequence[int] = 0, level: float = 0.95) -> tuple[float, float, float]:
+def bootstrap_auc(
+    distance: np.ndarray,
+    incorrect: np.ndarray,
+    *,
+    n_resamples: int = 1000,
+    seed: int | Sequence[int] = 0,
+    level: float = 0.95,
+) -> tuple[float, float, float]:
     """ROC AUC with a percentile bootstrap interval stratified by correctness.
 
     Each resample draws ``n_pos`` positives from the positives and ``n_neg`` negatives from the
@@ -289,12 +309,15 @@ def bootstrap_auc(distance: np.ndarray, incorrect: np.ndarray, *, n_resamples: i
     aucs = []
     for start in range(0, n_resamples, _CHUNK):
         k = min(_CHUNK, n_resamples - start)
-        values = np.concatenate([pos[rng.integers(0, pos.size, size=(k, pos.size))],
-                                 neg[rng.integers(0, neg.size, size=(k, neg.size))]], axis=1)
+        values = np.concatenate(
+            [pos[rng.integers(0, pos.size, size=(k, pos.size))], neg[rng.integers(0, neg.size, size=(k, neg.size))]],
+            axis=1,
+        )
         ranks = rankdata(values, method="average", axis=1)
-        aucs.append((ranks[:, :pos.size].sum(1) - pos.size * (pos.size + 1) / 2) / (pos.size * neg.size))
-    low, high, _ = percentile_interval(auc, np.concatenate(aucs), n_defined=distance.size, n_resamples=n_resamples,
-                                       level=level)
+        aucs.append((ranks[:, : pos.size].sum(1) - pos.size * (pos.size + 1) / 2) / (pos.size * neg.size))
+    low, high, _ = percentile_interval(
+        auc, np.concatenate(aucs), n_defined=distance.size, n_resamples=n_resamples, level=level
+    )
     return auc, low, high
 
 
@@ -311,23 +334,44 @@ def _check_options(by: str, distance: str, scores: np.ndarray) -> str:
     if distance == "auto":
         return "jensen_shannon" if weights else "cosine_minmax"
     if DISTANCE_SPECS[distance].needs_weights and not weights:
-        raise ConfigError(f"distance {distance!r} needs scores that are non-negative and sum to one per sample "
-                          "(LAYA alpha, ScalarMix weights); these do not. Use distance 'cosine_minmax' or 'auto'.")
+        raise ConfigError(
+            f"distance {distance!r} needs scores that are non-negative and sum to one per sample "
+            "(LAYA alpha, ScalarMix weights); these do not. Use distance 'cosine_minmax' or 'auto'."
+        )
     return distance
 
 
 def _summary_row(key, name, distance, incorrect, n_undefined, *, n_resamples, seed, level, distance_name):
     defined = ~np.isnan(distance)
-    auc, low, high = bootstrap_auc(distance[defined], incorrect[defined], n_resamples=n_resamples, seed=seed,
-                                   level=level)
-    return {"class": key, "class_name": name, "n_correct": int((defined & ~incorrect).sum()),
-            "n_incorrect": int((defined & incorrect).sum()), "n_undefined": n_undefined, "auc": auc,
-            "ci_low": low, "ci_high": high, "distance_name": distance_name}
+    auc, low, high = bootstrap_auc(
+        distance[defined], incorrect[defined], n_resamples=n_resamples, seed=seed, level=level
+    )
+    return {
+        "class": key,
+        "class_name": name,
+        "n_correct": int((defined & ~incorrect).sum()),
+        "n_incorrect": int((defined & incorrect).sum()),
+        "n_undefined": n_undefined,
+        "auc": auc,
+        "ci_low": low,
+        "ci_high": high,
+        "distance_name": distance_name,
+    }
 
 
-def diagnose(scores: np.ndarray, label: np.ndarray, pred: np.ndarray, *, by: str = "pred",
-             distance: str = "auto", n_resamples: int = 1000, seed: int = 0, level: float = 0.95,
-             class_names: Sequence[str] | None = None, sample: np.ndarray | None = None) -> Diagnosis:
+def diagnose(
+    scores: np.ndarray,
+    label: np.ndarray,
+    pred: np.ndarray,
+    *,
+    by: str = "pred",
+    distance: str = "auto",
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    class_names: Sequence[str] | None = None,
+    sample: np.ndarray | None = None,
+) -> Diagnosis:
     """Distance of every sample's profile to its class's correct-prediction reference, and its ROC AUC.
 
     See the module docstring for the choices (reference class, leave-one-out, distance, bootstrap).
@@ -365,8 +409,15 @@ def diagnose(scores: np.ndarray, label: np.ndarray, pred: np.ndarray, *, by: str
     refs = leave_one_out_references(profiles, cls, correct, n_classes)
     dist = _DISTANCE_FUNCTIONS[name](profiles, refs)
     dist[np.isnan(refs).any(1) | np.isnan(profiles).any(1)] = np.nan
-    samples = pd.DataFrame({"sample": np.arange(len(label)) if sample is None else np.asarray(sample),
-                            "label": label, "pred": pred, "correct": correct, "distance": dist})[DIAGNOSIS_COLUMNS]
+    samples = pd.DataFrame(
+        {
+            "sample": np.arange(len(label)) if sample is None else np.asarray(sample),
+            "label": label,
+            "pred": pred,
+            "correct": correct,
+            "distance": dist,
+        }
+    )[DIAGNOSIS_COLUMNS]
     common = dict(n_resamples=n_resamples, level=level, distance_name=name)
     undefined = np.isnan(dist)
     rows = [_summary_row("all", "all", dist, ~correct, int(undefined.sum()), seed=[seed, 0], **common)]
@@ -374,12 +425,21 @@ def diagnose(scores: np.ndarray, label: np.ndarray, pred: np.ndarray, *, by: str
         mask = cls == k
         if mask.any():
             cname = class_names[k] if class_names and k < len(class_names) else str(k)
-            rows.append(_summary_row(k, cname, dist[mask], ~correct[mask], int(undefined[mask].sum()),
-                                     seed=[seed, k + 1], **common))
-    meta = {"distance": name, "reference_by": by, "positive": "incorrect prediction (larger distance = more suspicious)",
-            "references": "leave-one-out mean of the correct predictions of the sample's class",
-            "bootstrap": "percentile, stratified by correctness", "n_resamples": n_resamples, "level": level,
-            "seed": seed}
+            rows.append(
+                _summary_row(
+                    k, cname, dist[mask], ~correct[mask], int(undefined[mask].sum()), seed=[seed, k + 1], **common
+                )
+            )
+    meta = {
+        "distance": name,
+        "reference_by": by,
+        "positive": "incorrect prediction (larger distance = more suspicious)",
+        "references": "leave-one-out mean of the correct predictions of the sample's class",
+        "bootstrap": "percentile, stratified by correctness",
+        "n_resamples": n_resamples,
+        "level": level,
+        "seed": seed,
+    }
     return Diagnosis(samples=samples, summary=pd.DataFrame(rows, columns=SUMMARY_COLUMNS), meta=meta)
 
 
@@ -393,5 +453,11 @@ def diagnose_scores(scores: pd.DataFrame, *, class_names: Sequence[str] | None =
     if wide.isna().any().any():
         raise ConfigError("every sample needs a score for every layer; some (sample, layer) pairs are missing.")
     who = scores.drop_duplicates("sample").set_index("sample").loc[wide.index]
-    return diagnose(wide.to_numpy(), who["label"].to_numpy(), who["pred"].to_numpy(), class_names=class_names,
-                    sample=wide.index.to_numpy(), **options)
+    return diagnose(
+        wide.to_numpy(),
+        who["label"].to_numpy(),
+        who["pred"].to_numpy(),
+        class_names=class_names,
+        sample=wide.index.to_numpy(),
+        **options,
+    )

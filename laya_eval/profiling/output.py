@@ -15,8 +15,9 @@ from laya_eval.profiling.profiles import SUBSETS, LayerProfile
 __all__ = ["profile_figures"]
 
 
-def _write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str | None = None,
-                   style: str = "default") -> list[Path]:
+def _write_profile(
+    profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: str | None = None, style: str = "default"
+) -> list[Path]:
     """Write profile.csv, profile_layers.csv, profile.json, the figures and manifest.json as the whole content
     of ``out_dir``.
 
@@ -48,9 +49,11 @@ def _write_profile(profile: LayerProfile, out_dir: str | os.PathLike, *, fmt: st
     from laya_eval.output.origin import provenance
 
     csv = dict(index=False, float_format="%.8g", lineterminator="\n")
-    files = {"profile.csv": profile.table.to_csv(**csv).encode(),
-             "profile_layers.csv": profile.layers.to_csv(**csv).encode(),
-             "profile.json": (json.dumps(profile.meta, indent=2, sort_keys=True, default=str) + "\n").encode()}
+    files = {
+        "profile.csv": profile.table.to_csv(**csv).encode(),
+        "profile_layers.csv": profile.layers.to_csv(**csv).encode(),
+        "profile.json": (json.dumps(profile.meta, indent=2, sort_keys=True, default=str) + "\n").encode(),
+    }
     if profile.diagnosis is not None:
         files["diagnosis.csv"] = profile.diagnosis.samples.to_csv(**csv).encode()
         files["diagnosis_summary.csv"] = profile.diagnosis.summary.to_csv(**csv).encode()
@@ -73,9 +76,13 @@ def profile_figures(profile: LayerProfile, *, style: str = "default") -> dict[st
     if (means < 0).any():
         vmax = max(abs(vmin), abs(vmax))
         vmin = -vmax
-    figs = {f"profile_heatmap_{subset}": figures.profile_heatmap(profile.table, subset=subset, meta=profile.meta,
-                                                                 vmin=vmin, vmax=vmax, style=style)
-            for subset in SUBSETS if (profile.table["subset"] == subset).any()}
+    figs = {
+        f"profile_heatmap_{subset}": figures.profile_heatmap(
+            profile.table, subset=subset, meta=profile.meta, vmin=vmin, vmax=vmax, style=style
+        )
+        for subset in SUBSETS
+        if (profile.table["subset"] == subset).any()
+    }
     figs["profile_layers"] = figures.profile_distribution(profile.scores, meta=profile.meta, style=style)
     if profile.diagnosis is not None:
         figs["diagnosis"] = figures.diagnosis_figure(profile.diagnosis, meta=profile.meta, style=style)

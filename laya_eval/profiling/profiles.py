@@ -152,11 +152,19 @@ def profile_table(scores: pd.DataFrame, class_names: Sequence[str] | None = None
         n, mean, std = _group_stats(values[mask], groups[mask], n_classes * n_layers)
         keep = np.flatnonzero(n > 0)
         c = keep // n_layers
-        parts.append(pd.DataFrame({
-            "subset": subset, "class": c,
-            "class_name": [class_names[k] if class_names and k < len(class_names) else str(k) for k in c],
-            "layer": keep % n_layers + 1, "mean": mean[keep], "std": std[keep], "n": n[keep],
-        }))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "subset": subset,
+                    "class": c,
+                    "class_name": [class_names[k] if class_names and k < len(class_names) else str(k) for k in c],
+                    "layer": keep % n_layers + 1,
+                    "mean": mean[keep],
+                    "std": std[keep],
+                    "n": n[keep],
+                }
+            )
+        )
     return pd.concat(parts, ignore_index=True)[PROFILE_COLUMNS]
 
 
@@ -176,8 +184,9 @@ def layer_table(scores: pd.DataFrame) -> pd.DataFrame:
     for subset, mask in _subset_masks(scores["label"].to_numpy(), scores["pred"].to_numpy()).items():
         n, mean, std = _group_stats(values[mask], layer[mask] - 1, n_layers)
         keep = np.flatnonzero(n > 0)
-        parts.append(pd.DataFrame({"subset": subset, "layer": keep + 1, "mean": mean[keep],
-                                   "std": std[keep], "n": n[keep]}))
+        parts.append(
+            pd.DataFrame({"subset": subset, "layer": keep + 1, "mean": mean[keep], "std": std[keep], "n": n[keep]})
+        )
     return pd.concat(parts, ignore_index=True)[LAYER_COLUMNS]
 
 
@@ -202,12 +211,19 @@ def scores_from_tables(layers: pd.DataFrame, samples: pd.DataFrame, method: str)
     who = samples.loc[samples["method"] == method, ["sample", "label", "pred"]]
     out = part.merge(who, on="sample", how="left", validate="many_to_one").rename(columns={"attribution": "score"})
     return out.sort_values(["sample", "layer"], kind="stable").reset_index(drop=True)[
-        ["sample", "label", "pred", "layer", "score"]]
+        ["sample", "label", "pred", "layer", "score"]
+    ]
 
 
-def profile_from_result(result, *, method: str = "laya", class_names: Sequence[str] | None = None,
-                        by: str = "label", meta: dict[str, Any] | None = None,
-                        diagnosis: DiagnosisOptions | None = None) -> LayerProfile:
+def profile_from_result(
+    result,
+    *,
+    method: str = "laya",
+    class_names: Sequence[str] | None = None,
+    by: str = "label",
+    meta: dict[str, Any] | None = None,
+    diagnosis: DiagnosisOptions | None = None,
+) -> LayerProfile:
     """The profile of ``method`` from an :class:`~laya_eval.engine.evaluation.EvaluationResult` already computed.
 
     Parameters
@@ -229,19 +245,38 @@ def profile_from_result(result, *, method: str = "laya", class_names: Sequence[s
     ckpt = manifest.get("checkpoint") or {}
     info = {
         "label": Path(ckpt["path"]).name if ckpt.get("path") else "<in-memory>",
-        "path": ckpt.get("path"), "sha256": ckpt.get("sha256"), "head": manifest.get("head"),
-        "dataset": manifest.get("dataset"), "split": manifest.get("split"), "n": manifest.get("n_samples"),
-        "method": method, "by": by, "scope": (manifest.get("options") or {}).get("scope", "head"),
-        "ablation": "none (scores only)", "n_layers": manifest.get("n_layers"),
-        "layer_names": manifest.get("layer_names"), "class_names": list(class_names) if class_names else None,
+        "path": ckpt.get("path"),
+        "sha256": ckpt.get("sha256"),
+        "head": manifest.get("head"),
+        "dataset": manifest.get("dataset"),
+        "split": manifest.get("split"),
+        "n": manifest.get("n_samples"),
+        "method": method,
+        "by": by,
+        "scope": (manifest.get("options") or {}).get("scope", "head"),
+        "ablation": "none (scores only)",
+        "n_layers": manifest.get("n_layers"),
+        "layer_names": manifest.get("layer_names"),
+        "class_names": list(class_names) if class_names else None,
         "seed": manifest.get("seed"),
     }
     info.update(meta or {})
     diag = None
     if diagnosis is not None:
-        diag = diagnose_scores(scores, class_names=class_names, by=diagnosis.by, distance=diagnosis.distance,
-                               n_resamples=diagnosis.n_resamples, level=diagnosis.level,
-                               seed=int(info.get("seed") or 0))
+        diag = diagnose_scores(
+            scores,
+            class_names=class_names,
+            by=diagnosis.by,
+            distance=diagnosis.distance,
+            n_resamples=diagnosis.n_resamples,
+            level=diagnosis.level,
+            seed=int(info.get("seed") or 0),
+        )
         info["diagnosis"] = diag.meta
-    return LayerProfile(table=profile_table(scores, class_names, by=by), layers=layer_table(scores),
-                        scores=scores, meta=info, diagnosis=diag)
+    return LayerProfile(
+        table=profile_table(scores, class_names, by=by),
+        layers=layer_table(scores),
+        scores=scores,
+        meta=info,
+        diagnosis=diag,
+    )

@@ -15,10 +15,21 @@ from laya_eval.profiling.profiles import LayerProfile, _check_by, _check_method,
 __all__ = ["profile"]
 
 
-def profile(model: Any, data: Any = None, *, out: str | os.PathLike | None = None, method: str = "laya",
-            by: str = "label", options: Any = None, data_dir: str | os.PathLike | None = None, progress: Any = None,
-            world: Any = None, diagnosis: DiagnosisOptions | None = DiagnosisOptions(), fmt: str | None = None,
-            style: str = "default") -> LayerProfile | None:
+def profile(
+    model: Any,
+    data: Any = None,
+    *,
+    out: str | os.PathLike | None = None,
+    method: str = "laya",
+    by: str = "label",
+    options: Any = None,
+    data_dir: str | os.PathLike | None = None,
+    progress: Any = None,
+    world: Any = None,
+    diagnosis: DiagnosisOptions | None = DiagnosisOptions(),
+    fmt: str | None = None,
+    style: str = "default",
+) -> LayerProfile | None:
     """Class-wise layer profile of one attribution method (``laya-eval profile``).
 
     ``out``, ``fmt``, ``style``, ``method`` and ``by`` are checked before any work. Given ``out``, the folder is
@@ -91,13 +102,15 @@ def profile(model: Any, data: Any = None, *, out: str | os.PathLike | None = Non
     _check_method(method)
     _check_by(by)
     options = dataclasses.replace(options or EvalOptions(), methods=(method,), bootstrap=0)
-    results = evaluate(model, data, options=options, data_dir=data_dir, progress=progress,
-                       world=world or SINGLE_PROCESS)
+    results = evaluate(
+        model, data, options=options, data_dir=data_dir, progress=progress, world=world or SINGLE_PROCESS
+    )
     if results is None:
         return None
     result = results[options.ablations[0]]  # a method that does not apply was refused while planning
-    prof = profile_from_result(result, method=method, class_names=tuple(result.manifest["class_names"]), by=by,
-                               diagnosis=diagnosis)
+    prof = profile_from_result(
+        result, method=method, class_names=tuple(result.manifest["class_names"]), by=by, diagnosis=diagnosis
+    )
     if out is not None:
         prof.files = _write_profile(prof, out, fmt=fmt, style=style)
     prof.wall_time_s = time.perf_counter() - start

@@ -36,8 +36,30 @@ from laya_eval.pruning.output import PRUNE_FILES, prune_figures
 from laya_eval.pruning.refit import RefitCache
 from laya_eval.pruning.run import PruneResult, prune
 
-__all__ = ["EARLY_EXIT_COLUMNS", "LATENCY_COLUMNS", "PRUNE_FILES", "PRUNING_COLUMNS", "PRUNING_COMPARISON_COLUMNS",
-           "PRUNING_SUMMARY_COLUMNS", "PruneOptions", "PruneResult", "RefitCache", "curve_area", "depth_latency",
-           "early_exit_table", "evaluate_masks", "exit_depths", "greedy_order", "is_chain", "layer_call_order",
-           "normalised_mass", "oracle_exit_depth", "prefix_masks", "prune", "prune_figures", "pruning_comparisons",
-           "pruning_summary", "removal_order"]
+__all__ = [
+    "EARLY_EXIT_COLUMNS",
+    "LATENCY_COLUMNS",
+    "PRUNE_FILES",
+    "PRUNING_COLUMNS",
+    "PRUNING_COMPARISON_COLUMNS",
+    "PRUNING_SUMMARY_COLUMNS",
+    "PruneOptions",
+    "PruneResult",
+    "RefitCache",
+    "curve_area",
+    "depth_latency",
+    "early_exit_table",
+    "evaluate_masks",
+    "exit_depths",
+    "greedy_order",
+    "is_chain",
+    "layer_call_order",
+    "normalised_mass",
+    "oracle_exit_depth",
+    "prefix_masks",
+    "prune",
+    "prune_figures",
+    "pruning_comparisons",
+    "pruning_summary",
+    "removal_order",
+]

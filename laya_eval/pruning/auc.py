@@ -39,8 +39,9 @@ def curve_area(correct: np.ndarray) -> np.ndarray:
     return (c.sum(1) - 0.5 * (c[:, 0] + c[:, -1])) / (k - 1)
 
 
-def pruning_summary(curves: Mapping[tuple[str, str, str, str], np.ndarray], *, n_resamples: int = 1000,
-                    seed: int = 0) -> pd.DataFrame:
+def pruning_summary(
+    curves: Mapping[tuple[str, str, str, str], np.ndarray], *, n_resamples: int = 1000, seed: int = 0
+) -> pd.DataFrame:
     """Area under every curve with a 95% percentile bootstrap interval over test inputs.
 
     Parameters
@@ -51,23 +52,47 @@ def pruning_summary(curves: Mapping[tuple[str, str, str, str], np.ndarray], *, n
     rows = []
     for (method, ranking, ablation, curve), correct in curves.items():
         iv = bootstrap_mean(curve_area(correct), n_resamples=n_resamples, seed=seed)
-        rows.append({"method": method, "ranking": ranking, "ablation": ablation, "curve": curve,
-                     "n": len(correct), "auc": iv.mean, "ci_low": iv.low, "ci_high": iv.high, "ci_note": iv.note})
+        rows.append(
+            {
+                "method": method,
+                "ranking": ranking,
+                "ablation": ablation,
+                "curve": curve,
+                "n": len(correct),
+                "auc": iv.mean,
+                "ci_low": iv.low,
+                "ci_high": iv.high,
+                "ci_note": iv.note,
+            }
+        )
     return pd.DataFrame(rows, columns=PRUNING_SUMMARY_COLUMNS)
 
 
-def pruning_comparisons(curves: Mapping[tuple[str, str, str, str], np.ndarray], *, n_resamples: int = 1000,
-                        seed: int = 0) -> pd.DataFrame:
+def pruning_comparisons(
+    curves: Mapping[tuple[str, str, str, str], np.ndarray], *, n_resamples: int = 1000, seed: int = 0
+) -> pd.DataFrame:
     """Paired bootstrap interval of the area difference ``a - b`` for every pair of rows with the same ranking,
     ablation and curve (each pair once, in the order the rows come)."""
     rows = []
     keys = list(curves)
     for i, (ma, ranking, ablation, curve) in enumerate(keys):
-        for mb, rb, ab, cb in keys[i + 1:]:
+        for mb, rb, ab, cb in keys[i + 1 :]:
             if (rb, ab, cb) != (ranking, ablation, curve):
                 continue
             diff = curve_area(curves[(ma, ranking, ablation, curve)]) - curve_area(curves[(mb, rb, ab, cb)])
             iv = bootstrap_mean(diff, n_resamples=n_resamples, seed=seed)
-            rows.append({"ranking": ranking, "ablation": ablation, "curve": curve, "method_a": ma, "method_b": mb,
-                         "n": len(diff), "auc_difference": iv.mean, "ci_low": iv.low, "ci_high": iv.high, "ci_note": iv.note})
+            rows.append(
+                {
+                    "ranking": ranking,
+                    "ablation": ablation,
+                    "curve": curve,
+                    "method_a": ma,
+                    "method_b": mb,
+                    "n": len(diff),
+                    "auc_difference": iv.mean,
+                    "ci_low": iv.low,
+                    "ci_high": iv.high,
+                    "ci_note": iv.note,
+                }
+            )
     return pd.DataFrame(rows, columns=PRUNING_COMPARISON_COLUMNS)

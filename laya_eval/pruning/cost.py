@@ -61,6 +61,7 @@ def _run_to(model: LayeredModel, modules: list[nn.Module], x: Any, depth: int) -
     """Seconds to run the backbone up to layer ``depth`` (1-based); depth 0 runs the whole model."""
     handle = None
     if depth:
+
         def stop(module: nn.Module, args: Any, output: Any) -> None:
             raise _Stop
 

@@ -58,8 +58,15 @@ def intact_logits(head: LayerHead, hidden: Sequence[Tensor]) -> Tensor:
 
 
 @torch.no_grad()
-def evaluate_masks(head: LayerHead, hidden: Sequence[Tensor], masks: np.ndarray, ablation: str,
-                   fill: Sequence[Tensor] | None, *, batch_size: int = 256) -> tuple[np.ndarray, np.ndarray]:
+def evaluate_masks(
+    head: LayerHead,
+    hidden: Sequence[Tensor],
+    masks: np.ndarray,
+    ablation: str,
+    fill: Sequence[Tensor] | None,
+    *,
+    batch_size: int = 256,
+) -> tuple[np.ndarray, np.ndarray]:
     """Prediction and confidence of the head with the layers of each mask removed.
 
     Parameters
@@ -91,8 +98,8 @@ def evaluate_masks(head: LayerHead, hidden: Sequence[Tensor], masks: np.ndarray,
     fill = None if fill is None else [v.to(device) for v in fill]
     preds, confidence = [], []
     for start in range(0, n, batch_size):
-        batch = [h[start:start + batch_size].to(device) for h in hidden]  # the cached features live on the CPU
-        m = masks_t if masks_t.dim() == 2 else masks_t[start:start + batch_size]
+        batch = [h[start : start + batch_size].to(device) for h in hidden]  # the cached features live on the CPU
+        m = masks_t if masks_t.dim() == 2 else masks_t[start : start + batch_size]
         tr = trace_from_hidden(head, batch)
         logits = head_removal_logits(tr, head, m, ablation, fill)  # (B, K, C)
         whole = (m >= 1).all(-1)  # (K,) or (B, K)
@@ -106,8 +113,15 @@ def evaluate_masks(head: LayerHead, hidden: Sequence[Tensor], masks: np.ndarray,
     return np.concatenate(preds), np.concatenate(confidence)
 
 
-def greedy_order(head: LayerHead, hidden: Sequence[Tensor], labels: Tensor, ablation: str,
-                 fill: Sequence[Tensor] | None, *, batch_size: int = 256) -> np.ndarray:
+def greedy_order(
+    head: LayerHead,
+    hidden: Sequence[Tensor],
+    labels: Tensor,
+    ablation: str,
+    fill: Sequence[Tensor] | None,
+    *,
+    batch_size: int = 256,
+) -> np.ndarray:
     """The oracle's removal order: greedy search for the best k-subset on (validation) data.
 
     At step k the layer whose removal, together with the k-1 already removed, leaves the highest accuracy is

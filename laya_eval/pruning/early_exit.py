@@ -59,21 +59,45 @@ def normalised_mass(scores: np.ndarray) -> np.ndarray:
     return np.concatenate([after[:, 1:], np.zeros((len(w), 1))], axis=1)
 
 
-def _row(policy: str, method: str, partial: str, threshold: float, depth: np.ndarray, pred: np.ndarray,
-         full_pred: np.ndarray, labels: np.ndarray, latency: np.ndarray | None, partial_all: bool,
-         signal_all: bool) -> dict:
+def _row(
+    policy: str,
+    method: str,
+    partial: str,
+    threshold: float,
+    depth: np.ndarray,
+    pred: np.ndarray,
+    full_pred: np.ndarray,
+    labels: np.ndarray,
+    latency: np.ndarray | None,
+    partial_all: bool,
+    signal_all: bool,
+) -> dict:
     ratio = float("nan") if latency is None else float(np.mean(latency[depth] / latency[-1]))
-    return {"policy": policy, "method": method, "partial": partial, "threshold": threshold,
-            "accuracy": float(np.mean(pred == labels)), "agreement": float(np.mean(pred == full_pred)),
-            "mean_depth": float(np.mean(depth)), "latency_ratio": ratio,
-            "partial_needs_all_layers": partial_all, "signal_needs_all_layers": signal_all,
-            "saving": "hypothetical" if (partial_all or signal_all) else "real"}
+    return {
+        "policy": policy,
+        "method": method,
+        "partial": partial,
+        "threshold": threshold,
+        "accuracy": float(np.mean(pred == labels)),
+        "agreement": float(np.mean(pred == full_pred)),
+        "mean_depth": float(np.mean(depth)),
+        "latency_ratio": ratio,
+        "partial_needs_all_layers": partial_all,
+        "signal_needs_all_layers": signal_all,
+        "saving": "hypothetical" if (partial_all or signal_all) else "real",
+    }
 
 
-def early_exit_table(partial_pred: Mapping[str, np.ndarray], partial_conf: Mapping[str, np.ndarray],
-                     partial_needs_all: Mapping[str, bool], full_pred: np.ndarray, labels: np.ndarray,
-                     scores: Mapping[str, np.ndarray], dataset_level: set[str], latency: np.ndarray | None
-                     ) -> pd.DataFrame:
+def early_exit_table(
+    partial_pred: Mapping[str, np.ndarray],
+    partial_conf: Mapping[str, np.ndarray],
+    partial_needs_all: Mapping[str, bool],
+    full_pred: np.ndarray,
+    labels: np.ndarray,
+    scores: Mapping[str, np.ndarray],
+    dataset_level: set[str],
+    latency: np.ndarray | None,
+) -> pd.DataFrame:
     """Every policy and threshold for every partial-prediction kind.
 
     Parameters
@@ -105,19 +129,30 @@ def early_exit_table(partial_pred: Mapping[str, np.ndarray], partial_conf: Mappi
             return pp[idx, depth - 1]
 
         oracle = oracle_exit_depth(pp, full_pred)
-        rows.append(_row("oracle", "", kind, float("nan"), oracle, at(oracle), full_pred, labels, latency, needs,
-                         True))
+        rows.append(_row("oracle", "", kind, float("nan"), oracle, at(oracle), full_pred, labels, latency, needs, True))
         for d in range(1, n_layers + 1):
             depth = np.full(len(full_pred), d)
             rows.append(_row("fixed", "", kind, float(d), depth, at(depth), full_pred, labels, latency, needs, False))
         for theta in CONFIDENCE_THRESHOLDS:
             depth = exit_depths(pc >= theta)
-            rows.append(_row("confidence", "", kind, theta, depth, at(depth), full_pred, labels, latency, needs,
-                             needs))
+            rows.append(_row("confidence", "", kind, theta, depth, at(depth), full_pred, labels, latency, needs, needs))
         for method, s in scores.items():
             mass = normalised_mass(s)
             for eps in MASS_THRESHOLDS:
                 depth = exit_depths(mass < eps)
-                rows.append(_row("attribution", method, kind, eps, depth, at(depth), full_pred, labels, latency,
-                                 needs, method not in dataset_level))
+                rows.append(
+                    _row(
+                        "attribution",
+                        method,
+                        kind,
+                        eps,
+                        depth,
+                        at(depth),
+                        full_pred,
+                        labels,
+                        latency,
+                        needs,
+                        method not in dataset_level,
+                    )
+                )
     return pd.DataFrame(rows, columns=EARLY_EXIT_COLUMNS)

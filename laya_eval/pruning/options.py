@@ -10,16 +10,54 @@ from laya_eval.engine.removals import check_ablations, check_fixed_ablation
 from laya_eval.options import check_declared, declared, defaults_of
 from laya_eval.training.trainer import TrainOptions
 
-__all__ = ["EARLY_EXIT_COLUMNS", "LATENCY_COLUMNS", "PRUNING_COLUMNS", "PRUNING_COMPARISON_COLUMNS",
-           "PRUNING_SUMMARY_COLUMNS", "PruneOptions"]
+__all__ = [
+    "EARLY_EXIT_COLUMNS",
+    "LATENCY_COLUMNS",
+    "PRUNING_COLUMNS",
+    "PRUNING_COMPARISON_COLUMNS",
+    "PRUNING_SUMMARY_COLUMNS",
+    "PruneOptions",
+]
 
-PRUNING_COLUMNS = ["method", "ranking", "ablation", "k_removed", "layers_kept", "accuracy", "confidence",
-                   "accuracy_refit", "accuracy_refit_std", "depth", "latency_ratio"]
+PRUNING_COLUMNS = [
+    "method",
+    "ranking",
+    "ablation",
+    "k_removed",
+    "layers_kept",
+    "accuracy",
+    "confidence",
+    "accuracy_refit",
+    "accuracy_refit_std",
+    "depth",
+    "latency_ratio",
+]
 PRUNING_SUMMARY_COLUMNS = ["method", "ranking", "ablation", "curve", "n", "auc", "ci_low", "ci_high", "ci_note"]
-PRUNING_COMPARISON_COLUMNS = ["ranking", "ablation", "curve", "method_a", "method_b", "n", "auc_difference",
-                              "ci_low", "ci_high", "ci_note"]
-EARLY_EXIT_COLUMNS = ["policy", "method", "partial", "threshold", "accuracy", "agreement", "mean_depth",
-                      "latency_ratio", "partial_needs_all_layers", "signal_needs_all_layers", "saving"]
+PRUNING_COMPARISON_COLUMNS = [
+    "ranking",
+    "ablation",
+    "curve",
+    "method_a",
+    "method_b",
+    "n",
+    "auc_difference",
+    "ci_low",
+    "ci_high",
+    "ci_note",
+]
+EARLY_EXIT_COLUMNS = [
+    "policy",
+    "method",
+    "partial",
+    "threshold",
+    "accuracy",
+    "agreement",
+    "mean_depth",
+    "latency_ratio",
+    "partial_needs_all_layers",
+    "signal_needs_all_layers",
+    "saving",
+]
 LATENCY_COLUMNS = ["depth", "seconds", "latency_ratio"]
 
 #: Thresholds of the early-exit policies (confidence theta, attribution mass epsilon).

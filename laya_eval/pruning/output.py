@@ -37,8 +37,9 @@ def _write_prune(result, out_dir: str | os.PathLike, *, fmt: str | None = None, 
     from laya_eval.output.files import sha256_bytes, write_result_folder
     from laya_eval.output.origin import provenance
 
-    tables = dict(zip(PRUNE_FILES, (result.pruning, result.summary, result.comparisons, result.early_exit,
-                                    result.latency)))
+    tables = dict(
+        zip(PRUNE_FILES, (result.pruning, result.summary, result.comparisons, result.early_exit, result.latency))
+    )
     files = {name: _csv(t) for name, t in tables.items() if t is not None}
     files.update(figure_files(prune_figures(result, meta=result.meta, style=style), fmt=fmt, style=style))
     manifest = {"kind": "prune", **provenance(), **result.meta, "files": {n: sha256_bytes(b) for n, b in files.items()}}

@@ -34,8 +34,15 @@ class RefitCache:
         Called with ``(layers kept, seed)`` after each head is trained (progress bars).
     """
 
-    def __init__(self, like: LayerHead, train: Features, val: Features, test: Features, options: TrainOptions,
-                 on_train: Callable[[tuple[int, ...], int], None] | None = None):
+    def __init__(
+        self,
+        like: LayerHead,
+        train: Features,
+        val: Features,
+        test: Features,
+        options: TrainOptions,
+        on_train: Callable[[tuple[int, ...], int], None] | None = None,
+    ):
         self.like, self.train, self.val, self.test, self.options = like, train, val, test, options
         self.on_train = on_train
         self._done: dict[tuple[tuple[int, ...], int], tuple[np.ndarray, np.ndarray]] = {}

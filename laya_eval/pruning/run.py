@@ -74,12 +74,20 @@ class PruneResult:
 class _Context:
     """Everything the rows need: features, scores, the refit cache, depth costs."""
 
-    def __init__(self, model: LayeredModel, features: dict[str, Features], options: PruneOptions,
-                 latency: np.ndarray | None, chain: bool, on_head: Callable | None):
+    def __init__(
+        self,
+        model: LayeredModel,
+        features: dict[str, Features],
+        options: PruneOptions,
+        latency: np.ndarray | None,
+        chain: bool,
+        on_head: Callable | None,
+    ):
         self.model, self.f, self.options, self.latency, self.chain = model, features, options, latency, chain
         self.labels = features["test"].y.numpy()
-        self.refit = RefitCache(model.head, features["train"], features["val"], features["test"], options.train,
-                                on_train=on_head)
+        self.refit = RefitCache(
+            model.head, features["train"], features["val"], features["test"], options.train, on_train=on_head
+        )
         self.seeds = [offset_seed(options.train.seed, r) for r in range(options.seeds)]
 
     def depth_cost(self, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -90,8 +98,7 @@ class _Context:
         kept = masks >= 1
         deepest = masks.shape[-1] - np.argmax(kept[..., ::-1], axis=-1)  # 1-based, (..., K)
         deepest = deepest.reshape(-1, n_k)
-        ratio = (np.full(n_k, np.nan) if self.latency is None
-                 else (self.latency[deepest] / self.latency[-1]).mean(0))
+        ratio = np.full(n_k, np.nan) if self.latency is None else (self.latency[deepest] / self.latency[-1]).mean(0)
         return deepest.mean(0).astype(np.float64), ratio
 
     def refit_curve(self, orders: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -100,22 +107,48 @@ class _Context:
         if not self.seeds:
             return None
         n_layers = len(orders[0])
-        runs = [(order, seed) for order in orders for seed in self.seeds] if len(orders) == 1 else \
-            [(order, self.seeds[r % len(self.seeds)]) for r, order in enumerate(orders)]
-        correct = np.stack([np.stack([self.refit.correct(order[k:], seed) for k in range(n_layers)], 1)
-                            for order, seed in runs])  # (R, N, K)
+        runs = (
+            [(order, seed) for order in orders for seed in self.seeds]
+            if len(orders) == 1
+            else [(order, self.seeds[r % len(self.seeds)]) for r, order in enumerate(orders)]
+        )
+        correct = np.stack(
+            [np.stack([self.refit.correct(order[k:], seed) for k in range(n_layers)], 1) for order, seed in runs]
+        )  # (R, N, K)
         acc = correct.mean(1)
         std = acc.std(0, ddof=1) if len(runs) > 1 else np.full(n_layers, np.nan)
         return acc.mean(0), std, correct.mean(0)
 
 
-def _rows(method: str, ranking: str, ablation: str, kept: list[str], acc: np.ndarray, conf: np.ndarray,
-          refit: tuple | None, depth: np.ndarray, ratio: np.ndarray) -> list[dict]:
+def _rows(
+    method: str,
+    ranking: str,
+    ablation: str,
+    kept: list[str],
+    acc: np.ndarray,
+    conf: np.ndarray,
+    refit: tuple | None,
+    depth: np.ndarray,
+    ratio: np.ndarray,
+) -> list[dict]:
     nan = np.full(len(acc), np.nan)
     r_acc, r_std = (refit[0], refit[1]) if refit is not None else (nan, nan)
-    return [{"method": method, "ranking": ranking, "ablation": ablation, "k_removed": k, "layers_kept": kept[k],
-             "accuracy": acc[k], "confidence": conf[k], "accuracy_refit": r_acc[k], "accuracy_refit_std": r_std[k],
-             "depth": depth[k], "latency_ratio": ratio[k]} for k in range(len(acc))]
+    return [
+        {
+            "method": method,
+            "ranking": ranking,
+            "ablation": ablation,
+            "k_removed": k,
+            "layers_kept": kept[k],
+            "accuracy": acc[k],
+            "confidence": conf[k],
+            "accuracy_refit": r_acc[k],
+            "accuracy_refit_std": r_std[k],
+            "depth": depth[k],
+            "latency_ratio": ratio[k],
+        }
+        for k in range(len(acc))
+    ]
 
 
 def _kept_names(order: np.ndarray) -> list[str]:
@@ -136,20 +169,33 @@ def _dataset_rows(ctx: _Context, method: str, ablation: str, orders: list[np.nda
         ratio.append(r)
     correct_mean = np.mean(correct, 0)
     curves[(method, "dataset", ablation, "accuracy")] = correct_mean
-    refit_orders = orders if len(orders) == 1 else orders[:ctx.options.n_random_refit]
+    refit_orders = orders if len(orders) == 1 else orders[: ctx.options.n_random_refit]
     refit = ctx.refit_curve(refit_orders) if refit_orders else None
     if refit is not None:
         curves[(method, "dataset", ablation, "refit")] = refit[2]
-    kept = _kept_names(orders[0]) if len(orders) == 1 else [f"{len(orders[0]) - k} of {len(orders[0])} (random)"
-                                                            for k in range(len(orders[0]))]
-    return _rows(method, "dataset", ablation, kept, correct_mean.mean(0), np.mean(conf, 0).mean(0), refit,
-                 np.mean(depth, 0), np.mean(ratio, 0))
+    kept = (
+        _kept_names(orders[0])
+        if len(orders) == 1
+        else [f"{len(orders[0]) - k} of {len(orders[0])} (random)" for k in range(len(orders[0]))]
+    )
+    return _rows(
+        method,
+        "dataset",
+        ablation,
+        kept,
+        correct_mean.mean(0),
+        np.mean(conf, 0).mean(0),
+        refit,
+        np.mean(depth, 0),
+        np.mean(ratio, 0),
+    )
 
 
 def _input_rows(ctx: _Context, method: str, ablation: str, scores: np.ndarray, fill, curves: dict) -> list:
     masks = prefix_masks(removal_order(scores))
-    pred, conf = evaluate_masks(ctx.model.head, ctx.f["test"].hidden, masks, ablation, fill,
-                                batch_size=ctx.options.batch_size)
+    pred, conf = evaluate_masks(
+        ctx.model.head, ctx.f["test"].hidden, masks, ablation, fill, batch_size=ctx.options.batch_size
+    )
     correct = pred == ctx.labels[:, None]
     curves[(method, "input", ablation, "accuracy")] = correct
     depth, ratio = ctx.depth_cost(masks)
@@ -172,8 +218,9 @@ def _weights_vary(model: LayeredModel, test: Features, batch_size: int) -> bool:
 def _early_exit(ctx: _Context, scores: dict[str, np.ndarray], dataset_level: set[str]) -> pd.DataFrame:
     test, n_layers = ctx.f["test"], ctx.model.n_layers
     prefix = np.tril(np.ones((n_layers, n_layers), np.float32))  # row d-1 keeps layers 1..d
-    pred, conf = evaluate_masks(ctx.model.head, test.hidden, prefix, "gate-renorm", None,
-                                batch_size=ctx.options.batch_size)
+    pred, conf = evaluate_masks(
+        ctx.model.head, test.hidden, prefix, "gate-renorm", None, batch_size=ctx.options.batch_size
+    )
     partial_pred, partial_conf = {"gate-renorm": pred}, {"gate-renorm": conf}
     needs = {"gate-renorm": _weights_vary(ctx.model, test, ctx.options.batch_size)}
     if ctx.seeds:
@@ -181,12 +228,21 @@ def _early_exit(ctx: _Context, scores: dict[str, np.ndarray], dataset_level: set
         partial_pred["refit"] = np.stack([c[0] for c in cols] + [pred[:, -1]], 1)
         partial_conf["refit"] = np.stack([c[1] for c in cols] + [conf[:, -1]], 1)
         needs["refit"] = False
-    return early_exit_table(partial_pred, partial_conf, needs, pred[:, -1], ctx.labels, scores, dataset_level,
-                            ctx.latency)
+    return early_exit_table(
+        partial_pred, partial_conf, needs, pred[:, -1], ctx.labels, scores, dataset_level, ctx.latency
+    )
 
 
-def _prune_layers(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset, options: PruneOptions, *,
-                  on_head: Callable[[tuple[int, ...], int], None] | None, cache_dir: Any) -> PruneResult:
+def _prune_layers(
+    model: LayeredModel,
+    train: Dataset,
+    val: Dataset,
+    test: Dataset,
+    options: PruneOptions,
+    *,
+    on_head: Callable[[tuple[int, ...], int], None] | None,
+    cache_dir: Any,
+) -> PruneResult:
     """Every method's pruning curves, the bounds and the early-exit what-if on ``model`` (see :func:`prune`)."""
     if model.n_layers < 2:
         raise ConfigError(f"pruning needs at least 2 layers; the model has {model.n_layers}.")
@@ -194,10 +250,19 @@ def _prune_layers(model: LayeredModel, train: Dataset, val: Dataset, test: Datas
     for d in (train, val, test):
         model.check_fits(d)
     model.eval()
-    f = {name: encode_features(model, d, batch_size=options.batch_size, cache_dir=cache_dir) for name, d in (("train", train), ("val", val), ("test", test))}
+    f = {
+        name: encode_features(model, d, batch_size=options.batch_size, cache_dir=cache_dir)
+        for name, d in (("train", train), ("val", val), ("test", test))
+    }
     names = list(options.methods) if options.methods is not None else [m.name for m in resolve_methods(None)]
-    scores, _ = attribute_features(model, f["test"], list(dict.fromkeys([*names, _RANDOM])), seed=options.seed,
-                                   batch_size=options.batch_size, target=options.target)
+    scores, _ = attribute_features(
+        model,
+        f["test"],
+        list(dict.fromkeys([*names, _RANDOM])),
+        seed=options.seed,
+        batch_size=options.batch_size,
+        target=options.target,
+    )
     random_scores = scores.pop(_RANDOM)  # the random rows are always there: they bound every method
     dataset_level = {m for m, s in scores.items() if float(np.ptp(s, axis=0).max()) == 0.0}
     example = batch_inputs(test.x, slice(0, min(options.timing_batch, len(test))), next(model.parameters()).device)
@@ -220,24 +285,55 @@ def _prune_layers(model: LayeredModel, train: Dataset, val: Dataset, test: Datas
         rows += _dataset_rows(ctx, "oracle", ablation, [oracle], fill, curves)
     table = pd.DataFrame(rows, columns=PRUNING_COLUMNS)
     early = _early_exit(ctx, {**scores, _RANDOM: random_scores}, dataset_level) if options.early_exit else None
-    lat = None if latency is None else pd.DataFrame(
-        {"depth": np.arange(len(latency)), "seconds": latency, "latency_ratio": latency / latency[-1]},
-        columns=LATENCY_COLUMNS)
-    meta = {"n_test": len(test), "n_train": len(train), "n_val": len(val), "n_layers": model.n_layers,
-            "layer_names": list(model.layer_names), "head": model.head.name, "chain": chain,
-            "methods": list(scores), "dataset_level_methods": sorted(dataset_level),
-            "refit_heads_trained": len(ctx.refit), "timed": latency is not None}
-    return PruneResult(pruning=table, summary=pruning_summary(curves, n_resamples=options.bootstrap, seed=options.seed),
-                       comparisons=pruning_comparisons(curves, n_resamples=options.bootstrap, seed=options.seed),
-                       early_exit=early, latency=lat, meta=meta)
+    lat = (
+        None
+        if latency is None
+        else pd.DataFrame(
+            {"depth": np.arange(len(latency)), "seconds": latency, "latency_ratio": latency / latency[-1]},
+            columns=LATENCY_COLUMNS,
+        )
+    )
+    meta = {
+        "n_test": len(test),
+        "n_train": len(train),
+        "n_val": len(val),
+        "n_layers": model.n_layers,
+        "layer_names": list(model.layer_names),
+        "head": model.head.name,
+        "chain": chain,
+        "methods": list(scores),
+        "dataset_level_methods": sorted(dataset_level),
+        "refit_heads_trained": len(ctx.refit),
+        "timed": latency is not None,
+    }
+    return PruneResult(
+        pruning=table,
+        summary=pruning_summary(curves, n_resamples=options.bootstrap, seed=options.seed),
+        comparisons=pruning_comparisons(curves, n_resamples=options.bootstrap, seed=options.seed),
+        early_exit=early,
+        latency=lat,
+        meta=meta,
+    )
 
 
-def prune(model: LayeredModel | str | os.PathLike, data: str | Mapping[str, Dataset] | None = None, *,
-          out: str | os.PathLike | None = None, options: PruneOptions | None = None,
-          data_dir: str | os.PathLike | None = None, limit: int | None = None, cache_dir: Any = None,
-          device: str = "cpu", trust_code: bool = False, download: bool = False, allow_unverified: bool = False,
-          fmt: str | None = None, style: str = "default", on_start: Callable[[str], None] | None = None,
-          on_head: Callable[[tuple[int, ...], int], None] | None = None) -> PruneResult:
+def prune(
+    model: LayeredModel | str | os.PathLike,
+    data: str | Mapping[str, Dataset] | None = None,
+    *,
+    out: str | os.PathLike | None = None,
+    options: PruneOptions | None = None,
+    data_dir: str | os.PathLike | None = None,
+    limit: int | None = None,
+    cache_dir: Any = None,
+    device: str = "cpu",
+    trust_code: bool = False,
+    download: bool = False,
+    allow_unverified: bool = False,
+    fmt: str | None = None,
+    style: str = "default",
+    on_start: Callable[[str], None] | None = None,
+    on_head: Callable[[tuple[int, ...], int], None] | None = None,
+) -> PruneResult:
     """Prune layers by every method's ranking; accuracy without and with retraining, depth and latency
     (``laya-eval prune``).
 
@@ -303,21 +399,38 @@ def prune(model: LayeredModel | str | os.PathLike, data: str | Mapping[str, Data
     if isinstance(model, LayeredModel):
         net, provenance, label = model, {"path": None, "sha256": None}, "<in-memory>"
     else:
-        loaded = load_model(model, trust_code=trust_code, download=download, map_location=resolve_device(device),
-                            allow_unverified=allow_unverified)
+        loaded = load_model(
+            model,
+            trust_code=trust_code,
+            download=download,
+            map_location=resolve_device(device),
+            allow_unverified=allow_unverified,
+        )
         net, provenance, label = loaded.model, loaded.provenance, str(model)
     name, splits = load_splits(data or net.info.dataset, data_dir=data_dir, download=download, test_limit=limit)
     start = time.perf_counter()
     if on_start is not None:
-        on_start(f"{label}: {net.head.name} head, {name}, L = {net.n_layers}; encoding "
-                 f"{sum(len(s) for s in splits)} samples once, then head-only work")
+        on_start(
+            f"{label}: {net.head.name} head, {name}, L = {net.n_layers}; encoding "
+            f"{sum(len(s) for s in splits)} samples once, then head-only work"
+        )
     result = _prune_layers(net, *splits, options, on_head=on_head, cache_dir=cache_dir)
     result.wall_time_s = time.perf_counter() - start
-    result.meta = {"label": label, "checkpoint": provenance, "dataset": name, "split": "test",
-                   "ablations": list(options.ablations), "seeds": options.seeds,
-                   "train": dataclasses.asdict(options.train), "n_random": options.n_random,
-                   "n_random_refit": options.n_random_refit, "seed": options.seed, "bootstrap": options.bootstrap,
-                   "target": options.target, **result.meta}
+    result.meta = {
+        "label": label,
+        "checkpoint": provenance,
+        "dataset": name,
+        "split": "test",
+        "ablations": list(options.ablations),
+        "seeds": options.seeds,
+        "train": dataclasses.asdict(options.train),
+        "n_random": options.n_random,
+        "n_random_refit": options.n_random_refit,
+        "seed": options.seed,
+        "bootstrap": options.bootstrap,
+        "target": options.target,
+        **result.meta,
+    }
     if out is not None:
         result.files = _write_prune(result, out, fmt=fmt, style=style)
     return result

@@ -21,8 +21,14 @@ from laya_eval.figures import method_label
 from laya_eval.reporting.render import _num, _slug
 from laya_eval.reporting.runs import Run
 
-__all__ = ["OPERATORS_TITLE", "OperatorTable", "best_by_operator", "find_operator_tables", "operator_blocks",
-           "operator_sentence"]
+__all__ = [
+    "OPERATORS_TITLE",
+    "OperatorTable",
+    "best_by_operator",
+    "find_operator_tables",
+    "operator_blocks",
+    "operator_sentence",
+]
 
 OPERATORS_TITLE = "Operator sensitivity"
 
@@ -50,10 +56,12 @@ def find_operator_tables(runs: Sequence[Run]) -> list[OperatorTable]:
         data = path.read_bytes()
         recorded = (r.manifest.get("run_files") or {}).get("../operators.csv")
         if recorded != sha256_bytes(data):
-            raise ResultsError(f"'{path}' is not the operators.csv the run of '{r.folder}' wrote (files of different "
-                               "runs are mixed); rerun the evaluation.")
+            raise ResultsError(
+                f"'{path}' is not the operators.csv the run of '{r.folder}' wrote (files of different "
+                "runs are mixed); rerun the evaluation."
+            )
         table = pd.read_csv(io.BytesIO(data), keep_default_na=False, na_values=[""])
-        operators = [c[len("faithfulness_"):] for c in table.columns if c.startswith("faithfulness_")]
+        operators = [c[len("faithfulness_") :] for c in table.columns if c.startswith("faithfulness_")]
         out.append(OperatorTable(parent.name or str(parent), table, operators))
     return out
 
@@ -73,8 +81,12 @@ def operator_sentence(t: OperatorTable) -> str:
     best = best_by_operator(t)
     named = {a: (method_label(b) if b else "undefined") for a, b in best.items()}
     w, p = t.table["kendall_w"].iloc[0], t.table["kendall_w_p_value"].iloc[0]
-    agreement = (f"Kendall's W of the method ranking across the {len(t.operators)} operators is {_num(w)} "
-                 f"(permutation p = {_num(p)})" if pd.notna(w) else "Kendall's W is undefined")
+    agreement = (
+        f"Kendall's W of the method ranking across the {len(t.operators)} operators is {_num(w)} "
+        f"(permutation p = {_num(p)})"
+        if pd.notna(w)
+        else "Kendall's W is undefined"
+    )
     if len({b for b in best.values() if b}) > 1:
         head = "The best method changes with the operator: " + ", ".join(f"{a}: {b}" for a, b in named.items())
     else:
@@ -82,8 +94,10 @@ def operator_sentence(t: OperatorTable) -> str:
     swing = t.table.dropna(subset=["largest_swing"])
     if not swing.empty:
         top = swing.loc[swing["largest_swing"].idxmax()]
-        head += (f"; the largest swing is {method_label(top['method'])}'s, {_num(top['largest_swing'])} of "
-                 f"faithfulness between {top['swing_from']} and {top['swing_to']}")
+        head += (
+            f"; the largest swing is {method_label(top['method'])}'s, {_num(top['largest_swing'])} of "
+            f"faithfulness between {top['swing_from']} and {top['swing_to']}"
+        )
     return f"{head}. {agreement}."
 
 
@@ -96,15 +110,27 @@ def operator_blocks(tables: Sequence[OperatorTable], figure) -> list[tuple]:
     """The section's blocks (none when no run has an ``operators.csv``)."""
     if not tables:
         return []
-    body: list[tuple] = [("h2", OPERATORS_TITLE),
-                         ("p", "The same methods scored against several removal operators (--ablation): each "
-                               "method's faithfulness and rank (1 = most faithful) under each, the largest swing "
-                               "between two operators, and the agreement of the rankings (Kendall's W: 1 = every "
-                               "operator ranks the methods alike, 0 = no agreement).")]
+    body: list[tuple] = [
+        ("h2", OPERATORS_TITLE),
+        (
+            "p",
+            "The same methods scored against several removal operators (--ablation): each "
+            "method's faithfulness and rank (1 = most faithful) under each, the largest swing "
+            "between two operators, and the agreement of the rankings (Kendall's W: 1 = every "
+            "operator ranks the methods alike, 0 = no agreement).",
+        ),
+    ]
     for t in tables:
         header = ["method", *[f"{a} (rank)" for a in t.operators], "largest swing"]
-        rows = [[method_label(r["method"]), *[_cell(r, a) for a in t.operators], _num(r["largest_swing"])]
-                for _, r in t.table.iterrows()]
-        body += [("details", t.label, len(tables) == 1), ("p", operator_sentence(t)), ("table", header, rows),
-                 figure(f"operators_{_slug(t.label)}", f"Faithfulness per operator, {t.label}."), ("end_details",)]
+        rows = [
+            [method_label(r["method"]), *[_cell(r, a) for a in t.operators], _num(r["largest_swing"])]
+            for _, r in t.table.iterrows()
+        ]
+        body += [
+            ("details", t.label, len(tables) == 1),
+            ("p", operator_sentence(t)),
+            ("table", header, rows),
+            figure(f"operators_{_slug(t.label)}", f"Faithfulness per operator, {t.label}."),
+            ("end_details",),
+        ]
     return body

@@ -51,8 +51,11 @@ def code_cells(manifest: Mapping[str, Any] | None) -> tuple[str, str, str]:
 def provenance_table(runs: Sequence[Any] = (), sanity: Sequence[Any] = (), mixers: Sequence[Any] = ()) -> pd.DataFrame:
     """One row per folder read (faithfulness runs, then sanity and mixers folders): its label, kind and
     :func:`code_cells`. Columns :data:`PROVENANCE_COLUMNS`."""
-    rows = [[r.label, kind, *code_cells(r.manifest)]
-            for kind, group in (("faithfulness", runs), ("sanity", sanity), ("mixers", mixers)) for r in group]
+    rows = [
+        [r.label, kind, *code_cells(r.manifest)]
+        for kind, group in (("faithfulness", runs), ("sanity", sanity), ("mixers", mixers))
+        for r in group
+    ]
     return pd.DataFrame(rows, columns=PROVENANCE_COLUMNS)
 
 
@@ -60,9 +63,17 @@ def provenance_blocks(table: pd.DataFrame) -> list[tuple]:
     """The "Provenance" section: one row per folder (empty for a table without rows)."""
     if table.empty:
         return []
-    return [("h2", PROVENANCE_TITLE),
-            ("p", f"The code that wrote each folder, from its manifest: laya-eval's version, the sha256 of its "
-                  f"code (the first {SHORT} hex digits) and the git commit it ran from ('modified': a .py file "
-                  "differed from that commit; n/a: not run from a git checkout)."),
-            ("table", ["run", "kind", "laya-eval", "code sha256", "commit"],
-             [[str(v) for v in row] for row in table.itertuples(index=False)])]
+    return [
+        ("h2", PROVENANCE_TITLE),
+        (
+            "p",
+            f"The code that wrote each folder, from its manifest: laya-eval's version, the sha256 of its "
+            f"code (the first {SHORT} hex digits) and the git commit it ran from ('modified': a .py file "
+            "differed from that commit; n/a: not run from a git checkout).",
+        ),
+        (
+            "table",
+            ["run", "kind", "laya-eval", "code sha256", "commit"],
+            [[str(v) for v in row] for row in table.itertuples(index=False)],
+        ),
+    ]

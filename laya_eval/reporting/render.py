@@ -56,8 +56,10 @@ def _ci(low, high, note=None) -> str:
     return f"[{_num(low)}, {_num(high)}]"
 
 
-_NUMERIC = re.compile(r"^(n/a( \(.*\))?|—|undefined|[-+]?\d+(\.\d+)?(e[-+]?\d+)?|\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]"
-                      r"|[-+]?\d+\.\d+( ± \d+\.\d+)? (\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]|n/a \(.*\)))$")
+_NUMERIC = re.compile(
+    r"^(n/a( \(.*\))?|—|undefined|[-+]?\d+(\.\d+)?(e[-+]?\d+)?|\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]"
+    r"|[-+]?\d+\.\d+( ± \d+\.\d+)? (\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]|n/a \(.*\)))$"
+)
 
 
 def _numeric(rows: Sequence[Sequence[str]], column: int) -> bool:
@@ -104,21 +106,23 @@ def _markdown(blocks: Sequence[tuple]) -> str:
     return "\n".join(lines)
 
 
-_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222;"
-          "line-height:1.45}table{border-collapse:collapse;margin:.5em 0 1.2em;font-size:.86em}"
-          "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f2f2f2}"
-          ".num{text-align:right;font-variant-numeric:tabular-nums}img{max-width:100%}figure{margin:1em 0 1.6em}"
-          "figcaption{font-size:.85em;color:#555;max-width:60em}nav{background:#f7f7f7;padding:.4em 1.2em;"
-          "border:1px solid #ddd;display:inline-block}nav ul{margin:.3em 0;padding-left:1.2em}"
-          "details{margin:.4em 0 .8em;border-left:3px solid #ddd;padding-left:.8em}"
-          "summary{cursor:pointer;font-weight:600;margin:.3em 0}h2{margin-top:1.6em;border-bottom:1px solid #eee}"
-          # A narrow window (a phone) scrolls a wide table inside its own box instead of widening the page.
-          ".wide{overflow-x:auto;max-width:100%}p,li,figcaption{overflow-wrap:anywhere}")
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222;"
+    "line-height:1.45}table{border-collapse:collapse;margin:.5em 0 1.2em;font-size:.86em}"
+    "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f2f2f2}"
+    ".num{text-align:right;font-variant-numeric:tabular-nums}img{max-width:100%}figure{margin:1em 0 1.6em}"
+    "figcaption{font-size:.85em;color:#555;max-width:60em}nav{background:#f7f7f7;padding:.4em 1.2em;"
+    "border:1px solid #ddd;display:inline-block}nav ul{margin:.3em 0;padding-left:1.2em}"
+    "details{margin:.4em 0 .8em;border-left:3px solid #ddd;padding-left:.8em}"
+    "summary{cursor:pointer;font-weight:600;margin:.3em 0}h2{margin-top:1.6em;border-bottom:1px solid #eee}"
+    # A narrow window (a phone) scrolls a wide table inside its own box instead of widening the page.
+    ".wide{overflow-x:auto;max-width:100%}p,li,figcaption{overflow-wrap:anywhere}"
+)
 
 
 def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     esc = lambda text: html.escape(str(text), quote=True)  # noqa: E731
-    cls = ['' if not _numeric(rows, k) else ' class="num"' for k in range(len(header))]
+    cls = ["" if not _numeric(rows, k) else ' class="num"' for k in range(len(header))]
     head = "".join(f"<th{c}>{esc(h)}</th>" for c, h in zip(cls, header))
     body = "".join("<tr>" + "".join(f"<td{c}>{esc(v)}</td>" for c, v in zip(cls, row)) + "</tr>" for row in rows)
     return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
@@ -127,9 +131,13 @@ def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def _html(blocks: Sequence[tuple], embeds: dict[str, tuple[str, bytes]]) -> str:
     esc = lambda text: html.escape(str(text), quote=True)  # noqa: E731
     title = next((b[1] for b in blocks if b[0] == "h1"), "report")
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<title>{esc(title)}</title>",
-             f"<style>{_STYLE}</style></head><body>"]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{esc(title)}</title>",
+        f"<style>{_STYLE}</style></head><body>",
+    ]
     for block in blocks:
         kind = block[0]
         if kind == "h2":
@@ -144,8 +152,9 @@ def _html(blocks: Sequence[tuple], embeds: dict[str, tuple[str, bytes]]) -> str:
         elif kind == "figure" and block[1] in embeds:
             mime, data = embeds[block[1]]
             uri = f"data:{'image/png' if mime == 'png' else 'image/svg+xml'};base64,{base64.b64encode(data).decode()}"
-            parts.append(f'<figure><img alt="{esc(block[2])}" src="{uri}">'
-                         f"<figcaption>{esc(block[2])}</figcaption></figure>")
+            parts.append(
+                f'<figure><img alt="{esc(block[2])}" src="{uri}"><figcaption>{esc(block[2])}</figcaption></figure>'
+            )
         elif kind == "details":
             parts.append(f"<details{' open' if block[2] else ''}><summary>{esc(block[1])}</summary>")
         elif kind == "end_details":

@@ -21,15 +21,40 @@ if TYPE_CHECKING:
 __all__ = ["COMPARISON_COLUMNS", "ReportInputs", "Run", "load_inputs", "load_run", "load_runs", "run_from_result"]
 
 _REQUIRED = {
-    "summary": ["head", "dataset", "method", "ablation", "scope", "n", "n_undefined", "faithfulness",
-                    "faithfulness_ci_low", "faithfulness_ci_high", "deletion_at_1", "deletion_at_1_ci_low",
-                    "deletion_at_1_ci_high", "top1_hit_rate", "aopc"],
+    "summary": [
+        "head",
+        "dataset",
+        "method",
+        "ablation",
+        "scope",
+        "n",
+        "n_undefined",
+        "faithfulness",
+        "faithfulness_ci_low",
+        "faithfulness_ci_high",
+        "deletion_at_1",
+        "deletion_at_1_ci_low",
+        "deletion_at_1_ci_high",
+        "top1_hit_rate",
+        "aopc",
+    ],
     "samples": ["sample", "label", "pred", "method", "spearman"],
     "layers": ["sample", "method", "layer", "attribution", "effect"],
 }
 # comparisons.csv (paired tests between methods, written by newer `faithfulness` runs) is optional.
-COMPARISON_COLUMNS = ["metric", "method_a", "method_b", "n", "mean_difference", "ci_low", "ci_high",
-                      "wilcoxon_statistic", "p_value", "p_holm", "rank_biserial"]
+COMPARISON_COLUMNS = [
+    "metric",
+    "method_a",
+    "method_b",
+    "n",
+    "mean_difference",
+    "ci_low",
+    "ci_high",
+    "wilcoxon_statistic",
+    "p_value",
+    "p_holm",
+    "rank_biserial",
+]
 
 
 @dataclass(frozen=True)
@@ -54,9 +79,16 @@ class Run:
     def meta(self) -> dict[str, Any]:
         """What a figure title names: label, head, dataset, split, n, ablation, scope (and the layer names)."""
         row = self.summary.iloc[0]
-        return {"label": self.label, "head": row["head"], "dataset": row["dataset"],
-                "split": self.manifest.get("split"), "n": int(row["n"]), "ablation": row["ablation"],
-                "scope": row["scope"], "layer_names": self.manifest.get("layer_names")}
+        return {
+            "label": self.label,
+            "head": row["head"],
+            "dataset": row["dataset"],
+            "split": self.manifest.get("split"),
+            "n": int(row["n"]),
+            "ablation": row["ablation"],
+            "scope": row["scope"],
+            "layer_names": self.manifest.get("layer_names"),
+        }
 
 
 def _read(folder: Path, name: str, required: Sequence[str]) -> pd.DataFrame:
@@ -66,8 +98,7 @@ def _read(folder: Path, name: str, required: Sequence[str]) -> pd.DataFrame:
     table = read_table(path)
     missing = [c for c in required if c not in table.columns]
     if missing:
-        raise ResultsError(f"{path}: missing column(s) {', '.join(missing)}; "
-                           "is it from `laya-eval faithfulness`?")
+        raise ResultsError(f"{path}: missing column(s) {', '.join(missing)}; is it from `laya-eval faithfulness`?")
     return table
 
 
@@ -93,23 +124,29 @@ def load_run(folder: str | os.PathLike, *, strict: bool = False) -> Run:
 
     folder = Path(folder)
     if not folder.is_dir():
-        raise ResultsError(f"result folder '{folder}' does not exist "
-                        "(expected the --out folder of `laya-eval faithfulness`).")
+        raise ResultsError(
+            f"result folder '{folder}' does not exist (expected the --out folder of `laya-eval faithfulness`)."
+        )
     if is_sanity_folder(folder):
-        raise ResultsError(f"'{folder}' is a `laya-eval sanity` folder, not a faithfulness result folder: read it "
-                           "with load_sanity or load_inputs (`laya-eval report` takes both).")
+        raise ResultsError(
+            f"'{folder}' is a `laya-eval sanity` folder, not a faithfulness result folder: read it "
+            "with load_sanity or load_inputs (`laya-eval report` takes both)."
+        )
     missing = [f"{name}.csv" for name in _REQUIRED if not _has_table(folder, name)]
     if missing:
-        raise ResultsError(f"result folder '{folder}' has no {', '.join(missing)}: expected the output of "
-                        "`laya-eval faithfulness` (layers.csv, samples.csv, summary.csv, manifest.json).")
+        raise ResultsError(
+            f"result folder '{folder}' has no {', '.join(missing)}: expected the output of "
+            "`laya-eval faithfulness` (layers.csv, samples.csv, summary.csv, manifest.json)."
+        )
     from laya_eval.output.tables import find_table
     from laya_eval.reporting.validate import check_run_tables, manifest_warning
 
     tables = {name: _read(folder, name, cols) for name, cols in _REQUIRED.items()}
     if tables["summary"].empty:
         raise ResultsError(f"{folder / 'summary.csv'} has no rows.")
-    comparisons = (_read(folder, "comparisons.csv", COMPARISON_COLUMNS)
-                   if (folder / "comparisons.csv").is_file() else None)
+    comparisons = (
+        _read(folder, "comparisons.csv", COMPARISON_COLUMNS) if (folder / "comparisons.csv").is_file() else None
+    )
     manifest: dict[str, Any] = {}
     if (folder / "manifest.json").is_file():
         # Every file must be the one the run wrote (its sha256 is in the manifest): no mixing of two runs.
@@ -121,17 +158,29 @@ def load_run(folder: str | os.PathLike, *, strict: bool = False) -> Run:
         raise ResultsError(f"{unverified} Refused with --strict.")
     tables, comparisons = check_run_tables(folder, tables, comparisons, manifest, names)
     ckpt = str(tables["summary"]["checkpoint"].iloc[0]) if "checkpoint" in tables["summary"] else folder.name
-    return Run(label=Path(ckpt).name, summary=tables["summary"], samples=tables["samples"],
-               layers=tables["layers"], manifest=manifest, folder=folder, comparisons=comparisons,
-               unverified=unverified)
+    return Run(
+        label=Path(ckpt).name,
+        summary=tables["summary"],
+        samples=tables["samples"],
+        layers=tables["layers"],
+        manifest=manifest,
+        folder=folder,
+        comparisons=comparisons,
+        unverified=unverified,
+    )
 
 
 def run_from_result(result, label: str | None = None) -> Run:
     """A :class:`Run` from an in-memory :class:`~laya_eval.engine.evaluation.EvaluationResult`."""
     path = (result.manifest.get("checkpoint") or {}).get("path")
-    return Run(label=label or (Path(path).name if path else "<in-memory>"), summary=result.summary,
-               samples=result.samples, layers=result.layers, manifest=result.manifest,
-               comparisons=getattr(result, "comparisons", None))
+    return Run(
+        label=label or (Path(path).name if path else "<in-memory>"),
+        summary=result.summary,
+        samples=result.samples,
+        layers=result.layers,
+        manifest=result.manifest,
+        comparisons=getattr(result, "comparisons", None),
+    )
 
 
 def _unique_labels(runs: Sequence[Run]) -> list[Run]:
@@ -152,8 +201,11 @@ def _expand(folder: Path) -> list[Path]:
     ``faithfulness --ablation a,b,...`` (one subfolder per ablation) or a ``laya-eval sweep`` folder
     (``cells/{cell}/eval/[{ablation}/]``). Hidden folders (partial results) are skipped."""
     if folder.is_dir() and not (folder / "summary.csv").exists():
-        found = sorted(p.parent for p in folder.rglob("summary.csv")
-                       if not any(part.startswith(".") for part in p.relative_to(folder).parts))
+        found = sorted(
+            p.parent
+            for p in folder.rglob("summary.csv")
+            if not any(part.startswith(".") for part in p.relative_to(folder).parts)
+        )
         if found:
             return found
     return [folder]
@@ -168,7 +220,6 @@ def load_runs(folders: Sequence[str | os.PathLike], *, strict: bool = False) -> 
     if not folders:
         raise ResultsError("give at least one result folder of `laya-eval faithfulness`.")
     return _unique_labels([load_run(f, strict=strict) for folder in folders for f in _expand(Path(folder))])
-
 
 
 @dataclass(frozen=True)
@@ -202,12 +253,14 @@ def load_inputs(folders: Sequence[Any], *, strict: bool = False) -> ReportInputs
     from laya_eval.reporting.sanity_verdicts import is_sanity_folder, load_sanity, unique_sanity_labels
 
     if not folders:
-        raise ResultsError("give at least one result folder of `laya-eval faithfulness`, `laya-eval sanity` or "
-                           "`laya-eval mixers`.")
+        raise ResultsError(
+            "give at least one result folder of `laya-eval faithfulness`, `laya-eval sanity` or `laya-eval mixers`."
+        )
     for item in folders:
         if not isinstance(item, (str, os.PathLike)) and not _is_result(item):
-            raise ResultsError(f"a report reads result folders (paths) and evaluation results; got "
-                               f"{type(item).__name__}.")
+            raise ResultsError(
+                f"a report reads result folders (paths) and evaluation results; got {type(item).__name__}."
+            )
     paths = [f for f in folders if isinstance(f, (str, os.PathLike))]
     sanity = [Path(f) for f in paths if is_sanity_folder(f)]
     mixers = [Path(f) for f in paths if is_mixer_folder(f)]

@@ -34,17 +34,58 @@ import pandas as pd
 from laya_eval.errors import ResultsError
 from laya_eval.reporting.validate import check_sanity_tables
 
-__all__ = ["ROAR_MIN_DROP", "SANITY_COLUMNS", "SIMILARITY_MAX", "SanityRun", "is_sanity_folder", "load_sanity",
-           "max_roar_drop", "randomisation_verdict", "roar_verdict", "sanity_runs_table", "sanity_table",
-           "unique_sanity_labels"]
+__all__ = [
+    "ROAR_MIN_DROP",
+    "SANITY_COLUMNS",
+    "SIMILARITY_MAX",
+    "SanityRun",
+    "is_sanity_folder",
+    "load_sanity",
+    "max_roar_drop",
+    "randomisation_verdict",
+    "roar_verdict",
+    "sanity_runs_table",
+    "sanity_table",
+    "unique_sanity_labels",
+]
 
 SIMILARITY_MAX = 0.5
 ROAR_MIN_DROP = 0.01
-SANITY_COLUMNS = ["sanity_run", "method", "cascading_params", "cascading_similarity", "cascading_ci_low",
-                  "cascading_ci_high", "cascading_verdict", "data_similarity", "data_ci_low", "data_ci_high",
-                  "data_verdict", "roar_spearman", "roar_ci_low", "roar_ci_high", "roar_verdict", "verdict"]
-_RUN_COLUMNS = ["sanity_run", "checkpoint", "sha256", "head", "dataset", "split", "n", "similarity", "roar_seeds",
-                "bootstrap", "wall_time_s", "original_accuracy", "shuffled_label_accuracy", "max_roar_drop", "folder"]
+SANITY_COLUMNS = [
+    "sanity_run",
+    "method",
+    "cascading_params",
+    "cascading_similarity",
+    "cascading_ci_low",
+    "cascading_ci_high",
+    "cascading_verdict",
+    "data_similarity",
+    "data_ci_low",
+    "data_ci_high",
+    "data_verdict",
+    "roar_spearman",
+    "roar_ci_low",
+    "roar_ci_high",
+    "roar_verdict",
+    "verdict",
+]
+_RUN_COLUMNS = [
+    "sanity_run",
+    "checkpoint",
+    "sha256",
+    "head",
+    "dataset",
+    "split",
+    "n",
+    "similarity",
+    "roar_seeds",
+    "bootstrap",
+    "wall_time_s",
+    "original_accuracy",
+    "shuffled_label_accuracy",
+    "max_roar_drop",
+    "folder",
+]
 
 
 @dataclass(frozen=True)
@@ -71,8 +112,11 @@ def _files() -> tuple[str, ...]:
 def is_sanity_folder(folder: str | os.PathLike) -> bool:
     """True for a folder holding any of the files ``laya-eval sanity`` writes and no ``summary.csv``."""
     folder = Path(folder)
-    return (folder.is_dir() and not (folder / "summary.csv").exists()
-            and any((folder / name).is_file() for name in _files()))
+    return (
+        folder.is_dir()
+        and not (folder / "summary.csv").exists()
+        and any((folder / name).is_file() for name in _files())
+    )
 
 
 def _read_csv(path: Path, required: Sequence[str]) -> pd.DataFrame:
@@ -100,8 +144,10 @@ def load_sanity(folder: str | os.PathLike) -> SanityRun:
     folder = Path(folder)
     missing = [name for name in _files() if not (folder / name).is_file()]
     if missing:
-        raise ResultsError(f"sanity folder '{folder}' has no {', '.join(missing)}: expected the output of "
-                           f"`laya-eval sanity` ({', '.join(_files())}).")
+        raise ResultsError(
+            f"sanity folder '{folder}' has no {', '.join(missing)}: expected the output of "
+            f"`laya-eval sanity` ({', '.join(_files())})."
+        )
     required = (RANDOMISATION_COLUMNS, RANDOMISATION_COLUMNS, LAYER_ROAR_COLUMNS, ROAR_AGREEMENT_COLUMNS)
     tables = [_read_csv(folder / name, cols) for name, cols in zip(_files()[:4], required)]
     checked = check_sanity_tables(folder, dict(zip(_files()[:4], tables)))
@@ -127,8 +173,10 @@ def _manifest(folder: Path) -> dict[str, Any]:
 def unique_sanity_labels(runs: Sequence[SanityRun]) -> list[SanityRun]:
     """Labels made unique: the folder name (else a counter) is added to duplicates."""
     seen = pd.Series([r.label for r in runs]).value_counts()
-    out = [dataclasses.replace(r, label=f"{r.label} [{r.folder.name if r.folder else k + 1}]")
-           if seen[r.label] > 1 else r for k, r in enumerate(runs)]
+    out = [
+        dataclasses.replace(r, label=f"{r.label} [{r.folder.name if r.folder else k + 1}]") if seen[r.label] > 1 else r
+        for k, r in enumerate(runs)
+    ]
     if len({r.label for r in out}) < len(out):
         out = [dataclasses.replace(r, label=f"{r.label} #{k + 1}") for k, r in enumerate(out)]
     return out
@@ -180,13 +228,26 @@ def _method_row(run: SanityRun, method: str, cascading, data, roar, informative:
     r = roar.loc[method] if method in roar.index else None
     row = {"sanity_run": run.label, "method": method, "cascading_params": None if c is None else c["params"]}
     for prefix, src in (("cascading", c), ("data", d)):
-        sim, low, high = (nan, nan, nan) if src is None else (src["similarity"], src["similarity_ci_low"],
-                                                              src["similarity_ci_high"])
-        row.update({f"{prefix}_similarity": sim, f"{prefix}_ci_low": low, f"{prefix}_ci_high": high,
-                    f"{prefix}_verdict": randomisation_verdict(sim, high)})
+        sim, low, high = (
+            (nan, nan, nan) if src is None else (src["similarity"], src["similarity_ci_low"], src["similarity_ci_high"])
+        )
+        row.update(
+            {
+                f"{prefix}_similarity": sim,
+                f"{prefix}_ci_low": low,
+                f"{prefix}_ci_high": high,
+                f"{prefix}_verdict": randomisation_verdict(sim, high),
+            }
+        )
     rho, low, high = (nan, nan, nan) if r is None else (r["spearman"], r["ci_low"], r["ci_high"])
-    row.update({"roar_spearman": rho, "roar_ci_low": low, "roar_ci_high": high,
-                "roar_verdict": roar_verdict(rho, low, informative=informative)})
+    row.update(
+        {
+            "roar_spearman": rho,
+            "roar_ci_low": low,
+            "roar_ci_high": high,
+            "roar_verdict": roar_verdict(rho, low, informative=informative),
+        }
+    )
     row["verdict"] = _overall(method, [row["cascading_verdict"], row["data_verdict"]])
     return row
 
@@ -207,8 +268,9 @@ def sanity_table(runs: Sequence[SanityRun]) -> pd.DataFrame:
         roar = run.roar_agreement.drop_duplicates("method").set_index("method")
         drop = max_roar_drop(run.layer_roar)
         informative = bool(not np.isnan(drop) and drop >= ROAR_MIN_DROP)
-        methods = in_registry_order(pd.concat([run.randomisation["method"], run.data_randomisation["method"],
-                                      run.roar_agreement["method"]]))
+        methods = in_registry_order(
+            pd.concat([run.randomisation["method"], run.data_randomisation["method"], run.roar_agreement["method"]])
+        )
         rows += [_method_row(run, m, cascading, data, roar, informative) for m in methods]
     return pd.DataFrame(rows, columns=SANITY_COLUMNS)
 
@@ -224,12 +286,23 @@ def sanity_runs_table(runs: Sequence[SanityRun]) -> pd.DataFrame:
     rows = []
     for run in runs:
         m = run.meta
-        rows.append({"sanity_run": run.label, "checkpoint": m.get("label"), "sha256": m.get("checkpoint_sha256"),
-                     "head": m.get("head"), "dataset": m.get("dataset"), "split": m.get("split"), "n": m.get("n"),
-                     "similarity": m.get("similarity"), "roar_seeds": m.get("roar_seeds"),
-                     "bootstrap": m.get("bootstrap"), "wall_time_s": m.get("wall_time_s"),
-                     "original_accuracy": _accuracy(run.data_randomisation, 0),
-                     "shuffled_label_accuracy": _accuracy(run.data_randomisation, 1),
-                     "max_roar_drop": max_roar_drop(run.layer_roar),
-                     "folder": "" if run.folder is None else str(run.folder)})
+        rows.append(
+            {
+                "sanity_run": run.label,
+                "checkpoint": m.get("label"),
+                "sha256": m.get("checkpoint_sha256"),
+                "head": m.get("head"),
+                "dataset": m.get("dataset"),
+                "split": m.get("split"),
+                "n": m.get("n"),
+                "similarity": m.get("similarity"),
+                "roar_seeds": m.get("roar_seeds"),
+                "bootstrap": m.get("bootstrap"),
+                "wall_time_s": m.get("wall_time_s"),
+                "original_accuracy": _accuracy(run.data_randomisation, 0),
+                "shuffled_label_accuracy": _accuracy(run.data_randomisation, 1),
+                "max_roar_drop": max_roar_drop(run.layer_roar),
+                "folder": "" if run.folder is None else str(run.folder),
+            }
+        )
     return pd.DataFrame(rows, columns=_RUN_COLUMNS)

@@ -83,8 +83,16 @@ def _combined_table(across: pd.DataFrame, metric: str) -> tuple:
                 row.append("—")
                 continue
             get = dict(zip(cols, r)).get
-            row.append(combined_cell(get(f"{metric}_mean"), get(f"{metric}_std"), get(f"{metric}_ci_low"),
-                                     get(f"{metric}_ci_high"), int(get("n_runs")), get(f"{metric}_ci_note")))
+            row.append(
+                combined_cell(
+                    get(f"{metric}_mean"),
+                    get(f"{metric}_std"),
+                    get(f"{metric}_ci_low"),
+                    get(f"{metric}_ci_high"),
+                    int(get("n_runs")),
+                    get(f"{metric}_ci_note"),
+                )
+            )
         rows.append(row)
     return ("table", ["method", *names.values()], rows)
 
@@ -95,8 +103,11 @@ def _per_run(runs: Sequence[Run], table: pd.DataFrame, header: list[str], row_fn
         part = table[table["run"] == r.label]
         if part.empty:  # e.g. a run without paired tests: no empty block
             continue
-        blocks += [("details", r.label, len(runs) == 1),
-                   ("table", header, [row_fn(row) for row in part.itertuples(index=False)]), ("end_details",)]
+        blocks += [
+            ("details", r.label, len(runs) == 1),
+            ("table", header, [row_fn(row) for row in part.itertuples(index=False)]),
+            ("end_details",),
+        ]
     return blocks
 
 
@@ -104,32 +115,71 @@ def _summary(t: ReportTables, figure) -> list[tuple]:
     from laya_eval.reporting.trust_sections import seed_blocks
 
     several = bool((t.across_runs["n_runs"] > 1).any())
-    note = ("Cells: mean ± std over the runs that share head, dataset, ablation and scope (e.g. training seeds), "
+    note = (
+        (
+            "Cells: mean ± std over the runs that share head, dataset, ablation and scope (e.g. training seeds), "
             "then the 95% Student t interval of that mean; a single run shows its value and its 95% bootstrap "
             "interval over samples. — : the method does not apply to that head. Below the figure, for each such "
-            "group of runs: a paired test across runs and each method's rank per run.") if several else (
+            "group of runs: a paired test across runs and each method's rank per run."
+        )
+        if several
+        else (
             "Cells: the run's value and its 95% bootstrap interval over samples. — : the method does not apply "
-            "to that head.")
-    return [("h2", SECTIONS["summary"]), ("p", note),
-            ("h3", "Faithfulness (mean Spearman ρ)"), _combined_table(t.across_runs, "faithfulness"),
-            ("h3", "Deletion@1 (drop of p(predicted class))"), _combined_table(t.across_runs, "deletion_at_1"),
-            figure("faithfulness", "Faithfulness and Deletion@1 per method and run, with 95% intervals."),
-            *seed_blocks(t.across_seeds, t.seed_ranks)]
+            "to that head."
+        )
+    )
+    return [
+        ("h2", SECTIONS["summary"]),
+        ("p", note),
+        ("h3", "Faithfulness (mean Spearman ρ)"),
+        _combined_table(t.across_runs, "faithfulness"),
+        ("h3", "Deletion@1 (drop of p(predicted class))"),
+        _combined_table(t.across_runs, "deletion_at_1"),
+        figure("faithfulness", "Faithfulness and Deletion@1 per method and run, with 95% intervals."),
+        *seed_blocks(t.across_seeds, t.seed_ranks),
+    ]
 
 
 def _tests(runs: Sequence[Run], t: ReportTables) -> list[tuple]:
     if t.comparisons.empty:
         return []
-    header = ["metric", "method a", "method b", "n", "mean(a − b)", "95% CI", "Wilcoxon W", "p", "p (Holm)",
-              "rank-biserial"]
-    return [("h2", SECTIONS["tests"]),
-            ("p", "Paired over samples: Wilcoxon signed-rank test of method a against method b, p-values "
-                  "Holm-adjusted over all rows of the run (both metrics); the interval is a 95% bootstrap interval of the mean "
-                  "difference; rank-biserial correlation as effect size.")] + _per_run(
-        runs, t.comparisons, header,
-        lambda r: [r.metric, method_label(r.method_a), method_label(r.method_b), str(r.n), _num(r.mean_difference),
-                   _ci(r.ci_low, r.ci_high, getattr(r, "ci_note", None)), _num(r.wilcoxon_statistic), _num(r.p_value), _num(r.p_holm),
-                   _num(r.rank_biserial)])
+    header = [
+        "metric",
+        "method a",
+        "method b",
+        "n",
+        "mean(a − b)",
+        "95% CI",
+        "Wilcoxon W",
+        "p",
+        "p (Holm)",
+        "rank-biserial",
+    ]
+    return [
+        ("h2", SECTIONS["tests"]),
+        (
+            "p",
+            "Paired over samples: Wilcoxon signed-rank test of method a against method b, p-values "
+            "Holm-adjusted over all rows of the run (both metrics); the interval is a 95% bootstrap interval of the mean "
+            "difference; rank-biserial correlation as effect size.",
+        ),
+    ] + _per_run(
+        runs,
+        t.comparisons,
+        header,
+        lambda r: [
+            r.metric,
+            method_label(r.method_a),
+            method_label(r.method_b),
+            str(r.n),
+            _num(r.mean_difference),
+            _ci(r.ci_low, r.ci_high, getattr(r, "ci_note", None)),
+            _num(r.wilcoxon_statistic),
+            _num(r.p_value),
+            _num(r.p_holm),
+            _num(r.rank_biserial),
+        ],
+    )
 
 
 def _curves(runs: Sequence[Run], t: ReportTables) -> list[tuple]:
@@ -137,9 +187,15 @@ def _curves(runs: Sequence[Run], t: ReportTables) -> list[tuple]:
     for r in runs:
         part = t.deletion_curves[t.deletion_curves["run"] == r.label]
         wide = part.pivot(index="method", columns="k", values="deletion").loc[in_registry_order(part["method"])]
-        b += [("details", r.label, len(runs) == 1),
-              ("table", ["method", *[f"k = {k}" for k in wide.columns]],
-               [[method_label(m), *map(_num, wide.loc[m])] for m in wide.index]), ("end_details",)]
+        b += [
+            ("details", r.label, len(runs) == 1),
+            (
+                "table",
+                ["method", *[f"k = {k}" for k in wide.columns]],
+                [[method_label(m), *map(_num, wide.loc[m])] for m in wide.index],
+            ),
+            ("end_details",),
+        ]
     return b
 
 
@@ -149,15 +205,26 @@ def _agreement(runs: Sequence[Run], t: ReportTables, figure) -> list[tuple]:
         long = t.agreement[t.agreement["run"] == r.label]
         order = in_registry_order(long["method_a"])
         m = long.pivot(index="method_a", columns="method_b", values="mean_spearman").loc[order, order]
-        b += [("details", r.label, len(runs) == 1),
-              ("table", ["method", *map(method_label, order)], [[method_label(a), *map(_num, m.loc[a])] for a in order]),
-              figure(f"agreement_{_slug(r.label)}", f"Method agreement, {r.label}."), ("end_details",)]
+        b += [
+            ("details", r.label, len(runs) == 1),
+            ("table", ["method", *map(method_label, order)], [[method_label(a), *map(_num, m.loc[a])] for a in order]),
+            figure(f"agreement_{_slug(r.label)}", f"Method agreement, {r.label}."),
+            ("end_details",),
+        ]
     return b
 
 
-def _blocks(runs: Sequence[Run], t: ReportTables | None, files: Mapping[str, str], *, title: str | None,
-            captions: Mapping[str, str] | None = None, sanity: tuple[pd.DataFrame, pd.DataFrame] | None = None,
-            mixers: tuple[list, pd.DataFrame] | None = None, provenance: pd.DataFrame | None = None) -> list[tuple]:
+def _blocks(
+    runs: Sequence[Run],
+    t: ReportTables | None,
+    files: Mapping[str, str],
+    *,
+    title: str | None,
+    captions: Mapping[str, str] | None = None,
+    sanity: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+    mixers: tuple[list, pd.DataFrame] | None = None,
+    provenance: pd.DataFrame | None = None,
+) -> list[tuple]:
     """Every block of the report; ``t`` None for a report without faithfulness folders; ``mixers`` the
     ``laya-eval mixers`` folders and their verdicts; ``provenance`` the code of every folder
     (:func:`~laya_eval.reporting.provenance_sections.provenance_table`), the last section."""
@@ -178,17 +245,31 @@ def _blocks(runs: Sequence[Run], t: ReportTables | None, files: Mapping[str, str
     toc = [b[1] for b in body if b[0] == "h2"]
     n_sanity = 0 if sanity is None else sanity[1].shape[0]
     n_mixers = 0 if mixers is None else len(mixers[0])
-    sources = (f"{len(runs)} result folder(s)" + (f" and {n_sanity} sanity folder(s)" if n_sanity else "")
-               + (f" and {n_mixers} mixers folder(s)" if n_mixers else ""))
-    default = ("Layer-attribution faithfulness report" if runs else
-               "Layer-attribution sanity report" if n_sanity else f"{MIXERS_TITLE} report")
+    sources = (
+        f"{len(runs)} result folder(s)"
+        + (f" and {n_sanity} sanity folder(s)" if n_sanity else "")
+        + (f" and {n_mixers} mixers folder(s)" if n_mixers else "")
+    )
+    default = (
+        "Layer-attribution faithfulness report"
+        if runs
+        else "Layer-attribution sanity report"
+        if n_sanity
+        else f"{MIXERS_TITLE} report"
+    )
     intro = _INTRO if runs else _SANITY_INTRO if n_sanity else ""
-    return [("h1", title or default), ("p", f"Generated by laya-eval {__version__} from {sources}. " + intro),
-            ("toc", toc), *body]
+    return [
+        ("h1", title or default),
+        ("p", f"Generated by laya-eval {__version__} from {sources}. " + intro),
+        ("toc", toc),
+        *body,
+    ]
 
 
-_SANITY_INTRO = ("Do a method's layer attributions depend on the model at all? Each check destroys what the "
-                 "attributions should explain and measures how much they change.")
+_SANITY_INTRO = (
+    "Do a method's layer attributions depend on the model at all? Each check destroys what the "
+    "attributions should explain and measures how much they change."
+)
 
 
 def _faithfulness_blocks(runs: Sequence[Run], t: ReportTables, figure) -> list[tuple]:
@@ -200,9 +281,14 @@ def _faithfulness_blocks(runs: Sequence[Run], t: ReportTables, figure) -> list[t
     methods = in_registry_order(t.faithfulness["method"])
     body: list[tuple] = [
         ("h2", SECTIONS["runs"]),
-        ("table", ["run", "head", "dataset", "split", "n", "ablation", "scope", "eval seed", "checkpoint sha256"],
-         [[r.run, r.head, r.dataset, str(r.split), str(r.n), r.ablation, r.scope, str(r.seed), str(r.sha256)[:12]]
-          for r in t.runs.itertuples(index=False)]),
+        (
+            "table",
+            ["run", "head", "dataset", "split", "n", "ablation", "scope", "eval seed", "checkpoint sha256"],
+            [
+                [r.run, r.head, r.dataset, str(r.split), str(r.n), r.ablation, r.scope, str(r.seed), str(r.sha256)[:12]]
+                for r in t.runs.itertuples(index=False)
+            ],
+        ),
         ("h2", SECTIONS["methods"]),
         ("table", ["method", "name", "description"], [[method_label(m), m, described.get(m, "")] for m in methods]),
         *_summary(t, figure),
@@ -210,33 +296,60 @@ def _faithfulness_blocks(runs: Sequence[Run], t: ReportTables, figure) -> list[t
         ("h2", SECTIONS["scores"]),
         ("p", "Every score of each run with its 95% bootstrap interval, top-1 hit rate and AOPC."),
     ]
-    body += _per_run(runs, t.faithfulness,
-                     ["method", "faithfulness", "95% CI", "Deletion@1", "95% CI", "top-1 hit rate", "AOPC", "n",
-                      "undefined"],
-                     lambda r: [method_label(r.method), _num(r.faithfulness),
-                                _ci(r.faithfulness_ci_low, r.faithfulness_ci_high, r.faithfulness_ci_note),
-                                _num(r.deletion_at_1),
-                                _ci(r.deletion_at_1_ci_low, r.deletion_at_1_ci_high, r.deletion_at_1_ci_note),
-                                _num(r.top1_hit_rate),
-                                _num(r.aopc), str(r.n), str(r.n_undefined)])
+    body += _per_run(
+        runs,
+        t.faithfulness,
+        ["method", "faithfulness", "95% CI", "Deletion@1", "95% CI", "top-1 hit rate", "AOPC", "n", "undefined"],
+        lambda r: [
+            method_label(r.method),
+            _num(r.faithfulness),
+            _ci(r.faithfulness_ci_low, r.faithfulness_ci_high, r.faithfulness_ci_note),
+            _num(r.deletion_at_1),
+            _ci(r.deletion_at_1_ci_low, r.deletion_at_1_ci_high, r.deletion_at_1_ci_note),
+            _num(r.top1_hit_rate),
+            _num(r.aopc),
+            str(r.n),
+            str(r.n_undefined),
+        ],
+    )
     body += _tests(runs, t)
-    body += [("h2", SECTIONS["curves"]),
-             ("p", "Mean drop of the predicted class's probability after removing the k layers each method ranks "
-                   "highest."), figure("deletion_curves", "Deletion@k per method and run."), *_curves(runs, t)]
-    body += [("h2", SECTIONS["spearman"]),
-             ("p", f"How many samples reach ρ = 1 (within {RHO_ONE_TOL:g}), fall in each band, or are undefined."),
-             figure("spearman_distribution", "Shares of samples per band of per-sample Spearman ρ.")]
-    body += _per_run(runs, t.spearman_distribution,
-                     ["method", "n", *[label for _, label, _ in RHO_BANDS], "share ρ = 1", "median ρ"],
-                     lambda r: [method_label(r.method), str(r.n), *[str(getattr(r, col)) for col, _, _ in RHO_BANDS],
-                                _num(r.share_rho_one), _num(r.median_rho)])
-    body += [("h2", SECTIONS["scatter"]),
-             ("p", "Each dot is one (sample, layer): the method's score against the effect of removing that layer.")]
+    body += [
+        ("h2", SECTIONS["curves"]),
+        ("p", "Mean drop of the predicted class's probability after removing the k layers each method ranks highest."),
+        figure("deletion_curves", "Deletion@k per method and run."),
+        *_curves(runs, t),
+    ]
+    body += [
+        ("h2", SECTIONS["spearman"]),
+        ("p", f"How many samples reach ρ = 1 (within {RHO_ONE_TOL:g}), fall in each band, or are undefined."),
+        figure("spearman_distribution", "Shares of samples per band of per-sample Spearman ρ."),
+    ]
+    body += _per_run(
+        runs,
+        t.spearman_distribution,
+        ["method", "n", *[label for _, label, _ in RHO_BANDS], "share ρ = 1", "median ρ"],
+        lambda r: [
+            method_label(r.method),
+            str(r.n),
+            *[str(getattr(r, col)) for col, _, _ in RHO_BANDS],
+            _num(r.share_rho_one),
+            _num(r.median_rho),
+        ],
+    )
+    body += [
+        ("h2", SECTIONS["scatter"]),
+        ("p", "Each dot is one (sample, layer): the method's score against the effect of removing that layer."),
+    ]
     for r in runs:
-        body += [("details", r.label, len(runs) == 1),
-                 figure(f"scatter_{_slug(r.label)}", f"Attribution vs effect, {r.label}."), ("end_details",)]
-    body += [("h2", SECTIONS["agreement"]),
-             ("p", "Mean over samples of the Spearman ρ between two methods' layer scores (undefined samples "
-                   "excluded)."), *_agreement(runs, t, figure)]
+        body += [
+            ("details", r.label, len(runs) == 1),
+            figure(f"scatter_{_slug(r.label)}", f"Attribution vs effect, {r.label}."),
+            ("end_details",),
+        ]
+    body += [
+        ("h2", SECTIONS["agreement"]),
+        ("p", "Mean over samples of the Spearman ρ between two methods' layer scores (undefined samples excluded)."),
+        *_agreement(runs, t, figure),
+    ]
     body += operator_blocks(find_operator_tables(runs), figure)
     return body

@@ -48,8 +48,9 @@ def seed_groups(faithfulness: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return out
 
 
-def seed_tables(faithfulness: pd.DataFrame, *, n_resamples: int = 1000,
-                seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def seed_tables(
+    faithfulness: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The across-seeds tables of a report: summary per method, rank per run, every pair's test.
 
     Parameters
@@ -70,12 +71,17 @@ def seed_tables(faithfulness: pd.DataFrame, *, n_resamples: int = 1000,
     for name, group in seed_groups(faithfulness).items():
         for metric in SEED_METRICS:
             summary.append(across_seeds(group, metric=metric, run="run").assign(group=name, metric=metric))
-            ranks.append(seed_ranks(group, metric=metric, run="run").rename(columns={metric: "value"})
-                         .assign(group=name, metric=metric))
+            ranks.append(
+                seed_ranks(group, metric=metric, run="run")
+                .rename(columns={metric: "value"})
+                .assign(group=name, metric=metric)
+            )
         pairs.append(seed_comparisons(group, run="run", n_resamples=n_resamples, seed=seed).assign(group=name))
-    return (_concat(summary, ["group", "metric", *ACROSS_SEEDS_COLUMNS]),
-            _concat(ranks, ["group", "metric", "run", "method", "value", "rank"]),
-            _concat(pairs, ["group", *COMPARISON_COLUMNS]))
+    return (
+        _concat(summary, ["group", "metric", *ACROSS_SEEDS_COLUMNS]),
+        _concat(ranks, ["group", "metric", "run", "method", "value", "rank"]),
+        _concat(pairs, ["group", *COMPARISON_COLUMNS]),
+    )
 
 
 def _concat(parts: Sequence[pd.DataFrame], columns: list[str]) -> pd.DataFrame:

@@ -21,8 +21,16 @@ import pandas as pd
 
 from laya_eval.catalog import in_registry_order
 
-__all__ = ["ALPHA", "SIGNIFICANCE_COLUMNS", "cell_text", "matrix_cells", "signed_log_p", "significance_matrix",
-           "significance_symbol", "significance_table"]
+__all__ = [
+    "ALPHA",
+    "SIGNIFICANCE_COLUMNS",
+    "cell_text",
+    "matrix_cells",
+    "signed_log_p",
+    "significance_matrix",
+    "significance_symbol",
+    "significance_table",
+]
 
 ALPHA = 0.05
 SIGNIFICANCE_COLUMNS = ["source", "name", "metric", "method", "versus", "n", "mean_difference", "p_holm", "symbol"]
@@ -44,8 +52,9 @@ def cell_text(symbol: str, p_holm: float) -> str:
     return f"{symbol} {'<0.001' if p_holm < 0.001 else f'{p_holm:.3f}'}"
 
 
-def significance_matrix(comparisons: pd.DataFrame, *, metric: str, methods: Sequence[str] | None = None,
-                        alpha: float = ALPHA) -> pd.DataFrame:
+def significance_matrix(
+    comparisons: pd.DataFrame, *, metric: str, methods: Sequence[str] | None = None, alpha: float = ALPHA
+) -> pd.DataFrame:
     """Every ordered pair of methods of one run (or one seed group) on one metric.
 
     Parameters
@@ -78,13 +87,22 @@ def significance_matrix(comparisons: pd.DataFrame, *, metric: str, methods: Sequ
             if a == b or (a, b) not in tests:
                 continue
             n, diff, p = tests[(a, b)]
-            rows.append({"method": a, "versus": b, "n": n, "mean_difference": diff, "p_holm": p,
-                         "symbol": significance_symbol(diff, p, alpha=alpha)})
+            rows.append(
+                {
+                    "method": a,
+                    "versus": b,
+                    "n": n,
+                    "mean_difference": diff,
+                    "p_holm": p,
+                    "symbol": significance_symbol(diff, p, alpha=alpha),
+                }
+            )
     return pd.DataFrame(rows, columns=SIGNIFICANCE_COLUMNS[3:])
 
 
-def significance_table(comparisons: pd.DataFrame, seed_comparisons: pd.DataFrame, *,
-                       alpha: float = ALPHA) -> pd.DataFrame:
+def significance_table(
+    comparisons: pd.DataFrame, seed_comparisons: pd.DataFrame, *, alpha: float = ALPHA
+) -> pd.DataFrame:
     """The significance matrices of a report in long form (``significance.csv``).
 
     Parameters
@@ -105,8 +123,9 @@ def significance_table(comparisons: pd.DataFrame, seed_comparisons: pd.DataFrame
         for name in pd.unique(table[key]) if len(table) else []:
             own = table[table[key] == name]
             for metric in pd.unique(own["metric"]):
-                parts.append(significance_matrix(own, metric=metric, alpha=alpha)
-                             .assign(source=source, name=name, metric=metric))
+                parts.append(
+                    significance_matrix(own, metric=metric, alpha=alpha).assign(source=source, name=name, metric=metric)
+                )
     if not parts:
         return pd.DataFrame(columns=SIGNIFICANCE_COLUMNS)
     return pd.concat(parts, ignore_index=True)[SIGNIFICANCE_COLUMNS]
@@ -124,6 +143,6 @@ def signed_log_p(long: pd.DataFrame, methods: Sequence[str], *, cap: float = 4.0
     index = {m: k for k, m in enumerate(methods)}
     for r in long.itertuples(index=False):
         if r.method in index and r.versus in index and not pd.isna(r.p_holm):
-            strength = min(-np.log10(max(float(r.p_holm), 10.0 ** -cap)), cap)
+            strength = min(-np.log10(max(float(r.p_holm), 10.0**-cap)), cap)
             out[index[r.method], index[r.versus]] = np.sign(r.mean_difference) * strength
     return out

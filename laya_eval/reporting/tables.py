@@ -39,26 +39,46 @@ def _runs_table(runs: Sequence[Run]) -> pd.DataFrame:
     rows = []
     for r in runs:
         ckpt = r.manifest.get("checkpoint") or {}
-        rows.append({**r.meta, "run": r.label, "checkpoint": ckpt.get("path") or r.summary["checkpoint"].iloc[0],
-                     "sha256": ckpt.get("sha256") or "", "seed": r.manifest.get("seed"),
-                     "folder": "" if r.folder is None else str(r.folder)})
+        rows.append(
+            {
+                **r.meta,
+                "run": r.label,
+                "checkpoint": ckpt.get("path") or r.summary["checkpoint"].iloc[0],
+                "sha256": ckpt.get("sha256") or "",
+                "seed": r.manifest.get("seed"),
+                "folder": "" if r.folder is None else str(r.folder),
+            }
+        )
     cols = ["run", "checkpoint", "head", "dataset", "split", "n", "ablation", "scope", "seed", "sha256", "folder"]
     return pd.DataFrame(rows)[cols]
 
 
 def _faithfulness_table(runs: Sequence[Run]) -> pd.DataFrame:
-    cols = ["head", "dataset", "ablation", "scope", "method", "n", "n_undefined", "faithfulness",
-            "faithfulness_ci_low", "faithfulness_ci_high", "faithfulness_ci_note", "deletion_at_1",
-            "deletion_at_1_ci_low", "deletion_at_1_ci_high", "deletion_at_1_ci_note", "top1_hit_rate", "aopc"]
+    cols = [
+        "head",
+        "dataset",
+        "ablation",
+        "scope",
+        "method",
+        "n",
+        "n_undefined",
+        "faithfulness",
+        "faithfulness_ci_low",
+        "faithfulness_ci_high",
+        "faithfulness_ci_note",
+        "deletion_at_1",
+        "deletion_at_1_ci_low",
+        "deletion_at_1_ci_high",
+        "deletion_at_1_ci_note",
+        "top1_hit_rate",
+        "aopc",
+    ]
     parts = []
     for r in runs:
         # Folders written before interval notes have no *_ci_note columns: their cells read "no interval recorded".
-        part = (r.summary.set_index("method", drop=False).loc[r.methods].reindex(columns=cols)
-                .reset_index(drop=True))
+        part = r.summary.set_index("method", drop=False).loc[r.methods].reindex(columns=cols).reset_index(drop=True)
         parts.append(part.assign(run=r.label))
     return pd.concat(parts, ignore_index=True)[["run", *cols]]
-
-
 
 
 def _interval(values: np.ndarray, low: float, high: float) -> tuple[float, float, str]:
@@ -84,19 +104,39 @@ def _across_runs_table(faith: pd.DataFrame) -> pd.DataFrame:
             values = group[metric].to_numpy(dtype=np.float64)
             values = values[~np.isnan(values)]
             if values.size == 0:
-                row.update({f"{metric}_mean": np.nan, f"{metric}_std": np.nan, f"{metric}_ci_low": np.nan,
-                            f"{metric}_ci_high": np.nan, f"{metric}_ci_note": "undefined estimate"})
+                row.update(
+                    {
+                        f"{metric}_mean": np.nan,
+                        f"{metric}_std": np.nan,
+                        f"{metric}_ci_low": np.nan,
+                        f"{metric}_ci_high": np.nan,
+                        f"{metric}_ci_note": "undefined estimate",
+                    }
+                )
                 continue
             low, high, kind = _interval(values, group[f"{metric}_ci_low"].iloc[0], group[f"{metric}_ci_high"].iloc[0])
             note = group[f"{metric}_ci_note"].iloc[0] if values.size == 1 else ""
-            row.update({f"{metric}_mean": float(values.mean()),
-                        f"{metric}_std": float(values.std(ddof=1)) if values.size > 1 else np.nan,
-                        f"{metric}_ci_low": low, f"{metric}_ci_high": high,
-                        f"{metric}_ci_note": note if isinstance(note, str) else ""})
+            row.update(
+                {
+                    f"{metric}_mean": float(values.mean()),
+                    f"{metric}_std": float(values.std(ddof=1)) if values.size > 1 else np.nan,
+                    f"{metric}_ci_low": low,
+                    f"{metric}_ci_high": high,
+                    f"{metric}_ci_note": note if isinstance(note, str) else "",
+                }
+            )
             row["interval"] = kind
         rows.append(row)
-    cols = [*ACROSS_KEYS, "n_runs", "interval", *[f"{m}_{s}" for m in ("faithfulness", "deletion_at_1")
-                                                   for s in ("mean", "std", "ci_low", "ci_high", "ci_note")]]
+    cols = [
+        *ACROSS_KEYS,
+        "n_runs",
+        "interval",
+        *[
+            f"{m}_{s}"
+            for m in ("faithfulness", "deletion_at_1")
+            for s in ("mean", "std", "ci_low", "ci_high", "ci_note")
+        ],
+    ]
     return pd.DataFrame(rows).reindex(columns=cols)
 
 
@@ -116,8 +156,16 @@ def _deletion_table(runs: Sequence[Run]) -> pd.DataFrame:
         ks = sorted(int(c.rsplit("_", 1)[1]) for c in r.summary.columns if re.fullmatch(r"deletion_at_\d+", c))
         s = r.summary.set_index("method").loc[r.methods]
         for m in r.methods:
-            parts.append(pd.DataFrame({"run": r.label, "method": m, "k": ks,
-                                       "deletion": [float(s.loc[m, f"deletion_at_{k}"]) for k in ks]}))
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "run": r.label,
+                        "method": m,
+                        "k": ks,
+                        "deletion": [float(s.loc[m, f"deletion_at_{k}"]) for k in ks],
+                    }
+                )
+            )
     return pd.concat(parts, ignore_index=True)
 
 
@@ -128,12 +176,20 @@ def _spearman_table(runs: Sequence[Run]) -> pd.DataFrame:
             rho = r.samples.loc[r.samples["method"] == m, "spearman"].to_numpy(dtype=np.float64)
             defined = rho[~np.isnan(rho)]
             one = defined >= 1 - RHO_ONE_TOL
-            rows.append({"run": r.label, "method": m, "n": rho.size, "n_rho_one": int(one.sum()),
-                         "n_rho_high": int(((defined >= 0.5) & ~one).sum()),
-                         "n_rho_low": int(((defined >= 0) & (defined < 0.5)).sum()),
-                         "n_rho_negative": int((defined < 0).sum()), "n_undefined": int(rho.size - defined.size),
-                         "share_rho_one": float(one.sum() / rho.size) if rho.size else float("nan"),
-                         "median_rho": float(np.median(defined)) if defined.size else float("nan")})
+            rows.append(
+                {
+                    "run": r.label,
+                    "method": m,
+                    "n": rho.size,
+                    "n_rho_one": int(one.sum()),
+                    "n_rho_high": int(((defined >= 0.5) & ~one).sum()),
+                    "n_rho_low": int(((defined >= 0) & (defined < 0.5)).sum()),
+                    "n_rho_negative": int((defined < 0).sum()),
+                    "n_undefined": int(rho.size - defined.size),
+                    "share_rho_one": float(one.sum() / rho.size) if rho.size else float("nan"),
+                    "median_rho": float(np.median(defined)) if defined.size else float("nan"),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -165,8 +221,15 @@ def agreement_matrix(layers: pd.DataFrame, methods: Sequence[str] | None = None)
             rho = spearman_per_sample(scores[a], scores[b])
             ok = ~np.isnan(rho)
             mean = float(rho[ok].mean()) if ok.any() else float("nan")
-            rows.append({"method_a": a, "method_b": b, "mean_spearman": mean, "n_defined": int(ok.sum()),
-                         "n_undefined": int((~ok).sum())})
+            rows.append(
+                {
+                    "method_a": a,
+                    "method_b": b,
+                    "mean_spearman": mean,
+                    "n_defined": int(ok.sum()),
+                    "n_undefined": int((~ok).sum()),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -184,8 +247,16 @@ def report_tables(runs: Sequence[Run]) -> ReportTables:
     agreement = agreement[["run", "method_a", "method_b", "mean_spearman", "n_defined", "n_undefined"]]
     comparisons = _comparisons_table(runs)
     across_seeds, ranks, seed_pairs = seed_tables(faith)
-    return ReportTables(runs=_runs_table(runs), faithfulness=faith, across_runs=_across_runs_table(faith),
-                        deletion_curves=_deletion_table(runs), spearman_distribution=_spearman_table(runs),
-                        agreement=agreement, comparisons=comparisons, across_seeds=across_seeds, seed_ranks=ranks,
-                        seed_comparisons=seed_pairs, significance=significance_table(comparisons, seed_pairs))
-
+    return ReportTables(
+        runs=_runs_table(runs),
+        faithfulness=faith,
+        across_runs=_across_runs_table(faith),
+        deletion_curves=_deletion_table(runs),
+        spearman_distribution=_spearman_table(runs),
+        agreement=agreement,
+        comparisons=comparisons,
+        across_seeds=across_seeds,
+        seed_ranks=ranks,
+        seed_comparisons=seed_pairs,
+        significance=significance_table(comparisons, seed_pairs),
+    )

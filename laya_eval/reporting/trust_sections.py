@@ -20,17 +20,21 @@ from laya_eval.stats import min_wilcoxon_p
 
 __all__ = ["SEEDS_TEST", "sanity_blocks", "seed_blocks", "significance_blocks"]
 
-SEEDS_TEST = ("two-sided Wilcoxon signed-rank test over runs, paired by run (scipy.stats.wilcoxon, "
-              "zero_method='zsplit'; with up to 13 runs its p-value is exact: the exact null, or all 2^n sign "
-              "flips when values tie)")
+SEEDS_TEST = (
+    "two-sided Wilcoxon signed-rank test over runs, paired by run (scipy.stats.wilcoxon, "
+    "zero_method='zsplit'; with up to 13 runs its p-value is exact: the exact null, or all 2^n sign "
+    "flips when values tie)"
+)
 
 
 def _min_p_note(n: int) -> str:
     floor = min_wilcoxon_p(n)
     if floor < ALPHA:
         return f"With n = {n} runs the smallest p-value the exact test can give is {floor:.4f}."
-    return (f"With n = {n} runs the smallest two-sided p-value the exact test can give is 2/2^{n} = {floor:.4f}: "
-            f"no difference can reach p < {ALPHA:g}, whatever the data (at least 6 runs are needed).")
+    return (
+        f"With n = {n} runs the smallest two-sided p-value the exact test can give is 2/2^{n} = {floor:.4f}: "
+        f"no difference can reach p < {ALPHA:g}, whatever the data (at least 6 runs are needed)."
+    )
 
 
 def seed_blocks(across: pd.DataFrame, ranks: pd.DataFrame) -> list[tuple]:
@@ -40,20 +44,44 @@ def seed_blocks(across: pd.DataFrame, ranks: pd.DataFrame) -> list[tuple]:
         own = across[across["group"] == group]
         runs = list(dict.fromkeys(ranks.loc[ranks["group"] == group, "run"]))
         n = len(runs)
-        blocks += [("h3", f"Across seeds: {group} ({n} runs)"),
-                   ("p", f"Runs: {', '.join(runs)}. Each method against the best one (highest mean): {SEEDS_TEST}, "
-                         f"Holm-adjusted over the methods. {_min_p_note(n)} Rank 1 = highest in that run (ties "
-                         "share the average rank).")]
+        blocks += [
+            ("h3", f"Across seeds: {group} ({n} runs)"),
+            (
+                "p",
+                f"Runs: {', '.join(runs)}. Each method against the best one (highest mean): {SEEDS_TEST}, "
+                f"Holm-adjusted over the methods. {_min_p_note(n)} Rank 1 = highest in that run (ties "
+                "share the average rank).",
+            ),
+        ]
         for metric, title in SEED_METRICS.items():
             part = own[own["metric"] == metric]
             rank = ranks[(ranks["group"] == group) & (ranks["metric"] == metric)]
             by_run = rank.set_index(["method", "run"])["rank"]
-            header = ["method", f"{title}: mean ± std", "mean rank", "reference", "mean(m − ref.)", "Wilcoxon W",
-                      "p", "p (Holm)", *[f"rank in {r}" for r in runs]]
-            rows = [[method_label(r.method), f"{_num(r.mean)} ± {_num(r.std)}", _num(r.mean_rank),
-                     method_label(r.reference), _num(r.mean_difference), _num(r.wilcoxon_statistic), _num(r.p_value),
-                     _num(r.p_holm), *[_num(by_run.get((r.method, run))) for run in runs]]
-                    for r in part.itertuples(index=False)]
+            header = [
+                "method",
+                f"{title}: mean ± std",
+                "mean rank",
+                "reference",
+                "mean(m − ref.)",
+                "Wilcoxon W",
+                "p",
+                "p (Holm)",
+                *[f"rank in {r}" for r in runs],
+            ]
+            rows = [
+                [
+                    method_label(r.method),
+                    f"{_num(r.mean)} ± {_num(r.std)}",
+                    _num(r.mean_rank),
+                    method_label(r.reference),
+                    _num(r.mean_difference),
+                    _num(r.wilcoxon_statistic),
+                    _num(r.p_value),
+                    _num(r.p_holm),
+                    *[_num(by_run.get((r.method, run))) for run in runs],
+                ]
+                for r in part.itertuples(index=False)
+            ]
             blocks.append(("table", header, rows))
     return blocks
 
@@ -61,26 +89,39 @@ def seed_blocks(across: pd.DataFrame, ranks: pd.DataFrame) -> list[tuple]:
 def _matrix_block(long: pd.DataFrame) -> tuple:
     methods = in_registry_order(long["method"])
     cells = matrix_cells(long, methods)
-    return ("table", ["row vs column", *map(method_label, methods)],
-            [[method_label(m), *row] for m, row in zip(methods, cells)])
+    return (
+        "table",
+        ["row vs column", *map(method_label, methods)],
+        [[method_label(m), *row] for m, row in zip(methods, cells)],
+    )
 
 
-def significance_blocks(significance: pd.DataFrame, heading: str, figure: Callable[[str, str], tuple],
-                        n_runs: int) -> list[tuple]:
+def significance_blocks(
+    significance: pd.DataFrame, heading: str, figure: Callable[[str, str], tuple], n_runs: int
+) -> list[tuple]:
     """The significance matrices: per run (collapsed when several) and per seed group."""
     if significance.empty:
         return []
-    seeds = (f"; across seeds: the {SEEDS_TEST}, Holm over all rows of the group"
-             if (significance["source"] == "seeds").any() else "")
+    seeds = (
+        f"; across seeds: the {SEEDS_TEST}, Holm over all rows of the group"
+        if (significance["source"] == "seeds").any()
+        else ""
+    )
     blocks: list[tuple] = [
         ("h2", heading),
-        ("p", f"Cell (row, column): ▲ the row method scores higher than the column method (mean of row − column > 0) "
-              f"with Holm-adjusted p < {ALPHA:g}; ▼ it scores lower; · not significant at {ALPHA:g}; the number is "
-              "the Holm-adjusted p (<0.001 below 0.001); ? no test. Higher is better for both metrics. Per run: "
-              "the Wilcoxon signed-rank test over samples of comparisons.csv, Holm over all rows of the run (both "
-              f"metrics){seeds}. Details: significance.csv and the paired tests below."),
-        figure("significance", "Significance matrix of faithfulness" + (" (per run and across seeds)." if seeds
-                                                                          else " per run."))]
+        (
+            "p",
+            f"Cell (row, column): ▲ the row method scores higher than the column method (mean of row − column > 0) "
+            f"with Holm-adjusted p < {ALPHA:g}; ▼ it scores lower; · not significant at {ALPHA:g}; the number is "
+            "the Holm-adjusted p (<0.001 below 0.001); ? no test. Higher is better for both metrics. Per run: "
+            "the Wilcoxon signed-rank test over samples of comparisons.csv, Holm over all rows of the run (both "
+            f"metrics){seeds}. Details: significance.csv and the paired tests below.",
+        ),
+        figure(
+            "significance",
+            "Significance matrix of faithfulness" + (" (per run and across seeds)." if seeds else " per run."),
+        ),
+    ]
     for source, name in significance[["source", "name"]].drop_duplicates().itertuples(index=False):
         own = significance[(significance["source"] == source) & (significance["name"] == name)]
         summary = name if source == "run" else f"across seeds: {name}"
@@ -97,40 +138,84 @@ def _similarity_cell(value, low, high, note=None) -> str:
     return "undefined" if pd.isna(value) else f"{_num(value)} {_ci(low, high, note)}"
 
 
-def sanity_blocks(table: pd.DataFrame, runs_table: pd.DataFrame, heading: str,
-                  figure: Callable[[str, str], tuple]) -> list[tuple]:
+def sanity_blocks(
+    table: pd.DataFrame, runs_table: pd.DataFrame, heading: str, figure: Callable[[str, str], tuple]
+) -> list[tuple]:
     """The "Sanity checks" section: rules, one row per sanity run, per run the verdict table and figure."""
     if table.empty:
         return []
     blocks: list[tuple] = [
         ("h2", heading),
-        ("p", "From laya-eval sanity folders. Cascading randomisation re-initialises the head's parameter groups "
-              "top-down (the last step: all of them); data randomisation retrains the head on shuffled labels. "
-              "Similarity: Spearman ρ between the original and the new attributions (as sanity.json's "
-              "'similarity' says), 95% bootstrap interval. Rule: a randomisation check passes when the "
-              f"interval's upper bound is below {SIMILARITY_MAX:g} (the attributions changed when what they "
-              "explain was destroyed), n/a when the similarity is undefined (attributions constant across "
-              "samples); a method passes when every defined check passes. Layer-ROAR: Spearman ρ between the "
-              "method's mean attribution per layer and the test-accuracy drop of a head retrained without that "
-              f"layer; agrees when the interval's lower bound is above 0, uninformative when no layer's mean drop "
-              f"reaches {ROAR_MIN_DROP:g}. Random is the chance reference (redrawn at every step)."),
-        ("table", ["sanity run", "head", "dataset", "n", "similarity", "ROAR seeds", "accuracy", "shuffled-label acc.",
-                   "largest ROAR drop", "wall time (s)"],
-         [[r.sanity_run, str(r.head), str(r.dataset), str(r.n), str(r.similarity), str(r.roar_seeds),
-           _num(r.original_accuracy), _num(r.shuffled_label_accuracy), _num(r.max_roar_drop), str(r.wall_time_s)]
-          for r in runs_table.itertuples(index=False)])]
+        (
+            "p",
+            "From laya-eval sanity folders. Cascading randomisation re-initialises the head's parameter groups "
+            "top-down (the last step: all of them); data randomisation retrains the head on shuffled labels. "
+            "Similarity: Spearman ρ between the original and the new attributions (as sanity.json's "
+            "'similarity' says), 95% bootstrap interval. Rule: a randomisation check passes when the "
+            f"interval's upper bound is below {SIMILARITY_MAX:g} (the attributions changed when what they "
+            "explain was destroyed), n/a when the similarity is undefined (attributions constant across "
+            "samples); a method passes when every defined check passes. Layer-ROAR: Spearman ρ between the "
+            "method's mean attribution per layer and the test-accuracy drop of a head retrained without that "
+            f"layer; agrees when the interval's lower bound is above 0, uninformative when no layer's mean drop "
+            f"reaches {ROAR_MIN_DROP:g}. Random is the chance reference (redrawn at every step).",
+        ),
+        (
+            "table",
+            [
+                "sanity run",
+                "head",
+                "dataset",
+                "n",
+                "similarity",
+                "ROAR seeds",
+                "accuracy",
+                "shuffled-label acc.",
+                "largest ROAR drop",
+                "wall time (s)",
+            ],
+            [
+                [
+                    r.sanity_run,
+                    str(r.head),
+                    str(r.dataset),
+                    str(r.n),
+                    str(r.similarity),
+                    str(r.roar_seeds),
+                    _num(r.original_accuracy),
+                    _num(r.shuffled_label_accuracy),
+                    _num(r.max_roar_drop),
+                    str(r.wall_time_s),
+                ]
+                for r in runs_table.itertuples(index=False)
+            ],
+        ),
+    ]
     labels = list(dict.fromkeys(table["sanity_run"]))
     for label in labels:
         part = table[table["sanity_run"] == label]
         params = next((p for p in part["cascading_params"] if isinstance(p, str)), "?")
-        blocks += [("details", f"sanity: {label}", len(labels) == 1),
-                   ("table", ["method", f"cascading ({params})", "check", "shuffled labels", "check",
-                              "ROAR ρ", "ROAR", "verdict"],
-                    [[method_label(r.method), _similarity_cell(r.cascading_similarity, r.cascading_ci_low,
-                                                               r.cascading_ci_high), r.cascading_verdict,
-                      _similarity_cell(r.data_similarity, r.data_ci_low, r.data_ci_high), r.data_verdict,
-                      _similarity_cell(r.roar_spearman, r.roar_ci_low, r.roar_ci_high), r.roar_verdict, r.verdict]
-                     for r in part.itertuples(index=False)]),
-                   figure(f"sanity_{_slug(label)}", f"Similarity to the original attributions per randomisation "
-                                                    f"step, {label}."), ("end_details",)]
+        blocks += [
+            ("details", f"sanity: {label}", len(labels) == 1),
+            (
+                "table",
+                ["method", f"cascading ({params})", "check", "shuffled labels", "check", "ROAR ρ", "ROAR", "verdict"],
+                [
+                    [
+                        method_label(r.method),
+                        _similarity_cell(r.cascading_similarity, r.cascading_ci_low, r.cascading_ci_high),
+                        r.cascading_verdict,
+                        _similarity_cell(r.data_similarity, r.data_ci_low, r.data_ci_high),
+                        r.data_verdict,
+                        _similarity_cell(r.roar_spearman, r.roar_ci_low, r.roar_ci_high),
+                        r.roar_verdict,
+                        r.verdict,
+                    ]
+                    for r in part.itertuples(index=False)
+                ],
+            ),
+            figure(
+                f"sanity_{_slug(label)}", f"Similarity to the original attributions per randomisation step, {label}."
+            ),
+            ("end_details",),
+        ]
     return blocks

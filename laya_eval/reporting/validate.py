@@ -31,30 +31,55 @@ from laya_eval.errors import ResultsError
 
 __all__ = ["check_run_tables", "check_sanity_tables", "manifest_warning"]
 
-_TEXT = {"summary": ("head", "dataset", "method", "ablation", "scope"), "samples": ("method",),
-         "layers": ("method",), "comparisons": ("metric", "method_a", "method_b")}
-_INTEGERS = {"summary": ("n", "n_undefined"), "samples": ("sample", "label", "pred"), "layers": ("sample", "layer"),
-             "comparisons": ("n",)}
-_NUMBERS = {"summary": ("faithfulness", "faithfulness_ci_low", "faithfulness_ci_high", "deletion_at_1",
-                        "deletion_at_1_ci_low", "deletion_at_1_ci_high", "top1_hit_rate", "aopc",
-                        "faithfulness_p_value"),
-            "samples": ("spearman", "deletion_at_1", "confidence"),
-            "layers": ("attribution", "effect"),
-            "comparisons": ("mean_difference", "ci_low", "ci_high", "wilcoxon_statistic", "p_value", "p_holm",
-                            "rank_biserial")}
+_TEXT = {
+    "summary": ("head", "dataset", "method", "ablation", "scope"),
+    "samples": ("method",),
+    "layers": ("method",),
+    "comparisons": ("metric", "method_a", "method_b"),
+}
+_INTEGERS = {
+    "summary": ("n", "n_undefined"),
+    "samples": ("sample", "label", "pred"),
+    "layers": ("sample", "layer"),
+    "comparisons": ("n",),
+}
+_NUMBERS = {
+    "summary": (
+        "faithfulness",
+        "faithfulness_ci_low",
+        "faithfulness_ci_high",
+        "deletion_at_1",
+        "deletion_at_1_ci_low",
+        "deletion_at_1_ci_high",
+        "top1_hit_rate",
+        "aopc",
+        "faithfulness_p_value",
+    ),
+    "samples": ("spearman", "deletion_at_1", "confidence"),
+    "layers": ("attribution", "effect"),
+    "comparisons": ("mean_difference", "ci_low", "ci_high", "wilcoxon_statistic", "p_value", "p_holm", "rank_biserial"),
+}
 
 
-_SANITY_RANDOMISATION = {"text": ("check", "params", "method"), "integers": ("step",),
-                         "numbers": ("similarity", "similarity_ci_low", "similarity_ci_high", "faithfulness"),
-                         "finite": ("accuracy",), "notes": ("similarity_ci_note",),
-                         "unique": ("check", "step", "method")}
+_SANITY_RANDOMISATION = {
+    "text": ("check", "params", "method"),
+    "integers": ("step",),
+    "numbers": ("similarity", "similarity_ci_low", "similarity_ci_high", "faithfulness"),
+    "finite": ("accuracy",),
+    "notes": ("similarity_ci_note",),
+    "unique": ("check", "step", "method"),
+}
 #: What each table of a sanity folder holds, by file name.
 _SANITY = {
     "randomisation.csv": _SANITY_RANDOMISATION,
     "data_randomisation.csv": _SANITY_RANDOMISATION,
     "layer_roar.csv": {"integers": ("layer", "seed"), "finite": ("accuracy", "accuracy_drop")},
-    "roar_agreement.csv": {"text": ("method",), "numbers": ("spearman", "ci_low", "ci_high"), "notes": ("ci_note",),
-                           "unique": ("method",)},
+    "roar_agreement.csv": {
+        "text": ("method",),
+        "numbers": ("spearman", "ci_low", "ci_high"),
+        "notes": ("ci_note",),
+        "unique": ("method",),
+    },
 }
 
 
@@ -76,8 +101,9 @@ def _numbers(table: pd.DataFrame, column: str, where: str, *, integer: bool, fin
     if integer:
         bad = ~np.isfinite(array) | (array != np.round(array)) | (array < 0)
         if bad.any():
-            raise ResultsError(f"{where}: column '{column}' must be whole non-negative numbers; "
-                               f"{_first_bad(table, bad, column)}.")
+            raise ResultsError(
+                f"{where}: column '{column}' must be whole non-negative numbers; {_first_bad(table, bad, column)}."
+            )
     elif finite and not np.isfinite(array).all():
         bad = ~np.isfinite(array)
         raise ResultsError(f"{where}: column '{column}' must be finite numbers; {_first_bad(table, bad, column)}.")
@@ -104,8 +130,10 @@ def check_sanity_tables(folder: Path, tables: dict[str, pd.DataFrame]) -> dict[s
     out = {}
     for name, table in tables.items():
         rules, where = _SANITY[name], str(folder / name)
-        present = {kind: [c for c in rules.get(kind, ()) if c in table] for kind in ("text", "integers", "numbers",
-                                                                                      "finite", "notes")}
+        present = {
+            kind: [c for c in rules.get(kind, ()) if c in table]
+            for kind in ("text", "integers", "numbers", "finite", "notes")
+        }
         for column in present["text"]:
             _text(table, column, where)
         for column in present["notes"]:
@@ -121,8 +149,9 @@ def check_sanity_tables(folder: Path, tables: dict[str, pd.DataFrame]) -> dict[s
             table[column] = pd.to_numeric(table[column]).astype(np.float64)
         unique = list(rules.get("unique", ()))
         if unique and table.duplicated(unique).any():
-            raise ResultsError(f"{where}: columns {', '.join(repr(c) for c in unique)} must be unique; a row "
-                               "repeats them.")
+            raise ResultsError(
+                f"{where}: columns {', '.join(repr(c) for c in unique)} must be unique; a row repeats them."
+            )
         out[name] = table
     return out
 
@@ -149,8 +178,9 @@ def _as_numbers(table: pd.DataFrame, name: str) -> pd.DataFrame:
     for column in _INTEGERS[name]:
         if column in table:
             table[column] = pd.to_numeric(table[column]).astype(np.int64)
-    for column in _NUMBERS[name] + (tuple(c for c in table.columns if re.fullmatch(r"deletion_at_\d+", str(c)))
-                                    if name == "summary" else ()):
+    for column in _NUMBERS[name] + (
+        tuple(c for c in table.columns if re.fullmatch(r"deletion_at_\d+", str(c))) if name == "summary" else ()
+    ):
         if column in table:
             table[column] = pd.to_numeric(table[column]).astype(np.float64)
     return table
@@ -162,8 +192,10 @@ def _check_layers(layers: pd.DataFrame, where: str) -> int:
     bad = (counts["nunique"] != n_layers) | (counts["size"] != n_layers) | (counts["min"] != 1)
     if bad.any():
         sample, method = bad[bad].index[0]
-        raise ResultsError(f"{where}: column 'layer' must hold layers 1..{n_layers} once per (sample, method); "
-                           f"sample {sample}, method {method!r} does not.")
+        raise ResultsError(
+            f"{where}: column 'layer' must hold layers 1..{n_layers} once per (sample, method); "
+            f"sample {sample}, method {method!r} does not."
+        )
     return n_layers
 
 
@@ -173,9 +205,13 @@ def _check_methods(table: pd.DataFrame, methods: set[str], where: str) -> None:
         raise ResultsError(f"{where}: column 'method' holds {unknown[0]!r}, which summary.csv does not list.")
 
 
-def check_run_tables(folder: Path, tables: dict[str, pd.DataFrame], comparisons: pd.DataFrame | None,
-                     manifest: dict[str, Any], names: dict[str, str]) -> tuple[dict[str, pd.DataFrame],
-                                                                             pd.DataFrame | None]:
+def check_run_tables(
+    folder: Path,
+    tables: dict[str, pd.DataFrame],
+    comparisons: pd.DataFrame | None,
+    manifest: dict[str, Any],
+    names: dict[str, str],
+) -> tuple[dict[str, pd.DataFrame], pd.DataFrame | None]:
     """Check one folder's tables (see the module docstring); return them with numeric columns as numbers.
 
     ``names`` maps a table to its file name (``summary`` -> ``summary.csv``) for the messages.
@@ -192,8 +228,9 @@ def check_run_tables(folder: Path, tables: dict[str, pd.DataFrame], comparisons:
     for name in ("samples", "layers"):
         _check_methods(tables[name], methods, where[name])
     if tables["samples"].duplicated(["sample", "method"]).any():
-        raise ResultsError(f"{where['samples']}: columns 'sample', 'method' must be unique; a (sample, method) "
-                           "appears twice.")
+        raise ResultsError(
+            f"{where['samples']}: columns 'sample', 'method' must be unique; a (sample, method) appears twice."
+        )
     n_layers = _check_layers(tables["layers"], where["layers"])
     _check_layer_names(manifest.get("layer_names"), n_layers, folder)
     if comparisons is not None:
@@ -203,8 +240,7 @@ def check_run_tables(folder: Path, tables: dict[str, pd.DataFrame], comparisons:
         for column in ("method_a", "method_b"):
             unknown = sorted(set(comparisons[column]) - methods)
             if unknown:
-                raise ResultsError(f"{file}: column '{column}' holds {unknown[0]!r}, which summary.csv does not "
-                                   "list.")
+                raise ResultsError(f"{file}: column '{column}' holds {unknown[0]!r}, which summary.csv does not list.")
     return tables, comparisons
 
 
@@ -230,6 +266,8 @@ def manifest_warning(folder: Path, manifest: dict[str, Any] | None, read: Sequen
     listed = set((manifest.get("files") or {}) if isinstance(manifest.get("files"), dict) else ())
     unlisted = [f for f in read if f not in listed]
     if unlisted:
-        return (f"'{folder}/manifest.json' does not list {', '.join(unlisted)}: "
-                f"{'that file is' if len(unlisted) == 1 else 'those files are'} unverified.")
+        return (
+            f"'{folder}/manifest.json' does not list {', '.join(unlisted)}: "
+            f"{'that file is' if len(unlisted) == 1 else 'those files are'} unverified."
+        )
     return None

@@ -44,20 +44,24 @@ def _scatter_points(run: Run, max_samples: int, seed: int) -> tuple[pd.DataFrame
     return run.layers[run.layers["sample"].isin(samples)], int(samples.size)
 
 
-def _make_figures(runs: Sequence[Run], tables: ReportTables, *, max_points: int, seed: int,
-                  style: str) -> dict[str, Any]:
+def _make_figures(
+    runs: Sequence[Run], tables: ReportTables, *, max_points: int, seed: int, style: str
+) -> dict[str, Any]:
     """Figure name (without extension) -> Figure, in report order."""
     from laya_eval import figures as F
 
     metas = [r.meta for r in runs]
     comparisons = tables.comparisons if not tables.comparisons.empty else None
-    out = {"faithfulness": F.faithfulness_figure(tables.faithfulness, metas, comparisons=comparisons, style=style),
-           "deletion_curves": F.deletion_curves_figure(tables.deletion_curves, metas, style=style),
-           "spearman_distribution": F.spearman_distribution_figure(tables.spearman_distribution, metas, style=style)}
+    out = {
+        "faithfulness": F.faithfulness_figure(tables.faithfulness, metas, comparisons=comparisons, style=style),
+        "deletion_curves": F.deletion_curves_figure(tables.deletion_curves, metas, style=style),
+        "spearman_distribution": F.spearman_distribution_figure(tables.spearman_distribution, metas, style=style),
+    }
     for r in runs:
         points, n = _scatter_points(r, max_points, seed)
-        out[f"scatter_{_slug(r.label)}"] = F.scatter_figure(points, meta={**r.meta, "n_points": n}, style=style,
-                                                             seed=seed)
+        out[f"scatter_{_slug(r.label)}"] = F.scatter_figure(
+            points, meta={**r.meta, "n_points": n}, style=style, seed=seed
+        )
     for r in runs:
         long = tables.agreement[tables.agreement["run"] == r.label]
         matrix = long.pivot(index="method_a", columns="method_b", values="mean_spearman").loc[r.methods, r.methods]
@@ -85,25 +89,44 @@ def _significance_panels(runs: Sequence[Run], significance: pd.DataFrame) -> lis
             meta, test = metas[(source, name)], "over samples"
         else:
             head, dataset, ablation, scope = name.split(" · ")
-            meta = {"label": f"across seeds ({long['n'].max()} runs)", "head": head, "dataset": dataset,
-                    "ablation": ablation, "scope": scope}
+            meta = {
+                "label": f"across seeds ({long['n'].max()} runs)",
+                "head": head,
+                "dataset": dataset,
+                "ablation": ablation,
+                "scope": scope,
+            }
             test = "over runs (seeds)"
-        panels.append({"meta": meta, "test": f"Wilcoxon {test}, Holm",
-                       "values": pd.DataFrame(signed_log_p(long, methods), index=methods, columns=methods),
-                       "cells": pd.DataFrame(matrix_cells(long, methods), index=methods, columns=methods)})
+        panels.append(
+            {
+                "meta": meta,
+                "test": f"Wilcoxon {test}, Holm",
+                "values": pd.DataFrame(signed_log_p(long, methods), index=methods, columns=methods),
+                "cells": pd.DataFrame(matrix_cells(long, methods), index=methods, columns=methods),
+            }
+        )
     return panels
 
 
 def _sanity_figures(sanity: Sequence[SanityRun], style: str = "default") -> dict[str, Any]:
     from laya_eval.figures.sanity_checks import randomisation_figure
 
-    return {f"sanity_{_slug(s.label)}": randomisation_figure(pd.concat([s.randomisation, s.data_randomisation]),
-                                                              meta={**s.meta, "label": s.label}, style=style)
-            for s in sanity}
+    return {
+        f"sanity_{_slug(s.label)}": randomisation_figure(
+            pd.concat([s.randomisation, s.data_randomisation]), meta={**s.meta, "label": s.label}, style=style
+        )
+        for s in sanity
+    }
 
 
-def report_figures(runs: Sequence[Run], *, sanity: Sequence[SanityRun] = (), max_points: int = 300, seed: int = 0,
-                   style: str = "default") -> dict[str, Any]:
+def report_figures(
+    runs: Sequence[Run],
+    *,
+    sanity: Sequence[SanityRun] = (),
+    max_points: int = 300,
+    seed: int = 0,
+    style: str = "default",
+) -> dict[str, Any]:
     """Every figure of a report, by file name without extension (``faithfulness``, ``scatter_<run>``, ...).
 
     The arguments are those of :func:`report`; the figures are :class:`matplotlib.figure.Figure` objects.
@@ -114,15 +137,37 @@ def report_figures(runs: Sequence[Run], *, sanity: Sequence[SanityRun] = (), max
     return figs
 
 
-_TABLES = ("runs", "faithfulness", "across_runs", "deletion_curves", "spearman_distribution", "agreement",
-           "comparisons", "across_seeds", "seed_ranks", "seed_comparisons", "significance")
+_TABLES = (
+    "runs",
+    "faithfulness",
+    "across_runs",
+    "deletion_curves",
+    "spearman_distribution",
+    "agreement",
+    "comparisons",
+    "across_seeds",
+    "seed_ranks",
+    "seed_comparisons",
+    "significance",
+)
 # Written only when they have rows (a run without comparisons.csv, a report without seed groups).
 _OPTIONAL = {"comparisons", "across_seeds", "seed_ranks", "seed_comparisons", "significance"}
 
 
-def _write_report(runs: Sequence[Run], out: str | os.PathLike, *, fmt: str, html_report: bool, title: str | None,
-                  max_points: int, seed: int, style: str, sanity: Sequence[SanityRun], mixers: Sequence[MixerRun],
-                  tables: ReportTables | None) -> list[Path]:
+def _write_report(
+    runs: Sequence[Run],
+    out: str | os.PathLike,
+    *,
+    fmt: str,
+    html_report: bool,
+    title: str | None,
+    max_points: int,
+    seed: int,
+    style: str,
+    sanity: Sequence[SanityRun],
+    mixers: Sequence[MixerRun],
+    tables: ReportTables | None,
+) -> list[Path]:
     """Write the report (its inputs and options checked by :func:`report`) as the whole content of ``out``."""
     from laya_eval.figures.mixers import mixer_map_figure
 
@@ -130,27 +175,40 @@ def _write_report(runs: Sequence[Run], out: str | os.PathLike, *, fmt: str, html
     as_written = _write_tables(tables, written) if tables is not None else None
     checks = None
     if sanity:
-        checks = tuple(_write_csv(name, table, written)
-                       for name, table in (("sanity.csv", sanity_table(sanity)),
-                                           ("sanity_runs.csv", sanity_runs_table(sanity))))
+        checks = tuple(
+            _write_csv(name, table, written)
+            for name, table in (("sanity.csv", sanity_table(sanity)), ("sanity_runs.csv", sanity_runs_table(sanity)))
+        )
     figs = _make_figures(runs, tables, max_points=max_points, seed=seed, style=style) if runs else {}
     figs.update(_sanity_figures(sanity, style))
     verdicts = None
     if mixers:
-        verdicts = _write_csv("mixers.csv", pd.concat([mixer_verdicts(m) for m in mixers], ignore_index=True),
-                              written)
-        figs.update({f"mixers_{_slug(m.label)}": mixer_map_figure(m.map, title=f"Mass and effect, {m.label}")
-                     for m in mixers})
+        verdicts = _write_csv("mixers.csv", pd.concat([mixer_verdicts(m) for m in mixers], ignore_index=True), written)
+        figs.update(
+            {f"mixers_{_slug(m.label)}": mixer_map_figure(m.map, title=f"Mass and effect, {m.label}") for m in mixers}
+        )
     files, embeds, captions = _write_figures(figs, written, fmt=fmt, style=style, html_report=html_report)
-    blocks = _blocks(runs, as_written, files, title=title, captions=captions, sanity=checks,
-                     mixers=(list(mixers), verdicts) if mixers else None,
-                     provenance=provenance_table(runs, sanity, mixers))
+    blocks = _blocks(
+        runs,
+        as_written,
+        files,
+        title=title,
+        captions=captions,
+        sanity=checks,
+        mixers=(list(mixers), verdicts) if mixers else None,
+        provenance=provenance_table(runs, sanity, mixers),
+    )
     written["report.md"] = _markdown(blocks).encode()
     if html_report:
         written["report.html"] = _html(blocks, embeds).encode()
-    manifest = {"kind": "report", **provenance(), "runs": [r.label for r in runs],
-                "sanity": [s.label for s in sanity], "mixers": [m.label for m in mixers],
-                "files": {name: sha256_bytes(data) for name, data in written.items()}}
+    manifest = {
+        "kind": "report",
+        **provenance(),
+        "runs": [r.label for r in runs],
+        "sanity": [s.label for s in sanity],
+        "mixers": [m.label for m in mixers],
+        "files": {name: sha256_bytes(data) for name, data in written.items()},
+    }
     written[MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
     return write_result_folder(out, written)
 
@@ -161,8 +219,10 @@ def _check_output(out: str | os.PathLike, folders: Sequence[str | os.PathLike]) 
     target = Path(os.path.realpath(out))
     for folder in [f for given in folders for f in dict.fromkeys([Path(given), *_expand(Path(given))])]:
         if target == (f := Path(os.path.realpath(folder))) or target in f.parents:
-            raise ConfigError(f"--out '{out}' would replace the result folder '{folder}' that the report reads; "
-                              "write the report to another folder.")
+            raise ConfigError(
+                f"--out '{out}' would replace the result folder '{folder}' that the report reads; "
+                "write the report to another folder."
+            )
     return check_output_folder(out)
 
 
@@ -200,9 +260,18 @@ class ReportResult:
     provenance: pd.DataFrame | None = None
 
 
-def report(inputs: Sequence[Any], *, out: str | os.PathLike, strict: bool = False, fmt: str | None = None,
-           html_report: bool = True, title: str | None = None, max_points: int = 300, seed: int = 0,
-           style: str = "default") -> ReportResult:
+def report(
+    inputs: Sequence[Any],
+    *,
+    out: str | os.PathLike,
+    strict: bool = False,
+    fmt: str | None = None,
+    html_report: bool = True,
+    title: str | None = None,
+    max_points: int = 300,
+    seed: int = 0,
+    style: str = "default",
+) -> ReportResult:
     """Report on result folders of ``faithfulness``, ``sanity`` and ``mixers`` (each recognised by its files) and
     on in-memory evaluations, written as the whole content of ``out`` (``laya-eval report``).
 
@@ -257,8 +326,10 @@ def report(inputs: Sequence[Any], *, out: str | os.PathLike, strict: bool = Fals
     F.check_style(style)
     fmt = F.check_format(fmt) if fmt is not None else F.default_format(style)
     if isinstance(inputs, (str, os.PathLike)) or not inputs:
-        raise ResultsError("give at least one result folder of `laya-eval faithfulness`, `laya-eval sanity` or "
-                           f"`laya-eval mixers` (a list of them); got {inputs!r}.")
+        raise ResultsError(
+            "give at least one result folder of `laya-eval faithfulness`, `laya-eval sanity` or "
+            f"`laya-eval mixers` (a list of them); got {inputs!r}."
+        )
     _check_output(out, [f for f in inputs if isinstance(f, (str, os.PathLike))])
     read = load_inputs(inputs, strict=strict)
     done = ReportResult(inputs=read, warnings=list(read.warnings))
@@ -268,13 +339,25 @@ def report(inputs: Sequence[Any], *, out: str | os.PathLike, strict: bool = Fals
     if read.mixers:
         done.mixers = pd.concat([mixer_verdicts(m) for m in read.mixers], ignore_index=True)
     done.provenance = provenance_table(read.runs, read.sanity, read.mixers)
-    done.files = _write_report(read.runs, out, fmt=fmt, html_report=html_report, title=title, max_points=max_points,
-                               seed=seed, style=style, sanity=read.sanity, mixers=read.mixers, tables=done.tables)
+    done.files = _write_report(
+        read.runs,
+        out,
+        fmt=fmt,
+        html_report=html_report,
+        title=title,
+        max_points=max_points,
+        seed=seed,
+        style=style,
+        sanity=read.sanity,
+        mixers=read.mixers,
+        tables=done.tables,
+    )
     return done
 
 
-def _write_figures(figs: dict[str, Any], written: dict[str, bytes], *, fmt: str, style: str,
-                   html_report: bool) -> tuple[dict[str, str], dict[str, tuple[str, bytes]], dict[str, str]]:
+def _write_figures(
+    figs: dict[str, Any], written: dict[str, bytes], *, fmt: str, style: str, html_report: bool
+) -> tuple[dict[str, str], dict[str, tuple[str, bytes]], dict[str, str]]:
     """Each figure as ``figures/NAME.FMT`` (and its caption file in paper style); the HTML's embeddings."""
     from laya_eval import figures as F
 
@@ -301,5 +384,9 @@ def _write_csv(name: str, table: pd.DataFrame, written: dict[str, bytes], *, opt
 
 
 def _write_tables(tables: ReportTables, written: dict[str, bytes]) -> ReportTables:
-    return ReportTables(**{name: _write_csv(f"{name}.csv", getattr(tables, name), written,
-                                            optional=name in _OPTIONAL) for name in _TABLES})
+    return ReportTables(
+        **{
+            name: _write_csv(f"{name}.csv", getattr(tables, name), written, optional=name in _OPTIONAL)
+            for name in _TABLES
+        }
+    )

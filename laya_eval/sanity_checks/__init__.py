@@ -65,11 +65,28 @@ from laya_eval.sanity_checks.randomisation import (
 from laya_eval.sanity_checks.roar import layer_roar, roar_agreement
 from laya_eval.sanity_checks.similarity import Resamples, attribution_similarity
 
-__all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "ROAR_AGREEMENT_COLUMNS", "SANITY_FILES", "SIMILARITIES",
-           "Features", "Resamples",
-           "SanityOptions", "SanityResult", "attribute_features", "attribution_similarity", "backbone_is_trainable",
-           "cascading_randomisation", "data_randomisation", "encode_features", "head_parameter_groups",
-           "layer_roar", "retraining_on_model_device", "roar_agreement", "sanity"]
+__all__ = [
+    "LAYER_ROAR_COLUMNS",
+    "RANDOMISATION_COLUMNS",
+    "ROAR_AGREEMENT_COLUMNS",
+    "SANITY_FILES",
+    "SIMILARITIES",
+    "Features",
+    "Resamples",
+    "SanityOptions",
+    "SanityResult",
+    "attribute_features",
+    "attribution_similarity",
+    "backbone_is_trainable",
+    "cascading_randomisation",
+    "data_randomisation",
+    "encode_features",
+    "head_parameter_groups",
+    "layer_roar",
+    "retraining_on_model_device",
+    "roar_agreement",
+    "sanity",
+]
 
 
 @dataclass
@@ -109,8 +126,14 @@ def retraining_on_model_device(options: SanityOptions, model: LayeredModel) -> S
     return dataclasses.replace(options, train=train)
 
 
-def _run_checks(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset, options: SanityOptions,
-                cache_dir: str | os.PathLike | None) -> SanityResult:
+def _run_checks(
+    model: LayeredModel,
+    train: Dataset,
+    val: Dataset,
+    test: Dataset,
+    options: SanityOptions,
+    cache_dir: str | os.PathLike | None,
+) -> SanityResult:
     """The three checks on ``model``; the backbone runs once per split and once per backbone step of the cascading
     randomisation (trainable backbones only); every other step is head-only. The original model's attributions are
     computed once and shared by the checks."""
@@ -119,10 +142,18 @@ def _run_checks(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset
     for d in (train, val, test):
         model.check_fits(d)
     model.eval()
-    train_f, val_f, test_f = (encode_features(model, d, batch_size=options.batch_size, cache_dir=cache_dir)
-                              for d in (train, val, test))
-    original = attribute_features(model, test_f, checked_methods(options), ablation=options.ablation,
-                                  seed=options.seed, batch_size=options.batch_size, target=options.target)
+    train_f, val_f, test_f = (
+        encode_features(model, d, batch_size=options.batch_size, cache_dir=cache_dir) for d in (train, val, test)
+    )
+    original = attribute_features(
+        model,
+        test_f,
+        checked_methods(options),
+        ablation=options.ablation,
+        seed=options.seed,
+        batch_size=options.batch_size,
+        target=options.target,
+    )
     roar = layer_roar(model, train_f, val_f, test_f, options)
     return SanityResult(
         randomisation=cascading_randomisation(model, test_f, options, data=test, original=original),
@@ -132,12 +163,22 @@ def _run_checks(model: LayeredModel, train: Dataset, val: Dataset, test: Dataset
     )
 
 
-def sanity(model: LayeredModel | str | os.PathLike, data: str | Mapping[str, Dataset] | None = None, *,
-           out: str | os.PathLike | None = None, options: SanityOptions | None = None,
-           data_dir: str | os.PathLike | None = None, limit: int | None = None,
-           cache_dir: str | os.PathLike | None = None, device: str = "cpu", trust_code: bool = False,
-           allow_unverified: bool = False, fmt: str | None = None, style: str = "default",
-           on_start: Callable[[str], None] | None = None) -> SanityResult:
+def sanity(
+    model: LayeredModel | str | os.PathLike,
+    data: str | Mapping[str, Dataset] | None = None,
+    *,
+    out: str | os.PathLike | None = None,
+    options: SanityOptions | None = None,
+    data_dir: str | os.PathLike | None = None,
+    limit: int | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    device: str = "cpu",
+    trust_code: bool = False,
+    allow_unverified: bool = False,
+    fmt: str | None = None,
+    style: str = "default",
+    on_start: Callable[[str], None] | None = None,
+) -> SanityResult:
     """The three sanity checks of a model's attribution methods (``laya-eval sanity``).
 
     ``out``, ``fmt`` and ``style`` are checked before anything is loaded, the model and the data before the
@@ -198,21 +239,36 @@ def sanity(model: LayeredModel | str | os.PathLike, data: str | Mapping[str, Dat
         check_format(fmt)
     path = None if isinstance(model, LayeredModel) else model
     if path is not None:
-        model = load_checkpoint(path, map_location=resolve_device(device), trust_code=trust_code,
-                                allow_unverified=allow_unverified)
+        model = load_checkpoint(
+            path, map_location=resolve_device(device), trust_code=trust_code, allow_unverified=allow_unverified
+        )
     label = "<in-memory>" if path is None else str(path)
     name, splits = load_splits(data or model.info.dataset, data_dir=data_dir, test_limit=limit)
     start = time.perf_counter()
     if on_start is not None:
-        on_start(f"{label}: {model.head.name} head, {name}; encoding {sum(len(s) for s in splits)} samples "
-                 f"once, then {options.roar_seeds * (model.n_layers + 1) + 1} head trainings")
+        on_start(
+            f"{label}: {model.head.name} head, {name}; encoding {sum(len(s) for s in splits)} samples "
+            f"once, then {options.roar_seeds * (model.n_layers + 1) + 1} head trainings"
+        )
     result = _run_checks(model, *splits, options, cache_dir)
-    result.meta = {"label": label, "checkpoint_sha256": None if path is None else file_sha256(path),
-                   "head": model.head.name, "dataset": name, "split": "test", "n": len(splits[2]),
-                   "ablation": options.ablation, "scope": "head", "similarity": options.similarity,
-                   "backbone_steps": backbone_is_trainable(model), "roar_seeds": options.roar_seeds,
-                   "train": dataclasses.asdict(options.train), "seed": options.seed, "bootstrap": options.bootstrap,
-                   "target": options.target, "wall_time_s": round(time.perf_counter() - start, 1)}
+    result.meta = {
+        "label": label,
+        "checkpoint_sha256": None if path is None else file_sha256(path),
+        "head": model.head.name,
+        "dataset": name,
+        "split": "test",
+        "n": len(splits[2]),
+        "ablation": options.ablation,
+        "scope": "head",
+        "similarity": options.similarity,
+        "backbone_steps": backbone_is_trainable(model),
+        "roar_seeds": options.roar_seeds,
+        "train": dataclasses.asdict(options.train),
+        "seed": options.seed,
+        "bootstrap": options.bootstrap,
+        "target": options.target,
+        "wall_time_s": round(time.perf_counter() - start, 1),
+    }
     if out is not None:
         result.files = _write_sanity(result, out, fmt=fmt, style=style)
     return result

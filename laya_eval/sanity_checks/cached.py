@@ -22,14 +22,21 @@ from laya_eval.models.trace import trace_from_hidden
 
 __all__ = ["Features", "attribute_features", "feature_batch", "head_device", "head_model"]
 
+
 def head_model(model: LayeredModel, head: LayerHead) -> LayeredModel:
     """``head`` on ``model``'s backbone; the sanity checks never call the backbone."""
     return LayeredModel(model.backbone, head, model.info).eval()
 
 
 def attribute_features(
-    model: LayeredModel, features: Features, methods: Sequence[str], *, ablation: str = "gate",
-    seed: int = 0, batch_size: int = EVAL_BATCH_SIZE, target: str | int = "pred",
+    model: LayeredModel,
+    features: Features,
+    methods: Sequence[str],
+    *,
+    ablation: str = "gate",
+    seed: int = 0,
+    batch_size: int = EVAL_BATCH_SIZE,
+    target: str | int = "pred",
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Head-scope attributions and leave-one-layer-out effects from cached features (no backbone pass).
 
@@ -66,15 +73,22 @@ def attribute_features(
         hidden = feature_batch(features, start, batch_size, device)
         ids = torch.arange(start, start + len(hidden[0]), device=device)
         tr = trace_from_hidden(model.head, hidden, sample_ids=ids)
-        explained = explained_classes(target, tr.pred, features.y[start:start + len(ids)])
+        explained = explained_classes(target, tr.pred, features.y[start : start + len(ids)])
         for m in chosen:
             scores[m.name].append(m.fn(tr, model, target=explained, context=context).detach().float().cpu())
         # The effects are those of the class the attributions explain, even where float64 would break a
         # near-tie of the logits the other way.
         tr64 = dataclasses.replace(trace_from_hidden(head64.head, [h.double() for h in hidden]), pred=tr.pred)
-        effects.append(removal_effects(tr64, head64, leave_one_out_masks(tr.n_layers, device=device).double(),
-                                       ablation=ablation, fill=fill,
-                                       target=None if target == "pred" else explained).cpu())
+        effects.append(
+            removal_effects(
+                tr64,
+                head64,
+                leave_one_out_masks(tr.n_layers, device=device).double(),
+                ablation=ablation,
+                fill=fill,
+                target=None if target == "pred" else explained,
+            ).cpu()
+        )
     out = {m.name: torch.cat(scores[m.name]).numpy().astype(np.float64) for m in chosen}
     return out, torch.cat(effects).numpy()
 
@@ -86,7 +100,7 @@ def head_device(head: LayerHead) -> torch.device:
 
 def feature_batch(features: Features, start: int, size: int, device: torch.device) -> list[Tensor]:
     """Rows ``[start, start + size)`` of every cached layer, on ``device`` (the cache lives on the CPU)."""
-    return [h[start:start + size].to(device) for h in features.hidden]
+    return [h[start : start + size].to(device) for h in features.hidden]
 
 
 @torch.no_grad()

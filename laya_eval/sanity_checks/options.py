@@ -4,16 +4,28 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from laya_eval.catalog import (LAYER_ROAR_COLUMNS, RANDOMISATION_COLUMNS, RETRAIN_PATIENCE, ROAR_AGREEMENT_COLUMNS,
-                               SIMILARITIES)
+from laya_eval.catalog import (
+    LAYER_ROAR_COLUMNS,
+    RANDOMISATION_COLUMNS,
+    RETRAIN_PATIENCE,
+    ROAR_AGREEMENT_COLUMNS,
+    SIMILARITIES,
+)
 from laya_eval.engine.methods import resolve_methods
 from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.engine.removals import check_ablation, check_fixed_ablation
 from laya_eval.options import check_declared, declared, defaults_of
 from laya_eval.training.trainer import TrainOptions
 
-__all__ = ["LAYER_ROAR_COLUMNS", "RANDOMISATION_COLUMNS", "RETRAIN_PATIENCE", "ROAR_AGREEMENT_COLUMNS", "SIMILARITIES",
-           "SanityOptions", "checked_methods"]
+__all__ = [
+    "LAYER_ROAR_COLUMNS",
+    "RANDOMISATION_COLUMNS",
+    "RETRAIN_PATIENCE",
+    "ROAR_AGREEMENT_COLUMNS",
+    "SIMILARITIES",
+    "SanityOptions",
+    "checked_methods",
+]
 
 #: Early-stopping patience of the heads the checks retrain (the reference protocol's otherwise: Adam, lr 3e-4,
 #: batch 128, at most 50 epochs). A fresh head on cached features is within half a point of its best validation

@@ -44,10 +44,10 @@ def _write_sanity(result, out_dir: str | os.PathLike, *, fmt: str | None = None,
     tables = (result.randomisation, result.data_randomisation, result.layer_roar, result.roar_agreement)
     files = {name: table.to_csv(**csv).encode() for name, table in zip(SANITY_FILES, tables)}
     files["sanity.json"] = (json.dumps(dict(result.meta), indent=2, sort_keys=True, default=str) + "\n").encode()
-    fig = randomisation_figure(pd.concat([result.randomisation, result.data_randomisation]), meta=result.meta,
-                               style=style)
+    fig = randomisation_figure(
+        pd.concat([result.randomisation, result.data_randomisation]), meta=result.meta, style=style
+    )
     files.update(figure_files({"sanity": fig}, fmt=fmt, style=style))
     manifest = {"kind": "sanity", **provenance(), "files": {name: sha256_bytes(data) for name, data in files.items()}}
     files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
     return write_result_folder(out_dir, files)
-

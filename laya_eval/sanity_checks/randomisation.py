@@ -35,6 +35,7 @@ from laya_eval.training.features import encode_features
 
 __all__ = ["backbone_is_trainable", "cascading_randomisation", "data_randomisation", "head_parameter_groups"]
 
+
 def head_parameter_groups(head: LayerHead) -> list[tuple[str, list[nn.Module]]]:
     """The head's parameter groups, top (closest to the output) first.
 
@@ -48,8 +49,10 @@ def head_parameter_groups(head: LayerHead) -> list[tuple[str, list[nn.Module]]]:
         return [("classifier", [head.classifier]), ("mix", []), ("adapters", [head.adapters])]
     if isinstance(head, (ConcatHead, LastLayerHead)):
         return [("classifier", [head.classifier])]
-    raise ConfigError(f"no parameter groups are known for a {type(head).__name__} head; "
-                      "sanity checks support the lastlayer, concat, scalarmix and laya heads.")
+    raise ConfigError(
+        f"no parameter groups are known for a {type(head).__name__} head; "
+        "sanity checks support the lastlayer, concat, scalarmix and laya heads."
+    )
 
 
 def backbone_is_trainable(model: LayeredModel) -> bool:
@@ -84,33 +87,64 @@ def _reinitialise(head: LayerHead | None, group: str, modules: list[nn.Module], 
             head.gamma.fill_(1.0)
 
 
-def _rows(check: str, step: int, params: str, base: dict, scores: dict, effects: np.ndarray,
-          options: SanityOptions) -> list[dict]:
+def _rows(
+    check: str, step: int, params: str, base: dict, scores: dict, effects: np.ndarray, options: SanityOptions
+) -> list[dict]:
     rows = []
     # One set of bootstrap resamples per step, shared by the methods (the same draws as one call per method).
     resamples = Resamples(len(effects), options.bootstrap, offset_seed(options.seed, step))
     for name, s in scores.items():
-        sim = attribution_similarity(base[name], s, similarity=options.similarity, n_resamples=options.bootstrap,
-                                     seed=offset_seed(options.seed, step), resamples=resamples)
-        rows.append({"check": check, "step": step, "params": params, "method": name, "similarity": sim.mean,
-                     "similarity_ci_low": sim.low, "similarity_ci_high": sim.high, "similarity_ci_note": sim.note,
-                     "faithfulness": mean_faithfulness(s, effects)})
+        sim = attribution_similarity(
+            base[name],
+            s,
+            similarity=options.similarity,
+            n_resamples=options.bootstrap,
+            seed=offset_seed(options.seed, step),
+            resamples=resamples,
+        )
+        rows.append(
+            {
+                "check": check,
+                "step": step,
+                "params": params,
+                "method": name,
+                "similarity": sim.mean,
+                "similarity_ci_low": sim.low,
+                "similarity_ci_high": sim.high,
+                "similarity_ci_note": sim.note,
+                "faithfulness": mean_faithfulness(s, effects),
+            }
+        )
     return rows
 
 
 Attributions = tuple[dict[str, np.ndarray], np.ndarray]
 
 
-def _original(model: LayeredModel, features: Features, options: SanityOptions,
-              original: Attributions | None) -> Attributions:
+def _original(
+    model: LayeredModel, features: Features, options: SanityOptions, original: Attributions | None
+) -> Attributions:
     if original is not None:
         return original
-    return attribute_features(model, features, checked_methods(options), ablation=options.ablation,
-                              seed=options.seed, batch_size=options.batch_size, target=options.target)
+    return attribute_features(
+        model,
+        features,
+        checked_methods(options),
+        ablation=options.ablation,
+        seed=options.seed,
+        batch_size=options.batch_size,
+        target=options.target,
+    )
 
 
-def cascading_randomisation(model: LayeredModel, features: Features, options: SanityOptions | None = None, *,
-                            data: Dataset | None = None, original: Attributions | None = None) -> pd.DataFrame:
+def cascading_randomisation(
+    model: LayeredModel,
+    features: Features,
+    options: SanityOptions | None = None,
+    *,
+    data: Dataset | None = None,
+    original: Attributions | None = None,
+) -> pd.DataFrame:
     """Re-initialise the head's parameter groups top-down, cumulatively, then the backbone's blocks from the
     top (trainable backbones only), and compare the attributions after each step.
 
@@ -142,9 +176,15 @@ def cascading_randomisation(model: LayeredModel, features: Features, options: Sa
     done: list[str] = []
 
     def score(step: int, feats: Features) -> None:
-        scores, eff = attribute_features(randomised, feats, list(base), ablation=options.ablation,
-                                         seed=offset_seed(options.seed, step), batch_size=options.batch_size,
-                                         target=options.target)
+        scores, eff = attribute_features(
+            randomised,
+            feats,
+            list(base),
+            ablation=options.ablation,
+            seed=offset_seed(options.seed, step),
+            batch_size=options.batch_size,
+            target=options.target,
+        )
         rows.extend(_rows("cascading", step, "+".join(done), base, scores, eff, options))
 
     groups = head_parameter_groups(randomised.head)
@@ -165,8 +205,15 @@ def cascading_randomisation(model: LayeredModel, features: Features, options: Sa
     return pd.DataFrame(rows, columns=RANDOMISATION_COLUMNS)
 
 
-def data_randomisation(model: LayeredModel, train: Features, val: Features, test: Features,
-                       options: SanityOptions | None = None, *, original: Attributions | None = None) -> pd.DataFrame:
+def data_randomisation(
+    model: LayeredModel,
+    train: Features,
+    val: Features,
+    test: Features,
+    options: SanityOptions | None = None,
+    *,
+    original: Attributions | None = None,
+) -> pd.DataFrame:
     """Retrain a fresh head on shuffled labels (same protocol and seed) and compare its attributions.
 
     The shuffle is one seeded permutation of the training and validation labels (``options.seed``).
@@ -184,9 +231,17 @@ def data_randomisation(model: LayeredModel, train: Features, val: Features, test
     gen = torch.Generator().manual_seed(options.seed)
     shuffled = [replace(f, y=f.y[torch.randperm(len(f), generator=gen)]) for f in (train, val)]
     head = retrained_head(model.head, model.head.layer_dims, *shuffled, options.train)
-    scores, eff = attribute_features(head_model(model, head), test, list(base), ablation=options.ablation,
-                                     seed=offset_seed(options.seed, 1), batch_size=options.batch_size,
-                                     target=options.target)
-    rows = [{**r, "accuracy": accuracy(model.head, test)} for r in _rows("data", 0, "none", base, base, effects, options)]
+    scores, eff = attribute_features(
+        head_model(model, head),
+        test,
+        list(base),
+        ablation=options.ablation,
+        seed=offset_seed(options.seed, 1),
+        batch_size=options.batch_size,
+        target=options.target,
+    )
+    rows = [
+        {**r, "accuracy": accuracy(model.head, test)} for r in _rows("data", 0, "none", base, base, effects, options)
+    ]
     rows += [{**r, "accuracy": accuracy(head, test)} for r in _rows("data", 1, "labels", base, scores, eff, options)]
     return pd.DataFrame(rows, columns=[*RANDOMISATION_COLUMNS, "accuracy"])

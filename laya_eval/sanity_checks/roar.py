@@ -24,8 +24,10 @@ from laya_eval.training.trainer import TrainOptions, fresh_head, train_head
 
 __all__ = ["accuracy", "layer_roar", "retrained_head", "roar_agreement"]
 
-def retrained_head(head: LayerHead, layer_dims: Sequence[int], train: Features, val: Features,
-                   options: TrainOptions) -> LayerHead:
+
+def retrained_head(
+    head: LayerHead, layer_dims: Sequence[int], train: Features, val: Features, options: TrainOptions
+) -> LayerHead:
     """A fresh head of ``head``'s kind over ``layer_dims`` trained on cached features with the reference
     protocol: :func:`laya_eval.training.trainer.fresh_head` seeded with ``options.seed``, then
     :func:`laya_eval.training.trainer.train_head` (the head ``fit-head --seed options.seed`` trains)."""
@@ -39,8 +41,14 @@ def accuracy(head: LayerHead, features: Features, batch_size: int = 4096) -> flo
     """Share of ``features`` whose label ``head`` predicts; the batches go to the head's device."""
     head.eval()
     device = head_device(head)
-    correct = sum(int((head(feature_batch(features, s, batch_size, device)).argmax(-1).cpu()
-                       == features.y[s:s + batch_size]).sum()) for s in range(0, len(features), batch_size))
+    correct = sum(
+        int(
+            (
+                head(feature_batch(features, s, batch_size, device)).argmax(-1).cpu() == features.y[s : s + batch_size]
+            ).sum()
+        )
+        for s in range(0, len(features), batch_size)
+    )
     return correct / max(1, len(features))
 
 
@@ -48,8 +56,9 @@ def _without(features: Features, layer: int) -> Features:
     return replace(features, hidden=[h for i, h in enumerate(features.hidden) if i != layer])
 
 
-def layer_roar(model: LayeredModel, train: Features, val: Features, test: Features,
-               options: SanityOptions | None = None) -> pd.DataFrame:
+def layer_roar(
+    model: LayeredModel, train: Features, val: Features, test: Features, options: SanityOptions | None = None
+) -> pd.DataFrame:
     """Remove and retrain at layer level: test accuracy of heads retrained without each layer.
 
     For each seed ``options.train.seed + r`` (r < ``options.roar_seeds``) a full head and one head per
@@ -72,16 +81,17 @@ def layer_roar(model: LayeredModel, train: Features, val: Features, test: Featur
         full_acc = accuracy(full, test)
         for layer in range(len(dims)):
             reduced_dims = [d for i, d in enumerate(dims) if i != layer]
-            head = retrained_head(model.head, reduced_dims, _without(train, layer), _without(val, layer),
-                                  train_options)
+            head = retrained_head(model.head, reduced_dims, _without(train, layer), _without(val, layer), train_options)
             acc = accuracy(head, _without(test, layer))
-            rows.append({"layer": layer + 1, "seed": train_options.seed, "accuracy": acc,
-                         "accuracy_drop": full_acc - acc})
+            rows.append(
+                {"layer": layer + 1, "seed": train_options.seed, "accuracy": acc, "accuracy_drop": full_acc - acc}
+            )
     return pd.DataFrame(rows, columns=LAYER_ROAR_COLUMNS)
 
 
-def roar_agreement(scores: dict[str, np.ndarray], roar: pd.DataFrame, *, n_resamples: int = 1000,
-                   seed: int = 0) -> pd.DataFrame:
+def roar_agreement(
+    scores: dict[str, np.ndarray], roar: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0
+) -> pd.DataFrame:
     """Spearman rho between each method's dataset-level layer ranking and the layer-ROAR accuracy drops.
 
     The dataset-level score of a layer is the method's mean attribution over the evaluated samples. rho is

@@ -95,7 +95,12 @@ def _resampled_mean_rho(x: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np
 
 
 def attribution_similarity(
-    a: np.ndarray, b: np.ndarray, *, similarity: str = "across_samples", n_resamples: int = 1000, seed: int = 0,
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    similarity: str = "across_samples",
+    n_resamples: int = 1000,
+    seed: int = 0,
     resamples: Resamples | None = None,
 ) -> Interval:
     """Similarity of two attributions of the same samples, with a 95% bootstrap interval.
@@ -122,8 +127,14 @@ def attribution_similarity(
     defined = (np.abs(ra).sum(0) > 0) & (np.abs(rb).sum(0) > 0)
     n_undefined = int((~defined).sum())
     if not defined.any():
-        return Interval(float("nan"), float("nan"), float("nan"), a.shape[1], n_undefined,
-                        "no layer where both attributions vary across samples")
+        return Interval(
+            float("nan"),
+            float("nan"),
+            float("nan"),
+            a.shape[1],
+            n_undefined,
+            "no layer where both attributions vary across samples",
+        )
     ra, rb = ra[:, defined], rb[:, defined]
     value = _mean_rho(ra, rb)
     note = interval_note(ra.shape[0], n_resamples)
@@ -132,8 +143,10 @@ def attribution_similarity(
     if resamples is None:
         resamples = Resamples(ra.shape[0], n_resamples, seed)
     elif (resamples.n, resamples.n_resamples, resamples.seed) != (ra.shape[0], n_resamples, seed):
-        raise ConfigError(f"resamples were drawn for (n, n_resamples, seed) = "
-                          f"{(resamples.n, resamples.n_resamples, resamples.seed)}; got {(ra.shape[0], n_resamples, seed)}.")
+        raise ConfigError(
+            f"resamples were drawn for (n, n_resamples, seed) = "
+            f"{(resamples.n, resamples.n_resamples, resamples.seed)}; got {(ra.shape[0], n_resamples, seed)}."
+        )
     means = np.concatenate([_resampled_mean_rho(ra, rb, w) for w in resamples.counts(ra.shape[1])])
     low, high, note = percentile_interval(value, means, n_defined=ra.shape[0], n_resamples=n_resamples)
     return Interval(value, low, high, a.shape[1], n_undefined, note)

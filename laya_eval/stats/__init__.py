@@ -15,26 +15,26 @@ May import: errors, checks, catalog.
 """
 
 from laya_eval.stats.null import (
-                                    EXACT_MAX_LAYERS,
-                                    SpearmanNull,
-                                    faithfulness_p_value,
-                                    spearman_null,
+    EXACT_MAX_LAYERS,
+    SpearmanNull,
+    faithfulness_p_value,
+    spearman_null,
 )
 from laya_eval.stats.paired import (
-                                    COMPARED_METRICS,
-                                    COMPARISON_COLUMNS,
-                                    PairedComparison,
-                                    compare_methods,
-                                    holm_adjust,
-                                    paired_comparison,
+    COMPARED_METRICS,
+    COMPARISON_COLUMNS,
+    PairedComparison,
+    compare_methods,
+    holm_adjust,
+    paired_comparison,
 )
 from laya_eval.stats.seeds import ACROSS_SEEDS_COLUMNS, across_seeds, min_wilcoxon_p, seed_comparisons, seed_ranks
 from laya_eval.stats.ties import (
-                                    DEFAULT_RTOL,
-                                    RankingAgreement,
-                                    TiedEffects,
-                                    identical_rankings,
-                                    tie_effects,
+    DEFAULT_RTOL,
+    RankingAgreement,
+    TiedEffects,
+    identical_rankings,
+    tie_effects,
 )
 
 __all__ = [

@@ -56,7 +56,7 @@ def _w_of_ranks(ranks: np.ndarray, correction: float) -> float:
     m, n = ranks.shape
     sums = ranks.sum(0)
     s = float(((sums - sums.mean()) ** 2).sum())
-    denominator = m * m * (n ** 3 - n) - m * correction
+    denominator = m * m * (n**3 - n) - m * correction
     return float("nan") if denominator <= 0 else 12.0 * s / denominator
 
 

@@ -24,8 +24,15 @@ import numpy as np
 
 from laya_eval.catalog import MIN_BOOTSTRAP_RESAMPLES
 
-__all__ = ["MIN_BOOTSTRAP_RESAMPLES", "ROUNDING_TOL", "IntervalNotes", "format_estimate", "format_interval",
-           "interval_note", "percentile_interval"]
+__all__ = [
+    "MIN_BOOTSTRAP_RESAMPLES",
+    "ROUNDING_TOL",
+    "IntervalNotes",
+    "format_estimate",
+    "format_interval",
+    "interval_note",
+    "percentile_interval",
+]
 
 #: Relative distance below which an estimate outside its interval is rounding (the interval is closed over it).
 ROUNDING_TOL = 1e-9
@@ -40,13 +47,16 @@ def interval_note(n_defined: int, n_resamples: int) -> str:
     if n_defined < 2:
         return "fewer than 2 defined samples"
     if n_resamples < MIN_BOOTSTRAP_RESAMPLES:
-        return (f"{n_resamples} bootstrap resample{'' if n_resamples == 1 else 's'}, fewer than the "
-                f"{MIN_BOOTSTRAP_RESAMPLES} an interval needs")
+        return (
+            f"{n_resamples} bootstrap resample{'' if n_resamples == 1 else 's'}, fewer than the "
+            f"{MIN_BOOTSTRAP_RESAMPLES} an interval needs"
+        )
     return ""
 
 
-def percentile_interval(estimate: float, resampled: np.ndarray, *, n_defined: int, n_resamples: int,
-                        level: float = 0.95) -> tuple[float, float, str]:
+def percentile_interval(
+    estimate: float, resampled: np.ndarray, *, n_defined: int, n_resamples: int, level: float = 0.95
+) -> tuple[float, float, str]:
     """The percentile interval of ``resampled`` around ``estimate`` as ``(low, high, note)``.
 
     Parameters
@@ -95,8 +105,9 @@ def _note_text(note) -> str:
     return note if isinstance(note, str) and note else "no interval recorded"
 
 
-def format_interval(low, high, note: str = "", *, digits: int = 3, signed: bool = True,
-                    notes: "IntervalNotes | None" = None) -> str:
+def format_interval(
+    low, high, note: str = "", *, digits: int = 3, signed: bool = True, notes: "IntervalNotes | None" = None
+) -> str:
     """``[low, high]``, or, when the interval does not exist (``low``/``high`` NaN), ``[n/a: reason]`` --
     or ``[n/a]`` / ``[n/a 2]`` with the reason kept in ``notes`` for a footnote under a fixed-width table."""
     text_low, text_high = (format_estimate(v, digits=digits, signed=signed) for v in (low, high))

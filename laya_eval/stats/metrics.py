@@ -41,14 +41,31 @@ class MetricInfo:
 METRICS: dict[str, MetricInfo] = {
     m.name: m
     for m in (
-        MetricInfo("faithfulness", True, -1.0, 1.0, 1.0,
-                   "Mean over samples of Spearman rho between attribution and leave-one-layer-out effect."),
-        MetricInfo("deletion_at_1", True, -1.0, 1.0, 1.0,
-                   "Mean drop of the predicted class probability when the top-ranked layer is removed."),
-        MetricInfo("top1_hit_rate", True, 0.0, 1.0, 1.0,
-                   "Share of samples whose top-ranked layer is also the layer with the largest effect."),
-        MetricInfo("aopc", True, -1.0, 1.0, 1.0,
-                   "Area over the perturbation curve: mean of deletion@1..L."),
+        MetricInfo(
+            "faithfulness",
+            True,
+            -1.0,
+            1.0,
+            1.0,
+            "Mean over samples of Spearman rho between attribution and leave-one-layer-out effect.",
+        ),
+        MetricInfo(
+            "deletion_at_1",
+            True,
+            -1.0,
+            1.0,
+            1.0,
+            "Mean drop of the predicted class probability when the top-ranked layer is removed.",
+        ),
+        MetricInfo(
+            "top1_hit_rate",
+            True,
+            0.0,
+            1.0,
+            1.0,
+            "Share of samples whose top-ranked layer is also the layer with the largest effect.",
+        ),
+        MetricInfo("aopc", True, -1.0, 1.0, 1.0, "Area over the perturbation curve: mean of deletion@1..L."),
     )
 }
 
@@ -132,10 +149,13 @@ def bootstrap_mean(
     if not interval_note(int(defined.size), n_resamples):  # draw only where an interval can exist
         rng = np.random.default_rng(seed)
         # Resamples are drawn in fixed chunks so memory stays at chunk x n, whatever n_resamples is.
-        means = np.concatenate([
-            defined[rng.integers(0, defined.size, size=(min(_CHUNK, n_resamples - start), defined.size))].mean(1)
-            for start in range(0, n_resamples, _CHUNK)
-        ])
-    low, high, note = percentile_interval(mean, means, n_defined=int(defined.size), n_resamples=n_resamples,
-                                          level=level)
+        means = np.concatenate(
+            [
+                defined[rng.integers(0, defined.size, size=(min(_CHUNK, n_resamples - start), defined.size))].mean(1)
+                for start in range(0, n_resamples, _CHUNK)
+            ]
+        )
+    low, high, note = percentile_interval(
+        mean, means, n_defined=int(defined.size), n_resamples=n_resamples, level=level
+    )
     return Interval(mean, low, high, int(values.size), n_undefined, note)

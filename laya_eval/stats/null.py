@@ -127,12 +127,18 @@ def spearman_null(effects: np.ndarray) -> SpearmanNull:
 
 def _check_layers(n_layers: int) -> None:
     if n_layers > EXACT_MAX_LAYERS:
-        raise ConfigError(f"the exact null is enumerated for at most {EXACT_MAX_LAYERS} layers; got {n_layers}. "
-                          "Use faithfulness_p_value, which estimates it by permutation above that size.")
+        raise ConfigError(
+            f"the exact null is enumerated for at most {EXACT_MAX_LAYERS} layers; got {n_layers}. "
+            "Use faithfulness_p_value, which estimates it by permutation above that size."
+        )
 
 
 def faithfulness_p_value(
-    rho: np.ndarray, effects: np.ndarray, *, seed: int = 0, n_resamples: int = 2000,
+    rho: np.ndarray,
+    effects: np.ndarray,
+    *,
+    seed: int = 0,
+    n_resamples: int = 2000,
     exact_max_layers: int = EXACT_MAX_LAYERS,
 ) -> float:
     """P(mean rho >= observed) when the attribution is unrelated to the effects (one-sided).
@@ -232,6 +238,7 @@ def _tilt(groups: list, observed: float) -> float:
     Under the tilted distribution the observed value lies in the bulk, where the FFT is accurate to
     round-off relative to the probabilities that matter, instead of an absolute ~1e-12 floor.
     """
+
     def mean(theta: float) -> float:
         return sum(m * float((_tilted(pmf, v, theta)[0] * v).sum()) for pmf, v, m in groups)
 

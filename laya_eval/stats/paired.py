@@ -36,8 +36,20 @@ __all__ = [
     "paired_comparison",
 ]
 
-COMPARISON_COLUMNS = ["metric", "method_a", "method_b", "n", "mean_difference", "ci_low", "ci_high", "ci_note",
-                      "wilcoxon_statistic", "p_value", "p_holm", "rank_biserial"]
+COMPARISON_COLUMNS = [
+    "metric",
+    "method_a",
+    "method_b",
+    "n",
+    "mean_difference",
+    "ci_low",
+    "ci_high",
+    "ci_note",
+    "wilcoxon_statistic",
+    "p_value",
+    "p_holm",
+    "rank_biserial",
+]
 
 #: comparisons.csv's metric -> the per-sample column of samples.csv it compares.
 COMPARED_METRICS = {"faithfulness": "spearman", "deletion_at_1": "deletion_at_1"}
@@ -112,8 +124,9 @@ def paired_comparison(
         return PairedComparison(0, nan, nan, nan, nan, nan, nan, "no defined pairs")
     interval = bootstrap_mean(d, n_resamples=n_resamples, seed=seed)
     statistic, p_value = _wilcoxon(d)
-    return PairedComparison(n, interval.mean, interval.low, interval.high, statistic, p_value, _rank_biserial(d),
-                            interval.note)
+    return PairedComparison(
+        n, interval.mean, interval.low, interval.high, statistic, p_value, _rank_biserial(d), interval.note
+    )
 
 
 def _wilcoxon(d: np.ndarray) -> tuple[float, float]:
@@ -135,8 +148,15 @@ def _wilcoxon(d: np.ndarray) -> tuple[float, float]:
     def positive_rank_sum(flipped: np.ndarray, axis: int = -1) -> np.ndarray:
         return ((np.moveaxis(flipped, axis, -1) > 0) * ranks).sum(axis=-1) + half_zero
 
-    test = permutation_test((d,), positive_rank_sum, permutation_type="samples", vectorized=True,
-                            n_resamples=9999, alternative="two-sided", axis=-1)
+    test = permutation_test(
+        (d,),
+        positive_rank_sum,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=9999,
+        alternative="two-sided",
+        axis=-1,
+    )
     r_plus, r_minus = ((d > 0) * ranks).sum() + half_zero, ((d < 0) * ranks).sum() + half_zero
     return float(min(r_plus, r_minus)), float(test.pvalue)
 
@@ -175,7 +195,11 @@ def holm_adjust(p: np.ndarray) -> np.ndarray:
 
 
 def compare_methods(
-    per_sample: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0, methods: Sequence[str] | None = None,
+    per_sample: pd.DataFrame,
+    *,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    methods: Sequence[str] | None = None,
     map_rows: Callable[[Callable, Sequence], list] | None = None,
 ) -> pd.DataFrame:
     """Every pair of methods on faithfulness (per-sample rho) and Deletion@1: the ``comparisons.csv`` table.
@@ -207,29 +231,45 @@ def compare_methods(
     """
     missing = {"sample", "method", *COMPARED_METRICS.values()} - set(per_sample.columns)
     if missing:
-        raise ConfigError(f"per-sample table needs columns sample, method, spearman, deletion_at_1; "
-                          f"missing {sorted(missing)}.")
+        raise ConfigError(
+            f"per-sample table needs columns sample, method, spearman, deletion_at_1; missing {sorted(missing)}."
+        )
     if per_sample.duplicated(["sample", "method"]).any():
-        raise ConfigError("per-sample table must have one row per (sample, method); got duplicates. "
-                          "Pass one ablation's samples.csv at a time.")
+        raise ConfigError(
+            "per-sample table must have one row per (sample, method); got duplicates. "
+            "Pass one ablation's samples.csv at a time."
+        )
     present = list(pd.unique(per_sample["method"]))
     names = present if methods is None else list(methods)
     unknown = [m for m in names if m not in present]
     if unknown:
-        raise ConfigError(f"methods must be among those in the per-sample table {{{', '.join(present)}}}; "
-                          f"got {unknown[0]!r}.")
-    wide = {metric: per_sample.pivot(index="sample", columns="method", values=column)
-            for metric, column in COMPARED_METRICS.items()}
+        raise ConfigError(
+            f"methods must be among those in the per-sample table {{{', '.join(present)}}}; got {unknown[0]!r}."
+        )
+    wide = {
+        metric: per_sample.pivot(index="sample", columns="method", values=column)
+        for metric, column in COMPARED_METRICS.items()
+    }
 
     def row(task: tuple[str, str, str]) -> dict:
         metric, a, b = task
         row_seed = [seed, *(zlib.crc32(name.encode()) for name in (metric, a, b))]
-        result = paired_comparison(wide[metric][a].to_numpy(), wide[metric][b].to_numpy(), n_resamples=n_resamples,
-                                   seed=row_seed)
-        return {"metric": metric, "method_a": a, "method_b": b, "n": result.n,
-                "mean_difference": result.mean_difference, "ci_low": result.ci_low,
-                "ci_high": result.ci_high, "ci_note": result.ci_note, "wilcoxon_statistic": result.wilcoxon_statistic,
-                "p_value": result.p_value, "rank_biserial": result.rank_biserial}
+        result = paired_comparison(
+            wide[metric][a].to_numpy(), wide[metric][b].to_numpy(), n_resamples=n_resamples, seed=row_seed
+        )
+        return {
+            "metric": metric,
+            "method_a": a,
+            "method_b": b,
+            "n": result.n,
+            "mean_difference": result.mean_difference,
+            "ci_low": result.ci_low,
+            "ci_high": result.ci_high,
+            "ci_note": result.ci_note,
+            "wilcoxon_statistic": result.wilcoxon_statistic,
+            "p_value": result.p_value,
+            "rank_biserial": result.rank_biserial,
+        }
 
     tasks = [(metric, a, b) for metric in COMPARED_METRICS for a, b in itertools.combinations(names, 2)]
     rows = (map_rows or (lambda fn, items: [fn(x) for x in items]))(row, tasks)

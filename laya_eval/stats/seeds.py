@@ -19,20 +19,34 @@ from laya_eval.stats.paired import COMPARED_METRICS, compare_methods, holm_adjus
 
 __all__ = ["ACROSS_SEEDS_COLUMNS", "across_seeds", "min_wilcoxon_p", "seed_comparisons", "seed_ranks"]
 
-ACROSS_SEEDS_COLUMNS = ["method", "n_runs", "mean", "std", "mean_rank", "reference", "mean_difference",
-                        "wilcoxon_statistic", "p_value", "p_holm"]
+ACROSS_SEEDS_COLUMNS = [
+    "method",
+    "n_runs",
+    "mean",
+    "std",
+    "mean_rank",
+    "reference",
+    "mean_difference",
+    "wilcoxon_statistic",
+    "p_value",
+    "p_holm",
+]
 
 
 def _wide(summaries: pd.DataFrame, metric: str, run: str) -> pd.DataFrame:
     missing = {run, "method", metric} - set(summaries.columns)
     if missing:
-        raise ConfigError(f"summaries need columns {run!r}, 'method' and {metric!r}; missing {sorted(missing)}. "
-                          "Pass run= the column that names each run (e.g. checkpoint or seed).")
+        raise ConfigError(
+            f"summaries need columns {run!r}, 'method' and {metric!r}; missing {sorted(missing)}. "
+            "Pass run= the column that names each run (e.g. checkpoint or seed)."
+        )
     duplicated = summaries.duplicated([run, "method"])
     if duplicated.any():
         first = summaries.loc[duplicated, [run, "method"]].iloc[0].tolist()
-        raise ConfigError(f"summaries must have one row per ({run}, method); got several for {first}. "
-                          "Select one ablation and scope first.")
+        raise ConfigError(
+            f"summaries must have one row per ({run}, method); got several for {first}. "
+            "Select one ablation and scope first."
+        )
     methods = list(pd.unique(summaries["method"]))
     return summaries.pivot(index=run, columns="method", values=metric)[methods]
 
@@ -88,15 +102,21 @@ def across_seeds(summaries: pd.DataFrame, *, metric: str = "faithfulness", run: 
     rows = []
     for method in wide.columns:
         values = wide[method].to_numpy(dtype=np.float64)
-        row = {"method": method, "n_runs": int((~np.isnan(values)).sum()), "mean": float(np.nanmean(values)),
-               "std": float(np.nanstd(values, ddof=1)) if (~np.isnan(values)).sum() > 1 else float("nan"),
-               "mean_rank": float(ranks[method]), "reference": best}
+        row = {
+            "method": method,
+            "n_runs": int((~np.isnan(values)).sum()),
+            "mean": float(np.nanmean(values)),
+            "std": float(np.nanstd(values, ddof=1)) if (~np.isnan(values)).sum() > 1 else float("nan"),
+            "mean_rank": float(ranks[method]),
+            "reference": best,
+        }
         if method == best:
             row.update(mean_difference=float("nan"), wilcoxon_statistic=float("nan"), p_value=float("nan"))
         else:
             test = paired_comparison(values, wide[best].to_numpy(dtype=np.float64), n_resamples=0)
-            row.update(mean_difference=test.mean_difference, wilcoxon_statistic=test.wilcoxon_statistic,
-                       p_value=test.p_value)
+            row.update(
+                mean_difference=test.mean_difference, wilcoxon_statistic=test.wilcoxon_statistic, p_value=test.p_value
+            )
         rows.append(row)
     table = pd.DataFrame(rows)
     table["p_holm"] = holm_adjust(table["p_value"].to_numpy())
@@ -109,11 +129,12 @@ def min_wilcoxon_p(n: int) -> float:
     Every difference of one sign (rank sum 0 or ``n(n+1)/2``) is the most extreme of the ``2**n``
     equally likely sign patterns, one in each tail: 0.0625 for 5 runs, so p < 0.05 needs at least 6.
     """
-    return float("nan") if n < 1 else min(1.0, 2.0 / 2.0 ** n)
+    return float("nan") if n < 1 else min(1.0, 2.0 / 2.0**n)
 
 
-def seed_comparisons(summaries: pd.DataFrame, *, run: str = "checkpoint", n_resamples: int = 1000,
-                     seed: int = 0) -> pd.DataFrame:
+def seed_comparisons(
+    summaries: pd.DataFrame, *, run: str = "checkpoint", n_resamples: int = 1000, seed: int = 0
+) -> pd.DataFrame:
     """Every pair of methods over several runs of one head, on faithfulness and Deletion@1.
 
     The per-run values (one ``summary.csv`` row per run and method) are paired by run and compared
@@ -138,5 +159,4 @@ def seed_comparisons(summaries: pd.DataFrame, *, run: str = "checkpoint", n_resa
     for metric in metrics:
         _wide(summaries, metric, run)  # the same checks (columns, one row per run and method)
     per_run = summaries[[run, "method", *metrics]].rename(columns={run: "sample", **COMPARED_METRICS})
-    return compare_methods(per_run, n_resamples=n_resamples, seed=seed,
-                           methods=list(pd.unique(summaries["method"])))
+    return compare_methods(per_run, n_resamples=n_resamples, seed=seed, methods=list(pd.unique(summaries["method"])))

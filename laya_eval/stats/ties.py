@@ -104,8 +104,9 @@ def tie_effects(effects: np.ndarray, *, rtol: float = DEFAULT_RTOL) -> TiedEffec
     tied_sorted = np.where(size_of > 1, means, ordered)
     out = np.empty_like(effects)
     np.put_along_axis(out, order, tied_sorted, 1)
-    return TiedEffects(effects=out, n_tied_effects=(size_of > 1).sum(1), negligible=np.abs(effects) <= tol,
-                       rtol=float(rtol))
+    return TiedEffects(
+        effects=out, n_tied_effects=(size_of > 1).sum(1), negligible=np.abs(effects) <= tol, rtol=float(rtol)
+    )
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,31 @@ from laya_eval.reporting.runs import load_run
 __all__ = ["RUN_COLUMNS", "SWEEP_COLUMNS", "aggregate", "write_aggregate"]
 
 CELL_KEYS = ["cell", "dataset", "backbone", "head", "seed"]
-RUN_COLUMNS = [*CELL_KEYS, "accuracy", "macro_f1", "n_test", "epochs_run", "best_epoch", "best_val_accuracy",
-               "checkpoint"]
-_SUMMARY = ["ablation", "scope", "method", "n", "n_undefined", "faithfulness", "faithfulness_ci_low",
-            "faithfulness_ci_high", "deletion_at_1", "deletion_at_1_ci_low", "deletion_at_1_ci_high",
-            "top1_hit_rate", "aopc"]
+RUN_COLUMNS = [
+    *CELL_KEYS,
+    "accuracy",
+    "macro_f1",
+    "n_test",
+    "epochs_run",
+    "best_epoch",
+    "best_val_accuracy",
+    "checkpoint",
+]
+_SUMMARY = [
+    "ablation",
+    "scope",
+    "method",
+    "n",
+    "n_undefined",
+    "faithfulness",
+    "faithfulness_ci_low",
+    "faithfulness_ci_high",
+    "deletion_at_1",
+    "deletion_at_1_ci_low",
+    "deletion_at_1_ci_high",
+    "top1_hit_rate",
+    "aopc",
+]
 SWEEP_COLUMNS = [*CELL_KEYS, "eval_dataset", *_SUMMARY, "accuracy", "macro_f1"]
 WEIGHT_COLUMNS = [*CELL_KEYS, "layer", "layer_name", "mean_weight"]
 _GROUP = ["dataset", "backbone", "head", "ablation", "scope", "method"]
@@ -40,27 +60,42 @@ def aggregate(records: Sequence[dict[str, Any]], folders: Sequence[Path]) -> dic
     runs, rows, weights = [], [], []
     for record, folder in zip(records, folders):
         cfg = record["config"]
-        keys = {"cell": record["cell"], "dataset": cfg["dataset"], "backbone": cfg["backbone"]["label"],
-                "head": cfg["head"], "seed": cfg["seed"]}
+        keys = {
+            "cell": record["cell"],
+            "dataset": cfg["dataset"],
+            "backbone": cfg["backbone"]["label"],
+            "head": cfg["head"],
+            "seed": cfg["seed"],
+        }
         m = record["metrics"]
         runs.append({**keys, **m, "checkpoint": record["checkpoint"]})
         for ablation in record["ablations"]:
             ev = folder / "eval" / (ablation if len(record["ablations"]) > 1 else "")
             summary = load_run(ev).summary
             for row in summary.to_dict("records"):
-                rows.append({**keys, "eval_dataset": row["dataset"], **{k: row[k] for k in _SUMMARY},
-                             "accuracy": m["accuracy"], "macro_f1": m["macro_f1"]})
+                rows.append(
+                    {
+                        **keys,
+                        "eval_dataset": row["dataset"],
+                        **{k: row[k] for k in _SUMMARY},
+                        "accuracy": m["accuracy"],
+                        "macro_f1": m["macro_f1"],
+                    }
+                )
         weights += [{**keys, **w} for w in record["layer_weights"] or []]
     sweep = pd.DataFrame(rows, columns=SWEEP_COLUMNS)
     spec: dict[str, Any] = {"n_seeds": ("seed", "nunique")}
     for v in _VALUES:
         spec[f"{v}_mean"], spec[f"{v}_std"] = (v, "mean"), (v, "std")
     summary = sweep.groupby(_GROUP, sort=False).agg(**spec).reset_index() if len(sweep) else pd.DataFrame()
-    return {"runs": pd.DataFrame(runs, columns=RUN_COLUMNS), "sweep": sweep, "sweep_summary": summary,
-            "layer_weights": pd.DataFrame(weights, columns=WEIGHT_COLUMNS)}
+    return {
+        "runs": pd.DataFrame(runs, columns=RUN_COLUMNS),
+        "sweep": sweep,
+        "sweep_summary": summary,
+        "layer_weights": pd.DataFrame(weights, columns=WEIGHT_COLUMNS),
+    }
 
 
 def write_aggregate(tables: dict[str, pd.DataFrame], out_dir: Path) -> list[Path]:
     """Each table as ``{name}.csv`` in ``out_dir``, written atomically."""
-    return [atomic_write_text(out_dir / f"{name}.csv", table_bytes(df, "csv").decode())
-            for name, df in tables.items()]
+    return [atomic_write_text(out_dir / f"{name}.csv", table_bytes(df, "csv").decode()) for name, df in tables.items()]

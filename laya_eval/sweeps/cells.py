@@ -20,8 +20,13 @@ import torch
 from laya_eval.data import Dataset, load_dataset
 from laya_eval.errors import LayaEvalError
 from laya_eval.models.layered import LayeredModel
-from laya_eval.output.files import (atomic_write_text, data_content_sha256, file_sha256, json_sha256,
-                                    verify_result_folder)
+from laya_eval.output.files import (
+    atomic_write_text,
+    data_content_sha256,
+    file_sha256,
+    json_sha256,
+    verify_result_folder,
+)
 from laya_eval.output.origin import code_origin, package_source_sha256
 from laya_eval.sweeps.config import Cell, evaluation_options, training_options
 from laya_eval.version import __version__
@@ -74,8 +79,9 @@ def finished(cell: Cell, folder: Path, data: dict[str, str]) -> dict[str, Any] |
     return record
 
 
-def mean_layer_weights(model: LayeredModel, data: Dataset, batch_size: int = 512,
-                       hidden: list[torch.Tensor] | None = None) -> torch.Tensor | None:
+def mean_layer_weights(
+    model: LayeredModel, data: Dataset, batch_size: int = 512, hidden: list[torch.Tensor] | None = None
+) -> torch.Tensor | None:
     """Mean LAYA α / ScalarMix weight per layer over ``data``, (L,), or None for heads without weights.
 
     ``hidden``: the split's head inputs when they are already at hand (the feature cache of a frozen backbone),
@@ -85,7 +91,7 @@ def mean_layer_weights(model: LayeredModel, data: Dataset, batch_size: int = 512
     with torch.no_grad():
         for start in range(0, len(data), batch_size):
             if hidden is not None:
-                states = [h[start:start + batch_size] for h in hidden]
+                states = [h[start : start + batch_size] for h in hidden]
             else:
                 states = model.hidden_states(data.subset(slice(start, start + batch_size)).x)
             w = model.head.layer_weights(states)
@@ -102,8 +108,9 @@ def load_splits(dataset: str, data: dict[str, Any], loaded: dict) -> tuple[dict[
     for split in _SPLITS:
         key = (dataset, split)
         if key not in loaded:
-            loaded[key] = load_dataset(dataset, split, data_dir=data.get("data_dir"),
-                                       download=bool(data.get("download", False)))
+            loaded[key] = load_dataset(
+                dataset, split, data_dir=data.get("data_dir"), download=bool(data.get("download", False))
+            )
         part, limit = loaded[key], data.get(f"{split}_limit")
         out[split] = part if limit is None or limit >= len(part) else part.subset(slice(0, limit))
     digest_key = (dataset, tuple(data.get(f"{s}_limit") for s in _SPLITS))
@@ -119,16 +126,27 @@ def _fit(cell: Cell, splits: dict[str, Dataset], cache_dir: Any):
     options = training_options(cfg["training"], cell.seed)
     b = cell.backbone
     if b["kind"] == "built-in":
-        return train(b["name"], cell.head, splits, backbone_kwargs=b["kwargs"], head_kwargs=cfg["head_kwargs"],
-                     options=options)
-    return fit_head(b["model"], splits, head=cell.head, head_kwargs=cfg["head_kwargs"], layers=b.get("layers"),
-                    pool=b.get("pool"), options=options, trust_code=bool(b.get("trust_code", False)),
-                    allow_unverified=bool(b.get("allow_unverified", False)),
-                    download=bool(cfg["data"].get("download", False)), cache_dir=cache_dir)
+        return train(
+            b["name"], cell.head, splits, backbone_kwargs=b["kwargs"], head_kwargs=cfg["head_kwargs"], options=options
+        )
+    return fit_head(
+        b["model"],
+        splits,
+        head=cell.head,
+        head_kwargs=cfg["head_kwargs"],
+        layers=b.get("layers"),
+        pool=b.get("pool"),
+        options=options,
+        trust_code=bool(b.get("trust_code", False)),
+        allow_unverified=bool(b.get("allow_unverified", False)),
+        download=bool(cfg["data"].get("download", False)),
+        cache_dir=cache_dir,
+    )
 
 
-def run_cell(cell: Cell, folder: Path, splits: dict[str, Dataset], data: dict[str, str], *,
-             cache_dir: Any = None) -> dict[str, Any]:
+def run_cell(
+    cell: Cell, folder: Path, splits: dict[str, Dataset], data: dict[str, str], *, cache_dir: Any = None
+) -> dict[str, Any]:
     """Compute the cell from scratch into ``folder`` (replaced) and return its record."""
     from laya_eval.engine.evaluation import evaluate
     from laya_eval.loading.checkpoints import save_checkpoint
@@ -147,14 +165,26 @@ def run_cell(cell: Cell, folder: Path, splits: dict[str, Dataset], data: dict[st
     names = list(result.model.layer_names)
     tr = result.training
     record = {
-        "key": cell_key(cell, data), "data_sha256": data, "cell": cell.name, "config": cell.config,
-        "version": __version__, "code": dict(code_origin()),
+        "key": cell_key(cell, data),
+        "data_sha256": data,
+        "cell": cell.name,
+        "config": cell.config,
+        "version": __version__,
+        "code": dict(code_origin()),
         "ablations": list(options.ablations),
-        "metrics": {"accuracy": result.metrics["test_accuracy"], "macro_f1": result.metrics["test_macro_f1"],
-                    "n_test": result.metrics["n_test"], "epochs_run": tr.epochs_run, "best_epoch": tr.best_epoch,
-                    "best_val_accuracy": tr.best_val_accuracy},
-        "layer_weights": None if weights is None else [
-            {"layer": i, "layer_name": n, "mean_weight": w} for i, (n, w) in enumerate(zip(names, weights.tolist()), 1)],
+        "metrics": {
+            "accuracy": result.metrics["test_accuracy"],
+            "macro_f1": result.metrics["test_macro_f1"],
+            "n_test": result.metrics["n_test"],
+            "epochs_run": tr.epochs_run,
+            "best_epoch": tr.best_epoch,
+            "best_val_accuracy": tr.best_val_accuracy,
+        },
+        "layer_weights": None
+        if weights is None
+        else [
+            {"layer": i, "layer_name": n, "mean_weight": w} for i, (n, w) in enumerate(zip(names, weights.tolist()), 1)
+        ],
         "checkpoint": ckpt.name,
         "files": {ckpt.name: file_sha256(ckpt)},
         "timings": {"train_s": round(train_s, 1), "eval_s": round(time.perf_counter() - start - train_s, 1)},

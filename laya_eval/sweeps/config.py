@@ -112,8 +112,9 @@ def _backbone(k: int, entry: Any) -> dict[str, Any]:
     if isinstance(entry, Mapping) and "model" in entry:
         entry = _keys(where, entry, _SPEC)
         if not isinstance(entry["model"], str) or not entry["model"]:
-            raise fail(f"{where}.model", "a model spec (hf:..., py:MODULE:CALLABLE or a checkpoint path)",
-                       entry["model"])
+            raise fail(
+                f"{where}.model", "a model spec (hf:..., py:MODULE:CALLABLE or a checkpoint path)", entry["model"]
+            )
         for flag in ("trust_code", "allow_unverified"):
             if not isinstance(entry.get(flag, False), bool):
                 raise fail(f"{where}.{flag}", "true or false", entry[flag])
@@ -152,11 +153,12 @@ def _named(section: str, values: Mapping[str, Any], build: Callable[[], Any]) ->
         build()
     except ConfigError as err:
         message = str(err)
-        parameter = err.parameter or next((k for k in sorted(values, key=len, reverse=True)
-                                           if message.startswith(f"{k} ")), "")
+        parameter = err.parameter or next(
+            (k for k in sorted(values, key=len, reverse=True) if message.startswith(f"{k} ")), ""
+        )
         key = parameter.rpartition(".")[2]
         if key in values and message.startswith(parameter):
-            raise ConfigError(f"{section}.{key}{message[len(parameter):]}", parameter=f"{section}.{key}") from None
+            raise ConfigError(f"{section}.{key}{message[len(parameter) :]}", parameter=f"{section}.{key}") from None
         raise ConfigError(f"{section}: {message}") from None
 
 
@@ -222,8 +224,14 @@ def parse_config(raw: Mapping[str, Any]) -> SweepConfig:
         for backbone in backbones:
             for seed in seeds:
                 for head in heads:
-                    config = {"dataset": dataset, "backbone": backbone, "head": head, "seed": seed,
-                              "head_kwargs": dict(raw.get("head_kwargs", {}).get(head, {})), **shared}
+                    config = {
+                        "dataset": dataset,
+                        "backbone": backbone,
+                        "head": head,
+                        "seed": seed,
+                        "head_kwargs": dict(raw.get("head_kwargs", {}).get(head, {})),
+                        **shared,
+                    }
                     name = f"{_dataset_label(dataset)}-{_dataset_label(backbone['label'])}-{head}-seed{seed}"
                     cells.append(Cell(name, dataset, backbone, head, seed, config))
     names = [c.name for c in cells]

@@ -49,11 +49,17 @@ def _check_out(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"sweep folder '{out}' exists and is not a folder.")
     if out.is_dir():
-        foreign = [p.name for p in out.iterdir() if not p.name.startswith(".")
-                   and p.name not in {CELLS, "runs.csv", "sweep.csv", "sweep_summary.csv", "layer_weights.csv"}]
+        foreign = [
+            p.name
+            for p in out.iterdir()
+            if not p.name.startswith(".")
+            and p.name not in {CELLS, "runs.csv", "sweep.csv", "sweep_summary.csv", "layer_weights.csv"}
+        ]
         if foreign:
-            raise ConfigError(f"sweep folder '{out}' holds files that are not a sweep's ({foreign[0]!r}); "
-                              "choose an empty or new folder, or an earlier sweep's.")
+            raise ConfigError(
+                f"sweep folder '{out}' holds files that are not a sweep's ({foreign[0]!r}); "
+                "choose an empty or new folder, or an earlier sweep's."
+            )
     try:
         (out / CELLS).mkdir(parents=True, exist_ok=True)
     except OSError as exc:

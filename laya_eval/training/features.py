@@ -21,7 +21,15 @@ from laya_eval.loading.feature_cache import FEATURE_BATCH_ROWS, Features, backbo
 from laya_eval.models.heads import pool_hidden
 from laya_eval.models.layered import LayeredModel
 
-__all__ = ["FEATURE_BATCH_ROWS", "Features", "backbone_features", "batch_inputs", "batch_slices", "encode", "encode_features"]
+__all__ = [
+    "FEATURE_BATCH_ROWS",
+    "Features",
+    "backbone_features",
+    "batch_inputs",
+    "batch_slices",
+    "encode",
+    "encode_features",
+]
 
 
 def batch_slices(n: int, batch_size: int) -> list[slice]:
@@ -62,8 +70,14 @@ def encode(model: LayeredModel, data: Dataset, *, batch_size: int = 256, pooled:
     return [torch.cat(c) for c in chunks]
 
 
-def encode_features(model: LayeredModel, data: Dataset, *, batch_size: int = 256,
-                    cache_dir: str | os.PathLike | None = None, cache: bool = True) -> Features:
+def encode_features(
+    model: LayeredModel,
+    data: Dataset,
+    *,
+    batch_size: int = 256,
+    cache_dir: str | os.PathLike | None = None,
+    cache: bool = True,
+) -> Features:
     """``model``'s pooled hidden states over ``data`` and its labels: the only backbone pass of a head step.
 
     Parameters
@@ -88,7 +102,8 @@ def encode_features(model: LayeredModel, data: Dataset, *, batch_size: int = 256
     """
     if cache and caches_features(model.backbone):
         device = str(next(model.parameters()).device)
-        cached = backbone_features(model.backbone, data, device=device, batch_size=FEATURE_BATCH_ROWS,
-                                   cache_dir=cache_dir)
+        cached = backbone_features(
+            model.backbone, data, device=device, batch_size=FEATURE_BATCH_ROWS, cache_dir=cache_dir
+        )
         return dataclasses.replace(cached, y=data.y.clone())
     return Features(hidden=encode(model, data, batch_size=batch_size), y=data.y.clone())

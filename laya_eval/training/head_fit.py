@@ -29,8 +29,7 @@ from laya_eval.loading.feature_cache import Features
 from laya_eval.models.heads import make_head
 from laya_eval.models.layered import LayeredModel, ModelInfo
 from laya_eval.training.features import FEATURE_BATCH_ROWS, backbone_features
-from laya_eval.training.trainer import TrainOptions, TrainResult, classification_metrics, train_head, \
-    training_record
+from laya_eval.training.trainer import TrainOptions, TrainResult, classification_metrics, train_head, training_record
 
 __all__ = ["FitResult", "backbone_features", "fit_head", "train"]
 
@@ -64,15 +63,17 @@ class FitResult:
         return bool(self.features) and all(f.reused for f in self.features.values())
 
 
-def _splits(data: str | Mapping[str, Dataset], data_dir: Any, download: bool,
-            limit: int | None = None) -> dict[str, Dataset]:
+def _splits(
+    data: str | Mapping[str, Dataset], data_dir: Any, download: bool, limit: int | None = None
+) -> dict[str, Dataset]:
     if isinstance(data, str):
         splits = {s: load_dataset(data, s, data_dir=data_dir, download=download) for s in _SPLITS}
     else:
         missing = [s for s in _SPLITS if s not in data]
         if missing:
-            raise ConfigError(f"data must be a dataset name or a mapping with splits {list(_SPLITS)}; "
-                              f"missing {missing}.")
+            raise ConfigError(
+                f"data must be a dataset name or a mapping with splits {list(_SPLITS)}; missing {missing}."
+            )
         splits = {s: data[s] for s in _SPLITS}
     if limit is not None:
         check_positive_int("limit", limit)
@@ -141,9 +142,17 @@ def fit_head(
     splits = _splits(data, data_dir, download, limit)
     if isinstance(model, str):
         example = splits["train"].subset(slice(0, 2)).x
-        backbone = load_backbone(model, layers=layers, pool=pool, example_input=example, download=download,
-                                 trust_code=trust_code, cache_dir=cache_dir, sources=sources,
-                                 allow_unverified=allow_unverified)
+        backbone = load_backbone(
+            model,
+            layers=layers,
+            pool=pool,
+            example_input=example,
+            download=download,
+            trust_code=trust_code,
+            cache_dir=cache_dir,
+            sources=sources,
+            allow_unverified=allow_unverified,
+        )
     elif isinstance(model, nn.Module) and hasattr(model, "layer_dims"):
         backbone = model.requires_grad_(False)
     else:
@@ -152,8 +161,9 @@ def fit_head(
     for name, split in splits.items():
         bar = progress(name, len(split)) if progress is not None else None
         try:
-            features[name] = backbone_features(backbone, split, device=options.device, cache_dir=cache_dir,
-                                               batch_size=FEATURE_BATCH_ROWS, progress=bar)
+            features[name] = backbone_features(
+                backbone, split, device=options.device, cache_dir=cache_dir, batch_size=FEATURE_BATCH_ROWS, progress=bar
+            )
         finally:
             if bar is not None:
                 bar.close()
@@ -164,16 +174,29 @@ def fit_head(
         dev = next(layer_head.parameters()).device
         pred = layer_head([h.to(dev) for h in features["test"].hidden]).argmax(-1).cpu()
     scores = classification_metrics(features["test"].y, pred)
-    metrics = {"test_accuracy": scores["accuracy"], "test_macro_f1": scores["macro_f1"],
-               "n_test": len(splits["test"]), "best_val_accuracy": result.best_val_accuracy}
+    metrics = {
+        "test_accuracy": scores["accuracy"],
+        "test_macro_f1": scores["macro_f1"],
+        "n_test": len(splits["test"]),
+        "best_val_accuracy": result.best_val_accuracy,
+    }
     train_split = splits["train"]
-    info = ModelInfo(num_classes=len(train_split.class_names), class_names=tuple(train_split.class_names),
-                     input_shape=train_split.input_shape, dataset=train_split.name,
-                     preprocessing=dict(train_split.preprocessing),
-                     training={**training_record(options, result, True), "fit_head": {
-                         "model": model if isinstance(model, str) else None, "layers": list(backbone.layer_names),
-                         "pool": pool}},
-                     metrics=metrics)
+    info = ModelInfo(
+        num_classes=len(train_split.class_names),
+        class_names=tuple(train_split.class_names),
+        input_shape=train_split.input_shape,
+        dataset=train_split.name,
+        preprocessing=dict(train_split.preprocessing),
+        training={
+            **training_record(options, result, True),
+            "fit_head": {
+                "model": model if isinstance(model, str) else None,
+                "layers": list(backbone.layer_names),
+                "pool": pool,
+            },
+        },
+        metrics=metrics,
+    )
     fitted = LayeredModel(backbone.cpu(), layer_head.cpu(), info).eval()
     return FitResult(model=fitted, training=result, metrics=metrics, features=features)
 
@@ -229,14 +252,26 @@ def train(
         source = load_checkpoint(init, allow_unverified=allow_unverified)
         got = splits["train"].input_shape
         if source.info.input_shape != (None if got is None else tuple(got)):
-            raise DataError(f"'{init}' takes inputs of shape {source.info.input_shape}; dataset "
-                            f"'{splits['train'].name}' has {got}. Pick a checkpoint trained on this kind of input.")
+            raise DataError(
+                f"'{init}' takes inputs of shape {source.info.input_shape}; dataset "
+                f"'{splits['train'].name}' has {got}. Pick a checkpoint trained on this kind of input."
+            )
         chosen = source.backbone
-    model = build_model(chosen, head, splits["train"], backbone_kwargs=dict(backbone_kwargs or {}),
-                        head_kwargs=dict(head_kwargs or {}), seed=options.seed)
+    model = build_model(
+        chosen,
+        head,
+        splits["train"],
+        backbone_kwargs=dict(backbone_kwargs or {}),
+        head_kwargs=dict(head_kwargs or {}),
+        seed=options.seed,
+    )
     result = train_in_place(model, splits["train"], splits["val"], options, on_epoch=on_epoch)
     scores = classification_metrics(splits["test"].y, predict(model, splits["test"]))
-    metrics = {"test_accuracy": scores["accuracy"], "test_macro_f1": scores["macro_f1"],
-               "n_test": len(splits["test"]), "best_val_accuracy": result.best_val_accuracy}
+    metrics = {
+        "test_accuracy": scores["accuracy"],
+        "test_macro_f1": scores["macro_f1"],
+        "n_test": len(splits["test"]),
+        "best_val_accuracy": result.best_val_accuracy,
+    }
     model.info.metrics = dict(metrics)
     return FitResult(model=model.cpu().eval(), training=result, metrics=metrics)

@@ -97,8 +97,10 @@ def _is_frozen(model: LayeredModel, options: TrainOptions) -> bool:
 
 
 def _diverged(what: str, epoch: int, options: TrainOptions) -> TrainingError:
-    return TrainingError(f"training diverged: {what} at epoch {epoch} (lr={options.lr:g}); nothing was saved. "
-                         "Lower the learning rate (--lr) or check the inputs for NaN/inf.")
+    return TrainingError(
+        f"training diverged: {what} at epoch {epoch} (lr={options.lr:g}); nothing was saved. "
+        "Lower the learning rate (--lr) or check the inputs for NaN/inf."
+    )
 
 
 def _check_finite_weights(module: torch.nn.Module, epoch: int, options: TrainOptions) -> None:
@@ -148,9 +150,7 @@ def _fit(
         _check_finite_weights(module, epoch, options)
         module.eval()
         with torch.no_grad():
-            correct = sum(
-                int((val_logits(sl).argmax(-1) == y_val[sl]).sum()) for sl in batch_slices(len(y_val), 512)
-            )
+            correct = sum(int((val_logits(sl).argmax(-1) == y_val[sl]).sum()) for sl in batch_slices(len(y_val), 512))
         val_acc = correct / len(y_val)
         record = {"epoch": epoch, "train_loss": total / count, "val_accuracy": val_acc}
         history.append(record)
@@ -164,8 +164,13 @@ def _fit(
     if best_state is not None:
         module.load_state_dict(best_state)
     module.eval()
-    return TrainResult(epochs_run=len(history), best_epoch=best_epoch, best_val_accuracy=best_acc,
-                       wall_time_s=time.perf_counter() - start, history=history)
+    return TrainResult(
+        epochs_run=len(history),
+        best_epoch=best_epoch,
+        best_val_accuracy=best_acc,
+        wall_time_s=time.perf_counter() - start,
+        history=history,
+    )
 
 
 def fresh_head(head: LayerHead, layer_dims: Sequence[int], seed: int) -> LayerHead:
@@ -235,7 +240,7 @@ def train_head(
         # are the same, so the batches hold the same values (and the trained head the same bits). index_select
         # copies the same rows as h[rows], several times faster on CPU.
         for lo in range(0, len(order), rows_per_chunk):
-            rows = order[lo:lo + rows_per_chunk].to(device)
+            rows = order[lo : lo + rows_per_chunk].to(device)
             hidden, y = [h.index_select(0, rows) for h in train_cache], labels[0][rows]
             for sl in batch_slices(len(rows), options.batch_size):
                 yield head([h[sl] for h in hidden]), y[sl]
@@ -310,6 +315,11 @@ def train_in_place(
 
 def training_record(options: TrainOptions, result: TrainResult, frozen: bool) -> dict[str, Any]:
     """What a checkpoint records about training (no wall time: same seed, same bytes)."""
-    return {**asdict(options), "freeze_backbone": bool(frozen), "epochs_run": result.epochs_run,
-            "best_epoch": result.best_epoch, "best_val_accuracy": result.best_val_accuracy,
-            "history": result.history}
+    return {
+        **asdict(options),
+        "freeze_backbone": bool(frozen),
+        "epochs_run": result.epochs_run,
+        "best_epoch": result.best_epoch,
+        "best_val_accuracy": result.best_val_accuracy,
+        "history": result.history,
+    }

@@ -39,7 +39,9 @@ def import_keras(keras_file, out, tau, input_shape):
     save_checkpoint(model, out)
     imported, head = model.info.training["imported_from"], model.head
     widths = ", ".join(map(str, model.backbone.layer_dims))
-    click.echo(f"{imported['file']} ({imported['format']}, Keras {imported['keras_version']}): mlp [{widths}] + laya "
-               f"(d* {head.d_star}, scorer {head.scorer_hidden}, {head.num_classes} classes), tau {head.tau:g} "
-               f"({imported['tau_from']}), LayerNorm eps {model.backbone.layer_norm_eps:g} "
-               f"({imported['layer_norm_eps_from']}) -> {out}")
+    click.echo(
+        f"{imported['file']} ({imported['format']}, Keras {imported['keras_version']}): mlp [{widths}] + laya "
+        f"(d* {head.d_star}, scorer {head.scorer_hidden}, {head.num_classes} classes), tau {head.tau:g} "
+        f"({imported['tau_from']}), LayerNorm eps {model.backbone.layer_norm_eps:g} "
+        f"({imported['layer_norm_eps_from']}) -> {out}"
+    )

@@ -10,8 +10,11 @@ import click
 def printable(text: str) -> str:
     """``text`` with control and format characters (terminal escape sequences, bidi overrides) escaped."""
     return "".join(
-        ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")
-        else ch for ch in text)
+        ch.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")
+        else ch
+        for ch in text
+    )
 
 
 def _format(value) -> str:

@@ -20,14 +20,19 @@ def _recovery_table(summary) -> str:
     scored = summary[summary["kind"] != "effect"].drop_duplicates(["family", "method"])
     families = list(dict.fromkeys(scored["family"]))
     mw = max([13, *(len(str(name)) for name in scored["method"])])  # the method column fits the longest name
-    lines = ["AUROC of the planted relevance, mean over seeds [95% CI]",
-             f"{'method':<{mw}}" + "".join(f"{f:>22}" for f in families)]
+    lines = [
+        "AUROC of the planted relevance, mean over seeds [95% CI]",
+        f"{'method':<{mw}}" + "".join(f"{f:>22}" for f in families),
+    ]
     for method in dict.fromkeys(scored["method"]):
         cells = []
         for family in families:
             row = scored[(scored["method"] == method) & (scored["family"] == family)].iloc[0]
-            ci = "n/a" if row["auroc_ci_low"] != row["auroc_ci_low"] else \
-                f"{row['auroc_ci_low']:.2f},{row['auroc_ci_high']:.2f}"
+            ci = (
+                "n/a"
+                if row["auroc_ci_low"] != row["auroc_ci_low"]
+                else f"{row['auroc_ci_low']:.2f},{row['auroc_ci_high']:.2f}"
+            )
             cells.append(f"{row['auroc']:.2f} [{ci}]" if row["auroc"] == row["auroc"] else "undefined")
         lines.append(f"{method:<{mw}}" + "".join(f"{c:>22}" for c in cells))
     return "\n".join(lines)
@@ -36,8 +41,10 @@ def _recovery_table(summary) -> str:
 def _verdict_table(metrics) -> str:
     """One line per (family, ablation): each metric's verdict."""
     names = list(dict.fromkeys(metrics["metric"]))
-    lines = ["Does the metric rank the planted attribution above the inverted and layer-index ones?",
-             f"{'family':<10} {'ablation':<12}" + "".join(f" {m:<34}" for m in names)]
+    lines = [
+        "Does the metric rank the planted attribution above the inverted and layer-index ones?",
+        f"{'family':<10} {'ablation':<12}" + "".join(f" {m:<34}" for m in names),
+    ]
     for (family, ablation), part in metrics.groupby(["family", "ablation"], sort=False):
         verdicts = part.set_index("metric")["verdict"]
         lines.append(f"{family:<10} {ablation:<12}" + "".join(f" {verdicts[m]:<34}" for m in names))
@@ -74,6 +81,7 @@ def meta(out_dir, data_dir, quiet, **params):
     click.echo(_recovery_table(result.summary))
     click.echo("")
     click.echo(_verdict_table(result.metrics))
-    click.echo(f"wrote meta.csv, metrics.csv, seeds.csv, models.csv, meta.{options.fmt} and manifest.json to {out_dir} "
-               f"({len(options.families) * options.seeds} planted models, {wall:.1f} s)")
-
+    click.echo(
+        f"wrote meta.csv, metrics.csv, seeds.csv, models.csv, meta.{options.fmt} and manifest.json to {out_dir} "
+        f"({len(options.families) * options.seeds} planted models, {wall:.1f} s)"
+    )

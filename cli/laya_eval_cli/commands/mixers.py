@@ -14,14 +14,18 @@ def _interval(low, high) -> str:
 
 
 def _table(summary) -> str:
-    lines = [f"{'mixer':<12} {'method':<14} {'faithfulness':>12} {'95% CI':<18} {'deletion@1':>10} {'95% CI':<18} "
-             f"{'n':>5} {'undef':>5}"]
+    lines = [
+        f"{'mixer':<12} {'method':<14} {'faithfulness':>12} {'95% CI':<18} {'deletion@1':>10} {'95% CI':<18} "
+        f"{'n':>5} {'undef':>5}"
+    ]
     for row in summary.itertuples():
         faith = "undefined" if row.faithfulness != row.faithfulness else f"{row.faithfulness:.3f}"
-        lines.append(f"{row.mixer:<12} {row.method:<14} {faith:>12} "
-                     f"{_interval(row.faithfulness_ci_low, row.faithfulness_ci_high):<18} {row.deletion_at_1:>10.4f} "
-                     f"{_interval(row.deletion_at_1_ci_low, row.deletion_at_1_ci_high):<18} {row.n:>5} "
-                     f"{row.n_undefined:>5}")
+        lines.append(
+            f"{row.mixer:<12} {row.method:<14} {faith:>12} "
+            f"{_interval(row.faithfulness_ci_low, row.faithfulness_ci_high):<18} {row.deletion_at_1:>10.4f} "
+            f"{_interval(row.deletion_at_1_ci_low, row.deletion_at_1_ci_high):<18} {row.n:>5} "
+            f"{row.n_undefined:>5}"
+        )
     return "\n".join(lines)
 
 
@@ -43,7 +47,9 @@ def mixers(model, data, out_dir, data_dir, quiet, **params):
     start = time.perf_counter()
     with progress_bar(quiet, desc="mixers", unit="sample") as bar:
         audit = laya_eval.audit_mixers(model, data, out=out_dir, options=options, data_dir=data_dir, progress=bar)
-    click.echo(f"{model}: {len(audit.manifest['mixers'])} mixers, {audit.manifest['dataset']} ({options.split}), removal "
-               f"{options.removal}, n = {audit.manifest['n_samples']}")
+    click.echo(
+        f"{model}: {len(audit.manifest['mixers'])} mixers, {audit.manifest['dataset']} ({options.split}), removal "
+        f"{options.removal}, n = {audit.manifest['n_samples']}"
+    )
     click.echo(_table(audit.summary))
     click.echo(f"wrote {out_dir} ({time.perf_counter() - start:.1f} s)")

@@ -32,24 +32,45 @@ def _diagnosis_line(diag) -> str:
 
     row, meta = diag.overall, diag.meta
     who = "predicted" if meta["reference_by"] == "pred" else "true"
-    what = (f"{DISTANCE_SPECS[meta['distance']].label} to the {who} class's correct-prediction profile "
-            f"(leave-one-out), {row['n_incorrect']} incorrect vs {row['n_correct']} correct, "
-            f"{row['n_undefined']} undefined")
+    what = (
+        f"{DISTANCE_SPECS[meta['distance']].label} to the {who} class's correct-prediction profile "
+        f"(leave-one-out), {row['n_incorrect']} incorrect vs {row['n_correct']} correct, "
+        f"{row['n_undefined']} undefined"
+    )
     if row["auc"] != row["auc"]:  # NaN
         return f"error signal: ROC AUC undefined (needs correct and incorrect predictions); {what}"
-    why = (interval_note(row["n_correct"] + row["n_incorrect"], meta["n_resamples"])
-           or "the percentile interval excludes the estimate")
-    interval = (f"no interval ({why})" if row["ci_low"] != row["ci_low"] else
-                f"95% CI [{row['ci_low']:.3f}, {row['ci_high']:.3f}], {meta['n_resamples']} bootstrap resamples "
-                "stratified by correctness")
+    why = (
+        interval_note(row["n_correct"] + row["n_incorrect"], meta["n_resamples"])
+        or "the percentile interval excludes the estimate"
+    )
+    interval = (
+        f"no interval ({why})"
+        if row["ci_low"] != row["ci_low"]
+        else f"95% CI [{row['ci_low']:.3f}, {row['ci_high']:.3f}], {meta['n_resamples']} bootstrap resamples "
+        "stratified by correctness"
+    )
     return f"error signal: ROC AUC {row['auc']:.3f}, {interval}; {what}"
 
 
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
 @declared("profile")
-def profile(checkpoint, plugins, data, method, by, reference_by, distance, n_resamples, out_dir, fmt, style, data_dir,
-            quiet, **params):
+def profile(
+    checkpoint,
+    plugins,
+    data,
+    method,
+    by,
+    reference_by,
+    distance,
+    n_resamples,
+    out_dir,
+    fmt,
+    style,
+    data_dir,
+    quiet,
+    **params,
+):
     """Class-wise layer profile of MODEL (a checkpoint, hf:DIR or py:MODULE:CALLABLE): mean and std of a method's layer scores per class and layer.
 
     Computed separately for all, correct and incorrect predictions; writes
@@ -77,14 +98,27 @@ def profile(checkpoint, plugins, data, method, by, reference_by, distance, n_res
     options = laya_eval.EvalOptions(**values_for("EvalOptions", params), bootstrap=0)
     world = world_from_environment(options.device)
     with progress_bar(quiet or not world.is_main, desc="profile", unit="sample") as bar:
-        prof = laya_eval.profile(checkpoint, data, out=out_dir, method=method, by=by, options=options, data_dir=data_dir,
-                           progress=bar, world=world, fmt=fmt, style=style,
-                           diagnosis=DiagnosisOptions(by=reference_by, distance=distance, n_resamples=n_resamples))
+        prof = laya_eval.profile(
+            checkpoint,
+            data,
+            out=out_dir,
+            method=method,
+            by=by,
+            options=options,
+            data_dir=data_dir,
+            progress=bar,
+            world=world,
+            fmt=fmt,
+            style=style,
+            diagnosis=DiagnosisOptions(by=reference_by, distance=distance, n_resamples=n_resamples),
+        )
     if prof is None:  # ranks other than 0 under torchrun
         return
     meta = prof.meta
-    click.echo(f"{checkpoint}: {meta['head']} head, {meta['dataset']} ({options.split}), method {method}, scope {options.scope}, "
-               f"classes by {'true label' if by == 'label' else 'prediction'}, n = {meta['n']}")
+    click.echo(
+        f"{checkpoint}: {meta['head']} head, {meta['dataset']} ({options.split}), method {method}, scope {options.scope}, "
+        f"classes by {'true label' if by == 'label' else 'prediction'}, n = {meta['n']}"
+    )
     click.echo(_table(prof))
     click.echo(_diagnosis_line(prof.diagnosis))
     click.echo(f"wrote {', '.join(p.name for p in prof.files)} to {out_dir} ({prof.wall_time_s:.1f} s)")

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import click
 
-from laya_eval.catalog import fixed_ablation_names
-
-ABLATIONS = tuple(fixed_ablation_names())
 from laya_eval_cli.options import declared, progress_bar, use_plugins
 
 
@@ -21,9 +18,11 @@ def _table(result) -> str:
     first = s["ablation"].iloc[0]
     part = s[(s["ablation"] == first)]
     mw = max([13, *(len(str(name)) for name in part["method"])])  # the method column fits the longest name
-    lines = [f"area under test accuracy vs fraction of layers removed, in accuracy units (a model that loses "
-             f"nothing keeps its unpruned accuracy); no retraining: {first}",
-             f"{'method':<{mw}} {'ranking':<8} {'no retraining [95% CI]':>26} {'head refit [95% CI]':>26}"]
+    lines = [
+        f"area under test accuracy vs fraction of layers removed, in accuracy units (a model that loses "
+        f"nothing keeps its unpruned accuracy); no retraining: {first}",
+        f"{'method':<{mw}} {'ranking':<8} {'no retraining [95% CI]':>26} {'head refit [95% CI]':>26}",
+    ]
     for (method, ranking), rows in part.groupby(["method", "ranking"], sort=False):
         cells = []
         for curve in ("accuracy", "refit"):
@@ -31,8 +30,9 @@ def _table(result) -> str:
             if r.empty:
                 cells.append("")
                 continue
-            interval = format_interval(r.ci_low.iloc[0], r.ci_high.iloc[0], r.ci_note.iloc[0], digits=4,
-                                       signed=False, notes=notes)
+            interval = format_interval(
+                r.ci_low.iloc[0], r.ci_high.iloc[0], r.ci_note.iloc[0], digits=4, signed=False, notes=notes
+            )
             cells.append(f"{format_estimate(r.auc.iloc[0], signed=False)} {interval}")
         lines.append(f"{method:<{mw}} {ranking:<8} {cells[0]:>26} {cells[1]:>26}")
     return "\n".join(lines + notes.lines())
@@ -41,8 +41,23 @@ def _table(result) -> str:
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
 @declared("prune")
-def prune(checkpoint, trust_code, allow_unverified, plugins, download, data, limit, out_dir, fmt, style, cache_dir,
-          data_dir, device, quiet, **params):
+def prune(
+    checkpoint,
+    trust_code,
+    allow_unverified,
+    plugins,
+    download,
+    data,
+    limit,
+    out_dir,
+    fmt,
+    style,
+    cache_dir,
+    data_dir,
+    device,
+    quiet,
+    **params,
+):
     """Prune MODEL's layers by each attribution method's ranking.
 
     For k = 0 … L-1 the k least important layers are removed: test accuracy without retraining (each
@@ -59,9 +74,22 @@ def prune(checkpoint, trust_code, allow_unverified, plugins, download, data, lim
     train = laya_eval.TrainOptions(**values_for("PruneOptions.train", params), device=device)
     options = laya_eval.PruneOptions(**values_for("PruneOptions", params), train=train)
     with progress_bar(quiet, desc="refit heads", unit="head") as bar:
-        pruned = laya_eval.prune(checkpoint, data, out=out_dir, options=options, data_dir=data_dir, limit=limit,
-                           cache_dir=cache_dir, device=device, trust_code=trust_code, download=download, fmt=fmt,
-                           style=style, on_start=None if quiet else (lambda line: click.echo(line, err=True)),
-                           on_head=lambda kept, s: bar.update(1), allow_unverified=allow_unverified)
+        pruned = laya_eval.prune(
+            checkpoint,
+            data,
+            out=out_dir,
+            options=options,
+            data_dir=data_dir,
+            limit=limit,
+            cache_dir=cache_dir,
+            device=device,
+            trust_code=trust_code,
+            download=download,
+            fmt=fmt,
+            style=style,
+            on_start=None if quiet else (lambda line: click.echo(line, err=True)),
+            on_head=lambda kept, s: bar.update(1),
+            allow_unverified=allow_unverified,
+        )
     click.echo(_table(pruned))
     click.echo(f"wrote {', '.join(p.name for p in pruned.files)} to {out_dir} ({pruned.wall_time_s:.1f} s)")

@@ -8,7 +8,6 @@ import click
 from laya_eval_cli.options import declared
 
 
-
 def _table(faithfulness) -> str:
     from laya_eval.stats.intervals import format_estimate
 
@@ -16,8 +15,10 @@ def _table(faithfulness) -> str:
     m = max([13, *(len(name) for name in faithfulness["method"])])
     lines = [f"{'run':<{w}} {'method':<{m}} {'faithfulness':>12} {'deletion@1':>11} {'n':>7} {'undef':>6}"]
     for row in faithfulness.itertuples(index=False):
-        lines.append(f"{row.run:<{w}} {row.method:<{m}} {format_estimate(row.faithfulness):>12} "
-                     f"{format_estimate(row.deletion_at_1):>11} {row.n:>7} {row.n_undefined:>6}")
+        lines.append(
+            f"{row.run:<{w}} {row.method:<{m}} {format_estimate(row.faithfulness):>12} "
+            f"{format_estimate(row.deletion_at_1):>11} {row.n:>7} {row.n_undefined:>6}"
+        )
     return "\n".join(lines)
 
 
@@ -26,8 +27,10 @@ def _sanity_lines(table) -> str:
     mw = max([13, *(len(str(name)) for name in table["method"])])  # the method column fits the longest name
     lines = [f"{'sanity run':<{w}} {'method':<{mw}} {'cascading':>9} {'labels':>9} {'ROAR':>13} verdict"]
     for row in table.itertuples(index=False):
-        lines.append(f"{row.sanity_run:<{w}} {row.method:<{mw}} {row.cascading_verdict:>9} {row.data_verdict:>9} "
-                     f"{row.roar_verdict:>13} {row.verdict}")
+        lines.append(
+            f"{row.sanity_run:<{w}} {row.method:<{mw}} {row.cascading_verdict:>9} {row.data_verdict:>9} "
+            f"{row.roar_verdict:>13} {row.verdict}"
+        )
     return "\n".join(lines)
 
 
@@ -38,8 +41,9 @@ def _mixer_lines(table) -> str:
     lines = [f"{'mixers run':<{w}} {'mixer':<12} {'mass faithfulness':>17} {'95% CI':<18} verdict"]
     for row in table.itertuples(index=False):
         interval = "n/a" if row.ci_low != row.ci_low else f"[{row.ci_low:.3f}, {row.ci_high:.3f}]"
-        lines.append(f"{row.run:<{w}} {row.mixer:<12} {format_estimate(row.faithfulness):>17} {interval:<18} "
-                     f"{row.verdict}")
+        lines.append(
+            f"{row.run:<{w}} {row.mixer:<12} {format_estimate(row.faithfulness):>17} {interval:<18} {row.verdict}"
+        )
     return "\n".join(lines)
 
 
@@ -48,8 +52,10 @@ def _provenance_lines(table) -> str:
     v = max(9, *(len(r) for r in table["laya_eval"]))
     c = max(11, *(len(r) for r in table["code"]))
     lines = [f"{'run':<{w}} {'kind':<12} {'laya-eval':<{v}} {'code sha256':<{c}} commit"]
-    lines += [f"{row.run:<{w}} {row.kind:<12} {row.laya_eval:<{v}} {row.code:<{c}} {row.commit}"
-              for row in table.itertuples(index=False)]
+    lines += [
+        f"{row.run:<{w}} {row.kind:<12} {row.laya_eval:<{v}} {row.code:<{c}} {row.commit}"
+        for row in table.itertuples(index=False)
+    ]
     return "\n".join(lines)
 
 
@@ -89,8 +95,16 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_poi
     """
     from laya_eval.reporting.write import report as run_report
 
-    done = run_report(result_dirs, out=out_dir, strict=strict, fmt=fmt, html_report=html_report, title=title,
-                      max_points=max_points, style=style)
+    done = run_report(
+        result_dirs,
+        out=out_dir,
+        strict=strict,
+        fmt=fmt,
+        html_report=html_report,
+        title=title,
+        max_points=max_points,
+        style=style,
+    )
     for line in done.warnings:
         click.echo(f"warning: {line}", err=True)
     if done.tables is not None:

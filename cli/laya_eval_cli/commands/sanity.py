@@ -20,19 +20,36 @@ def _table(result) -> str:
     lines = [f"{'method':<{mw}} {'cascading (all groups)':>24} {'shuffled labels':>18} {'ROAR rho [95% CI]':>24}"]
     for method in roar.index:
         c, s, r = last.loc[method], shuffled.loc[method], roar.loc[method]
-        casc = format_interval(c.similarity_ci_low, c.similarity_ci_high, c.get("similarity_ci_note", ""), digits=2,
-                               notes=notes)
+        casc = format_interval(
+            c.similarity_ci_low, c.similarity_ci_high, c.get("similarity_ci_note", ""), digits=2, notes=notes
+        )
         agree = format_interval(r.ci_low, r.ci_high, r.get("ci_note", ""), digits=2, notes=notes)
-        lines.append(f"{method:<{mw}} {format_estimate(c.similarity, digits=3):>11} {casc:<12}"
-                     f" {format_estimate(s.similarity, digits=3):>18} {format_estimate(r.spearman, digits=3):>11} {agree}")
+        lines.append(
+            f"{method:<{mw}} {format_estimate(c.similarity, digits=3):>11} {casc:<12}"
+            f" {format_estimate(s.similarity, digits=3):>18} {format_estimate(r.spearman, digits=3):>11} {agree}"
+        )
     return "\n".join(lines + notes.lines())
 
 
 @click.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False))
 @declared("sanity")
-def sanity(checkpoint, trust_code, allow_unverified, plugins, data, limit, out_dir, fmt, style, cache_dir, data_dir,
-           device, quiet, **params):
+def sanity(
+    checkpoint,
+    trust_code,
+    allow_unverified,
+    plugins,
+    data,
+    limit,
+    out_dir,
+    fmt,
+    style,
+    cache_dir,
+    data_dir,
+    device,
+    quiet,
+    **params,
+):
     """Layer-level sanity checks of CHECKPOINT's attribution methods.
 
     Cascading randomisation of the head's parameters (classifier, scorer, adapters) and then, for a
@@ -49,9 +66,20 @@ def sanity(checkpoint, trust_code, allow_unverified, plugins, data, limit, out_d
     use_plugins(plugins, trust_code)
     train = laya_eval.TrainOptions(**values_for("SanityOptions.train", params), device=device)
     options = laya_eval.SanityOptions(**values_for("SanityOptions", params), train=train)
-    checked = laya_eval.sanity(checkpoint, data, out=out_dir, options=options, data_dir=data_dir, limit=limit,
-                         cache_dir=cache_dir, device=device, fmt=fmt, style=style, trust_code=trust_code,
-                         allow_unverified=allow_unverified,
-                         on_start=None if quiet else (lambda line: click.echo(line, err=True)))
+    checked = laya_eval.sanity(
+        checkpoint,
+        data,
+        out=out_dir,
+        options=options,
+        data_dir=data_dir,
+        limit=limit,
+        cache_dir=cache_dir,
+        device=device,
+        fmt=fmt,
+        style=style,
+        trust_code=trust_code,
+        allow_unverified=allow_unverified,
+        on_start=None if quiet else (lambda line: click.echo(line, err=True)),
+    )
     click.echo(_table(checked))
     click.echo(f"wrote {', '.join(p.name for p in checked.files)} to {out_dir} ({checked.meta['wall_time_s']:.1f} s)")

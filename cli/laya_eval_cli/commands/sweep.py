@@ -23,6 +23,7 @@ def sweep(config, out, resume, cache_dir, quiet):
 
     cells = load_config(config).cells  # a bad config ends here, before any work
     with progress_bar(quiet, total=len(cells), desc="sweep", unit="cell") as bar:
+
         def progress(cell, status):
             if status != "start":
                 bar.set_postfix_str(cell.name)
@@ -32,6 +33,16 @@ def sweep(config, out, resume, cache_dir, quiet):
     summary = result.tables["sweep_summary"]
     click.echo(f"{len(result.computed)} cell(s) computed, {len(result.reused)} reused -> {out}")
     if len(summary):
-        cols = ["dataset", "backbone", "head", "ablation", "method", "n_seeds", "faithfulness_mean",
-                "faithfulness_std", "deletion_at_1_mean", "accuracy_mean"]
+        cols = [
+            "dataset",
+            "backbone",
+            "head",
+            "ablation",
+            "method",
+            "n_seeds",
+            "faithfulness_mean",
+            "faithfulness_std",
+            "deletion_at_1_mean",
+            "accuracy_mean",
+        ]
         click.echo(summary[cols].to_string(index=False, float_format=lambda v: f"{v:.4f}", na_rep="n/a"))

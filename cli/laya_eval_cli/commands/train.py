@@ -21,25 +21,50 @@ def _train_mixer_model(kind, dataset, out, options, backbone_arg, data_dir, down
     given = [name for name in _HEAD_ONLY if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
     if given:
         flag = "--" + given[0].replace("_ckpt", "").replace("_", "-")
-        raise ConfigError(f"{flag} does not apply to --backbone {kind}: its classifier is built in and trained "
-                          "with the backbone.")
+        raise ConfigError(
+            f"{flag} does not apply to --backbone {kind}: its classifier is built in and trained with the backbone."
+        )
     if not str(out).endswith(".pt"):
         raise ConfigError(f"--out: a depth-mixer model is written as a .pt file; got {str(out)!r}.")
     bar, on_epoch = epoch_bar(quiet, options.epochs, f"train {kind}")
     with bar:
-        fit = train_mixer_model(kind, dataset, config=parse_key_values(backbone_arg, "--backbone-arg"),
-                                options=options, data_dir=data_dir, download=download, on_epoch=on_epoch)
+        fit = train_mixer_model(
+            kind,
+            dataset,
+            config=parse_key_values(backbone_arg, "--backbone-arg"),
+            options=options,
+            data_dir=data_dir,
+            download=download,
+            on_epoch=on_epoch,
+        )
     save_mixer_model(fit.model, out, info=fit.info)
     m, tr = fit.metrics, fit.training
-    click.echo(f"{dataset} {kind} seed {options.seed}: test accuracy {m['test_accuracy']:.4f}, macro-F1 "
-               f"{m['test_macro_f1']:.4f} (epochs {tr.epochs_run}, best {tr.best_epoch}, {tr.wall_time_s:.1f} s) "
-               f"-> {out}")
+    click.echo(
+        f"{dataset} {kind} seed {options.seed}: test accuracy {m['test_accuracy']:.4f}, macro-F1 "
+        f"{m['test_macro_f1']:.4f} (epochs {tr.epochs_run}, best {tr.best_epoch}, {tr.wall_time_s:.1f} s) "
+        f"-> {out}"
+    )
 
 
 @click.command()
 @declared("train")
-def train(dataset, backbone, head, out, d_star, tau, scorer_hidden, psi, backbone_arg, init_ckpt, allow_unverified,
-          data_dir, download, quiet, **params):
+def train(
+    dataset,
+    backbone,
+    head,
+    out,
+    d_star,
+    tau,
+    scorer_hidden,
+    psi,
+    backbone_arg,
+    init_ckpt,
+    allow_unverified,
+    data_dir,
+    download,
+    quiet,
+    **params,
+):
     """Train a model with the paper's reference protocol and write a checkpoint.
 
     Adam, early stopping on validation accuracy (the last 10% of the training
@@ -60,12 +85,23 @@ def train(dataset, backbone, head, out, d_star, tau, scorer_hidden, psi, backbon
         return _train_mixer_model(backbone, dataset, out, options, backbone_arg, data_dir, download, quiet)
     bar, on_epoch = epoch_bar(quiet, options.epochs, f"train {head}")
     with bar:
-        result = train_model(backbone, head, dataset, backbone_kwargs=parse_key_values(backbone_arg, "--backbone-arg"),
-                             head_kwargs=head_kwargs(head, d_star, tau, scorer_hidden, psi), options=options,
-                             init=init_ckpt, data_dir=data_dir, download=download, on_epoch=on_epoch,
-                             allow_unverified=allow_unverified)
+        result = train_model(
+            backbone,
+            head,
+            dataset,
+            backbone_kwargs=parse_key_values(backbone_arg, "--backbone-arg"),
+            head_kwargs=head_kwargs(head, d_star, tau, scorer_hidden, psi),
+            options=options,
+            init=init_ckpt,
+            data_dir=data_dir,
+            download=download,
+            on_epoch=on_epoch,
+            allow_unverified=allow_unverified,
+        )
     save_checkpoint(result.model, out)
     m, tr = result.metrics, result.training
-    click.echo(f"{dataset} {backbone}+{head} seed {options.seed}: test accuracy {m['test_accuracy']:.4f}, "
-               f"macro-F1 {m['test_macro_f1']:.4f} (epochs {tr.epochs_run}, best {tr.best_epoch}, "
-               f"{tr.wall_time_s:.1f} s) -> {out}")
+    click.echo(
+        f"{dataset} {backbone}+{head} seed {options.seed}: test accuracy {m['test_accuracy']:.4f}, "
+        f"macro-F1 {m['test_macro_f1']:.4f} (epochs {tr.epochs_run}, best {tr.best_epoch}, "
+        f"{tr.wall_time_s:.1f} s) -> {out}"
+    )

@@ -21,8 +21,12 @@ Replacement = Callable[[Tensor], Tensor]
 
 # --------------------------------------------------------------------------- argument checks
 def _positive_ints(name: str, values: Any) -> list[int]:
-    if (isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values
-            or not all(is_int(v) and v > 0 for v in values)):
+    if (
+        isinstance(values, (str, bytes))
+        or not isinstance(values, Sequence)
+        or not values
+        or not all(is_int(v) and v > 0 for v in values)
+    ):
         raise fail(name, "a non-empty list of positive integers", values)
     return [int(v) for v in values]
 
@@ -32,9 +36,7 @@ def _check_replace(replace: Mapping[int, Replacement] | None, n_layers: int) -> 
     if replace is None:
         return {}
     if not isinstance(replace, Mapping):
-        raise ConfigError(
-            f"replace must be a mapping {{layer index: function}}; got {type(replace).__name__}."
-        )
+        raise ConfigError(f"replace must be a mapping {{layer index: function}}; got {type(replace).__name__}.")
     for i, fn in replace.items():
         if not is_int(i) or not 0 <= i < n_layers:
             raise ConfigError(f"replace keys must be layer indices in [0, {n_layers - 1}]; got {i!r}.")
@@ -47,9 +49,7 @@ def _apply_replacement(i: int, fn: Replacement, output: Tensor) -> Tensor:
     new = fn(output)
     if not isinstance(new, Tensor) or new.shape != output.shape:
         got = tuple(new.shape) if isinstance(new, Tensor) else type(new).__name__
-        raise ConfigError(
-            f"replace[{i}] must return a tensor of the block's shape {tuple(output.shape)}; got {got}."
-        )
+        raise ConfigError(f"replace[{i}] must return a tensor of the block's shape {tuple(output.shape)}; got {got}.")
     return new
 
 

@@ -32,8 +32,12 @@ class MLPBackbone(_BlockBackbone):
 
     name = "mlp"
 
-    def __init__(self, in_features: int = 784, widths: Sequence[int] = (512, 256, 128),
-                 layer_norm_eps: float = DEFAULT_LAYER_NORM_EPS) -> None:
+    def __init__(
+        self,
+        in_features: int = 784,
+        widths: Sequence[int] = (512, 256, 128),
+        layer_norm_eps: float = DEFAULT_LAYER_NORM_EPS,
+    ) -> None:
         super().__init__()
         self.in_features = check_positive_int("in_features", in_features)
         widths = _positive_ints("widths", widths)
@@ -149,8 +153,16 @@ class ViTBackbone(_BlockBackbone):
 
     name = "vit"
 
-    def __init__(self, image_size: int = 32, patch_size: int = 16, in_channels: int = 3,
-                 dim: int = 192, depth: int = 6, heads: int = 3, mlp_ratio: float = 4.0) -> None:
+    def __init__(
+        self,
+        image_size: int = 32,
+        patch_size: int = 16,
+        in_channels: int = 3,
+        dim: int = 192,
+        depth: int = 6,
+        heads: int = 3,
+        mlp_ratio: float = 4.0,
+    ) -> None:
         super().__init__()
         self.image_size = check_positive_int("image_size", image_size)
         self.patch_size = check_positive_int("patch_size", patch_size)
@@ -176,8 +188,9 @@ class ViTBackbone(_BlockBackbone):
         """Images (B, C, S, S) -> tokens (B, 1 + P, D)."""
         expected = (self.in_channels, self.image_size, self.image_size)
         if x.ndim != 4 or tuple(x.shape[1:]) != expected:
-            raise DataError(f"the vit backbone expects images (B, {', '.join(map(str, expected))}); "
-                            f"got shape {tuple(x.shape)}.")
+            raise DataError(
+                f"the vit backbone expects images (B, {', '.join(map(str, expected))}); got shape {tuple(x.shape)}."
+            )
         patches = self.patch_embed(x).flatten(2).transpose(1, 2)
         cls = self.cls_token.expand(x.shape[0], -1, -1)
         return torch.cat([cls, patches], dim=1) + self.pos_embed
@@ -186,6 +199,13 @@ class ViTBackbone(_BlockBackbone):
         return output[:, 0]
 
     def config(self) -> dict[str, Any]:
-        kwargs = {"image_size": self.image_size, "patch_size": self.patch_size, "in_channels": self.in_channels,
-                  "dim": self.layer_dims[0], "depth": self.n_layers, "heads": self.heads, "mlp_ratio": self.mlp_ratio}
+        kwargs = {
+            "image_size": self.image_size,
+            "patch_size": self.patch_size,
+            "in_channels": self.in_channels,
+            "dim": self.layer_dims[0],
+            "depth": self.n_layers,
+            "heads": self.heads,
+            "mlp_ratio": self.mlp_ratio,
+        }
         return {"name": self.name, "kwargs": kwargs}

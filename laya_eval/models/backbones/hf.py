@@ -21,15 +21,27 @@ import torch
 from torch import Tensor, nn
 
 from laya_eval.models.backbones.base import Backbone, Replacement, _check_replace, _replace_in_output
-from laya_eval.models.backbones.hf_files import (locate_hf_model, model_file_hashes, refuse_remote_code,
-                                                 resolve_hf_model, weight_file_hashes)
+from laya_eval.models.backbones.hf_files import (
+    locate_hf_model,
+    model_file_hashes,
+    refuse_remote_code,
+    resolve_hf_model,
+    weight_file_hashes,
+)
 from laya_eval.checks import MAX_LAYERS, MAX_SIZE, check_positive_int
 from laya_eval.errors import CheckpointError, ConfigError, DataError
 from laya_eval.checks import check_choice
 from laya_eval.catalog import HF_POOLS
 
-__all__ = ["HFBackbone", "locate_hf_model", "model_file_hashes", "no_progress_bars", "refuse_remote_code",
-           "resolve_hf_model", "weight_file_hashes"]
+__all__ = [
+    "HFBackbone",
+    "locate_hf_model",
+    "model_file_hashes",
+    "no_progress_bars",
+    "refuse_remote_code",
+    "resolve_hf_model",
+    "weight_file_hashes",
+]
 
 
 @contextlib.contextmanager
@@ -69,8 +81,10 @@ def _config_sizes(path: str, local_files_only: bool) -> tuple[int, int]:
             raise ConfigError(f"could not read a Hugging Face model config from {path!r}: {first}") from None
     # The bounds of a checkpoint's config: a config.json read for a lazy build cannot make laya-eval allocate more.
     if not (0 < sizes[0] <= MAX_LAYERS and 0 < sizes[1] <= MAX_SIZE):
-        raise ConfigError(f"the config of {path!r} declares {sizes[0]} layers of width {sizes[1]}; laya-eval reads "
-                          f"1 to {MAX_LAYERS} layers of width 1 to {MAX_SIZE}.")
+        raise ConfigError(
+            f"the config of {path!r} declares {sizes[0]} layers of width {sizes[1]}; laya-eval reads "
+            f"1 to {MAX_LAYERS} layers of width 1 to {MAX_SIZE}."
+        )
     return sizes
 
 
@@ -94,8 +108,12 @@ def _load_pretrained(path: str, local_files_only: bool) -> tuple[nn.Module, Any]
 
 # Where an encoder keeps its embeddings and its block stack: BERT-like (encoder.layer), DistilBERT
 # (transformer.layer), others (encoder.layers), and models whose stack sits at the top (layers: ViT in transformers 5).
-_HF_LAYOUTS = (("embeddings", "encoder.layer"), ("embeddings", "transformer.layer"), ("embeddings", "encoder.layers"),
-               ("embeddings", "layers"))
+_HF_LAYOUTS = (
+    ("embeddings", "encoder.layer"),
+    ("embeddings", "transformer.layer"),
+    ("embeddings", "encoder.layers"),
+    ("embeddings", "layers"),
+)
 
 
 def _glob_match(name: str, pattern: str) -> bool:
@@ -118,8 +136,11 @@ def select_names(requested: Sequence[str] | None, available: Sequence[str], what
         return list(available)
     out: list[str] = []
     for item in requested:
-        matched = [n for n in available if _glob_match(n, item)] if any(c in item for c in "*?[") else (
-            [item] if item in available else [])
+        matched = (
+            [n for n in available if _glob_match(n, item)]
+            if any(c in item for c in "*?[")
+            else ([item] if item in available else [])
+        )
         if not matched:
             hints = difflib.get_close_matches(item, list(available), n=5) or list(available)[:5]
             raise ConfigError(f"{what} {item!r} matches nothing; close matches: {{{', '.join(hints)}}}.")
@@ -168,14 +189,24 @@ class HFBackbone(Backbone):
     stored_by_reference = True
     vector_states = True  # every state is pooled to (B, D)
 
-    def __init__(self, model: str, max_length: int = 128, pooling: str = "mean", local_files_only: bool = True,
-                 layers: Sequence[str] | None = None, weights_sha256: Mapping[str, str] | None = None,
-                 files_sha256: Mapping[str, str] | None = None, *, lazy: bool = False) -> None:
+    def __init__(
+        self,
+        model: str,
+        max_length: int = 128,
+        pooling: str = "mean",
+        local_files_only: bool = True,
+        layers: Sequence[str] | None = None,
+        weights_sha256: Mapping[str, str] | None = None,
+        files_sha256: Mapping[str, str] | None = None,
+        *,
+        lazy: bool = False,
+    ) -> None:
         super().__init__()
         self._loaded = True  # until the checks below pass, nothing is loaded lazily
         if importlib.util.find_spec("transformers") is None:  # found, not imported: a lazy build never imports it
             raise ConfigError(
-                "the 'hf' backbone needs Hugging Face transformers; install it with `pip install transformers`.")
+                "the 'hf' backbone needs Hugging Face transformers; install it with `pip install transformers`."
+            )
         check_choice("pooling", pooling, HF_POOLS)
         self.model_ref, self.pooling = model, pooling
         #: What a checkpoint is rebuilt from: a directory as an absolute path; a package or Hub id as given.
@@ -217,8 +248,10 @@ class HFBackbone(Backbone):
         encoder, tokenizer = _load_pretrained(self._path, self.local_files_only)
         sizes = (int(encoder.config.num_hidden_layers), int(encoder.config.hidden_size))
         if not self.__dict__.get("_loaded", True) and sizes != (self._n_hidden_layers, self.layer_dims[0]):
-            raise CheckpointError(f"the model {self.model_ref!r} loads with {sizes[0]} layers of width {sizes[1]}; "
-                                  f"its config said {self._n_hidden_layers} of width {self.layer_dims[0]}.")
+            raise CheckpointError(
+                f"the model {self.model_ref!r} loads with {sizes[0]} layers of width {sizes[1]}; "
+                f"its config said {self._n_hidden_layers} of width {self.layer_dims[0]}."
+            )
         self._n_hidden_layers = sizes[0]
         self.tokenizer, self.is_vision = tokenizer, tokenizer is None
         # float32 for attribution arithmetic; transformers 5 may keep a checkpoint's half precision
@@ -257,8 +290,9 @@ class HFBackbone(Backbone):
         """Pad and truncate ``texts``; tensors (B, T) on the model's device."""
         if self.tokenizer is None:
             raise DataError(f"{self.model_ref!r} is a vision model; it takes image tensors, not text.")
-        batch = self.tokenizer(list(texts), padding=True, truncation=True,
-                               max_length=self.max_length, return_tensors="pt")
+        batch = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
         return {k: v.to(self.device) for k, v in batch.items()}
 
     def _model_inputs(self, x: Any) -> dict[str, Tensor]:
@@ -304,6 +338,7 @@ class HFBackbone(Backbone):
         handles = []
         try:
             for i, fn in replace.items():
+
                 def hook(module: nn.Module, args: Any, output: Any, i: int = i, fn: Replacement = fn) -> Any:
                     return _replace_in_output(i, fn, output)
 
@@ -356,8 +391,12 @@ class HFBackbone(Backbone):
         return [(h * mask).sum(dim=1) / count for h in hidden]
 
     def config(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"model": self.model_ref, "resolved_model": self.resolved_model,
-                                  "max_length": self.max_length, "pooling": self.pooling}
+        kwargs: dict[str, Any] = {
+            "model": self.model_ref,
+            "resolved_model": self.resolved_model,
+            "max_length": self.max_length,
+            "pooling": self.pooling,
+        }
         if not self.local_files_only:
             kwargs["local_files_only"] = False
         if self.layers_requested is not None:

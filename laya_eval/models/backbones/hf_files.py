@@ -24,13 +24,25 @@ from pathlib import Path
 
 from laya_eval.errors import ConfigError
 
-__all__ = ["locate_hf_model", "model_file_hashes", "refuse_remote_code", "resolve_hf_model",
-           "weight_file_hashes"]
+__all__ = ["locate_hf_model", "model_file_hashes", "refuse_remote_code", "resolve_hf_model", "weight_file_hashes"]
 
 #: Files of a model folder that decide nothing transformers computes: weights in formats laya-eval never
 #: loads (safetensors files are hashed by :func:`laya_eval.models.backbones.hf.weight_file_hashes`) and documentation.
-_NOT_READ = ("*.safetensors", "*.bin", "*.h5", "*.msgpack", "*.ckpt", "*.onnx", "*.pt", "*.pth", "*.ot",
-             "*.md", "LICENSE*", "README*", ".*")
+_NOT_READ = (
+    "*.safetensors",
+    "*.bin",
+    "*.h5",
+    "*.msgpack",
+    "*.ckpt",
+    "*.onnx",
+    "*.pt",
+    "*.pth",
+    "*.ot",
+    "*.md",
+    "LICENSE*",
+    "README*",
+    ".*",
+)
 
 
 def model_file_hashes(path: str) -> dict[str, str]:

@@ -62,9 +62,16 @@ class ModuleBackbone(Backbone):
 
     name = "modules"
 
-    def __init__(self, module: nn.Module, layer_names: Sequence[str], *, example_input: Any = None,
-                 layer_dims: Sequence[int] | None = None,
-                 pool: str | Callable[[Tensor], Tensor] | None = None, spec: str | None = None) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        layer_names: Sequence[str],
+        *,
+        example_input: Any = None,
+        layer_dims: Sequence[int] | None = None,
+        pool: str | Callable[[Tensor], Tensor] | None = None,
+        spec: str | None = None,
+    ) -> None:
         super().__init__()
         if not isinstance(module, nn.Module):
             raise ConfigError(f"module must be a torch.nn.Module; got {type(module).__name__}.")
@@ -77,8 +84,10 @@ class ModuleBackbone(Backbone):
         if spec is not None and (not isinstance(spec, str) or not spec.startswith("py:")):
             raise ConfigError(f"spec must be a 'py:MODULE:CALLABLE' string; got {spec!r}.")
         if spec is not None and pool is not None and not isinstance(pool, str):
-            raise ConfigError("a backbone stored by reference (spec) needs pool to be a name "
-                              f"{{{', '.join(sorted(_POOLS))}}} or None; got a function.")
+            raise ConfigError(
+                "a backbone stored by reference (spec) needs pool to be a name "
+                f"{{{', '.join(sorted(_POOLS))}}} or None; got a function."
+            )
         self.module = module
         self.spec = spec
         #: The spec a checkpoint is rebuilt from: a ``.py`` file as an absolute path (see resolve_py_spec).
@@ -96,8 +105,10 @@ class ModuleBackbone(Backbone):
         if layer_dims is not None:
             self.layer_dims = _positive_ints("layer_dims", layer_dims)
             if len(self.layer_dims) != len(self.layer_names):
-                raise ConfigError(f"layer_dims must have one entry per layer name ({len(self.layer_names)}); "
-                                  f"got {len(self.layer_dims)}.")
+                raise ConfigError(
+                    f"layer_dims must have one entry per layer name ({len(self.layer_names)}); "
+                    f"got {len(self.layer_dims)}."
+                )
         elif example_input is not None:
             self.layer_dims = self._infer_dims(example_input)
         else:
@@ -110,8 +121,10 @@ class ModuleBackbone(Backbone):
             valid = [n for n, _ in self.module.named_modules() if n]
             hints = difflib.get_close_matches(name, valid, n=5) or valid[:5]
             more = ", …" if len(valid) > len(hints) else ""
-            raise ConfigError(f"layer name {name!r} is not a submodule of {type(self.module).__name__}; "
-                              f"valid names include {{{', '.join(hints)}{more}}}.") from None
+            raise ConfigError(
+                f"layer name {name!r} is not a submodule of {type(self.module).__name__}; "
+                f"valid names include {{{', '.join(hints)}{more}}}."
+            ) from None
 
     def _infer_dims(self, example_input: Any) -> list[int]:
         training = {m: m.training for m in self.module.modules()}
@@ -135,14 +148,17 @@ class ModuleBackbone(Backbone):
         def make_hook(i: int) -> Callable[..., Any]:
             def hook(module: nn.Module, args: Any, output: Any) -> Any:
                 if captured[i] is not None:
-                    raise ConfigError(f"submodule {self.layer_names[i]!r} ran more than once in one forward "
-                                      "pass; name a submodule that runs once.")
+                    raise ConfigError(
+                        f"submodule {self.layer_names[i]!r} ran more than once in one forward "
+                        "pass; name a submodule that runs once."
+                    )
                 if i in replace:
                     output = _replace_in_output(i, replace[i], output)
                 main = output[0] if isinstance(output, tuple) else output
                 if not isinstance(main, Tensor):
-                    raise ConfigError(f"submodule {self.layer_names[i]!r} must return a tensor; "
-                                      f"got {type(main).__name__}.")
+                    raise ConfigError(
+                        f"submodule {self.layer_names[i]!r} must return a tensor; got {type(main).__name__}."
+                    )
                 captured[i] = main
                 if all(c is not None for c in captured):
                     raise _AllCaptured
@@ -176,8 +192,10 @@ class ModuleBackbone(Backbone):
                 pass
         missing = [n for n, c in zip(self.layer_names, captured) if c is None]
         if missing:
-            raise ConfigError(f"submodules {missing} did not run in the forward pass of "
-                              f"{type(self.module).__name__}; name submodules that its forward calls.")
+            raise ConfigError(
+                f"submodules {missing} did not run in the forward pass of "
+                f"{type(self.module).__name__}; name submodules that its forward calls."
+            )
         return [self._pool(c) if self._pool else c for c in captured]  # type: ignore[arg-type]
 
     def train(self, mode: bool = True) -> ModuleBackbone:
@@ -193,8 +211,10 @@ class ModuleBackbone(Backbone):
         if not isinstance(spec, str) or not spec.startswith("py:"):
             raise ConfigError(f"spec must be a 'py:MODULE:CALLABLE' string; got {spec!r}.")
         if self._pool is not None and self.pool_name is None:
-            raise ConfigError("a backbone stored by reference (spec) needs pool to be a name "
-                              f"{{{', '.join(sorted(_POOLS))}}} or None; got a function.")
+            raise ConfigError(
+                "a backbone stored by reference (spec) needs pool to be a name "
+                f"{{{', '.join(sorted(_POOLS))}}} or None; got a function."
+            )
         self.spec, self.stored_by_reference = spec, True
         self.resolved_spec = resolve_py_spec(spec)
         self.module.eval().requires_grad_(False)
@@ -214,9 +234,14 @@ class ModuleBackbone(Backbone):
                 "a 'modules' backbone wraps an arbitrary nn.Module and cannot be rebuilt from a config; "
                 "name its factory with spec='py:MODULE:CALLABLE' (or `laya-eval fit-head --model py:...`)."
             )
-        kwargs = {"spec": self.spec, "resolved_spec": self.resolved_spec, "layer_names": list(self.layer_names),
-                  "layer_dims": list(self.layer_dims),
-                  "pool": self.pool_name, "state_sha256": state_sha256(self.module)}
+        kwargs = {
+            "spec": self.spec,
+            "resolved_spec": self.resolved_spec,
+            "layer_names": list(self.layer_names),
+            "layer_dims": list(self.layer_dims),
+            "pool": self.pool_name,
+            "state_sha256": state_sha256(self.module),
+        }
         if self.source_sha256:
             kwargs["source_sha256"] = dict(self.source_sha256)
         return {"name": self.name, "kwargs": kwargs}
