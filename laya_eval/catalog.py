@@ -30,12 +30,14 @@ provide without naming any method or ablation:
     A dataset statistic from :data:`laya_eval.engine.dataset_stats.STATISTICS`, computed in a
     pass over the whole evaluated set (all processes together) before the main pass.
 
-May import: nothing.
+May import: errors, checks.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from laya_eval.checks import check_choice, fail
 
 __all__ = [
     "ABLATIONS",
@@ -339,10 +341,7 @@ def _check_entry(kind: str, spec, builtins: frozenset, registry: dict) -> bool:
         raise ValueError(f"{kind} {name!r} is already registered (by an earlier plug-in); choose another name.")
     for need in spec.needs:
         if need not in PLAIN_NEEDS and not (need.startswith("stat:") and len(need) > 5):
-            raise ValueError(
-                f"{kind} {name!r}: each need must be one of {{{', '.join(PLAIN_NEEDS)}}} or "
-                f"'stat:<name>'; got {need!r}."
-            )
+            raise fail(f"{kind} {name!r}: each need", f"one of {{{', '.join(PLAIN_NEEDS)}}} or 'stat:<name>'", need)
     return False
 
 
@@ -351,10 +350,7 @@ def add_method_spec(spec: MethodSpec) -> None:
     if _check_entry("method", spec, BUILTIN_METHODS, METHOD_SPECS):
         return
     if spec.requires not in METHOD_REQUIREMENTS:
-        raise ValueError(
-            f"method {spec.name!r}: requires must be one of {{{', '.join(METHOD_REQUIREMENTS)}}}; "
-            f"got {spec.requires!r}."
-        )
+        check_choice(f"method {spec.name!r}: requires", spec.requires, METHOD_REQUIREMENTS)
     METHOD_SPECS[spec.name] = spec
 
 
@@ -363,7 +359,7 @@ def add_ablation_spec(spec: AblationSpec) -> None:
     if _check_entry("ablation", spec, BUILTIN_ABLATIONS, ABLATION_SPECS):
         return
     if not spec.scopes or any(s not in SCOPES for s in spec.scopes):
-        raise ValueError(f"ablation {spec.name!r}: scopes must be among {{{', '.join(SCOPES)}}}; got {spec.scopes!r}.")
+        raise fail(f"ablation {spec.name!r}: scopes", f"a non-empty subset of {{{', '.join(SCOPES)}}}", spec.scopes)
     ABLATION_SPECS[spec.name] = spec
 
 

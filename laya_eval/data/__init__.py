@@ -161,7 +161,7 @@ def load_dataset(
     elif isinstance(name, str) and name in DATASETS:
         dataset = DATASETS[name](split, data_dir, download)
     else:
-        raise ConfigError(f"dataset must be one of {{{', '.join(dataset_names())}}}; got {name!r}.")
+        check_choice("dataset", name, dataset_names())
     if len(dataset) == 0:
         raise DataError(
             f"dataset {dataset.name!r} split {split!r} is empty "
