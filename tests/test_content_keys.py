@@ -420,7 +420,7 @@ def test_an_intact_chunk_round_trips(tmp_path):
 
 def _npz_data(path, seed=0):
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=(40, 6)).astype(np.float32)
+    x = rng.normal(size=(200, 6)).astype(np.float32)  # the test split: 20%, 40 rows
     np.savez(path, x=x, y=(x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0))
     return f"npz:{path}"
 

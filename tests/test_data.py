@@ -32,7 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from laya_eval import data
-from laya_eval.data import DATASETS, Dataset, dataset_names, load_dataset
+from laya_eval.data import DATASETS, SPLITS, Dataset, dataset_names, load_dataset
 from laya_eval.data import files as data_files, images as data_images, text as data_text
 from laya_eval.errors import ConfigError, DataError
 from tests.sandbox import REAL_HOME
@@ -496,16 +496,52 @@ def test_cifar_download_extracts_and_checks_md5(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------- npz
 
 
-def test_npz_single_set(tmp_path):
+def _one_set(path, counts=(50, 30, 20), **extra):
+    """An npz of one set of rows: class c has counts[c] rows, interleaved; feature 0 is the row's index."""
+    y = np.concatenate([np.full(n, c) for c, n in enumerate(counts)])[np.random.default_rng(1).permutation(sum(counts))]
+    x = np.stack([np.arange(len(y)), y * 10.0 + 1], axis=1) / 7
+    np.savez(path, x=x, y=y, **extra)
+    return x, y
+
+
+def test_npz_single_set_is_split_like_digits(tmp_path):
+    from sklearn.model_selection import train_test_split
+
     path = tmp_path / "d.npz"
-    x = np.arange(24, dtype=np.float64).reshape(6, 4) / 7
-    np.savez(path, x=x, y=np.array([0, 1, 2, 0, 1, 2]), class_names=np.array(["r", "g", "b"]))
-    for split in ("train", "val", "test"):
+    x, y = _one_set(path, class_names=np.array(["r", "g", "b"]))
+    rows = {s: np.rint(load_dataset(f"npz:{path}", s).x[:, 0].double().numpy() * 7).astype(int) for s in SPLITS}
+    # by hand: 20% of 50/30/20 rows per class is 10/6/4 test rows; the 80 others leave floor(80/10) = 8 for val
+    assert {s: len(r) for s, r in rows.items()} == {"train": 72, "val": 8, "test": 20}
+    assert np.bincount(y[rows["test"]], minlength=3).tolist() == [10, 6, 4]
+    assert sorted(np.concatenate(list(rows.values())).tolist()) == list(range(100))  # disjoint and covering
+    train, test = train_test_split(np.arange(100), test_size=0.2, stratify=y, random_state=0)
+    np.testing.assert_array_equal(rows["test"], test)
+    np.testing.assert_array_equal(rows["train"], train[:72])
+    np.testing.assert_array_equal(rows["val"], train[72:])
+    for split in SPLITS:
         ds = load_dataset(f"npz:{path}", split)
-        assert ds.name == f"npz:{path.resolve()}" and ds.preprocessing["splits"] == "none"
+        assert ds.name == f"npz:{path.resolve()}" and ds.split == split
+        assert ds.preprocessing["split_rule"] == data_files._STRATIFIED_RULE
         assert ds.x.dtype == torch.float32 and ds.class_names == ("r", "g", "b")
-        np.testing.assert_array_equal(ds.x.numpy(), x.astype(np.float32))
+        np.testing.assert_array_equal(ds.x.numpy(), x[rows[split]].astype(np.float32))
+        np.testing.assert_array_equal(ds.y.numpy(), y[rows[split]])
         assert_json(ds)
+
+
+def test_npz_single_set_splits_the_same_on_every_load(tmp_path):
+    _one_set(tmp_path / "a.npz")
+    _one_set(tmp_path / "b.npz")  # the same arrays in another file
+    first = {s: load_dataset(f"npz:{tmp_path / 'a.npz'}", s).x for s in SPLITS}
+    for path in ("a.npz", "a.npz", "b.npz"):
+        for split in SPLITS:
+            assert torch.equal(load_dataset(f"npz:{tmp_path / path}", split).x, first[split])
+
+
+def test_npz_single_set_too_small_to_split(tmp_path):
+    path = tmp_path / "tiny.npz"
+    np.savez(path, x=np.zeros((6, 2)), y=np.array([0, 1, 2, 0, 1, 2]))  # 2 test rows cannot hold 3 classes
+    with pytest.raises(DataError, match=r"tiny.npz: cannot make the stratified 20% test split: .*x_train, y_train"):
+        load_dataset(f"npz:{path}", "test")
 
 
 def test_npz_with_split_arrays(tmp_path):

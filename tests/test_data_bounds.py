@@ -172,7 +172,8 @@ def test_nonfinite_inputs_name_the_first_sample(tmp_path):
     x = np.zeros((6, 4), dtype=np.float32)
     x[3, 2], x[5, 0] = np.nan, np.inf
     path = tmp_path / "nan.npz"
-    np.savez(path, x=x, y=np.array([0, 1, 0, 1, 0, 1]))
+    # the test split is the file's x_test whole, so the sample numbers are the file's rows
+    np.savez(path, x_train=x, y_train=np.array([0, 1] * 3), x_test=x, y_test=np.array([0, 1] * 3))
     with pytest.raises(DataError, match=r"sample 3 holds nan at flat feature 2 \(2 of 6 samples are not finite\)"):
         load_dataset(f"npz:{path}")
     kept = load_dataset(f"npz:{path}", allow_nonfinite=True)

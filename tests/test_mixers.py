@@ -352,8 +352,9 @@ def test_cli_audits_a_mixer_file_and_refuses_bad_options_before_work(tmp_path, d
 
     path = save_mixer_model(_model("attnres"), tmp_path / "m.pt")
     arrays = tmp_path / "d.npz"
-    # 60 samples: above 50 the paired Wilcoxon tests take their normal approximation (exact ones are slow).
-    np.savez(arrays, x=torch.randn(60, 1, 8, 8).numpy(), y=np.arange(60) % 3)
+    # 60 test samples (20% of 300): above 50 the paired Wilcoxon tests take their normal approximation (exact ones
+    # are slow).
+    np.savez(arrays, x=torch.randn(300, 1, 8, 8).numpy(), y=np.arange(300) % 3)
     out = tmp_path / "audit"
     result = run(
         "mixers",

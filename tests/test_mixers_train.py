@@ -135,6 +135,38 @@ def test_train_cli_writes_a_mixer_file_that_mixers_audits_without_trust_code(tmp
     assert set(pd.read_csv(out / "map.csv").mixer) == {"mixers.0", "mixers.1"}
 
 
+def test_mixers_defaults_to_the_data_the_model_file_records(tmp_path):
+    """A model trained on an npz of one set of rows is audited on that file's held-out test rows, and says so."""
+    import json
+
+    arrays = tmp_path / "one-set.npz"
+    gen = torch.Generator().manual_seed(3)
+    y = torch.arange(120) % 3
+    x = torch.randn(120, 1, 8, 8, generator=gen) * 0.3 + y.float()[:, None, None, None]
+    np.savez(arrays, x=x.numpy(), y=y.numpy())
+    ckpt = tmp_path / "dense.pt"
+    trained = run(
+        *("train", "--dataset", f"npz:{arrays}", "--backbone", "denseformer", "--epochs", 1, "--batch-size", 16),
+        *("--backbone-arg", "patch=4", "--backbone-arg", "dim=8", "--backbone-arg", "depth=2", "-q", "--out", ckpt),
+    )
+    assert trained.exit_code == 0, trained.output
+    # by hand: ceil(0.2 * 120) = 24 test rows, floor(96 / 10) = 9 val rows, 87 train rows
+    assert "on 24 held-out rows (train 87, val 9;" in trained.output
+    out = tmp_path / "audit"
+    result = run("mixers", ckpt, "--bootstrap", 0, "--methods", "mass", "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    name = f"npz:{arrays.resolve()}"
+    assert f": 2 mixers, {name} (test), removal weight, n = 24" in result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["dataset"] == name and manifest["split"] == "test" and manifest["n_samples"] == 24
+    assert manifest["split_rule"].startswith("test = stratified 20%")
+    # a model that records no dataset is refused before the work, naming the fix
+    from laya_eval.mixers.reference import save_mixer_model
+
+    bare = save_mixer_model(load_mixer_model(ckpt)[0], tmp_path / "bare.pt")
+    assert_one_line_error(run("mixers", bare, "--out", tmp_path / "a2"), r"records no dataset; name one with --data")
+
+
 def test_train_cli_refuses_head_options_and_bad_files_for_mixer_backbones(tmp_path):
     data = f"npz:{_image_npz(tmp_path / 'd.npz')}"
     base = ("train", "--dataset", data, "--backbone", "attnres", "--epochs", 1)

@@ -24,7 +24,7 @@ def mixers_dir(tmp_path_factory):
         for p in model.parameters():
             p.normal_(0, 0.5)
     path = save_mixer_model(model, tmp / "m.pt")
-    np.savez(tmp / "d.npz", x=torch.randn(60, 1, 8, 8).numpy(), y=np.arange(60) % 3)
+    np.savez(tmp / "d.npz", x=torch.randn(300, 1, 8, 8).numpy(), y=np.arange(300) % 3)  # 60 test rows
     out = tmp / "audit"
     result = run(
         "mixers",

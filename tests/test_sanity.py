@@ -401,7 +401,11 @@ def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
         "--quiet",
     )
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0].split() == [
+    data_line = (
+        f"{digits_checkpoints['laya']}: digits, heads trained on train, stopped on val, scored on test (n = 100)"
+    )
+    assert result.output.splitlines()[0] == data_line
+    assert result.output.splitlines()[1].split() == [
         "method",
         "cascading",
         "(all",

@@ -188,3 +188,40 @@ def test_train_gives_the_bits_of_the_plain_reference_loop(digits):
         options,
     )
     _same_weights(trained, reference)
+
+
+def test_train_on_an_npz_of_one_set_reports_held_out_accuracy(tmp_path):
+    """300 digits in one npz: the printed test accuracy is that of the 60 held-out rows, below the training rows'."""
+    import re
+
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    from laya_eval.loading.checkpoints import load_checkpoint
+    from tests.cli_helpers import run
+
+    bunch = load_digits()
+    x, y = (bunch.data[:300] / 16).astype(np.float32), bunch.target[:300]
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    ckpt = tmp_path / "m.pt"
+    result = run(
+        *("train", "--dataset", f"npz:{tmp_path / 'd.npz'}", "--backbone", "mlp", "--head", "scalarmix"),
+        *("--epochs", 30, "--patience", 30, "--seed", 0, "--out", ckpt, "-q"),
+    )
+    assert result.exit_code == 0, result.output
+    # by hand: ceil(0.2 * 300) = 60 test rows; floor(240 / 10) = 24 val rows; 216 train rows
+    assert "on 60 held-out rows (train 216, val 24;" in result.output
+    printed = float(re.search(r"test accuracy (\d\.\d+)", result.output).group(1))
+    # the oracle: scikit-learn's stratified split of the arrays, the saved model's predictions
+    train_rows, test_rows = train_test_split(np.arange(300), test_size=0.2, stratify=y, random_state=0)
+    model = load_checkpoint(ckpt)
+    with torch.no_grad():
+        pred = model(torch.from_numpy(x)).argmax(-1).numpy()
+    test_acc, train_acc = (float((pred[r] == y[r]).mean()) for r in (test_rows, train_rows[:216]))
+    assert printed == pytest.approx(test_acc, abs=5e-5)
+    # held out, the rows score below the training rows (0.9667 against 0.9815 on this machine)
+    assert test_acc < train_acc
+    info = run("info", ckpt)
+    assert re.search(r"metrics\.n_train +216\n", info.output) and re.search(r"metrics\.n_val +24\n", info.output)
+    assert "stratified 20%" in re.search(r"preprocessing +(.*)\n", info.output).group(1)

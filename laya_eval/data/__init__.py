@@ -3,7 +3,8 @@
 Every loader returns a frozen :class:`Dataset` for one split. The splits follow the
 paper's reference: the *last* 10% of a training set (``floor(N / 10)`` rows, in file
 order) is ``"val"``, the first 90% is ``"train"``; ``"test"`` is the official test set,
-or a fixed stratified 20% split (``random_state=0``) where a dataset has none.
+or a fixed stratified 20% split (``random_state=0``) where a dataset has none (digits, Rotten Tomatoes, an npz
+file of one set of rows ``x``, ``y``; see docs/data.md).
 
 Files are looked up in ``data_dir``, then ``$LAYA_EVAL_DATA`` (each also with the
 dataset's sub-folder), then system / cache folders (skipped when ``$LAYA_EVAL_HIDE_SYSTEM_DATA=1``,
@@ -130,7 +131,7 @@ def load_dataset(
     Parameters
     ----------
     name : str
-        One of :func:`dataset_names`; ``"npz:PATH"`` reads arrays ``x``/``y`` (or
+        One of :func:`dataset_names`; ``"npz:PATH"`` reads arrays ``x``/``y`` (split like ``"digits"``) (or
         ``x_train``/``y_train``/``x_test``/``y_test``, optional ``x_val``/``y_val`` and
         ``class_names``) from an ``.npz`` file, without pickle.
     split : {"train", "val", "test"}

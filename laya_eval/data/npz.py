@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from laya_eval.data.dataset import Dataset
-from laya_eval.data.files import _VAL_RULE, _train_val_rows
+from laya_eval.data.files import _STRATIFIED_RULE, _VAL_RULE, _stratified_rows, _train_val_rows
 from laya_eval.errors import DataError
 
 
@@ -79,6 +79,22 @@ def _npz_labels(arr: np.ndarray, key: str, path: Path) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _split_rows(x: np.ndarray, y: np.ndarray, split: str, cut: bool, stratify: bool, path: Path):
+    """The rows of ``split``: the stratified split of the bundled datasets for one set of rows (``x``, ``y``),
+    the last 10% of a given training set for ``val`` (``cut``), else all rows."""
+    if stratify:
+        try:
+            rows = _stratified_rows(y, split)
+        except DataError as exc:
+            raise DataError(
+                f"{path}: {exc}; give each class more rows, or store the split yourself "
+                "(x_train, y_train, x_test, y_test)"
+            ) from None
+    else:
+        rows = _train_val_rows(len(y), split) if cut else slice(None)
+    return x[rows], y[rows]
+
+
 def _load_npz(path_text: str, split: str) -> Dataset:
     path = Path(path_text).expanduser().resolve()
     if not path.is_file():
@@ -99,7 +115,8 @@ def _load_npz(path_text: str, split: str) -> Dataset:
             cut = split != "test" and not own_val
             splits = "x_train/x_test, " + ("x_val/y_val" if own_val else _VAL_RULE)
         elif {"x", "y"} <= keys:
-            part, cut, splits = None, False, "none"
+            # one set of rows: split it like the bundled digits, so that "test" is held out
+            part, cut, splits = None, False, _STRATIFIED_RULE
         else:
             raise DataError(
                 f"{path}: needs arrays 'x' and 'y' (or x_train, y_train, x_test, y_test); "
@@ -108,8 +125,7 @@ def _load_npz(path_text: str, split: str) -> Dataset:
         xk, yk = ("x", "y") if part is None else (f"x_{part}", f"y_{part}")
         try:
             y = _npz_labels(archive[yk], yk, path)
-            rows = _train_val_rows(len(y), split) if cut else slice(None)
-            x, y = archive[xk][rows], y[rows]
+            x = archive[xk]
             names = archive["class_names"] if "class_names" in keys else None
             # every split gets the same class list, even when its own labels miss a class
             labels = [_npz_labels(archive[k], k, path) for k in sorted(keys & {"y", "y_train", "y_val", "y_test"})]
@@ -127,11 +143,13 @@ def _load_npz(path_text: str, split: str) -> Dataset:
     class_names = tuple(str(n) for n in names) if names is not None else tuple(map(str, range(n_classes)))
     if n_classes > len(class_names):
         raise DataError(f"{path}: label {n_classes - 1} but only {len(class_names)} class names")
+    if x.ndim > 0 and len(x) == len(y):
+        x, y = _split_rows(x, y, split, cut, part is None, path)
     if x.dtype.kind not in "biufUS" or x.ndim == 0 or len(x) != len(y):
         raise DataError(
             f"{path}: {xk!r} must be a numeric or str array with {len(y)} rows; got {x.dtype} of shape {x.shape}"
         )
-    info = {"source": str(path), "splits": splits, "x_dtype": str(x.dtype)}
+    info = {"source": str(path), "split_rule": splits, "x_dtype": str(x.dtype)}
     if x.dtype.kind in "US":
         return Dataset([str(t) for t in x], torch.from_numpy(y), class_names, f"npz:{path}", split, info)
     return Dataset(

@@ -368,6 +368,7 @@ def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: in
         "head": model.head.name,
         "dataset": plan.data.name,
         "split": options.split,
+        "split_rule": plan.data.preprocessing.get("split_rule"),
         "n_samples": len(records),
         "n_layers": model.n_layers,
         "layer_names": model.layer_names,

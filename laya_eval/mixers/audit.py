@@ -342,6 +342,13 @@ def _prepared(model, data, options: MixerOptions, data_dir):
             "the model has no depth mixer (a module with a bool mixer_softmax and mixer_logits); "
             "see docs/concepts/mixers.md."
         )
+    if data is None:  # the data the model file records (its training data), as for a checkpoint
+        data = (described.get("info") or {}).get("dataset")
+        if not isinstance(data, str) or not data:
+            raise ConfigError(
+                f"the model {described.get('path') or described.get('spec')} records no dataset; "
+                "name one with --data (data=...)."
+            )
     dataset = data if isinstance(data, Dataset) else load_dataset(data, options.split, data_dir=data_dir)
     if options.limit is not None:
         dataset = dataset.subset(slice(0, options.limit))
@@ -369,7 +376,7 @@ def _prepared(model, data, options: MixerOptions, data_dir):
 
 def audit_mixers(
     model: nn.Module | str | os.PathLike,
-    data: str | Dataset,
+    data: str | Dataset | None = None,
     *,
     out: str | os.PathLike | None = None,
     options: MixerOptions | None = None,
@@ -377,7 +384,7 @@ def audit_mixers(
     progress: Any = None,
 ) -> MixerAudit:
     """Audit every depth mixer of ``model`` (a module, a mixer model file or ``py:MODULE:CALLABLE``) on ``data``
-    (``laya-eval mixers``).
+    (``laya-eval mixers``; None: the dataset the mixer model file records, its training data).
 
     ``options`` and ``out`` are checked before any work. Given ``out``, the folder is written whole:
     ``sources.csv, samples.csv, summary.csv, comparisons.csv, map.csv``, the figure ``map.png`` (mass and effect
@@ -402,6 +409,7 @@ def audit_mixers(
     means = _source_means(model, mixers, dataset, options.batch_size) if options.removal == "mean" else {}
     collected = _collect(model, mixers, dataset, options, means, progress)
     audit = _tables(collected, mixers, options, described, dataset.name)
+    audit.manifest["split_rule"] = dataset.preprocessing.get("split_rule")
     if out is not None:
         audit.files = _write_audit(audit, out)
     return audit

@@ -160,6 +160,8 @@ def train_mixer_model(
         "test_macro_f1": scores["macro_f1"],
         "n_test": len(y["test"]),
         "n_train": len(y["train"]),
+        "n_val": len(y["val"]),
+        "split_rule": splits["train"].preprocessing.get("split_rule"),
         "seed": options.seed,
         "epochs": options.epochs,
         "batch_size": options.batch_size,

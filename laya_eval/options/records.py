@@ -765,7 +765,13 @@ RECORDS: list[Option] = [
         param="out_dir",
     ),
     # ---------------------------------------------------------------- mixers
-    Option("mixers.data", "--data", "Dataset name (or npz:PATH).", ("mixers",), "decides", "str", "fashion-mnist"),
+    Option(
+        "mixers.data",
+        "--data",
+        "Dataset name or npz:PATH (default: the one recorded in the mixer model file).",
+        ("mixers",),
+        "decides",
+    ),
     Option("MixerOptions.split", "--split", "", ("mixers",), "decides", "choice", "test", choices=catalog.SPLITS),
     Option(
         "MixerOptions.methods",

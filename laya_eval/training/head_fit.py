@@ -235,7 +235,8 @@ def train(
     Returns
     -------
     FitResult
-        ``model.info.metrics`` holds the test accuracy and macro-F1.
+        ``model.info.metrics`` holds the test accuracy and macro-F1 and the rows of each split (``n_train``,
+        ``n_val``, ``n_test``); ``model.info.preprocessing["split_rule"]`` says how the split was made.
 
     Raises
     ------
@@ -271,6 +272,8 @@ def train(
         "test_accuracy": scores["accuracy"],
         "test_macro_f1": scores["macro_f1"],
         "n_test": len(splits["test"]),
+        "n_train": len(splits["train"]),
+        "n_val": len(splits["val"]),
         "best_val_accuracy": result.best_val_accuracy,
     }
     model.info.metrics = dict(metrics)

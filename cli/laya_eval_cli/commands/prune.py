@@ -91,5 +91,10 @@ def prune(
             on_head=lambda kept, s: bar.update(1),
             allow_unverified=allow_unverified,
         )
+    m = pruned.meta
+    click.echo(
+        f"{m['label']}: {m['dataset']}, heads trained on train, stopped on val, oracle on val, scored on {m['split']} "
+        f"(n = {m['n_test']})"
+    )
     click.echo(_table(pruned))
     click.echo(f"wrote {', '.join(p.name for p in pruned.files)} to {out_dir} ({pruned.wall_time_s:.1f} s)")

@@ -81,5 +81,9 @@ def sanity(
         allow_unverified=allow_unverified,
         on_start=None if quiet else (lambda line: click.echo(line, err=True)),
     )
+    m = checked.meta
+    click.echo(
+        f"{m['label']}: {m['dataset']}, heads trained on train, stopped on val, scored on {m['split']} (n = {m['n']})"
+    )
     click.echo(_table(checked))
     click.echo(f"wrote {', '.join(p.name for p in checked.files)} to {out_dir} ({checked.meta['wall_time_s']:.1f} s)")

@@ -38,11 +38,15 @@ def _train_mixer_model(kind, dataset, out, options, backbone_arg, data_dir, down
             on_epoch=on_epoch,
         )
     save_mixer_model(fit.model, out, info=fit.info)
-    m, tr = fit.metrics, fit.training
-    click.echo(
-        f"{dataset} {kind} seed {options.seed}: test accuracy {m['test_accuracy']:.4f}, macro-F1 "
-        f"{m['test_macro_f1']:.4f} (epochs {tr.epochs_run}, best {tr.best_epoch}, {tr.wall_time_s:.1f} s) "
-        f"-> {out}"
+    click.echo(f"{dataset} {kind} seed {options.seed}: {_scores(fit.metrics, fit.training)} -> {out}")
+
+
+def _scores(m, tr) -> str:
+    """The test scores, the rows they were measured on and the training rows (the split is disjoint)."""
+    return (
+        f"test accuracy {m['test_accuracy']:.4f}, macro-F1 {m['test_macro_f1']:.4f} on {m['n_test']} held-out "
+        f"rows (train {m['n_train']}, val {m['n_val']}; epochs {tr.epochs_run}, best {tr.best_epoch}, "
+        f"{tr.wall_time_s:.1f} s)"
     )
 
 
@@ -68,7 +72,8 @@ def train(
     """Train a model with the paper's reference protocol and write a checkpoint.
 
     Adam, early stopping on validation accuracy (the last 10% of the training
-    set), best weights restored; test accuracy and macro-F1 are printed and stored.
+    set), best weights restored; test accuracy and macro-F1 on the held-out test
+    split are printed and stored with the size of each split (docs/data.md).
 
     Example: laya-eval train --dataset fashion-mnist --backbone mlp --head laya --seed 1337 --out ckpt.pt
     """
@@ -99,9 +104,4 @@ def train(
             allow_unverified=allow_unverified,
         )
     save_checkpoint(result.model, out)
-    m, tr = result.metrics, result.training
-    click.echo(
-        f"{dataset} {backbone}+{head} seed {options.seed}: test accuracy {m['test_accuracy']:.4f}, "
-        f"macro-F1 {m['test_macro_f1']:.4f} (epochs {tr.epochs_run}, best {tr.best_epoch}, "
-        f"{tr.wall_time_s:.1f} s) -> {out}"
-    )
+    click.echo(f"{dataset} {backbone}+{head} seed {options.seed}: {_scores(result.metrics, result.training)} -> {out}")
