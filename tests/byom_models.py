@@ -70,6 +70,10 @@ def my_laya_model():
 
     backbone = ModuleBackbone(small_cnn(), ["block1", "block2", "block3"], layer_dims=[8, 12, 16], pool="avg")
     state = torch.load(os.environ["MY_LAYA_WEIGHTS"], weights_only=True)
-    head = import_head_state_dict("laya", state, backbone.layer_dims, 10, d_star=16, scorer_hidden=24, tau=1.5)
+    mine = MyLayerAttention(backbone.layer_dims, 10)
+    mine.load_state_dict(state)
+    head = import_head_state_dict(
+        "laya", state, backbone.layer_dims, 10, d_star=16, scorer_hidden=24, tau=1.5, reference=mine.eval()
+    )
     info = ModelInfo(num_classes=10, class_names=tuple("0123456789"), input_shape=(64,), dataset="digits")
     return LayeredModel(backbone, head, info)

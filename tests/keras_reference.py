@@ -8,12 +8,16 @@ logits ``W sum_i alpha_i z_i + b``. Two layouts of the same function are written
 
 - ``functional``: every layer in one functional model, the weighting done with ``keras.ops``; its
   temperature lives only in the graph, so the importer is told it (``TAU_FUNCTIONAL``);
+- ``softmax_layer``: the same function written the usual functional way, ``Softmax()(s / tau)`` (a
+  ``TrueDivide`` node and a ``Softmax`` layer in ``config.json``), its classifier ending in a softmax: the
+  importer reads tau from the graph, and Keras' ``predict`` gives the probabilities to compare with;
 - ``subclassed``: a functional backbone and a subclassed ``keras.Model`` head (as in the reference
   code) whose ``get_config`` stores ``tau``, so the importer reads it from ``config.json``.
 
 Every variable is drawn at random (biases, LayerNorm scales and shifts included), so a variable mapped to
 the wrong place changes the logits. Each model is saved as ``NAME.keras`` and ``NAME.weights.h5`` and
-reloaded from the ``.keras`` file; ``NAME.logits.npy`` holds the reloaded model's logits on the inputs.
+reloaded from the ``.keras`` file; ``NAME.logits.npy`` holds the reloaded model's logits on the inputs
+(``softmax_layer.probs.npy`` its probabilities).
 """
 
 from __future__ import annotations
@@ -43,14 +47,19 @@ def backbone(in_features: int) -> tuple[keras.KerasTensor, list]:
     return inputs, hidden
 
 
-def functional_model(in_features: int) -> keras.Model:
+def functional_model(in_features: int, softmax_layer: bool = False) -> keras.Model:
     inputs, hidden = backbone(in_features)
     z = [layers.Dense(D_STAR, name=f"adapter_{i + 1}")(h) for i, h in enumerate(hidden)]
     s = layers.Dense(SCORER_HIDDEN, activation="gelu", name="scorer_hidden")(layers.Concatenate(name="z_all")(z))
     s = layers.Dense(len(WIDTHS), name="scores")(s)
-    alpha = ops.softmax(s / TAU_FUNCTIONAL, axis=-1)
+    alpha = layers.Softmax(name="alpha")(s / TAU_FUNCTIONAL) if softmax_layer else ops.softmax(s / TAU_FUNCTIONAL, -1)
     mixed = ops.sum(ops.stack(z, axis=1) * ops.expand_dims(alpha, -1), axis=1)
-    return keras.Model(inputs, layers.Dense(CLASSES, name="classifier")(mixed), name="laya_functional")
+    classifier = layers.Dense(CLASSES, activation="softmax" if softmax_layer else None, name="classifier")
+    return keras.Model(inputs, classifier(mixed), name="laya_functional")
+
+
+def softmax_layer_model(in_features: int) -> keras.Model:
+    return functional_model(in_features, softmax_layer=True)
 
 
 @keras.saving.register_keras_serializable(package="laya_eval_tests")
@@ -116,13 +125,22 @@ def logits_of(reloaded: keras.Model, name: str, x: np.ndarray) -> np.ndarray:
 
 def main(out: str, inputs: str) -> None:
     x = np.load(inputs).astype("float32")
-    for seed, (name, build) in enumerate((("functional", functional_model), ("subclassed", subclassed_model))):
+    builds = (
+        ("functional", functional_model),
+        ("subclassed", subclassed_model),
+        ("softmax_layer", softmax_layer_model),
+    )
+    for seed, (name, build) in enumerate(builds):
         model = build(x.shape[1])
         randomise(model, seed)
         model.save(os.path.join(out, f"{name}.keras"))
         model.save_weights(os.path.join(out, f"{name}.weights.h5"))
         reloaded = keras.saving.load_model(os.path.join(out, f"{name}.keras"))
-        np.save(os.path.join(out, f"{name}.logits.npy"), logits_of(reloaded, name, x))
+        if name == "softmax_layer":
+            probs = reloaded.predict(x, batch_size=250, verbose=0)
+            np.save(os.path.join(out, f"{name}.probs.npy"), np.asarray(keras.ops.convert_to_numpy(probs), np.float32))
+        else:
+            np.save(os.path.join(out, f"{name}.logits.npy"), logits_of(reloaded, name, x))
     print("keras", keras.__version__, "backend", keras.backend.backend())
 
 

@@ -8,6 +8,7 @@ marker files that show whether a module was imported.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 
 import pytest
@@ -393,7 +394,8 @@ def test_own_laya_weights_give_the_own_code_logits(digits_splits):
     theirs = byom_models.MyLayerAttention([8, 12, 16], 10).eval()
     from laya_eval.models.head_import import import_head_state_dict
 
-    head = import_head_state_dict("laya", theirs.state_dict(), [8, 12, 16], 10, d_star=16, scorer_hidden=24, tau=1.5)
+    kw = {"d_star": 16, "scorer_hidden": 24, "tau": 1.5}
+    head = import_head_state_dict("laya", theirs.state_dict(), [8, 12, 16], 10, reference=theirs, **kw)
     hidden = [torch.randn(7, d) for d in (8, 12, 16)]
     with torch.no_grad():
         torch.testing.assert_close(head(hidden), theirs(hidden), rtol=0, atol=1e-6)
@@ -403,7 +405,37 @@ def test_own_laya_weights_give_the_own_code_logits(digits_splits):
         match=r"does not fit the laya head: .*shape \[10, 16\]: state dict "
         r"\['out.weight'\] vs laya head \[\]",
     ):
-        import_head_state_dict("laya", theirs.state_dict(), [8, 12, 16], 10, d_star=12, scorer_hidden=24)
+        import_head_state_dict("laya", theirs.state_dict(), [8, 12, 16], 10, d_star=12, scorer_hidden=24, check=False)
+
+
+def test_a_head_from_code_with_another_scorer_activation_is_refused_by_default():
+    """Weights from a scorer with ReLU where laya-eval's has GELU fit key for key; only the logits differ."""
+    from laya_eval.models.head_import import import_head_state_dict
+
+    torch.manual_seed(3)
+    theirs = byom_models.MyLayerAttention([8, 12, 16], 10)
+    theirs.score_mlp[1] = nn.ReLU()
+    theirs.eval()
+    args = ("laya", theirs.state_dict(), [8, 12, 16], 10)
+    kw = {"d_star": 16, "scorer_hidden": 24, "tau": 1.5}
+    with pytest.raises(ConfigError) as no_reference:
+        import_head_state_dict(*args, **kw)
+    assert re.fullmatch(
+        r"import_head_state_dict needs reference=: .* pass check=False to load them unchecked\.",
+        str(no_reference.value),
+    )
+    with pytest.raises(ConfigError) as refused:
+        import_head_state_dict(*args, reference=theirs, **kw)
+    assert re.fullmatch(
+        r"the imported laya head's logits differ from the reference's by up to [0-9.]+ .*", str(refused.value)
+    )
+    # Oracle: unchecked, the same weights are another function than the code they came from.
+    unchecked = import_head_state_dict(*args, check=False, **kw)
+    hidden = [torch.randn(16, d) for d in (8, 12, 16)]
+    with torch.no_grad():
+        assert (unchecked(hidden) - theirs(hidden)).abs().max() > 1e-2
+    with pytest.raises(ConfigError, match=r"got reference= and check=False; drop one of them\.$"):
+        import_head_state_dict(*args, reference=theirs, check=False, **kw)
 
 
 class _ProtocolUserHead(nn.Module):
@@ -546,7 +578,7 @@ def test_import_head_state_dict_compares_with_the_users_module_and_names_the_lar
         import_head_state_dict("laya", state, [8, 12, 16], 10, tau=1.0, reference=theirs, **kw)
     # The reported largest difference is the true maximum over the batch (oracle: the two models' logits).
     hidden = [torch.randn(5, d) for d in (8, 12, 16)]
-    wrong = import_head_state_dict("laya", state, [8, 12, 16], 10, tau=1.0, **kw)
+    wrong = import_head_state_dict("laya", state, [8, 12, 16], 10, tau=1.0, check=False, **kw)
     with torch.no_grad():
         expected = (wrong(hidden) - theirs(hidden)).abs().max().item()
         logits = theirs(hidden)

@@ -4,10 +4,13 @@ Nothing in the file is executed and Keras is never imported: the ``.keras`` zip'
 ``metadata.json`` are parsed as JSON only, and the weights are read from the HDF5 tree Keras 3 writes
 (``<layer path>/vars/0``, ``vars/1``, ...; the ``vars`` group's ``name`` attribute holds the layer's name).
 
-What the file can make laya-eval allocate is bounded by the file's size: zip members are decompressed
-with a limit of the archive's own size (Keras stores them uncompressed), HDF5 datasets must be
-uncompressed, in the file itself (no external or virtual storage) and together no larger than the
-file, and only hard links are followed (an external link could name any other file on the machine).
+What the file can make laya-eval allocate is bounded by the file's size: a zip member is decompressed
+only where its declared size is at most :data:`MAX_RATIO` times its compressed size (Keras stores
+members uncompressed; ``zip -r`` deflates them about 1.1 to 1) and never beyond that declared size, HDF5
+datasets must be uncompressed, in the file itself (no external or virtual storage) and together no larger
+than the file, and only hard links are followed (an external link could name any other file on the
+machine). A damaged file (a bad CRC, an encrypted member, garbled HDF5 structures) and non-finite weights
+are refused in one line.
 The training state Keras saves with a compiled model (``optimizer/``, metric variables) is skipped.
 A Keras 2 (TF-Keras) ``.h5`` file has another layout and is refused with a line saying so.
 
@@ -37,6 +40,7 @@ MAX_CONFIG_BYTES = 16 << 20  # config.json of a model with thousands of layers s
 MAX_METADATA_BYTES = 64 << 10
 MAX_GROUPS = 100_000  # HDF5 groups walked (bounds the Python objects made from the tree)
 MAX_DEPTH = 32
+MAX_RATIO = 100  # declared size / compressed size of a zip member; deflate reaches ~1000 on zeros (a bomb)
 _ARCHIVE_MEMBERS = {"config.json", "metadata.json", "model.weights.h5"}
 _FLOAT_KINDS = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)}
 # Training state Keras stores beside the model at the top of the tree (Adam's moments, metric totals): not
@@ -104,13 +108,32 @@ def _read_regular(path: Path) -> bytes:
 
 
 def _read_member(archive: zipfile.ZipFile, name: str, limit: int, path: Path) -> bytes:
-    """A member's bytes, decompressing at most ``limit`` bytes whatever its header claims."""
-    with archive.open(name) as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
+    """A member's bytes: its declared size is checked against ``limit`` and :data:`MAX_RATIO` times its
+    compressed size before anything is decompressed, and no more than the declared size is read."""
+    info = archive.getinfo(name)
+    if info.flag_bits & 0x1:
+        raise CheckpointError(f"'{path}': archive member {name!r} is encrypted; a Keras archive is not.")
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
         raise CheckpointError(
-            f"'{path}': archive member {name!r} decompresses to more than {limit} bytes (the "
-            "archive's own size); Keras stores its members uncompressed."
+            f"'{path}': archive member {name!r} uses compression method {info.compress_type}; "
+            "laya-eval reads stored or deflated members."
+        )
+    declared = info.file_size
+    if declared > limit or declared > MAX_RATIO * max(info.compress_size, 1):
+        raise CheckpointError(
+            f"'{path}': archive member {name!r} declares {declared} bytes from {info.compress_size} compressed "
+            f"(at most {limit} bytes and {MAX_RATIO} times the compressed size are read); not a Keras archive."
+        )
+    try:
+        with archive.open(info) as fh:
+            data = fh.read(declared + 1)  # zipfile stops at the declared size and checks the CRC at its end
+    except Exception as exc:  # noqa: BLE001 - a damaged member fails as BadZipFile, zlib.error, EOFError, ...
+        raise CheckpointError(
+            f"'{path}': archive member {name!r} is damaged ({type(exc).__name__}: {str(exc)[:100]})."
+        ) from None
+    if len(data) != declared:
+        raise CheckpointError(
+            f"'{path}': archive member {name!r} holds {len(data)} bytes, not the declared {declared}."
         )
     return data
 
@@ -148,15 +171,11 @@ def _unpack_archive(path: Path, data: bytes) -> tuple[bytes, dict, dict | None]:
                 f"'{path}': unexpected archive member {unknown[0][:80]!r}; a Keras 3 archive "
                 f"holds {sorted(_ARCHIVE_MEMBERS)} (and assets/)."
             )
-        config = _json(
-            _read_member(archive, "config.json", min(MAX_CONFIG_BYTES, len(data)), path), "config.json", path
-        )
+        config = _json(_read_member(archive, "config.json", MAX_CONFIG_BYTES, path), "config.json", path)
         metadata = None
         if "metadata.json" in names:
-            metadata = _json(
-                _read_member(archive, "metadata.json", min(MAX_METADATA_BYTES, len(data)), path), "metadata.json", path
-            )
-        weights = _read_member(archive, "model.weights.h5", len(data), path)
+            metadata = _json(_read_member(archive, "metadata.json", MAX_METADATA_BYTES, path), "metadata.json", path)
+        weights = _read_member(archive, "model.weights.h5", MAX_RATIO * len(data), path)
     return weights, config, metadata
 
 
@@ -182,7 +201,10 @@ def _hard_children(group: Any, path: Path, where: str) -> list[tuple[str, Any]]:
 
 
 def _layer_name(vars_group: Any, fallback: str) -> str:
-    name = vars_group.attrs.get("name", fallback)
+    attrs = vars_group.attrs
+    if "name" not in attrs or attrs.get_id("name").get_storage_size() > 4096:  # a name, not a payload
+        return fallback
+    name = attrs["name"]
     if isinstance(name, bytes):
         name = name.decode("utf-8", "replace")
     return name[:200] if isinstance(name, str) and name else fallback
@@ -251,29 +273,47 @@ def _read_weights(path: Path, weights: bytes) -> tuple[KerasLayer, ...]:
 
     try:
         handle = h5py.File(io.BytesIO(weights), "r")
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - h5py reports garbled superblocks in many ways
         raise CheckpointError(f"'{path}' is not a readable HDF5 weights file ({str(exc)[:120]}).") from None
-    with handle:
-        if "model_weights" in handle or "layer_names" in handle.attrs:
-            raise CheckpointError(
-                f"'{path}' is a Keras 2 (TF-Keras) HDF5 file; laya-eval reads Keras 3 files: "
-                "save the model with Keras 3 as name.keras or name.weights.h5."
-            )
-        walked = _walk(handle, path)
-        layers, total = [], 0
-        for where, name, entries in walked:
-            shapes = tuple(_check_dataset(ds, f"{where}/vars/{key}", path) for key, ds in entries)
-            total += sum(int(np.prod(s, dtype=np.int64)) * ds.dtype.itemsize for s, (_, ds) in zip(shapes, entries))
-            if total > len(weights):
-                raise CheckpointError(
-                    f"'{path}': the datasets declare more bytes than the file's {len(weights)}; "
-                    "the file is truncated or not a Keras weights file."
-                )
-            layers.append((where, name, shapes, entries))
-        return tuple(
-            KerasLayer(where, name, shapes, tuple(np.asarray(ds[()], dtype=np.float32) for _, ds in entries))
-            for where, name, shapes, entries in layers
+    try:
+        with handle:
+            return _read_layers(handle, path, len(weights))
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a damaged tree fails as OSError, KeyError, RuntimeError, ...
+        raise CheckpointError(
+            f"'{path}': the HDF5 weights are damaged ({type(exc).__name__}: {str(exc)[:100]})."
+        ) from None
+
+
+def _read_layers(handle: Any, path: Path, size: int) -> tuple[KerasLayer, ...]:
+    if "model_weights" in handle or "layer_names" in handle.attrs:
+        raise CheckpointError(
+            f"'{path}' is a Keras 2 (TF-Keras) HDF5 file; laya-eval reads Keras 3 files: "
+            "save the model with Keras 3 as name.keras or name.weights.h5."
         )
+    walked = _walk(handle, path)
+    layers, total = [], 0
+    for where, name, entries in walked:
+        shapes = tuple(_check_dataset(ds, f"{where}/vars/{key}", path) for key, ds in entries)
+        total += sum(int(np.prod(s, dtype=np.int64)) * ds.dtype.itemsize for s, (_, ds) in zip(shapes, entries))
+        if total > size:
+            raise CheckpointError(
+                f"'{path}': the datasets declare more bytes than the file's {size}; "
+                "the file is truncated or not a Keras weights file."
+            )
+        layers.append((where, name, shapes, entries))
+    read = []
+    for where, name, shapes, entries in layers:
+        arrays = tuple(np.asarray(ds[()], dtype=np.float32) for _, ds in entries)
+        for (key, _), array in zip(entries, arrays):
+            if not np.isfinite(array).all():
+                raise CheckpointError(
+                    f"'{path}': weight {where}/vars/{key} of layer {name!r} holds NaN or infinite values "
+                    f"({int(np.count_nonzero(~np.isfinite(array)))} of {array.size}); no model computes with it."
+                )
+        read.append(KerasLayer(where, name, shapes, arrays))
+    return tuple(read)
 
 
 def read_keras_file(path: str | os.PathLike) -> KerasFile:

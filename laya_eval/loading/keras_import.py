@@ -17,9 +17,11 @@ the ``laya`` head:
 - Keras' ``"gelu"`` is the exact (erf) form, as ``nn.GELU()``; every activation and option the config
   names is checked, and a built-in layer laya-eval cannot reproduce (``Rescaling``, ``BatchNormalization``,
   an approximate GELU, a psi MLP) is refused;
-- ``tau`` is no weight: it is read from a layer config's ``tau`` entry where the head stores one (a
-  subclassed head's ``get_config``), else taken from the ``tau`` argument (default 1.5, the reference
-  value); where it came from is recorded in the model's ``training["imported_from"]``.
+- ``tau`` is no weight: in a functional model it is read from the graph between the scorer and the softmax
+  (:mod:`laya_eval.loading.keras_graph`; a node there it cannot read is refused), else from a layer config's
+  ``tau`` entry where the head stores one (a subclassed head's ``get_config``), else taken from the ``tau``
+  argument (default 1.5, the reference value); where it came from is recorded in the model's
+  ``training["imported_from"]``.
 
 Anything else is refused with one line naming what did not fit and the layers the file holds.
 """
@@ -37,6 +39,8 @@ import torch
 
 from laya_eval.errors import CheckpointError, ConfigError
 from laya_eval.loading.keras_files import KerasFile, KerasLayer, read_keras_file
+from laya_eval.loading.keras_graph import Refusal as _Refusal
+from laya_eval.loading.keras_graph import graph_temperature
 from laya_eval.models.backbones.blocks import MLPBackbone
 from laya_eval.models.heads import LayaHead
 from laya_eval.models.layered import LayeredModel, ModelInfo
@@ -90,10 +94,6 @@ class _Roles:
             "scorer": [d.layer.name for d in self.scorer],
             "classifier": self.classifier.layer.name,
         }
-
-
-class _Refusal(Exception):
-    """What did not fit the reference architecture; :func:`import_keras` adds the layers the file holds."""
 
 
 def _listing(layers: Sequence[KerasLayer]) -> str:
@@ -198,6 +198,7 @@ def _number(value: Any) -> bool:
 class _ConfigFacts:
     layer_norm_eps: float | None
     tau: float | None
+    tau_from: str
     input_shape: tuple[int, ...] | None
 
 
@@ -212,10 +213,12 @@ def _check_dense(cfg: dict, name: str, allowed: set[str]) -> None:
 
 def _config_facts(config: dict | None, roles: _Roles) -> _ConfigFacts:
     if config is None:
-        return _ConfigFacts(None, None, None)
+        return _ConfigFacts(None, None, "", None)
     by_name: dict[str, dict] = {}
     eps, taus, shape, gelus = set(), set(), None, 0
-    for obj in _objects(config):
+    objects = list(_objects(config))
+    graph = graph_temperature(objects, roles.scorer[1].layer.name)
+    for obj in objects:
         cls, cfg, builtin = obj["class_name"], obj["config"], obj.get("module") == "keras.layers"
         if isinstance(cfg.get("name"), str):
             by_name.setdefault(cfg["name"], cfg)
@@ -253,6 +256,11 @@ def _config_facts(config: dict | None, roles: _Roles) -> _ConfigFacts:
             raise _Refusal(f"built-in layer {cls} {cfg.get('name')!r} has no counterpart in the reference architecture")
     if len(eps) > 1:
         raise _Refusal(f"the LayerNormalization layers use different epsilons {sorted(eps)}")
+    if graph is not None and any(not math.isclose(t, graph.tau, rel_tol=1e-6) for t in taus):
+        raise _Refusal(
+            f"the graph scales the scores by 1/{graph.tau:g}, but the config names the temperature {sorted(taus)}"
+        )
+    taus = {graph.tau} if graph is not None else taus
     if len(taus) > 1:
         raise _Refusal(f"the config names several temperatures {sorted(taus)}")
     if gelus < len(roles.norms):
@@ -262,7 +270,10 @@ def _config_facts(config: dict | None, roles: _Roles) -> _ConfigFacts:
     for dense, allowed in checks:
         if dense.layer.name in by_name:
             _check_dense(by_name[dense.layer.name], dense.layer.name, allowed)
-    return _ConfigFacts(eps.pop() if eps else None, taus.pop() if taus else None, shape)
+    tau_from = "config"
+    if graph is not None:
+        tau_from = f"graph: {', '.join(graph.nodes)}" if graph.nodes else "graph: the scores go straight to the softmax"
+    return _ConfigFacts(eps.pop() if eps else None, taus.pop() if taus else None, tau_from, shape)
 
 
 # --------------------------------------------------------------------------- building
@@ -284,7 +295,7 @@ def _state_dict(roles: _Roles) -> dict[str, torch.Tensor]:
     return state
 
 
-def _resolve_tau(stored: float | None, tau: float | None) -> tuple[float, str]:
+def _resolve_tau(stored: float | None, stored_from: str, tau: float | None) -> tuple[float, str]:
     if tau is not None and (not _number(tau) or tau <= 0):
         raise ConfigError(f"tau must be a positive finite number; got {tau!r}.")
     if stored is not None and tau is not None and not math.isclose(stored, tau, rel_tol=1e-9):
@@ -293,7 +304,7 @@ def _resolve_tau(stored: float | None, tau: float | None) -> tuple[float, str]:
             "option or check the file."
         )
     if stored is not None:
-        return stored, "config"
+        return stored, stored_from
     return (float(tau), "option") if tau is not None else (REFERENCE_TAU, "reference default")
 
 
@@ -350,7 +361,7 @@ def import_keras(
             f"LayerNormalization -> GELU blocks, adapters, a 2-layer scorer, a classifier): {why}; "
             f"layers with weights: {_listing(keras_file.layers)}."
         ) from None
-    tau_value, tau_from = _resolve_tau(facts.tau, tau)
+    tau_value, tau_from = _resolve_tau(facts.tau, facts.tau_from, tau)
     in_features = roles.backbone[0].fan_in
     shape = _resolve_shape(in_features, facts.input_shape, input_shape)
     eps = facts.layer_norm_eps if facts.layer_norm_eps is not None else KERAS_LAYER_NORM_EPS

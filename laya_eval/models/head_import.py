@@ -13,7 +13,10 @@ every attribution method and removal then works on it (``gate-renorm`` needs lay
 loads a ``state_dict`` written by another implementation into the standard head of the same
 shape: keys are matched by name when they equal laya-eval's, else by shape in order of
 appearance (pass ``key_map`` to name them when two roles share a shape). A mismatch names the
-keys and shapes on both sides.
+keys and shapes on both sides. Weights that fit say nothing of the settings they were trained with
+(``tau``, the scorer's activation), so the imported head is checked against the other code's logits
+(``reference=``); loading without that check has to be asked for (``check=False``).
+See ``docs/concepts/models.md``.
 """
 
 from __future__ import annotations
@@ -125,6 +128,7 @@ def import_head_state_dict(
     reference: nn.Module | Tensor | None = None,
     hidden: Sequence[Tensor] | None = None,
     atol: float = 1e-4,
+    check: bool = True,
     **head_kwargs: Any,
 ) -> LayerHead:
     """Build the standard head ``name`` and load another implementation's weights into it.
@@ -139,14 +143,18 @@ def import_head_state_dict(
     key_map : mapping, optional
         ``{laya-eval key: state-dict key}`` for keys to pair explicitly; the rest are paired
         by name or shape.
-    reference : nn.Module or Tensor, optional
-        The other implementation itself (called as ``reference(hidden)``, a list of (B, d_i) tensors, returning
-        (B, C) logits) or its logits on ``hidden``. The imported head must give the same logits within ``atol``:
-        a hyper-parameter the weights cannot show (``tau``, the scorer's activation) is caught here.
+    reference : nn.Module or Tensor
+        The other implementation with these weights loaded (called as ``reference(hidden)``, a list of (B, d_i)
+        tensors, returning (B, C) logits) or its logits on ``hidden``. The imported head must give the same logits
+        within ``atol``: a hyper-parameter the weights cannot show (``tau``, the scorer's activation) is caught
+        here. Required unless ``check=False``.
     hidden : list of Tensor, each (B, d_i), optional
         The batch of the comparison; default a seeded standard-normal batch of 16 (required with logits).
     atol : float
         Largest absolute logit difference accepted.
+    check : bool
+        ``False`` loads the weights without comparing logits (no ``reference``): the head is then whatever
+        function the given settings make of them.
     **head_kwargs
         ``d_star``, ``tau``, ``scorer_hidden``, ``psi``: the other code's hyper-parameters (a
         wrong ``tau`` cannot be seen in the weights: pass ``reference``).
@@ -159,9 +167,18 @@ def import_head_state_dict(
     Raises
     ------
     ConfigError
-        Shapes or key counts that do not match, named on both sides; logits that differ from ``reference``'s
-        by more than ``atol`` (the largest difference, its sample and class named).
+        No ``reference`` without ``check=False`` (or one with it); shapes or key counts that do not match, named on
+        both sides; logits that differ from ``reference``'s by more than ``atol`` (the largest difference, its
+        sample and class named).
     """
+    if check and reference is None:
+        raise ConfigError(
+            "import_head_state_dict needs reference=: the other code's module with these weights loaded (or its "
+            "logits, with hidden=), since weights that fit do not show tau or the scorer's activation; pass "
+            "check=False to load them unchecked."
+        )
+    if not check and reference is not None:
+        raise ConfigError("import_head_state_dict got reference= and check=False; drop one of them.")
     head = make_head(name, layer_dims, num_classes, **head_kwargs)
     ours = head.state_dict()
     theirs = {k: v for k, v in state_dict.items() if isinstance(v, Tensor)}
@@ -185,7 +202,7 @@ def import_head_state_dict(
         raise ConfigError(f"key_map pairs head key {k!r} {list(ks)} with state-dict key {v!r} {list(vs)}.")
     head.load_state_dict({k: theirs[v].detach().to(ours[k].dtype) for k, v in pairs.items()})
     head.eval()
-    if reference is not None:
+    if check:
         _check_logits(head, name, reference, hidden, layer_dims, atol)
     return head
 
