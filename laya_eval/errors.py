@@ -8,6 +8,9 @@ May import: nothing.
 
 from __future__ import annotations
 
+#: The longest exception message a :class:`UserCodeError` quotes (a message can be as long as the code makes it).
+MAX_QUOTED = 300
+
 
 class LayaEvalError(Exception):
     """Base class of every user-facing laya-eval error."""
@@ -33,6 +36,14 @@ class ConfigError(LayaEvalError, ValueError):
         self.parameter = parameter
 
 
+class UserCodeError(ConfigError):
+    """Python code the user named (a ``py:`` factory, a plug-in) raised while it was imported or called.
+
+    The message names the spec, the module, the callable and the exception (type and message) on one line; the
+    exception itself is chained as ``__cause__`` (the CLI prints its traceback with ``LAYA_EVAL_DEBUG=1``).
+    """
+
+
 class ResultsError(DataError):
     """A results folder (the output of ``laya-eval faithfulness``) is missing, incomplete or unreadable."""
 
@@ -44,3 +55,12 @@ class TrainingError(LayaEvalError):
 class RecomputedWarning(UserWarning):
     """A cache entry or a partial result could not be trusted (damaged, truncated, not a regular file)
     and is recomputed instead of being used."""
+
+
+def describe_exception(err: BaseException) -> str:
+    """``Type: message`` of an exception on one line (whitespace runs become one space), the message cut to
+    :data:`MAX_QUOTED` characters."""
+    text = " ".join(str(err).split())
+    if len(text) > MAX_QUOTED:
+        text = text[:MAX_QUOTED] + "…"
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

@@ -8,10 +8,13 @@ Temporary files go there too (``TMPDIR``), pytest's ``tmp_path`` folders include
 sandbox when the session ends; ``pytest --basetemp DIR`` keeps a run's ``tmp_path`` folders for inspection.
 
 The hooks at the bottom (imported by ``tests/conftest.py``) snapshot the real HOME when the session
-starts and fail the session if anything appeared or changed there by the end. The snapshot covers the
+starts and name, at the end, every path that appeared or changed there. The snapshot covers the
 names directly in HOME and, :data:`WATCH_DEPTH` levels deep, the folders of :data:`WATCHED` where
-Python tools write (caches, configuration, IPython and Jupyter state); other processes on the machine
-that write there while the suite runs make it fail too, and the message names the paths.
+Python tools write (caches, configuration, IPython and Jupyter state). The suite's own processes write to the
+sandbox's HOME (every process it starts inherits the redirections), and a change in the real HOME cannot be told
+apart from one another process on the machine made meanwhile (an editor, a shell, another test run), so it is a
+warning: a run whose tests all passed never fails for it. On a machine where nothing else writes to HOME (a CI
+container), ``LAYA_EVAL_TEST_STRICT_HOME=1`` makes such a change fail the run.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import pytest
 
 SANDBOX_VAR = "LAYA_EVAL_TEST_SANDBOX"
 REAL_HOME_VAR = "LAYA_EVAL_TEST_REAL_HOME"
+STRICT_HOME_VAR = "LAYA_EVAL_TEST_STRICT_HOME"
 
 # Variable -> folder inside the sandbox. LAYA_EVAL_CACHE and XDG_CACHE_HOME are what
 # laya_eval.loading.feature_cache.cache_root and laya_eval.data.files read; the rest are where
@@ -138,18 +142,22 @@ def pytest_sessionfinish(session):
     if before is None:
         return
     changed = home_changes(before, home_snapshot(REAL_HOME))
-    if changed:
+    if not changed:
+        return
+    strict = os.environ.get(STRICT_HOME_VAR) == "1"
+    if strict:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        shown = "\n  ".join(str(REAL_HOME / p) for p in changed[:20])
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        message = (
-            f"the test session wrote to the real HOME ({len(changed)} new or changed path(s); "
-            f"the suite's HOME is {SANDBOX / 'home'}):\n  {shown}"
-        )
-        if reporter is not None:
-            reporter.write_line(message, red=True, bold=True)
-        else:
-            print(message, file=sys.stderr)
+    shown = "\n  ".join(str(REAL_HOME / p) for p in changed[:20])
+    message = (
+        f"{'Error' if strict else 'Warning'}: {len(changed)} path(s) in the real HOME appeared or changed while the "
+        f"tests ran; the suite's own processes write to {SANDBOX / 'home'}, so another process on this machine may "
+        f"have written them ({STRICT_HOME_VAR}=1 fails the run for it):\n  {shown}"
+    )
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(message, yellow=not strict, red=strict, bold=True)
+    else:
+        print(message, file=sys.stderr)
 
 
 def pytest_unconfigure(config):

@@ -2,7 +2,9 @@
 
 Every user error — a click usage error or a :class:`laya_eval.LayaEvalError`
 raised by the library — ends in a single ``Error: ...`` line on stderr and exit
-code 2, never a traceback.
+code 2, never a traceback. With ``LAYA_EVAL_DEBUG=1`` in the environment the
+traceback of a library error (and of the exception it was raised from, such as
+the one a ``py:`` module raised) is printed before that line.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ import click
 
 from laya_eval.version import __version__  # no torch: the package's names load lazily
 from laya_eval_cli import commands
+
+
+#: Set to 1 to print the traceback behind an ``Error:`` line (docs/install.md).
+DEBUG_VAR = "LAYA_EVAL_DEBUG"
 
 
 class LayaGroup(click.Group):
@@ -41,6 +47,10 @@ class LayaGroup(click.Group):
         except LayaEvalError as exc:
             from laya_eval_cli.options import flag_spelling
 
+            if os.environ.get(DEBUG_VAR) == "1":  # the whole story: the chained cause (a py: module's own frames)
+                import traceback
+
+                click.echo("".join(traceback.format_exception(exc)).rstrip(), err=True)
             click.echo(f"Error: {flag_spelling(exc, LayaGroup.command)}", err=True)
             sys.exit(2)
         except OSError as exc:

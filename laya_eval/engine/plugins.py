@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from laya_eval.catalog import ABLATION_SPECS, BUILTIN_ABLATIONS, BUILTIN_METHODS, METHOD_SPECS
-from laya_eval.errors import ConfigError
+from laya_eval.errors import ConfigError, LayaEvalError, UserCodeError, describe_exception
 
 __all__ = ["ENTRY_POINT_GROUP", "code_identity", "load_installed_plugins", "load_plugins", "loaded_plugins"]
 
@@ -117,12 +117,21 @@ def load_installed_plugins() -> None:
         before = _registered_names()
         try:
             loaded = ep.load()
-        except ConfigError:
+        except LayaEvalError:
             raise
-        except Exception as err:  # an installed package's import error, named with its entry point
-            raise ConfigError(f"plug-in entry point {ep.name!r} ({ep.value}) failed to load: {err}") from None
+        except (Exception, SystemExit) as err:  # an installed package's import error, named with its entry point
+            raise UserCodeError(
+                f"plug-in entry point {ep.name!r} ({ep.value}) failed to load: {describe_exception(err)}."
+            ) from err
         if callable(loaded) and not inspect.ismodule(loaded):
-            loaded()
+            try:
+                loaded()
+            except LayaEvalError:
+                raise
+            except (Exception, SystemExit) as err:
+                raise UserCodeError(
+                    f"plug-in entry point {ep.name!r} ({ep.value}): calling it raised {describe_exception(err)}."
+                ) from err
         module = loaded if inspect.ismodule(loaded) else sys.modules[ep.module]
         _record(origin, before, module)
 

@@ -24,40 +24,63 @@ from typing import Any, Callable, Sequence
 
 from torch import nn
 
-from laya_eval.errors import CheckpointError, ConfigError
+from laya_eval.errors import CheckpointError, ConfigError, LayaEvalError, UserCodeError, describe_exception
 from laya_eval.models.layered import LayeredModel
 
-__all__ = ["build_backbone", "call_factory", "check_sources", "import_factory", "import_module_source", "source_hashes"]
+__all__ = [
+    "build_backbone",
+    "call_factory",
+    "check_sources",
+    "import_factory",
+    "import_module_source",
+    "source_hashes",
+]
 
 
 def import_module_source(name: str, *, what: str) -> Any:
-    """Import a dotted module or a ``.py`` file (``what`` names the option in errors: ``py: spec``, ``--plugin``).
+    """Import a dotted module or a ``.py`` file (``what`` names the option in errors: ``py:MODULE:CALLABLE``,
+    ``--plugin py:MODULE``).
 
     A file is imported under a name made from its path and content, so an edited file is imported afresh and
     never served from an older import. This runs the module's code: call it only for a name the user typed, or
-    with trust.
+    with trust. Whatever the module raises while it runs (a syntax error, an exception, ``sys.exit``) is one
+    :class:`~laya_eval.errors.UserCodeError` naming ``what``, the module and the exception, chained to it.
     """
     try:
         if name.endswith(".py"):
-            path = Path(name).expanduser().resolve()
-            if not path.is_file():
-                raise ConfigError(f"{what} names the file '{name}', which does not exist.")
-            from laya_eval.output.files import file_sha256
-
-            key = f"laya_eval_user_{abs(hash(str(path)))}_{file_sha256(path)[:16]}"
-            if key not in sys.modules:
-                spec = importlib.util.spec_from_file_location(key, path)
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[key] = module
-                try:
-                    spec.loader.exec_module(module)
-                except BaseException:
-                    del sys.modules[key]
-                    raise
-            return sys.modules[key]
+            return _import_file(name, what)
         return importlib.import_module(name)
-    except ImportError as err:
-        raise ConfigError(f"{what} cannot import module {name!r} ({err}); is it on PYTHONPATH?") from None
+    except LayaEvalError:  # already one line (a plug-in's name that collides with a built-in)
+        raise
+    except ModuleNotFoundError as err:
+        if err.name is not None and (name == err.name or name.startswith(err.name + ".")):  # the module itself
+            raise ConfigError(f"{what} cannot import module {name!r} ({err}); is it on PYTHONPATH?") from None
+        raise _code_error(what, f"importing module {name!r}", err) from err
+    except (Exception, SystemExit) as err:
+        raise _code_error(what, f"importing module {name!r}", err) from err
+
+
+def _import_file(name: str, what: str) -> Any:
+    path = Path(name).expanduser().resolve()
+    if not path.is_file():
+        raise ConfigError(f"{what} names the file '{name}', which does not exist.")
+    from laya_eval.output.files import file_sha256
+
+    key = f"laya_eval_user_{abs(hash(str(path)))}_{file_sha256(path)[:16]}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[key]
+            raise
+    return sys.modules[key]
+
+
+def _code_error(what: str, doing: str, err: BaseException) -> UserCodeError:
+    return UserCodeError(f"{what}: {doing} raised {describe_exception(err)}.")
 
 
 def import_factory(value: str) -> Callable[[], Any]:
@@ -66,8 +89,11 @@ def import_factory(value: str) -> Callable[[], Any]:
     This runs the module's code: call it only for a spec the user typed, or with trust.
     """
     module_name, _, attr = value.rpartition(":")
-    module = import_module_source(module_name, what="py: spec")
-    factory = getattr(module, attr, None)
+    module = import_module_source(module_name, what=f"py:{value}")
+    try:
+        factory = getattr(module, attr, None)
+    except Exception as err:  # a module-level __getattr__ that raises
+        raise _code_error(f"py:{value}", f"looking up {attr!r} in module {module_name!r}", err) from err
     if not callable(factory):
         raise ConfigError(f"py: spec names {attr!r}, which module {module_name!r} does not define as a callable.")
     return factory
@@ -144,10 +170,20 @@ def check_sources(value: str, recorded: dict[str, str], what: str) -> None:
 
 
 def call_factory(value: str) -> Any:
+    """Import ``MODULE:CALLABLE`` and call it with no arguments; whatever the call raises is one
+    :class:`~laya_eval.errors.UserCodeError` naming the module, the callable and the exception."""
+    factory = import_factory(value)
+    module_name, _, attr = value.rpartition(":")
     try:
-        return import_factory(value)()
+        inspect.signature(factory).bind()
     except TypeError as err:
         raise ConfigError(f"py:{value} must be callable without arguments ({err}).") from None
+    except ValueError:  # no signature to read (some builtins): the call itself tells
+        pass
+    try:
+        return factory()
+    except (Exception, SystemExit) as err:
+        raise _code_error(f"py:{value}", f"calling {attr}() of module {module_name!r}", err) from err
 
 
 def build_backbone(

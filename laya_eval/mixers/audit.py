@@ -35,7 +35,7 @@ from laya_eval.engine.results import score_method
 from laya_eval.errors import ConfigError
 from laya_eval.figures.mixers import mixer_map_figure
 from laya_eval.figures.style import figure_bytes
-from laya_eval.loading.references import import_factory
+from laya_eval.loading.references import call_factory
 from laya_eval.loading.specs import parse_spec
 from laya_eval.mixers.attributions import MIXER_METHODS, MixerContext, deletion_effects, leave_one_source_out
 from laya_eval.mixers.protocol import REMOVALS, capture_mixers, find_mixers
@@ -100,7 +100,7 @@ def load_mixer_spec(spec: str | os.PathLike, *, trust_code: bool = False) -> tup
                 f"{spec!r} runs Python code from module {value.rpartition(':')[0]!r}; pass "
                 "--trust-code (trust_code=True) if you trust that code."
             )
-        model = import_factory(value)()
+        model = call_factory(value)
         if not isinstance(model, nn.Module):
             raise ConfigError(f"py:{value} must return a torch.nn.Module; got {type(model).__name__}.")
         return model.eval(), {"spec": str(spec)}

@@ -941,6 +941,17 @@ RECORDS: list[Option] = [
         "dir",
         None,
     ),
+    Option(
+        "sweep.trust_code",
+        "--trust-code",
+        "Allow the config's backbones to run Python code: py:MODULE:CALLABLE specs, and the py: references of "
+        "checkpoints whose entry says trust_code = true. A config is data: without this flag it never makes "
+        "laya-eval run code.",
+        ("sweep",),
+        "permission",
+        "flag",
+        False,
+    ),
     # ---------------------------------------------------------------- meta
     Option(
         "meta.out",

@@ -20,8 +20,11 @@ class UnsafeFile(Exception):
     """A file that is not read: missing, not a regular file, or larger than allowed (the message says which)."""
 
 
-def read_regular_file(path: str | os.PathLike, max_bytes: int) -> bytes:
+def read_regular_file(path: str | os.PathLike, max_bytes: int, *, follow_symlinks: bool = False) -> bytes:
     """The bytes of ``path`` if it is a regular file (not a symlink) of at most ``max_bytes`` bytes.
+
+    ``follow_symlinks``: a symlink is read as the file it points to, which must then be a regular file within the
+    bound (for a file the user names, such as a sweep config, rather than one laya-eval wrote).
 
     Raises
     ------
@@ -29,7 +32,7 @@ def read_regular_file(path: str | os.PathLike, max_bytes: int) -> bytes:
         Naming what the path is instead (missing, a symlink, a FIFO, a folder, too large, unreadable).
     """
     path = Path(path)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow_symlinks else getattr(os, "O_NOFOLLOW", 0))
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:

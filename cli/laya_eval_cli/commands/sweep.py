@@ -10,7 +10,7 @@ from laya_eval_cli.options import declared, progress_bar
 @click.command()
 @click.argument("config", type=click.Path(dir_okay=False))
 @declared("sweep")
-def sweep(config, out, resume, cache_dir, quiet):
+def sweep(config, out, resume, cache_dir, trust_code, quiet):
     """Run every dataset × backbone × head × seed cell of CONFIG: train (or fit the head on a frozen model),
     write the checkpoint, evaluate, and aggregate across seeds into sweep.csv and sweep_summary.csv.
 
@@ -19,9 +19,10 @@ def sweep(config, out, resume, cache_dir, quiet):
     Example: laya-eval sweep benchmarks/reproduce/quick/fashion-mnist.toml --out runs/sweep
     """
     from laya_eval.sweeps.config import load_config
+
+    cells = load_config(config, trust_code=trust_code).cells  # a bad config ends here, before torch is imported
     from laya_eval.sweeps.run import sweep as run_sweep
 
-    cells = load_config(config).cells  # a bad config ends here, before any work
     with progress_bar(quiet, total=len(cells), desc="sweep", unit="cell") as bar:
 
         def progress(cell, status):
@@ -29,7 +30,7 @@ def sweep(config, out, resume, cache_dir, quiet):
                 bar.set_postfix_str(cell.name)
                 bar.update(1)
 
-        result = run_sweep(config, out, resume=resume, progress=progress, cache_dir=cache_dir)
+        result = run_sweep(config, out, resume=resume, progress=progress, cache_dir=cache_dir, trust_code=trust_code)
     summary = result.tables["sweep_summary"]
     click.echo(f"{len(result.computed)} cell(s) computed, {len(result.reused)} reused -> {out}")
     if len(summary):
