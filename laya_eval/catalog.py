@@ -26,6 +26,10 @@ provide without naming any method or ablation:
     The scores start from a baseline state (``MethodContext.layer_baseline``: zeros, the dataset mean or
     the state the ablation puts in, by ``--ig-baseline``); with the removed state they are computed per
     ablation.
+``"updates"``
+    At network scope the ablation acts on a block's *update* ``u_i = h_i - h_{i-1}`` (the block's output minus
+    its input) instead of its output: its statistics and its donors' states are updates, and what it puts in is
+    added back to the block's input. Every block must keep its shape, which is checked while planning.
 ``"stat:<name>"``
     A dataset statistic from :data:`laya_eval.engine.dataset_stats.STATISTICS`, computed in a
     pass over the whole evaluated set (all processes together) before the main pass.
@@ -186,7 +190,7 @@ class AblationSpec:
         The scopes it is defined for.
     needs : tuple of str
         Dataset statistics (``"stat:<name>"``) it needs before the effects; ``"draws"`` / ``"donors"`` for a
-        replacement drawn per sample.
+        replacement drawn per sample; ``"updates"`` when it replaces a block's update, not its output.
     """
 
     name: str
@@ -312,6 +316,35 @@ ABLATION_SPECS: dict[str, AblationSpec] = {
             "standard deviation over the evaluated data, drawn per sample from (seed, sample index, "
             "draw); the effect is the mean over --draws draws.",
             needs=("stat:hidden_mean", "stat:hidden_square_mean", "draws", "tensor_inputs"),
+        ),
+        AblationSpec(
+            "skip",
+            "Remove the block's update: its output replaced by its input (h_i := h_{i-1}), every later block "
+            "recomputed (network scope; blocks that keep their shape).",
+            scopes=("network",),
+            needs=("updates",),
+        ),
+        AblationSpec(
+            "mean-update",
+            "Replace the block's update h_i - h_{i-1} with its mean over the evaluated data, added to the block's "
+            "input (network scope; blocks that keep their shape).",
+            scopes=("network",),
+            needs=("updates", "stat:update_mean"),
+        ),
+        AblationSpec(
+            "resample-update",
+            "Replace the block's update with that of another sample of the evaluated split (drawn as for "
+            "resample), added to the block's input; the effect is the mean over --draws donors (network scope).",
+            scopes=("network",),
+            needs=("updates", "donors", "draws", "tensor_inputs"),
+        ),
+        AblationSpec(
+            "noise-update",
+            "Replace the block's update with Gaussian noise of the update's per-feature mean and standard "
+            "deviation over the evaluated data, added to the block's input; the effect is the mean over --draws "
+            "draws (network scope).",
+            scopes=("network",),
+            needs=("updates", "stat:update_mean", "stat:update_square_mean", "draws", "tensor_inputs"),
         ),
     )
 }
@@ -507,9 +540,10 @@ def planted_family_names() -> list[str]:
 
 
 def fixed_ablation_names() -> list[str]:
-    """Ablations whose replacement is the same for every sample (no donors, no random draws), in registry order:
-    the ones that commands working on cached head inputs alone (``prune``, ``sanity``) can apply."""
-    return [a for a, spec in ABLATION_SPECS.items() if not spec.drawn_per_sample]
+    """Ablations defined at head scope whose replacement is the same for every sample (no donors, no random draws),
+    in registry order: the ones that commands working on cached head inputs alone (``prune``, ``sanity``) can
+    apply."""
+    return [a for a, spec in ABLATION_SPECS.items() if not spec.drawn_per_sample and "head" in spec.scopes]
 
 
 def distance_names() -> list[str]:

@@ -91,7 +91,7 @@ def test_faithfulness_with_several_ablations(digits_checkpoints, tmp_path):
         assert f"ablation {ablation}, scope head" in both.output
     assert_one_line_error(
         run("faithfulness", digits_checkpoints["laya"], "--ablation", "gate,bogus", "--out", tmp_path / "bad"),
-        r"--ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; got 'bogus'",
+        r"--ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise, skip, mean-update, resample-update, noise-update\}; got 'bogus'",
     )
     assert_one_line_error(
         run(
@@ -196,7 +196,7 @@ def test_bad_input_gives_one_line_and_exit_2(digits_checkpoints, tmp_path):
     assert_one_line_error(
         run("faithfulness", ckpt, "--scope", "network", "--ablation", "gate"),
         re.escape(
-            "--ablation must be an ablation defined at network scope (zero, mean, resample, noise: "
+            "--ablation must be an ablation defined at network scope (zero, mean, resample, noise, skip, mean-update, resample-update, noise-update: "
             "gate acts on the head's terms, not inside the backbone); got 'gate'."
         ),
     )

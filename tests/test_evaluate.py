@@ -307,7 +307,8 @@ def test_evaluate_ablations_computes_each_attribution_once(digits_checkpoints, m
 
 def test_evaluate_ablations_rejects_bad_lists(digits_checkpoints):
     with pytest.raises(
-        ConfigError, match=r"ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; got 'bogus'"
+        ConfigError,
+        match=r"ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise, skip, mean-update, resample-update, noise-update\}; got 'bogus'",
     ):
         evaluate(digits_checkpoints["laya"], options=EvalOptions(ablation=("gate", "bogus")))
     with pytest.raises(ConfigError, match=r"EvalOptions.ablation must be a non-empty sequence of names; got \(\)"):

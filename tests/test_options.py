@@ -107,7 +107,7 @@ def test_the_cli_writes_the_flag_where_the_library_names_the_field(tmp_path):
     # --tie-rtol's bounds are click's; --ablation's choices are the registry's, checked by EvalOptions
     assert_one_line_error(
         run("faithfulness", tmp_path / "none.pt", "--ablation", "erase", "--out", tmp_path / "o"),
-        r"^Error: --ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; "
+        r"^Error: --ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise, skip, mean-update, resample-update, noise-update\}; "
         r"got 'erase'\.$",
     )
 

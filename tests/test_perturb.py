@@ -169,13 +169,14 @@ def test_golden_effects_on_hand_built_head():
 
 def test_bad_ablation_and_scope():
     with pytest.raises(
-        ConfigError, match=r"ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise\}; got 'drop'"
+        ConfigError,
+        match=r"ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise, skip, mean-update, resample-update, noise-update\}; got 'drop'",
     ):
         removal_effects(None, None, leave_one_out_masks(2), ablation="drop")
     with pytest.raises(
         ConfigError,
         match=r"ablation must be an ablation defined at network scope \(zero, mean, "
-        r"resample, noise: gate acts on the head's terms, not inside the backbone\)",
+        r"resample, noise, skip, mean-update, resample-update, noise-update: gate acts on the head's terms, not inside the backbone\)",
     ):
         removal_effects(None, None, leave_one_out_masks(2), ablation="gate", scope="network")
     with pytest.raises(ConfigError, match=r"scope must be one of \{head, network\}; got 'model'"):

@@ -317,7 +317,7 @@ def test_cli_runs_and_prints_the_tables(tmp_path):
         ({"families": ()}, r"MetaOptions.families must be a non-empty sequence of names; got \(\)"),
         (
             {"ablations": ("gate", "zero", "network")},
-            r"ablations must be one of \{gate, gate-renorm, zero, mean, resample, noise\}",
+            r"ablations must be one of \{gate, gate-renorm, zero, mean, resample, noise, skip, mean-update, resample-update, noise-update\}",
         ),
         ({"n_layers": 3}, r"n_layers must be an integer from 4 to 10; got 3"),
         ({"seeds": 3, "first_seed": 2**63 - 2}, r"first_seed must be an integer from 0 to 9223372036854775805"),

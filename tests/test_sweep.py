@@ -209,13 +209,13 @@ def _with(path: tuple, value, drop: bool = False) -> dict:
         ),
         (
             _with(("evaluation", "ablation"), ["gate", "erase"]),
-            "evaluation.ablation must be one of {gate, gate-renorm, zero, mean, resample, noise}; got 'erase'.",
+            "evaluation.ablation must be one of {gate, gate-renorm, zero, mean, resample, noise, skip, mean-update, resample-update, noise-update}; got 'erase'.",
         ),
         (_with(("evaluation", "bootstrap"), True), "evaluation.bootstrap must be a non-negative integer; got True."),
         (_with(("evaluation", "scope"), "nope"), "evaluation.scope must be one of {head, network}; got 'nope'."),
         (
             _with(("evaluation", "scope"), "network"),
-            "evaluation.ablation must be an ablation defined at network scope (zero, mean, resample, noise: gate acts on "
+            "evaluation.ablation must be an ablation defined at network scope (zero, mean, resample, noise, skip, mean-update, resample-update, noise-update: gate acts on "
             "the head's terms, not inside the backbone); got 'gate'.",
         ),
         (

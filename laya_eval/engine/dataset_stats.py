@@ -16,6 +16,10 @@ far below float32's resolution).
 ``hidden_square_mean``
     The mean of the square of each hidden state, shaped and reduced as ``hidden_mean``; with it the
     per-feature variance is ``E[h^2] - E[h]^2``.
+``update_mean``, ``update_square_mean``
+    The mean and the mean square of each block's update ``h_i - h_{i-1}`` (its full output minus its input, in the
+    plain pass), reduced as ``hidden_mean`` at network scope (their own pass over the batch records the blocks'
+    inputs): the fills of ``mean-update`` and ``noise-update``.
 ``mean_layer_weights``
     The mean of the head's layer weights (LAYA alpha(x), ScalarMix softmax(w)), (L,).
 """
@@ -80,6 +84,22 @@ def _hidden_square_sums(tr: Trace, model: LayeredModel, scope: str, outputs: lis
     return _hidden_sums(tr, model, scope, outputs, power=2)
 
 
+def _update_sums(tr: Trace, model: LayeredModel, scope: str, outputs: list[Tensor] | None, power: int = 1) -> Pairs:
+    if scope != "network":
+        raise ValueError("a block's update is a network-scope statistic (the block's output minus its input).")
+    _, inputs, outputs = model.block_inputs_and_outputs(tr.inputs)
+    updates = []
+    for i, (block_input, out) in enumerate(zip(inputs, outputs)):
+        if block_input is None or block_input.shape != out.shape:
+            raise ValueError(f"block {i + 1}'s input does not have its output's shape: it has no update.")
+        updates.append(out.double() - block_input.double())
+    return _hidden_sums(tr, model, scope, updates, power)
+
+
+def _update_square_sums(tr: Trace, model: LayeredModel, scope: str, outputs: list[Tensor] | None) -> Pairs:
+    return _update_sums(tr, model, scope, outputs, power=2)
+
+
 def _weight_sums(tr: Trace, model: LayeredModel, scope: str, outputs: list[Tensor] | None) -> Pairs:
     w = tr.layer_weights
     if w is None:
@@ -97,6 +117,16 @@ STATISTICS: dict[str, StatisticSpec] = {
             "Mean of the square of each hidden state, feature by feature (with "
             "hidden_mean, the `noise` ablation's per-feature scale).",
             _hidden_square_sums,
+        ),
+        StatisticSpec(
+            "update_mean",
+            "Mean of each block's update (output minus input; the `mean-update` ablation's fill).",
+            _update_sums,
+        ),
+        StatisticSpec(
+            "update_square_mean",
+            "Mean of the square of each block's update (with update_mean, the `noise-update` ablation's scale).",
+            _update_square_sums,
         ),
         StatisticSpec("mean_layer_weights", "Mean layer weights over the evaluated set (`static`).", _weight_sums),
     )

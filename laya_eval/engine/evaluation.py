@@ -158,10 +158,10 @@ def _float64(values: list[Tensor] | SampleFills | None) -> list[Tensor] | Sample
     return None if values is None else [v.double() for v in values]
 
 
-def _donor_states(plan: Plan, donors: Tensor) -> list[Tensor]:
+def _donor_states(plan: Plan, donors: Tensor, *, updates: bool = False) -> list[Tensor]:
     """The donors' states, draw-major ((K * B, ...) per layer): pooled at head scope, block outputs at network
-    scope (in row chunks within ``--max-memory``), from backbone passes over the donors' inputs (at head scope,
-    from the feature cache when the plan has one)."""
+    scope (in row chunks within ``--max-memory``; with ``updates`` each block's output minus its input), from
+    backbone passes over the donors' inputs (at head scope, from the feature cache when the plan has one)."""
     if plan.features is not None and plan.options.scope == "head":
         return _cached_states(plan, donors.T.reshape(-1).cpu())
     part = plan.data.subset(donors.T.reshape(-1).cpu())
@@ -169,11 +169,19 @@ def _donor_states(plan: Plan, donors: Tensor) -> list[Tensor]:
     with torch.no_grad(), backbone_precision(plan.device, plan.options.dtype):
         if plan.options.scope == "network":
             rows = replacement_rows(one_row_block_outputs(plan.model, x), plan.options.max_memory_mb)
-            chunks = [plan.model.block_outputs(x[sl])[1] for sl in row_chunks(len(x), rows)]
+            chunks = [_block_states(plan.model, x[sl], updates) for sl in row_chunks(len(x), rows)]
             states = [torch.cat(layer) for layer in zip(*chunks)]
         else:
             states = [pool_hidden(h) for h in plan.model.hidden_states(x)]
     return [s.float() if s.is_floating_point() else s for s in states]
+
+
+def _block_states(model: LayeredModel, x: Any, updates: bool) -> list[Tensor]:
+    """Every block's full output, or with ``updates`` its update (output minus input; planning checked the shapes)."""
+    if not updates:
+        return model.block_outputs(x)[1]
+    _, inputs, outputs = model.block_inputs_and_outputs(x)
+    return [out - block_input.to(out) for block_input, out in zip(inputs, outputs)]
 
 
 def _batch_fills(plan: Plan, ids: Tensor, means: dict[str, list[Tensor]]) -> tuple[dict, dict[str, np.ndarray]]:
@@ -184,7 +192,7 @@ def _batch_fills(plan: Plan, ids: Tensor, means: dict[str, list[Tensor]]) -> tup
         donors, states = None, None
         if "donors" in ABLATION_SPECS[a].needs:
             donors = donor_ids(o.seed, ids, len(plan.data), o.draws)
-            states = _donor_states(plan, donors)
+            states = _donor_states(plan, donors, updates="updates" in ABLATION_SPECS[a].needs)
             donors_out[a] = donors[ids >= 0].cpu().numpy()
         fills[a] = _float64(batch_fill(a, means, ids, seed=o.seed, draws=o.draws, donor_states=states, donors=donors))
     return fills, donors_out

@@ -1,4 +1,5 @@
-"""The fixed ablations: ``gate``, ``gate-renorm``, ``zero`` and ``mean`` (one fill for every sample).
+"""The fixed ablations: ``gate``, ``gate-renorm``, ``zero``, ``mean``, ``skip`` and ``mean-update`` (one fill for
+every sample).
 
 Their logits after each removal at each scope they are defined for, and the state each puts in place of a layer,
 with the signatures of :class:`laya_eval.engine.removals.Ablation`; :mod:`laya_eval.engine.removals` registers
@@ -22,6 +23,8 @@ __all__ = [
     "gate_renorm_logits",
     "mean_head_logits",
     "mean_network_logits",
+    "mean_update_network_logits",
+    "skip_network_logits",
     "zero_head_logits",
     "zero_network_logits",
     "zero_state",
@@ -69,6 +72,21 @@ def zero_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, 
 def mean_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None) -> Tensor:
     """``mean`` at network scope: the removed blocks' outputs set to ``fill`` (their dataset means)."""
     return network_replacement_logits(tr, model, masks, fill, max_rows)
+
+
+def skip_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None) -> Tensor:
+    """``skip`` at network scope: the removed blocks' updates set to zero, each output replaced by its input."""
+    return network_replacement_logits(tr, model, masks, None, max_rows, on_update=True)
+
+
+def mean_update_network_logits(
+    tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
+) -> Tensor:
+    """``mean-update`` at network scope: the removed blocks' outputs set to their inputs plus ``fill`` (the dataset
+    means of their updates)."""
+    if fill is None or len(fill) != masks.shape[-1]:
+        raise ConfigError("mean-update needs the mean of every block's update over the evaluated data.")
+    return network_replacement_logits(tr, model, masks, fill, max_rows, on_update=True)
 
 
 def zero_state(state: Tensor, layer: int, fill) -> Tensor:

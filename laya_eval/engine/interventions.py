@@ -13,6 +13,10 @@ draws (``--draws``):
                 normal ``eps`` drawn per sample, draw, layer and feature from (seed, sample index). It keeps the
                 first two moments of every feature (not their correlations).
 
+Their update forms (``resample-update``, ``noise-update``; specs that need ``"updates"``) draw the same way from
+the blocks' updates ``h_i - h_{i-1}`` (the donors' updates; the updates' per-feature moments) and add the draw to the
+removed block's input inside the backbone (network scope).
+
 :class:`SampleFills` carries the per-draw replacement states of one batch; :func:`sample_fill_probs` turns them
 into the mean ``p_c`` after each removal. :func:`resample_sample_fill` and :func:`noise_sample_fill` are the two
 ablations' *sample fills*, the callables they are registered with (:func:`laya_eval.register_ablation`, the
@@ -22,12 +26,13 @@ protocol every ablation drawn per sample follows; ``docs/plugins.md``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
 
 from laya_eval.engine.memory_budget import row_chunks
+from laya_eval.engine.network_passes import update_replacer
 from laya_eval.engine.seeding import derived_seed, per_sample_normal, per_sample_uniform
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import LayerHead, pool_hidden
@@ -42,8 +47,10 @@ __all__ = [
     "drawn_class_probs",
     "drawn_head_logits",
     "drawn_network_logits",
+    "drawn_update_network_logits",
     "noise_fills",
     "noise_sample_fill",
+    "noise_update_sample_fill",
     "resample_fills",
     "resample_sample_fill",
     "sample_fill_probs",
@@ -147,6 +154,20 @@ def noise_sample_fill(
     return noise_fills(statistics["hidden_mean"], statistics["hidden_square_mean"], sample_ids, seed=seed, draws=draws)
 
 
+def noise_update_sample_fill(
+    statistics: dict[str, list[Tensor]],
+    sample_ids: Tensor,
+    *,
+    seed: int,
+    draws: int,
+    donor_states: None = None,
+    donors: None = None,
+) -> SampleFills:
+    """``noise-update``'s sample fill: :func:`noise_fills` from the ``update_mean`` and ``update_square_mean``
+    statistics (the same random numbers as ``noise``'s, scaled by the updates' moments)."""
+    return noise_fills(statistics["update_mean"], statistics["update_square_mean"], sample_ids, seed=seed, draws=draws)
+
+
 def _expand(masks: Tensor, batch: int) -> Tensor:
     return masks.expand(batch, *masks.shape) if masks.dim() == 2 else masks
 
@@ -164,19 +185,26 @@ def _head_logits(tr: Trace, head: LayerHead, masks: Tensor, values: Sequence[Ten
 
 
 def _network_logits(
-    tr: Trace, model: LayeredModel, masks: Tensor, values: Sequence[Tensor], max_rows: int | None = None
+    tr: Trace,
+    model: LayeredModel,
+    masks: Tensor,
+    values: Sequence[Tensor],
+    max_rows: int | None = None,
+    on_update: bool = False,
 ) -> Tensor:
-    """Logits (B, K, C) with block ``i``'s output replaced by ``values[i][b]`` inside the backbone; at most
-    ``max_rows`` inputs per backbone pass (:mod:`laya_eval.engine.memory_budget`)."""
+    """Logits (B, K, C) with block ``i``'s output replaced by ``values[i][b]`` (``on_update``: by its input plus
+    ``values[i][b]``) inside the backbone; at most ``max_rows`` inputs per backbone pass
+    (:mod:`laya_eval.engine.memory_budget`)."""
     out = []
     for k in range(masks.shape[1]):
         parts = []
         for sl in row_chunks(tr.n_samples, max_rows):
-            replace: dict[int, Callable[[Tensor], Tensor]] = {}
+            replace: dict[int, Any] = {}
             for i in range(masks.shape[2]):
                 drop = masks[sl, k, i] == 0
                 if bool(drop.any()):
-                    replace[i] = _per_sample_replacer(drop, values[i][sl])
+                    value = values[i][sl]
+                    replace[i] = update_replacer(drop, value) if on_update else _per_sample_replacer(drop, value)
             parts.append(model.head(model.hidden_states(tr.inputs[sl], replace)))
         out.append(torch.cat(parts))
     return torch.stack(out, 1)
@@ -203,10 +231,11 @@ def drawn_class_probs(
     fills: SampleFills,
     scope: str,
     max_rows: int | None = None,
+    on_update: bool = False,
 ) -> Tensor:
     """Mean over the draws of the class probabilities after each removal in ``masks`` ((K, L) or (B, K, L)):
     (B, K, C). ``model`` is needed at network scope only, where a backbone pass carries at most ``max_rows``
-    inputs."""
+    inputs (``on_update``: the draws are updates, added to the removed blocks' inputs)."""
     masks = _expand(masks.to(tr.terms.dtype), tr.n_samples)
     total = None
     for values in fills.draws:
@@ -218,7 +247,7 @@ def drawn_class_probs(
         if scope == "head":
             logits = _head_logits(tr, head, masks, values)
         else:
-            logits = _network_logits(tr, model, masks, values, max_rows)
+            logits = _network_logits(tr, model, masks, values, max_rows, on_update)
         p = torch.softmax(logits, -1)
         total = p if total is None else total + p
     return total / len(fills.draws)
@@ -233,10 +262,12 @@ def sample_fill_probs(
     *,
     target: Tensor | None = None,
     max_rows: int | None = None,
+    on_update: bool = False,
 ) -> Tensor:
     """Mean over the draws of ``p_t`` after each removal in ``masks`` ((K, L) or (B, K, L)): (B, K); ``t`` is
-    ``target`` or the predicted class; at network scope at most ``max_rows`` inputs per backbone pass."""
-    probs = drawn_class_probs(tr, model.head, model, masks, fills, scope, max_rows)
+    ``target`` or the predicted class; at network scope at most ``max_rows`` inputs per backbone pass
+    (``on_update``: the draws are updates, added to the removed blocks' inputs)."""
+    probs = drawn_class_probs(tr, model.head, model, masks, fills, scope, max_rows, on_update)
     target = tr.pred if target is None else target
     return probs.gather(2, target[:, None, None].expand(-1, probs.shape[1], 1)).squeeze(2)
 
@@ -250,6 +281,15 @@ def drawn_head_logits(tr: Trace, head: LayerHead, masks: Tensor, fill) -> Tensor
 def drawn_network_logits(tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None) -> Tensor:
     """As :func:`drawn_head_logits`, inside the backbone, at most ``max_rows`` inputs per backbone pass."""
     return drawn_class_probs(tr, model.head, model, masks, _sample_fills(fill), "network", max_rows).log()
+
+
+def drawn_update_network_logits(
+    tr: Trace, model: LayeredModel, masks: Tensor, fill, *, max_rows: int | None = None
+) -> Tensor:
+    """As :func:`drawn_network_logits` with the draws as updates: each removed block's output is its input plus
+    the draw."""
+    fills = _sample_fills(fill)
+    return drawn_class_probs(tr, model.head, model, masks, fills, "network", max_rows, on_update=True).log()
 
 
 def _sample_fills(fill) -> SampleFills:

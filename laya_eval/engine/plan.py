@@ -285,6 +285,30 @@ def _check_ablation_needs(ablations: Sequence[str], data: Dataset, options: Eval
             )
 
 
+def _check_update_shapes(model: LayeredModel, data: Dataset, device: torch.device, ablations: Sequence[str]) -> None:
+    """An ablation that replaces a block's update (``"updates"``) needs every layer's block to take an input of its
+    output's shape; a one-row pass reads them, before any work."""
+    update_forms = [a for a in ablations if "updates" in ABLATION_SPECS[a].needs]
+    if not update_forms:
+        return
+    first = data.subset(slice(0, 1)).x
+    with torch.no_grad():
+        _, inputs, outputs = model.block_inputs_and_outputs(
+            first.to(device) if isinstance(first, torch.Tensor) else first
+        )
+    state_forms = [a for a, s in ABLATION_SPECS.items() if "network" in s.scopes and "updates" not in s.needs]
+    for name, block_input, out in zip(model.layer_names, inputs, outputs):
+        if block_input is None or block_input.shape != out.shape or not block_input.is_floating_point():
+            got = "no tensor" if block_input is None else str(tuple(block_input.shape[1:]))
+            got += "" if block_input is None or block_input.is_floating_point() else f" of {block_input.dtype}"
+            raise ConfigError(
+                f"ablation {update_forms[0]!r} replaces a block's update (output minus input), so every layer's "
+                f"block must keep its shape; layer {name!r} maps {got} to {tuple(out.shape[1:])}: use an ablation "
+                f"that replaces the state ({', '.join(state_forms)}) or a head on layers whose blocks keep their "
+                "shape."
+            )
+
+
 def _applicable_methods(
     model: LayeredModel, data: Dataset, options: EvalOptions, extra: Sequence[AttributionMethod] = ()
 ) -> tuple[list, list[str]]:
@@ -369,6 +393,8 @@ def make_plan(
         data = data.subset(slice(0, options.limit))
     model.check_fits(data)
     _check_ablation_needs(ablations, data, options)
+    if options.scope == "network":
+        _check_update_shapes(model, data, device, ablations)
     methods, notes = _applicable_methods(model, data, options, extra)
     check_target_class(options.target, model)
     needs = [n for m in methods for n in m.needs] + [n for a in ablations for n in ABLATION_SPECS[a].needs]

@@ -8,6 +8,9 @@ The effect of removing a set of layers is ``p_c(x) - p_c(x with them removed)``,
                 (LAYA, ScalarMix; for heads without weights it equals ``gate``).
 ``zero``/``mean`` replace ``h_i`` at the head input with zeros / the mean of
                 ``h_i`` over the evaluated data, then recompute the whole head.
+``skip``/``mean-update``/``resample-update``/``noise-update`` (network scope) replace the block's *update*
+                ``h_i - h_{i-1}`` instead: by nothing (``h_i := h_{i-1}``), its dataset mean, a donor's update or
+                noise of its moments, added to the block's input (specs that need ``"updates"``).
 ``resample``/``noise`` replace it with another sample's state / Gaussian noise of the layer's
                 own scale, per sample, averaged over seeded draws (:mod:`laya_eval.engine.interventions`).
                 An ablation drawn per sample (spec ``needs`` ``"draws"`` or ``"donors"``) is registered
@@ -36,6 +39,8 @@ from laya_eval.engine.fixed_ablations import (
     gate_renorm_logits,
     mean_head_logits,
     mean_network_logits,
+    mean_update_network_logits,
+    skip_network_logits,
     zero_head_logits,
     zero_network_logits,
     zero_state,
@@ -44,7 +49,9 @@ from laya_eval.engine.interventions import (
     SampleFills,
     drawn_head_logits,
     drawn_network_logits,
+    drawn_update_network_logits,
     noise_sample_fill,
+    noise_update_sample_fill,
     resample_sample_fill,
     sample_fill_probs,
 )
@@ -84,12 +91,12 @@ def check_ablation(ablation: str, scope: str, name: str = "ablation") -> None:
     check_choice(name, ablation, ABLATION_SPECS)
     if scope not in ABLATION_SPECS[ablation].scopes:
         allowed = [a for a, spec in ABLATION_SPECS.items() if scope in spec.scopes]
-        raise fail(
-            name,
-            f"an ablation defined at {scope} scope ({', '.join(allowed)}: {ablation} acts on the head's "
-            "terms, not inside the backbone)",
-            ablation,
+        why = (
+            f"{ablation} acts on the head's terms, not inside the backbone"
+            if scope == "network"
+            else f"{ablation} acts inside the backbone: use scope 'network'"
         )
+        raise fail(name, f"an ablation defined at {scope} scope ({', '.join(allowed)}: {why})", ablation)
 
 
 def check_fixed_ablation(ablation: str, where: str) -> None:
@@ -320,9 +327,10 @@ def _drawn_logits(spec: AblationSpec, head, network, sample_fill) -> tuple[Calla
                 f"ablation {spec.name!r} is drawn per sample: the engine puts its sample_fill's states "
                 f"in place at every scope, so it takes no {scope}=; got {getattr(fn, '__name__', fn)!r}."
             )
+    network_logits = drawn_update_network_logits if "updates" in spec.needs else drawn_network_logits
     return (
         drawn_head_logits if "head" in spec.scopes else None,
-        drawn_network_logits if "network" in spec.scopes else None,
+        network_logits if "network" in spec.scopes else None,
     )
 
 
@@ -334,6 +342,12 @@ register_ablation(ABLATION_SPECS["mean"], head=mean_head_logits, network=mean_ne
 # explicit --ig-baseline removed); noise's draws have the dataset mean as their expectation, where IG starts.
 register_ablation(ABLATION_SPECS["resample"], sample_fill=resample_sample_fill)
 register_ablation(ABLATION_SPECS["noise"], sample_fill=noise_sample_fill, removed_state=fill_state)
+# Update forms (network scope): the block's update h_i - h_{i-1} replaced, added back to its input. No single state
+# in place of a layer's output (skip's is the block's input), so IG at network scope starts from zeros for them.
+register_ablation(ABLATION_SPECS["skip"], network=skip_network_logits)
+register_ablation(ABLATION_SPECS["mean-update"], network=mean_update_network_logits)
+register_ablation(ABLATION_SPECS["resample-update"], sample_fill=resample_sample_fill)
+register_ablation(ABLATION_SPECS["noise-update"], sample_fill=noise_update_sample_fill)
 # Ablations come only through register_ablation; the catalog names each one the engine can run.
 if set(ABLATION_REGISTRY) != set(ABLATION_SPECS):
     raise ImportError(f"catalog ablations without logits: {sorted(set(ABLATION_SPECS) - set(ABLATION_REGISTRY))}")
@@ -384,7 +398,8 @@ def removal_probs(
     """
     check_ablation(ablation, scope)
     if isinstance(fill, SampleFills):
-        return sample_fill_probs(tr, model, masks, fill, scope, target=target, max_rows=max_rows)
+        on_update = "updates" in ABLATION_SPECS[ablation].needs
+        return sample_fill_probs(tr, model, masks, fill, scope, target=target, max_rows=max_rows, on_update=on_update)
     if scope == "head":
         logits = head_removal_logits(tr, model.head, masks, ablation, fill)
     else:

@@ -8,6 +8,7 @@ from typing import Any, Callable, Mapping
 from torch import Tensor, nn
 
 from laya_eval.errors import DataError
+from laya_eval.models.backbones.base import BlockInputReplacement
 from laya_eval.models.heads import LayerHead
 
 __all__ = ["MIN_BATCH_ROWS", "LayeredModel", "ModelInfo", "padded_rows"]
@@ -113,6 +114,28 @@ class LayeredModel(nn.Module):
 
         hidden = self.hidden_states(x, {i: record(i) for i in range(self.n_layers)})
         return hidden, [outputs[i] for i in range(self.n_layers)]
+
+    def block_inputs_and_outputs(self, x: Any) -> tuple[list[Tensor], list[Tensor | None], list[Tensor]]:
+        """Hidden states, each block's input and each block's full output, in one pass.
+
+        The read-only twin of a :class:`~laya_eval.models.backbones.base.BlockInputReplacement`: a block's update
+        is ``outputs[i] - inputs[i]`` where the two have one shape. Returns ``(hidden, inputs, outputs)``;
+        ``inputs[i]`` is ``None`` where block ``i`` is not called with one tensor (an embedding layer's token ids
+        are not a tensor of its output's kind either: compare shapes and dtypes before subtracting).
+        """
+        inputs: dict[int, Tensor | None] = {}
+        outputs: dict[int, Tensor] = {}
+
+        def record(i: int) -> BlockInputReplacement:
+            def keep_and_pass(block_input: Tensor | None, t: Tensor) -> Tensor:
+                inputs[i], outputs[i] = block_input, t
+                return t
+
+            return BlockInputReplacement(keep_and_pass)
+
+        hidden = self.hidden_states(x, {i: record(i) for i in range(self.n_layers)})
+        n = self.n_layers
+        return hidden, [inputs[i] for i in range(n)], [outputs[i] for i in range(n)]
 
     def forward(self, x: Any, keep: Tensor | None = None) -> Tensor:
         """Logits (B, C); ``keep`` (B, L) gates the head's per-layer terms."""

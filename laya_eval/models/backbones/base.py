@@ -4,11 +4,16 @@
 of blocks and applies ``replace`` to block outputs. ``_check_replace``,
 ``_apply_replacement`` and ``_replace_in_output`` validate and apply a ``replace``
 mapping; ``_positive_ints`` validates a list option (single values use :mod:`laya_eval.checks`).
+
+A replacement is a function of the block's output, ``fn(output)``, or a :class:`BlockInputReplacement`, which
+also reads the block's input: ``fn(block_input, output)`` (a residual block's update ``output - block_input``
+is then at hand; ``block_input`` is ``None`` where the block's input is not one tensor, e.g. token ids).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from torch import Tensor, nn
@@ -17,6 +22,21 @@ from laya_eval.checks import fail, is_int
 from laya_eval.errors import ConfigError
 
 Replacement = Callable[[Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class BlockInputReplacement:
+    """A replacement that reads the block's input as well as its output.
+
+    Attributes
+    ----------
+    fn : callable
+        ``fn(block_input, output) -> Tensor`` of ``output``'s shape; ``block_input`` is the tensor the block was
+        called with (its first positional argument, or its ``hidden_states`` keyword), after any replacement of
+        earlier blocks, or ``None`` when the block was not called with one tensor.
+    """
+
+    fn: Callable[[Tensor | None, Tensor], Tensor]
 
 
 # --------------------------------------------------------------------------- argument checks
@@ -40,24 +60,33 @@ def _check_replace(replace: Mapping[int, Replacement] | None, n_layers: int) -> 
     for i, fn in replace.items():
         if not is_int(i) or not 0 <= i < n_layers:
             raise ConfigError(f"replace keys must be layer indices in [0, {n_layers - 1}]; got {i!r}.")
-        if not callable(fn):
+        if not callable(fn) and not isinstance(fn, BlockInputReplacement):
             raise ConfigError(f"replace[{i}] must be a function Tensor -> Tensor; got {fn!r}.")
     return dict(replace)
 
 
-def _apply_replacement(i: int, fn: Replacement, output: Tensor) -> Tensor:
-    new = fn(output)
+def _apply_replacement(i: int, fn: Replacement, output: Tensor, block_input: Any = None) -> Tensor:
+    if isinstance(fn, BlockInputReplacement):
+        new = fn.fn(block_input if isinstance(block_input, Tensor) else None, output)
+    else:
+        new = fn(output)
     if not isinstance(new, Tensor) or new.shape != output.shape:
         got = tuple(new.shape) if isinstance(new, Tensor) else type(new).__name__
         raise ConfigError(f"replace[{i}] must return a tensor of the block's shape {tuple(output.shape)}; got {got}.")
     return new
 
 
-def _replace_in_output(i: int, fn: Replacement, output: Any) -> Any:
+def _replace_in_output(i: int, fn: Replacement, output: Any, block_input: Any = None) -> Any:
     """Apply ``fn`` to a block output, or to element 0 when the block returns a tuple."""
     if isinstance(output, tuple):
-        return (_apply_replacement(i, fn, output[0]), *output[1:])
-    return _apply_replacement(i, fn, output)
+        return (_apply_replacement(i, fn, output[0], block_input), *output[1:])
+    return _apply_replacement(i, fn, output, block_input)
+
+
+def _block_input(args: tuple, kwargs: Mapping[str, Any]) -> Any:
+    """The input of a block called from a forward hook: its first positional argument, else its
+    ``hidden_states`` keyword (transformers' blocks), else ``None``."""
+    return args[0] if args else kwargs.get("hidden_states")
 
 
 # --------------------------------------------------------------------------- base classes
@@ -121,8 +150,8 @@ class _BlockBackbone(Backbone):
         x : Tensor
             Input batch, (B, ...) as documented by the subclass.
         replace : mapping of int to callable, optional
-            ``replace[i]`` is applied to the full output of block ``i``; later
-            blocks see the result and ``h_i`` is read from it.
+            ``replace[i]`` is applied to the full output of block ``i`` (a :class:`BlockInputReplacement` also
+            reads the block's input); later blocks see the result and ``h_i`` is read from it.
 
         Returns
         -------
@@ -133,9 +162,9 @@ class _BlockBackbone(Backbone):
         out = self._embed(x)
         hidden = []
         for i, block in enumerate(self.blocks):
-            out = block(out)
+            block_input, out = out, block(out)
             if i in replace:
-                out = _apply_replacement(i, replace[i], out)
+                out = _apply_replacement(i, replace[i], out, block_input)
             hidden.append(self._readout(out))
         return hidden
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from laya_eval.models.backbones.base import Backbone, Replacement, _check_replace, _replace_in_output
+from laya_eval.models.backbones.base import Backbone, Replacement, _block_input, _check_replace, _replace_in_output
 from laya_eval.models.backbones.hf_files import (
     locate_hf_model,
     model_file_hashes,
@@ -339,12 +339,14 @@ class HFBackbone(Backbone):
         try:
             for i, fn in replace.items():
 
-                def hook(module: nn.Module, args: Any, output: Any, i: int = i, fn: Replacement = fn) -> Any:
-                    return _replace_in_output(i, fn, output)
+                def hook(
+                    module: nn.Module, args: Any, kwargs: Any, output: Any, i: int = i, fn: Replacement = fn
+                ) -> Any:
+                    return _replace_in_output(i, fn, output, _block_input(args, kwargs))
 
                 # prepend: transformers records hidden states with its own (permanent) hooks,
                 # which must see the replaced output
-                handles.append(modules[i].register_forward_hook(hook, prepend=True))
+                handles.append(modules[i].register_forward_hook(hook, prepend=True, with_kwargs=True))
             yield
         finally:
             for handle in handles:

@@ -11,7 +11,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from laya_eval.models.backbones.base import Backbone, Replacement, _check_replace, _positive_ints, _replace_in_output
+from laya_eval.models.backbones.base import (
+    Backbone,
+    Replacement,
+    _block_input,
+    _check_replace,
+    _positive_ints,
+    _replace_in_output,
+)
 from laya_eval.errors import ConfigError
 from laya_eval.output.files import module_state_sha256
 from laya_eval.checks import check_choice
@@ -146,14 +153,14 @@ class ModuleBackbone(Backbone):
     @contextlib.contextmanager
     def _capturing(self, captured: list[Tensor | None], replace: dict[int, Replacement]) -> Iterator[None]:
         def make_hook(i: int) -> Callable[..., Any]:
-            def hook(module: nn.Module, args: Any, output: Any) -> Any:
+            def hook(module: nn.Module, args: Any, kwargs: Any, output: Any) -> Any:
                 if captured[i] is not None:
                     raise ConfigError(
                         f"submodule {self.layer_names[i]!r} ran more than once in one forward "
                         "pass; name a submodule that runs once."
                     )
                 if i in replace:
-                    output = _replace_in_output(i, replace[i], output)
+                    output = _replace_in_output(i, replace[i], output, _block_input(args, kwargs))
                 main = output[0] if isinstance(output, tuple) else output
                 if not isinstance(main, Tensor):
                     raise ConfigError(
@@ -169,7 +176,7 @@ class ModuleBackbone(Backbone):
         handles = []
         try:
             for i, sub in enumerate(self._submodules):
-                handles.append(sub.register_forward_hook(make_hook(i)))
+                handles.append(sub.register_forward_hook(make_hook(i), with_kwargs=True))
             yield
         finally:
             for handle in handles:
