@@ -27,7 +27,7 @@ from laya_eval.stats.metrics import (
 from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.distributed import serial_map
 from laya_eval.engine.ig_baselines import baseline_description
-from laya_eval.engine.plan import EvalOptions, Plan, plugin_sources, resolved_ig_baseline
+from laya_eval.engine.plan import EvalOptions, Plan, comparison_reference, plugin_sources, resolved_ig_baseline
 from laya_eval.engine.records import Records, method_diagnostic, method_scores
 from laya_eval.stats import (
     COMPARISON_COLUMNS,
@@ -270,7 +270,13 @@ def build_result(
         )
     samples = pd.concat(sample_rows, ignore_index=True) if sample_rows else pd.DataFrame()
     comparisons = (
-        compare_methods(samples, n_resamples=options.bootstrap, seed=options.seed, map_rows=map_items)
+        compare_methods(
+            samples,
+            n_resamples=options.bootstrap,
+            seed=options.seed,
+            reference=comparison_reference(options.reference, [m.name for m in plan.methods]),
+            map_rows=map_items,
+        )
         if paired_tests and len(plan.methods) > 1
         else pd.DataFrame(columns=COMPARISON_COLUMNS)
     )
