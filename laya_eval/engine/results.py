@@ -91,7 +91,7 @@ class EvaluationResult:
     notes : list of str
         Methods skipped because they do not apply to the head, with the reason.
     comparisons : DataFrame
-        Paired tests between every pair of methods (``comparisons.csv``, see :func:`laya_eval.stats.compare_methods`).
+        Paired tests of each method against the run's reference, one Holm family per metric (``comparisons.csv``, see :func:`laya_eval.stats.compare_methods`).
     warnings : list of str
         Effects too tied or negligible to rank, or a collapsed head.
     donors : DataFrame, optional
