@@ -121,6 +121,8 @@ RETRAIN_PATIENCE, BOOTSTRAP_RESAMPLES = 2, 1000
 #: Fewest resamples a 95% percentile interval is reported from: its 2.5% and 97.5% quantiles then rest on at
 #: least 2.5 resamples each; below it the interval columns stay empty and tables say "n/a".
 MIN_BOOTSTRAP_RESAMPLES = 100
+#: The method ``--reference auto`` tests every other method against where a run has it (the exact per-layer term).
+AUTO_REFERENCE = "contribution"
 #: Samples per resumable chunk of an evaluation (results do not depend on it); effects of a sample closer than this
 #: share of its largest effect are ranked as tied; samples per batch of an evaluation (and of sanity's, mixers').
 CHUNK_SIZE, TIE_RTOL, EVAL_BATCH_SIZE = 1024, 1e-4, 256

@@ -15,6 +15,7 @@ import pytest
 from laya_eval import catalog
 from laya_eval.engine.evaluation import EvalOptions, evaluate, make_plan
 from laya_eval.engine.partial import PartialStore
+from laya_eval.errors import ConfigError
 from laya_eval.mixers.audit import MixerOptions
 from laya_eval.options import COMMANDS, OPTIONS, REQUIRED, ROLES, for_command, options_of
 from laya_eval.planted.run import MetaOptions
@@ -131,6 +132,7 @@ OTHER = {
     "dtype": "bfloat16",
     "chunk_size": 16,
     "tie_rtol": 1e-3,
+    "reference": "all",
     "trust_code": True,
     "download": True,
     "allow_nonfinite": True,
@@ -257,3 +259,17 @@ def test_the_command_page_option_table_is_the_records(command):
         listed = re.search(r"One of ((?:`[^`]+`(?:, | or )?)+)\.", meaning)
         if listed and not callable(record.choices):
             assert re.findall(r"`([^`]+)`", listed.group(1)) == record.choice_list(), f"{command} {flag}"
+
+
+def test_a_reference_outside_the_run_is_refused_while_planning(digits_models):
+    with pytest.raises(
+        ConfigError, match=r"^EvalOptions\.reference must be one of \{auto, all, laya, .*\}; got 'gi'\.$"
+    ):
+        EvalOptions(reference="gi")
+    with pytest.raises(
+        ConfigError,
+        match=r"^reference must be 'auto', 'all' or one of this run's methods \{laya, random\}; got 'ig'\.$",
+    ):
+        make_plan(
+            digits_models["laya"], "digits", options=EvalOptions(limit=40, methods=("laya", "random"), reference="ig")
+        )

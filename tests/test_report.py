@@ -485,6 +485,8 @@ def _scipy_comparisons(samples: pd.DataFrame) -> pd.DataFrame:
         wide = samples.pivot(index="sample", columns="method", values=col)
         block = []
         for a, b in combinations(list(dict.fromkeys(samples["method"])), 2):
+            if "contribution" not in (a, b):  # the default family: every method against contribution
+                continue
             d = (wide[a] - wide[b]).dropna().to_numpy()
             res = wilcoxon(d[d != 0]) if (d != 0).any() else None
             block.append(
@@ -532,20 +534,23 @@ def test_paired_tests_show_in_the_report_and_as_markers(result_dirs, tmp_path):
     ((_, sub, header, rows),) = section(md_tables(md), "Paired tests")
     tests_part = md.split("## Paired tests", 1)[1].split("\n## ", 1)[0]
     assert tests_part.count("<details>") == 1 and "digits-lastlayer.pt" not in tests_part
-    assert sub == runs[0].label and len(rows) == len(comp) == 2 * 45  # 10 methods: 45 pairs, 2 metrics
+    # 10 methods: 9 tests of contribution per metric (all pairs would be 45)
+    assert sub == runs[0].label and len(rows) == len(comp) == 2 * 9
     for row, c in zip(rows, comp.itertuples()):
         assert row[:4] == [c.metric, F.method_label(c.method_a), F.method_label(c.method_b), str(c.n)]
         assert row[8] == f4(c.p_holm) and row[4] == f4(c.mean_difference)
-    # the faithfulness figure marks each method by its test against the panel's best one
+        assert row[9] == "vs exact contribution, Holm over 9 tests"
+    # the faithfulness figure marks each method by its test against the reference, contribution
     t = report_tables(runs)
     fig = F.faithfulness_figure(t.faithfulness, [runs[0].meta], comparisons=t.comparisons)
     faith = t.faithfulness.set_index("method")["faithfulness"].drop("random")
-    best = faith.idxmax()
     marks = [a.get_text() for a in fig.axes[0].texts if isinstance(a, matplotlib.text.Annotation)]
     expected = []
     for m in faith.index:
-        pair = comp[(comp.metric == "faithfulness") & (comp[["method_a", "method_b"]].isin([m, best]).all(axis=1))]
-        expected.append("ref." if m == best else F.significance_marker(pair.p_holm.iloc[0]))
+        pair = comp[
+            (comp.metric == "faithfulness") & (comp[["method_a", "method_b"]].isin([m, "contribution"]).all(axis=1))
+        ]
+        expected.append("ref." if m == "contribution" else F.significance_marker(pair.p_holm.iloc[0]))
     assert marks == expected
 
 

@@ -145,8 +145,11 @@ def test_seed_comparisons_every_pair_against_scipy():
     assert [tuple(r) for r in got[["metric", "method_a", "method_b"]].to_numpy()] == [e[:3] for e in expected]
     np.testing.assert_allclose(got.mean_difference, [e[3] for e in expected], rtol=1e-12)
     np.testing.assert_allclose(got.p_value, [e[4] for e in expected], rtol=1e-12)
-    np.testing.assert_allclose(got.p_holm, holm(np.array([e[4] for e in expected])), rtol=1e-12)
-    assert (got.n == 5).all()
+    for k in (0, 3):  # each metric's three pairs are one Holm family
+        np.testing.assert_allclose(
+            got.p_holm[k : k + 3], holm(np.array([e[4] for e in expected[k : k + 3]])), rtol=1e-12
+        )
+    assert (got.n == 5).all() and (got.family_size == 3).all()
     # laya above random on all five runs: the smallest p five runs allow
     assert got.set_index(["metric", "method_a", "method_b"]).loc[
         ("faithfulness", "laya", "random"), "p_value"
@@ -282,17 +285,21 @@ def test_significance_matrix_by_hand():
 def test_significance_matrix_in_the_report_against_scipy(seed_dirs, seed_report):
     folder = seed_dirs[0]
     samples = pd.read_csv(folder / "samples.csv")
-    # comparisons.csv recomputed from samples.csv: scipy's Wilcoxon (zsplit), Holm over every row of the run
-    keys, diffs, ps = [], [], []
+    # comparisons.csv recomputed from samples.csv by the documented rule: each method against the reference
+    # (contribution, the default where a run has it), scipy's Wilcoxon (zsplit), Holm over one metric's 3 tests
+    keys, diffs, adjusted = [], [], []
     for metric, col in (("faithfulness", "spearman"), ("deletion_at_1", "deletion_at_1")):
         wide = samples.pivot(index="sample", columns="method", values=col)
+        ps = []
         for a, b in itertools.combinations(METHODS, 2):
+            if "contribution" not in (a, b):
+                continue
             pair = wide[[a, b]].dropna()
             keys.append((metric, a, b))
             diffs.append(float((pair[a] - pair[b]).mean()))
             ps.append(scipy_p(pair[a].to_numpy(), pair[b].to_numpy()))
-    adjusted = holm(np.array(ps))
-    expected = {}
+        adjusted += list(holm(np.array(ps)))
+    expected = {(metric, a, b): "" for metric in ("faithfulness", "deletion_at_1") for a in METHODS for b in METHODS}
     for (metric, a, b), d, p in zip(keys, diffs, adjusted):
         up, down = ("▲", "▼") if d > 0 else ("▼", "▲")
         text = lambda s: f"{s} {'<0.001' if p < 0.001 else f'{p:.3f}'}"  # noqa: E731
@@ -304,6 +311,7 @@ def test_significance_matrix_in_the_report_against_scipy(seed_dirs, seed_report)
     md = (seed_report / "report.md").read_text()
     found = [t for t in md_tables(md) if t[0] == "Significance between methods" and t[1] == label]
     assert len(found) == 2  # faithfulness, then Deletion@1
+    assert md.count("Faithfulness (Holm over 3 tests):") >= 1
     for (_, _, header, rows), metric in zip(found, ("faithfulness", "deletion_at_1")):
         cols = [LABEL_TO_METHOD[h] for h in header[1:]]
         assert cols == list(METHODS)
@@ -336,16 +344,42 @@ def test_significance_figure_shows_the_report_cells(seed_dirs, seed_report):
     (_, _, _, rows), _ = [
         t for t in md_tables(md) if t[0] == "Significance between methods" and t[1] == "digits-laya-seed0.pt"
     ]
-    assert shown == sorted(c for row in rows for c in row[1:] if c != "—")
+    assert shown == sorted(c for row in rows for c in row[1:] if c not in ("—", ""))  # empty: outside the family
     # colour: sign(mean of row - column) * -log10 p (Holm), capped at 4; nothing on the diagonal
     values = panels[0]["values"]
     sig = read_csv(seed_report / "significance.csv")
     own = sig[(sig.source == "run") & (sig.name == "digits-laya-seed0.pt") & (sig.metric == "faithfulness")]
-    assert len(own) == len(METHODS) * (len(METHODS) - 1)
+    assert len(own) == 2 * (len(METHODS) - 1)  # contribution against each other method, both ways
+    assert panels[0]["test"] == "Wilcoxon over samples, Holm over 3 tests"
     for r in own.itertuples():
         expected = np.sign(r.mean_difference) * min(-np.log10(r.p_holm), 4.0)
         assert values.loc[r.method, r.versus] == pytest.approx(expected, rel=1e-6, abs=1e-9), (r.method, r.versus)
     assert np.isnan(np.diag(values.to_numpy())).all()
+
+
+def test_faithfulness_figure_marks_are_the_csv_decisions(seed_dirs):
+    """Each method's mark on the faithfulness figure is its comparisons.csv row against the reference: n.s. exactly
+    where ``significant`` is False, stars where it is True."""
+    comparisons = pd.read_csv(seed_dirs[0] / "comparisons.csv")
+    summary = pd.read_csv(seed_dirs[0] / "summary.csv")
+    label = "digits-laya-seed0.pt"
+    table = summary.assign(run=label)
+    fig = F.faithfulness_figure(table, [{"label": label}], comparisons=comparisons.assign(run=label))
+    for ax, metric in zip(fig.axes[:2], ("faithfulness", "deletion_at_1")):
+        by_y = {round(y): LABEL_TO_METHOD[t.get_text()] for y, t in zip(ax.get_yticks(), ax.get_yticklabels())}
+        marks = {
+            by_y[round(a.xy[1])]: a.get_text()
+            for a in ax.texts
+            if isinstance(a, matplotlib.text.Annotation) and round(a.xy[1]) in by_y
+        }
+        assert marks.pop("contribution") == "ref."
+        rows = comparisons[comparisons.metric == metric]
+        assert set(rows.reference) == {"contribution"} and (rows.family_size == 3).all()
+        for m, mark in marks.items():
+            row = rows[(rows.method_a == m) | (rows.method_b == m)].iloc[0]
+            assert (mark != "n.s.") == bool(row.significant), (metric, m, mark, row.p_holm)
+            assert row.significant == (row.p_holm < 0.05)
+        assert set(marks) == {"laya", "ig"}  # random is the baseline line, not a dot
 
 
 # ------------------------------------------------------------------------------------------------ sanity

@@ -159,8 +159,99 @@ def test_compare_methods_every_pair_both_metrics_against_scipy():
         assert row.n == keep.sum()
         assert row.mean_difference == pytest.approx(np.mean(a[keep] - b[keep]))
         assert row.p_value == pytest.approx(sps.wilcoxon(a[keep], b[keep], zero_method="zsplit").pvalue)
-    np.testing.assert_allclose(got.p_holm, holm_adjust(got.p_value.to_numpy()))
+    for metric in ("faithfulness", "deletion_at_1"):  # one Holm family per metric: 3 pairs each
+        family = got[got.metric == metric]
+        np.testing.assert_allclose(family.p_holm, _hand_holm(family.p_value.to_numpy()))
+        assert (family.family_size == 3).all() and (family.reference == "all").all()
     assert got.n.tolist() == [76, 80, 76, 80, 80, 80]
+
+
+def _hand_holm(p):
+    """Holm's step-down written out from its definition: the k-th smallest of m p-values times (m - k + 1), a
+    running maximum in that order, capped at 1."""
+    out = np.empty(len(p))
+    running = 0.0
+    for k, i in enumerate(sorted(range(len(p)), key=lambda i: p[i])):
+        running = max(running, min(1.0, (len(p) - k) * p[i]))
+        out[i] = running
+    return out
+
+
+def _six_methods(rng, n=60):
+    """Per-sample rho of six methods: contribution best, laya a little below it, the others spread out."""
+    shift = {"contribution": 0.4, "laya": 0.3, "static": 0.0, "ig": 0.35, "gradcam": 0.1, "random": -0.1}
+    rows = []
+    for m, mu in shift.items():
+        rho = np.clip(rng.normal(mu, 0.4, n), -1, 1).round(2)
+        dele = rng.uniform(0, 0.5, n).round(3)
+        rows += [{"sample": s, "method": m, "spearman": rho[s], "deletion_at_1": dele[s]} for s in range(n)]
+    return pd.DataFrame(rows)
+
+
+def test_compare_methods_reference_family_against_a_hand_holm():
+    table = _six_methods(np.random.default_rng(11))
+    methods = ["contribution", "laya", "static", "ig", "gradcam", "random"]
+    got = compare_methods(table, n_resamples=0, methods=methods, reference="contribution")
+    # the family of a metric: contribution against each of the other five methods, nothing else
+    assert sorted(zip(got.metric, got.method_a, got.method_b)) == sorted(
+        (metric, "contribution", m) for metric in ("faithfulness", "deletion_at_1") for m in methods[1:]
+    )
+    for metric, column in (("faithfulness", "spearman"), ("deletion_at_1", "deletion_at_1")):
+        wide = table.pivot(index="sample", columns="method", values=column)
+        family = got[got.metric == metric]
+        raw = [sps.wilcoxon(wide["contribution"], wide[b], zero_method="zsplit").pvalue for b in family.method_b]
+        np.testing.assert_allclose(family.p_value, raw, rtol=1e-10)
+        np.testing.assert_allclose(family.p_holm, _hand_holm(np.array(raw)), rtol=1e-10)
+        assert (family.family_size == 5).all() and (family.reference == "contribution").all()
+        assert family.significant.tolist() == [bool(p < 0.05) for p in _hand_holm(np.array(raw))]
+
+
+def test_the_reference_family_does_not_grow_with_unrelated_methods():
+    table = _six_methods(np.random.default_rng(11))
+    few = compare_methods(
+        table, n_resamples=200, seed=3, methods=["contribution", "laya", "static"], reference="contribution"
+    )
+    many = compare_methods(
+        table,
+        n_resamples=200,
+        seed=3,
+        methods=["contribution", "laya", "static", "ig", "gradcam", "random"],
+        reference="contribution",
+    )
+    key = ["metric", "method_a", "method_b"]
+    row = ("faithfulness", "contribution", "laya")
+    a, b = few.set_index(key).loc[row], many.set_index(key).loc[row]
+    assert a.p_value == b.p_value and a.ci_low == b.ci_low and a.ci_high == b.ci_high
+    # 2 then 5 tests of contribution per metric; all pairs would have been 3 then 15
+    assert (a.family_size, b.family_size) == (2, 5)
+    assert a.p_holm == pytest.approx(_hand_holm(few[few.metric == "faithfulness"].p_value.to_numpy())[0])
+    assert b.p_holm == pytest.approx(
+        _hand_holm(many[many.metric == "faithfulness"].p_value.to_numpy())[
+            list(many[many.metric == "faithfulness"].method_b).index("laya")
+        ]
+    )
+    # the same comparison under the previous rule (Holm over every pair of both metrics) would read 30 tests
+    assert len(compare_methods(table, n_resamples=0, methods=list(pd.unique(table.method)))) == 30
+
+
+def test_compare_methods_says_where_interval_and_holm_disagree():
+    table = _six_methods(np.random.default_rng(11))
+    got = compare_methods(table, n_resamples=500, seed=0, reference="all")
+    for r in got.itertuples():
+        excludes = r.ci_low > 0 or r.ci_high < 0
+        assert r.significant == (r.p_holm < 0.05)
+        if excludes != r.significant:
+            assert f"Holm over {r.family_size} tests" in r.test_note and "interval" in r.test_note
+        else:
+            assert r.test_note == ""
+
+
+def test_compare_methods_refuses_an_unknown_reference():
+    table = _six_methods(np.random.default_rng(11))
+    with pytest.raises(
+        ConfigError, match=r"^reference must be one of the compared methods \{.*\} or 'all'; got 'gi'\.$"
+    ):
+        compare_methods(table, reference="gi")
 
 
 def test_compare_methods_rows_do_not_depend_on_the_other_methods():

@@ -23,7 +23,7 @@ from laya_eval.engine.methods import (
     resolve_methods,
     resolved_baseline,
 )
-from laya_eval.catalog import ABLATION_SPECS, CHUNK_SIZE, DEFAULT_ABLATION
+from laya_eval.catalog import ABLATION_SPECS, AUTO_REFERENCE, CHUNK_SIZE, DEFAULT_ABLATION
 from laya_eval.options import check_declared, check_option, declared, option, role_fields
 from laya_eval.data import Dataset, check_finite, load_dataset
 from laya_eval.models.devices import resolve_device
@@ -62,7 +62,7 @@ class EvalOptions:
     The role decides the keys: what *decides* the numbers (model and data aside: ``methods``, ``ablation``,
     ``scope``, ``split``, ``limit``, ``target``, the IG settings, ``draws``, ``angular_span``, ``seed``, ``dtype``,
     ``device``, ``max_memory_mb``, ``allow_nonfinite``) joins every resume key (:meth:`Plan.key`) by itself; what
-    changes only the finished tables (``bootstrap``, ``tie_rtol``) joins the result key; speed (``batch_size``,
+    changes only the finished tables (``bootstrap``, ``tie_rtol``, ``reference``) joins the result key; speed (``batch_size``,
     ``chunk_size``, ``cache``, ``cache_dir``), presentation (``table_format``) and permissions (``trust_code``,
     ``download``, ``allow_unverified``) join none. ``device`` and ``max_memory_mb`` decide where and in which row
     chunks the work runs, which changes floating-point rounding, so they are keyed with the numbers.
@@ -82,6 +82,7 @@ class EvalOptions:
     batch_size: int
     seed: int
     bootstrap: int
+    reference: str
     device: str
     n_steps: int
     internal_batch_size: int | None
@@ -338,6 +339,19 @@ def _applicable_methods(
     return methods, notes
 
 
+def comparison_reference(reference: str, methods: Sequence[str]) -> str:
+    """The family of a run's paired tests (docs/concepts/statistics.md): ``reference`` itself (a method of the
+    run, or ``"all"``); ``"auto"`` is :data:`~laya_eval.catalog.AUTO_REFERENCE` where the run has it, else its
+    first method."""
+    if reference == "auto":
+        return AUTO_REFERENCE if AUTO_REFERENCE in methods else methods[0]
+    if reference != "all" and reference not in methods:
+        raise ConfigError(
+            f"reference must be 'auto', 'all' or one of this run's methods {{{', '.join(methods)}}}; got {reference!r}."
+        )
+    return reference
+
+
 def check_target_class(target: str | int, model: LayeredModel) -> None:
     """A class index ``target`` must be one of ``model``'s classes."""
     n = model.head.num_classes
@@ -396,6 +410,7 @@ def make_plan(
     if options.scope == "network":
         _check_update_shapes(model, data, device, ablations)
     methods, notes = _applicable_methods(model, data, options, extra)
+    comparison_reference(options.reference, [m.name for m in methods])
     check_target_class(options.target, model)
     needs = [n for m in methods for n in m.needs] + [n for a in ablations for n in ABLATION_SPECS[a].needs]
     if any("baseline" in m.needs for m in methods):

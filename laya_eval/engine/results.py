@@ -27,7 +27,7 @@ from laya_eval.stats.metrics import (
 from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.distributed import serial_map
 from laya_eval.engine.ig_baselines import baseline_description
-from laya_eval.engine.plan import EvalOptions, Plan, plugin_sources, resolved_ig_baseline
+from laya_eval.engine.plan import EvalOptions, Plan, comparison_reference, plugin_sources, resolved_ig_baseline
 from laya_eval.engine.records import Records, method_diagnostic, method_scores
 from laya_eval.stats import (
     COMPARISON_COLUMNS,
@@ -91,7 +91,7 @@ class EvaluationResult:
     notes : list of str
         Methods skipped because they do not apply to the head, with the reason.
     comparisons : DataFrame
-        Paired tests between every pair of methods (``comparisons.csv``, see :func:`laya_eval.stats.compare_methods`).
+        Paired tests of each method against the run's reference, one Holm family per metric (``comparisons.csv``, see :func:`laya_eval.stats.compare_methods`).
     warnings : list of str
         Effects too tied or negligible to rank, or a collapsed head.
     donors : DataFrame, optional
@@ -270,7 +270,13 @@ def build_result(
         )
     samples = pd.concat(sample_rows, ignore_index=True) if sample_rows else pd.DataFrame()
     comparisons = (
-        compare_methods(samples, n_resamples=options.bootstrap, seed=options.seed, map_rows=map_items)
+        compare_methods(
+            samples,
+            n_resamples=options.bootstrap,
+            seed=options.seed,
+            reference=comparison_reference(options.reference, [m.name for m in plan.methods]),
+            map_rows=map_items,
+        )
         if paired_tests and len(plan.methods) > 1
         else pd.DataFrame(columns=COMPARISON_COLUMNS)
     )

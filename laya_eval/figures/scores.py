@@ -60,23 +60,30 @@ def axis_range(lows, highs, *, pad: float = 0.08, right_room: float = 0.0) -> tu
 
 
 def _markers(comparisons: pd.DataFrame | None, run: str, metric: str, means: pd.Series) -> dict[str, str]:
-    """Per method: its paired test against the panel's best method ('ref.' for that one); {} without tests."""
+    """Per method: its paired test against the run's reference method ('ref.' for that one; the panel's best method
+    where the run tested every pair); {} without tests.
+
+    The mark is comparisons.csv's decision: ``n.s.`` where ``significant`` is false, else the stars of its
+    Holm-adjusted p."""
     if comparisons is None or comparisons.empty or means.empty:
         return {}
     part = comparisons[(comparisons["run"] == run) & (comparisons["metric"] == metric)]
     if part.empty:
         return {}
-    best = str(means.idxmax())
-    out = {best: "ref."}
+    references = set(part["reference"]) - {"all"} if "reference" in part.columns else set()
+    ref = str(next(iter(references))) if references else str(means.idxmax())
+    out = {ref: "ref."} if ref in means.index else {}
     for m in means.index:
-        if m == best:
+        if m == ref:
             continue
         row = part[
-            ((part["method_a"] == best) & (part["method_b"] == m))
-            | ((part["method_a"] == m) & (part["method_b"] == best))
+            ((part["method_a"] == ref) & (part["method_b"] == m))
+            | ((part["method_a"] == m) & (part["method_b"] == ref))
         ]
         if len(row):
-            out[m] = significance_marker(row["p_holm"].iloc[0])
+            decided = row["significant"].iloc[0] if "significant" in row.columns else None
+            mark = significance_marker(row["p_holm"].iloc[0])
+            out[m] = "n.s." if decided is not None and not pd.isna(decided) and not bool(decided) else mark
     return out
 
 
@@ -208,8 +215,9 @@ def faithfulness_figure(
                 text.set_color(method_color(name))
             ax.set_ylim(-1.1, len(methods) - 0.4)  # the bottom half row holds the baseline's label
         note = (
-            "markers: paired Wilcoxon signed-rank test against the panel's best method (ref.), "
-            "Holm-adjusted: *** p < 0.001, ** p < 0.01, * p < 0.05, n.s. otherwise; "
+            "markers: paired Wilcoxon signed-rank test against the run's reference method (ref.; the panel's best "
+            "where every pair was tested), Holm-adjusted over the metric's tests (comparisons.csv's family_size): "
+            "*** p < 0.001, ** p < 0.01, * p < 0.05, n.s. otherwise (comparisons.csv's significant); "
             if marked
             else ""
         )

@@ -35,7 +35,8 @@ def significance_figure(
         Each with ``meta`` (:func:`describe`'s keys; names the panel), ``values`` (DataFrame, (M, M),
         index and columns the method names: sign(mean of row - column) * -log10(p_holm), at most
         ``cap``, NaN on the diagonal and where no test exists) and ``cells`` (DataFrame of str, same
-        shape: the matrix cells as the report writes them, e.g. ``▲ 0.003``).
+        shape: the matrix cells as the report writes them, e.g. ``▲ 0.003``); optionally ``test``, the test and
+        its Holm family (``Wilcoxon over samples, Holm over 9 tests``).
     cap : float
         Colour scale limit in -log10 p (4: p <= 1e-4 is the full colour).
     style : {"default", "paper"}
@@ -91,9 +92,12 @@ def significance_figure(
         if paper:
             bar.ax.tick_params(labelsize=5, length=2, width=0.5)
         metas = [p["meta"] for p in panels]
-        note = "▲ row method significantly higher (better), ▼ lower, · not significant at 0.05; number: Holm-adjusted p"
+        note = (
+            "▲ row method significantly higher (better), ▼ lower, · not significant at 0.05; number: Holm-adjusted p; "
+            "empty: the pair is not in the run's family"
+        )
         if paper:
-            note += ". " + _facets(metas)
+            note += ". " + "; ".join(p.get("test", "") for p in panels) + ". " + _facets(metas)
         return _finish(
             fig,
             "Significance matrix of faithfulness: paired tests between methods",

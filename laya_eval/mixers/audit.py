@@ -267,7 +267,7 @@ def _tables(collected, mixers, options: MixerOptions, described: dict[str, Any],
         samples = pd.concat(per_sample, ignore_index=True)
         rows["samples"].append(samples)
         if len(options.methods) > 1:
-            comp = compare_methods(samples, n_resamples=options.bootstrap, seed=options.seed)
+            comp = compare_methods(samples, n_resamples=options.bootstrap, seed=options.seed, reference="all")
             rows["comparisons"].append(comp.assign(mixer=name)[["mixer", *comp.columns]])
         mass = cat(rec["scores"]["mass"]) if "mass" in options.methods else np.full((n, n_src), np.nan)
         rows["map"].append(

@@ -409,6 +409,18 @@ RECORDS: list[Option] = [
         "bootstrap", "--bootstrap", _BOOTSTRAP_HELP, "summary", kind="int", default=catalog.BOOTSTRAP_RESAMPLES, low=0
     ),
     _eval(
+        "reference",
+        "--reference",
+        "The method every other method is tested against in comparisons.csv (Holm over one metric's tests of it): "
+        "auto is contribution where the run has it, else the run's first method; all tests every pair "
+        "(docs/concepts/statistics.md).",
+        "summary",
+        kind="choice",
+        default="auto",
+        choices=lambda: ("auto", "all", *catalog.method_names()),
+        default_text="auto: contribution where the run has it, else the first method",
+    ),
+    _eval(
         "chunk_size",
         "--chunk-size",
         "Samples per resumable chunk kept under --out/.partial (results do not depend on it).",

@@ -15,6 +15,7 @@ from laya_eval.figures import RHO_BANDS, method_label
 from laya_eval.reporting.operator_sections import OPERATORS_TITLE, find_operator_tables, operator_blocks
 from laya_eval.reporting.render import _ci, _num, _slug
 from laya_eval.catalog import in_registry_order
+from laya_eval.stats import ALPHA
 from laya_eval.reporting.runs import Run
 from laya_eval.reporting.seeds import ACROSS_KEYS
 from laya_eval.reporting.tables import RHO_ONE_TOL, ReportTables
@@ -153,15 +154,20 @@ def _tests(runs: Sequence[Run], t: ReportTables) -> list[tuple]:
         "Wilcoxon W",
         "p",
         "p (Holm)",
+        "Holm family",
         "rank-biserial",
+        "note",
     ]
     return [
         ("h2", SECTIONS["tests"]),
         (
             "p",
-            "Paired over samples: Wilcoxon signed-rank test of method a against method b, p-values "
-            "Holm-adjusted over all rows of the run (both metrics); the interval is a 95% bootstrap interval of the mean "
-            "difference; rank-biserial correlation as effect size.",
+            "Paired over samples: Wilcoxon signed-rank test of method a against method b. Each metric's tests form "
+            "one Holm family: by default every method against the run's reference method (`--reference`; all pairs "
+            "with `--reference all`), so a method added to a run adds one test and leaves the reference's other "
+            "tests in the same family; the family and its size are given beside every adjusted p. The interval is "
+            "a 95% bootstrap interval of the mean difference, not adjusted for the family: where it and the Holm "
+            f"decision (p < {ALPHA:g}) disagree, the note says both. Rank-biserial correlation as effect size.",
         ),
     ] + _per_run(
         runs,
@@ -177,9 +183,17 @@ def _tests(runs: Sequence[Run], t: ReportTables) -> list[tuple]:
             _num(r.wilcoxon_statistic),
             _num(r.p_value),
             _num(r.p_holm),
+            _family(r.reference, r.family_size),
             _num(r.rank_biserial),
+            r.test_note if isinstance(r.test_note, str) else "",
         ],
     )
+
+
+def _family(reference: str, size) -> str:
+    """``vs contribution, Holm over 9 tests`` / ``all pairs, Holm over 45 tests``."""
+    who = "all pairs" if reference == "all" else f"vs {method_label(reference)}"
+    return who if pd.isna(size) else f"{who}, Holm over {int(size)} test{'' if int(size) == 1 else 's'}"
 
 
 def _curves(runs: Sequence[Run], t: ReportTables) -> list[tuple]:

@@ -5,9 +5,11 @@ Wilcoxon signed-rank test over samples) or from the across-seeds comparisons (ov
 
 - ``▲`` the row method scores higher (mean of ``a - b`` > 0) and the Holm-adjusted p is below ``alpha``;
 - ``▼`` it scores lower, same condition; ``≠`` significant with a mean difference of exactly 0;
-- ``·`` not significant at ``alpha``; ``?`` no test (no pair of defined values).
+- ``·`` not significant at ``alpha``; ``?`` no test (no pair of defined values); an empty cell: the pair is not in
+  the run's family (by default every method is tested against one reference, not against every other method).
 
-followed by the Holm-adjusted p (``<0.001`` below 0.001). Both compared metrics are higher-is-better, so
+followed by the Holm-adjusted p (``<0.001`` below 0.001). The decision is comparisons.csv's ``significant``
+(``p_holm < ALPHA``, :data:`laya_eval.stats.ALPHA`), the same rule the figures mark. Both compared metrics are higher-is-better, so
 ``▲`` always means "better". comparisons.csv holds each unordered pair once (``method_a`` before
 ``method_b``); the cell ``(b, a)`` is the same test with the sign reversed.
 """
@@ -20,11 +22,13 @@ import numpy as np
 import pandas as pd
 
 from laya_eval.catalog import in_registry_order
+from laya_eval.stats import ALPHA
 
 __all__ = [
     "ALPHA",
     "SIGNIFICANCE_COLUMNS",
     "cell_text",
+    "holm_family_text",
     "matrix_cells",
     "signed_log_p",
     "significance_matrix",
@@ -32,8 +36,18 @@ __all__ = [
     "significance_table",
 ]
 
-ALPHA = 0.05
-SIGNIFICANCE_COLUMNS = ["source", "name", "metric", "method", "versus", "n", "mean_difference", "p_holm", "symbol"]
+SIGNIFICANCE_COLUMNS = [
+    "source",
+    "name",
+    "metric",
+    "method",
+    "versus",
+    "n",
+    "mean_difference",
+    "p_holm",
+    "family_size",
+    "symbol",
+]
 
 
 def significance_symbol(mean_difference: float, p_holm: float, *, alpha: float = ALPHA) -> str:
@@ -60,7 +74,8 @@ def significance_matrix(
     Parameters
     ----------
     comparisons : DataFrame
-        ``comparisons.csv`` rows of one run: ``metric, method_a, method_b, n, mean_difference, p_holm``.
+        ``comparisons.csv`` rows of one run: ``metric, method_a, method_b, n, mean_difference, p_holm`` and
+        ``family_size`` (the number of tests Holm's adjustment ran over; left empty where absent).
     metric : str
         ``faithfulness`` or ``deletion_at_1``.
     methods : sequence of str, optional
@@ -70,7 +85,7 @@ def significance_matrix(
     Returns
     -------
     DataFrame
-        ``method, versus, n, mean_difference, p_holm, symbol``: one row per ordered pair ``method !=
+        ``method, versus, n, mean_difference, p_holm, family_size, symbol``: one row per ordered pair ``method !=
         versus`` present in ``comparisons``, rows in ``methods`` order; ``mean_difference`` is the mean of
         ``method - versus``.
     """
@@ -78,15 +93,16 @@ def significance_matrix(
     if methods is None:
         methods = in_registry_order(pd.concat([part["method_a"], part["method_b"]]))
     tests = {}
-    for row in part.itertuples(index=False):
-        tests[(row.method_a, row.method_b)] = (int(row.n), float(row.mean_difference), float(row.p_holm))
-        tests[(row.method_b, row.method_a)] = (int(row.n), -float(row.mean_difference), float(row.p_holm))
+    sizes = part["family_size"] if "family_size" in part.columns else pd.Series(np.nan, index=part.index)
+    for row, size in zip(part.itertuples(index=False), sizes):
+        tests[(row.method_a, row.method_b)] = (int(row.n), float(row.mean_difference), float(row.p_holm), size)
+        tests[(row.method_b, row.method_a)] = (int(row.n), -float(row.mean_difference), float(row.p_holm), size)
     rows = []
     for a in methods:
         for b in methods:
             if a == b or (a, b) not in tests:
                 continue
-            n, diff, p = tests[(a, b)]
+            n, diff, p, size = tests[(a, b)]
             rows.append(
                 {
                     "method": a,
@@ -94,6 +110,7 @@ def significance_matrix(
                     "n": n,
                     "mean_difference": diff,
                     "p_holm": p,
+                    "family_size": size,
                     "symbol": significance_symbol(diff, p, alpha=alpha),
                 }
             )
@@ -132,9 +149,19 @@ def significance_table(
 
 
 def matrix_cells(long: pd.DataFrame, methods: Sequence[str]) -> list[list[str]]:
-    """Rows of cell texts (``—`` on the diagonal, ``?`` where no test) from one matrix in long form."""
+    """Rows of cell texts (``—`` on the diagonal, empty for a pair outside the family) from one matrix in long
+    form."""
     by_pair = {(r.method, r.versus): cell_text(r.symbol, r.p_holm) for r in long.itertuples(index=False)}
-    return [[("—" if a == b else by_pair.get((a, b), "?")) for b in methods] for a in methods]
+    return [[("—" if a == b else by_pair.get((a, b), "")) for b in methods] for a in methods]
+
+
+def holm_family_text(long: pd.DataFrame) -> str:
+    """``Holm over k tests`` for one matrix in long form (``Holm over 3 to 6 tests`` where its families differ)."""
+    sizes = sorted({int(k) for k in long["family_size"].dropna()}) if "family_size" in long.columns else []
+    if not sizes:
+        return "Holm"
+    count = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]}"
+    return f"Holm over {count} test{'' if sizes == [1] else 's'}"
 
 
 def signed_log_p(long: pd.DataFrame, methods: Sequence[str], *, cap: float = 4.0) -> np.ndarray:

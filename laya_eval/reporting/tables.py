@@ -144,10 +144,34 @@ def _comparisons_table(runs: Sequence[Run]) -> pd.DataFrame:
     """The runs' paired tests (comparisons.csv), a ``run`` column first; no rows when no run has them."""
     from laya_eval.reporting.runs import COMPARISON_COLUMNS
 
-    parts = [r.comparisons.assign(run=r.label) for r in runs if r.comparisons is not None]
+    columns = ["run", *COMPARISON_COLUMNS, *FAMILY_COLUMNS]
+    parts = [with_family(r.comparisons).assign(run=r.label) for r in runs if r.comparisons is not None]
     if not parts:
-        return pd.DataFrame(columns=["run", *COMPARISON_COLUMNS])
-    return pd.concat(parts, ignore_index=True)[["run", *COMPARISON_COLUMNS]]
+        return pd.DataFrame(columns=columns)
+    return pd.concat(parts, ignore_index=True)[columns]
+
+
+#: Columns of comparisons.csv that name each test's Holm family and decision (docs/concepts/statistics.md).
+FAMILY_COLUMNS = ["reference", "family_size", "significant", "test_note"]
+
+
+def with_family(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """``comparisons`` with :data:`FAMILY_COLUMNS`; a table written before they existed was Holm-adjusted over all
+    of its rows (both metrics, every pair): ``reference`` ``all``, ``family_size`` its number of defined p-values."""
+    from laya_eval.stats import ALPHA, interval_test_note
+
+    if all(c in comparisons.columns for c in FAMILY_COLUMNS):
+        return comparisons
+    out = comparisons.copy()
+    p_holm = out["p_holm"].to_numpy(dtype=float)
+    size = int(out["p_value"].notna().sum())
+    out["reference"], out["family_size"] = "all", size
+    out["significant"] = pd.array([None if pd.isna(p) else bool(p < ALPHA) for p in p_holm], dtype="boolean")
+    out["test_note"] = [
+        interval_test_note(float(lo), float(hi), float(p), size)
+        for lo, hi, p in zip(out["ci_low"], out["ci_high"], p_holm)
+    ]
+    return out
 
 
 def _deletion_table(runs: Sequence[Run]) -> pd.DataFrame:

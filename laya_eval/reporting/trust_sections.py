@@ -15,7 +15,7 @@ from laya_eval.reporting.render import _ci, _num, _slug
 from laya_eval.catalog import in_registry_order
 from laya_eval.reporting.sanity_verdicts import ROAR_MIN_DROP, SIMILARITY_MAX
 from laya_eval.reporting.seeds import SEED_METRICS
-from laya_eval.reporting.significance import ALPHA, matrix_cells
+from laya_eval.reporting.significance import ALPHA, holm_family_text, matrix_cells
 from laya_eval.stats import min_wilcoxon_p
 
 __all__ = ["SEEDS_TEST", "sanity_blocks", "seed_blocks", "significance_blocks"]
@@ -103,7 +103,7 @@ def significance_blocks(
     if significance.empty:
         return []
     seeds = (
-        f"; across seeds: the {SEEDS_TEST}, Holm over all rows of the group"
+        f"; across seeds: the {SEEDS_TEST}, Holm over all pairs of the group, per metric"
         if (significance["source"] == "seeds").any()
         else ""
     )
@@ -113,9 +113,12 @@ def significance_blocks(
             "p",
             f"Cell (row, column): ▲ the row method scores higher than the column method (mean of row − column > 0) "
             f"with Holm-adjusted p < {ALPHA:g}; ▼ it scores lower; · not significant at {ALPHA:g}; the number is "
-            "the Holm-adjusted p (<0.001 below 0.001); ? no test. Higher is better for both metrics. Per run: "
-            "the Wilcoxon signed-rank test over samples of comparisons.csv, Holm over all rows of the run (both "
-            f"metrics){seeds}. Details: significance.csv and the paired tests below.",
+            "the Holm-adjusted p (<0.001 below 0.001); ? no test; empty: the pair is not in the run's family. "
+            "Higher is better for both metrics. Per run: the Wilcoxon signed-rank test over samples of "
+            "comparisons.csv, Holm over one metric's tests (by default every method against the run's reference "
+            f"method, --reference; the number of tests is given with each matrix){seeds}. The same decision marks "
+            "the figures and fills comparisons.csv's significant column. Details: significance.csv and the paired "
+            "tests below.",
         ),
         figure(
             "significance",
@@ -129,7 +132,7 @@ def significance_blocks(
         for metric, title in SEED_METRICS.items():
             part = own[own["metric"] == metric]
             if not part.empty:
-                blocks += [("p", f"{title}:"), _matrix_block(part)]
+                blocks += [("p", f"{title} ({holm_family_text(part)}):"), _matrix_block(part)]
         blocks.append(("end_details",))
     return blocks
 

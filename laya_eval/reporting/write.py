@@ -77,7 +77,7 @@ def _make_figures(
 def _significance_panels(runs: Sequence[Run], significance: pd.DataFrame) -> list[dict[str, Any]]:
     """Faithfulness matrices as heat-map panels: every run with paired tests, then every seed group."""
     from laya_eval.catalog import in_registry_order
-    from laya_eval.reporting.significance import matrix_cells, signed_log_p
+    from laya_eval.reporting.significance import holm_family_text, matrix_cells, signed_log_p
 
     metas = {("run", r.label): r.meta for r in runs}
     part = significance[significance["metric"] == "faithfulness"]
@@ -100,7 +100,7 @@ def _significance_panels(runs: Sequence[Run], significance: pd.DataFrame) -> lis
         panels.append(
             {
                 "meta": meta,
-                "test": f"Wilcoxon {test}, Holm",
+                "test": f"Wilcoxon {test}, {holm_family_text(long)}",
                 "values": pd.DataFrame(signed_log_p(long, methods), index=methods, columns=methods),
                 "cells": pd.DataFrame(matrix_cells(long, methods), index=methods, columns=methods),
             }

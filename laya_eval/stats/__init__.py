@@ -21,11 +21,15 @@ from laya_eval.stats.null import (
     spearman_null,
 )
 from laya_eval.stats.paired import (
+    ALL_PAIRS,
+    ALPHA,
     COMPARED_METRICS,
     COMPARISON_COLUMNS,
     PairedComparison,
     compare_methods,
+    comparison_pairs,
     holm_adjust,
+    interval_test_note,
     paired_comparison,
 )
 from laya_eval.stats.seeds import ACROSS_SEEDS_COLUMNS, across_seeds, min_wilcoxon_p, seed_comparisons, seed_ranks
@@ -39,6 +43,8 @@ from laya_eval.stats.ties import (
 
 __all__ = [
     "ACROSS_SEEDS_COLUMNS",
+    "ALL_PAIRS",
+    "ALPHA",
     "COMPARED_METRICS",
     "COMPARISON_COLUMNS",
     "DEFAULT_RTOL",
@@ -49,9 +55,11 @@ __all__ = [
     "TiedEffects",
     "across_seeds",
     "compare_methods",
+    "comparison_pairs",
     "faithfulness_p_value",
     "holm_adjust",
     "identical_rankings",
+    "interval_test_note",
     "min_wilcoxon_p",
     "paired_comparison",
     "seed_comparisons",

@@ -11,6 +11,11 @@ say: p = 1 and the statistic is n(n + 1)/4 (each sign gets half of every rank), 
 The matched-pairs rank-biserial correlation (Kerby 2014) uses the same ranks:
 ``r = (R+ - R-) / (n(n + 1)/2)``, ``R+`` / ``R-`` the rank sums of the positive / negative differences over
 all ``n`` pairs (zeros ranked, counted in neither sum). It lies in [-1, 1]; +1 means ``a > b`` on every pair.
+
+The family a Holm adjustment runs over is one metric's tests of one reference method against every other method
+(``reference=NAME``), or one metric's tests of every pair (``reference="all"``); docs/concepts/statistics.md.
+A method added to a run then adds one test to a reference family, and changes no other test's adjusted p-value
+beyond that one more test.
 """
 
 from __future__ import annotations
@@ -28,11 +33,15 @@ from laya_eval.errors import ConfigError
 from laya_eval.stats.metrics import bootstrap_mean
 
 __all__ = [
+    "ALL_PAIRS",
+    "ALPHA",
     "COMPARED_METRICS",
     "COMPARISON_COLUMNS",
     "PairedComparison",
     "compare_methods",
+    "comparison_pairs",
     "holm_adjust",
+    "interval_test_note",
     "paired_comparison",
 ]
 
@@ -48,8 +57,17 @@ COMPARISON_COLUMNS = [
     "wilcoxon_statistic",
     "p_value",
     "p_holm",
+    "reference",
+    "family_size",
+    "significant",
     "rank_biserial",
+    "test_note",
 ]
+
+#: ``reference`` value of a family of every pair of methods.
+ALL_PAIRS = "all"
+#: Level of the decision ``significant = p_holm < ALPHA`` that comparisons.csv, the report and the figures share.
+ALPHA = 0.05
 
 #: comparisons.csv's metric -> the per-sample column of samples.csv it compares.
 COMPARED_METRICS = {"faithfulness": "spearman", "deletion_at_1": "deletion_at_1"}
@@ -200,9 +218,10 @@ def compare_methods(
     n_resamples: int = 1000,
     seed: int = 0,
     methods: Sequence[str] | None = None,
+    reference: str = ALL_PAIRS,
     map_rows: Callable[[Callable, Sequence], list] | None = None,
 ) -> pd.DataFrame:
-    """Every pair of methods on faithfulness (per-sample rho) and Deletion@1: the ``comparisons.csv`` table.
+    """Paired tests of methods on faithfulness (per-sample rho) and Deletion@1: the ``comparisons.csv`` table.
 
     Parameters
     ----------
@@ -217,6 +236,9 @@ def compare_methods(
     methods : sequence of str, optional
         Methods and their order (default: order of first appearance in ``per_sample``). ``random`` is
         compared like any other method.
+    reference : str
+        A method: test it against every other method (``M - 1`` tests per metric); ``"all"``: test every pair
+        (``M(M - 1)/2`` per metric). The tests of one metric are the family Holm's adjustment runs over.
     map_rows : callable, optional
         ``map_rows(fn, items)`` returns ``[fn(x) for x in items]`` (the default); a distributed run passes one
         that shares the rows over its processes (each row is seeded on its own, so the table is the same).
@@ -225,9 +247,10 @@ def compare_methods(
     -------
     DataFrame
         Columns :data:`COMPARISON_COLUMNS`, one row per (metric, method_a, method_b), ``method_a`` before
-        ``method_b`` in method order, ``mean_difference = mean(a - b)``. ``p_holm``: Holm's adjustment over
-        *all* rows of the run (both metrics, every pair), so the family-wise error of everything the run
-        reports is controlled.
+        ``method_b`` in method order, ``mean_difference = mean(a - b)``. ``p_holm``: Holm's adjustment over the
+        rows of the same metric (the family), whose number of defined p-values is ``family_size``; ``reference``
+        names the family (the reference method, or ``"all"``); ``significant`` is ``p_holm < ALPHA`` (empty
+        where no test); ``test_note`` says where the uncorrected 95% interval and that decision disagree.
     """
     missing = {"sample", "method", *COMPARED_METRICS.values()} - set(per_sample.columns)
     if missing:
@@ -245,6 +268,10 @@ def compare_methods(
     if unknown:
         raise ConfigError(
             f"methods must be among those in the per-sample table {{{', '.join(present)}}}; got {unknown[0]!r}."
+        )
+    if reference != ALL_PAIRS and reference not in names:
+        raise ConfigError(
+            f"reference must be one of the compared methods {{{', '.join(names)}}} or {ALL_PAIRS!r}; got {reference!r}."
         )
     wide = {
         metric: per_sample.pivot(index="sample", columns="method", values=column)
@@ -271,8 +298,44 @@ def compare_methods(
             "rank_biserial": result.rank_biserial,
         }
 
-    tasks = [(metric, a, b) for metric in COMPARED_METRICS for a, b in itertools.combinations(names, 2)]
+    tasks = [(metric, a, b) for metric in COMPARED_METRICS for a, b in comparison_pairs(names, reference)]
     rows = (map_rows or (lambda fn, items: [fn(x) for x in items]))(row, tasks)
-    table = pd.DataFrame(rows, columns=[c for c in COMPARISON_COLUMNS if c != "p_holm"])
-    table.insert(COMPARISON_COLUMNS.index("p_holm"), "p_holm", holm_adjust(table["p_value"].to_numpy()))
-    return table
+    table = pd.DataFrame(rows, columns=[c for c in COMPARISON_COLUMNS if c not in _FAMILY_COLUMNS])
+    p_holm, size = np.full(len(table), np.nan), np.zeros(len(table), dtype=np.int64)
+    for metric in COMPARED_METRICS:
+        family = (table["metric"] == metric).to_numpy()
+        p_holm[family] = holm_adjust(table["p_value"].to_numpy()[family])
+        size[family] = int((~np.isnan(table["p_value"].to_numpy()[family])).sum())
+    table["p_holm"], table["reference"], table["family_size"] = p_holm, reference, size
+    table["significant"] = pd.array([None if np.isnan(p) else bool(p < ALPHA) for p in p_holm], dtype="boolean")
+    table["test_note"] = [
+        interval_test_note(low, high, p, k) for low, high, p, k in zip(table["ci_low"], table["ci_high"], p_holm, size)
+    ]
+    return table[COMPARISON_COLUMNS]
+
+
+_FAMILY_COLUMNS = ("p_holm", "reference", "family_size", "significant", "test_note")
+
+
+def comparison_pairs(methods: Sequence[str], reference: str = ALL_PAIRS) -> list[tuple[str, str]]:
+    """The pairs ``(a, b)`` a family tests, ``a`` before ``b`` in ``methods`` order: every pair (``"all"``) or
+    those holding ``reference``."""
+    pairs = list(itertools.combinations(methods, 2))
+    return pairs if reference == ALL_PAIRS else [p for p in pairs if reference in p]
+
+
+def interval_test_note(low: float, high: float, p_holm: float, family_size: int) -> str:
+    """``test_note``: where the 95% interval of the mean difference (not adjusted for the family) and the Holm
+    decision ``p_holm < ALPHA`` disagree, a sentence that says both; ``""`` where they agree or one is missing."""
+    if np.isnan(low) or np.isnan(high) or np.isnan(p_holm):
+        return ""
+    excludes_zero = low > 0 or high < 0
+    significant = p_holm < ALPHA
+    if excludes_zero and not significant:
+        return (
+            f"the 95% interval (not adjusted) excludes 0, but Holm over {family_size} tests gives p = {p_holm:.3g} "
+            f">= {ALPHA:g}: not significant"
+        )
+    if significant and not excludes_zero:
+        return f"Holm over {family_size} tests gives p = {p_holm:.3g} < {ALPHA:g}, but the 95% interval includes 0"
+    return ""

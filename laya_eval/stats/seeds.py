@@ -139,7 +139,8 @@ def seed_comparisons(
 
     The per-run values (one ``summary.csv`` row per run and method) are paired by run and compared
     exactly as :func:`~laya_eval.stats.paired.compare_methods` compares per-sample values: Wilcoxon
-    signed-rank (``zsplit``), a paired bootstrap interval over runs, rank-biserial, Holm over all rows.
+    signed-rank (``zsplit``), a paired bootstrap interval over runs, rank-biserial, Holm over every pair of
+    one metric (``reference="all"``).
 
     Parameters
     ----------
