@@ -57,7 +57,16 @@ _NUMBERS = {
     ),
     "samples": ("spearman", "deletion_at_1", "confidence"),
     "layers": ("attribution", "effect"),
-    "comparisons": ("mean_difference", "ci_low", "ci_high", "wilcoxon_statistic", "p_value", "p_holm", "rank_biserial"),
+    "comparisons": (
+        "mean_difference",
+        "ci_low",
+        "ci_high",
+        "wilcoxon_statistic",
+        "p_value",
+        "p_holm",
+        "rank_biserial",
+        "family_size",
+    ),
 }
 
 
