@@ -23,6 +23,7 @@ from laya_eval.stats.model_state import (
     ModelState,
     model_state,
     typical_largest_effect,
+    verdict,
 )
 from laya_eval.stats.null import (
     EXACT_MAX_LAYERS,
@@ -74,4 +75,5 @@ __all__ = [
     "spearman_null",
     "tie_effects",
     "typical_largest_effect",
+    "verdict",
 ]

@@ -10,6 +10,8 @@ chance, or on one that predicts a single class, ranks layers of a network that d
   of ``correct ~ Binomial(n, chance)`` against "better than chance" (``scipy.stats.binomtest``) gives
   ``p >= CHANCE_ALPHA`` (0.05).
 - **one class**: at least ``ONE_CLASS_SHARE`` (95%) of the predictions are the same class.
+- **the verdict** (:func:`verdict`): ``ok``, or the names of the rules that hold, joined by ``;``:
+  ``model-at-chance``, ``one-class``, ``negligible-effects``.
 - **negligible effects** (:func:`typical_largest_effect`): the median over samples of the largest |effect| is
   below ``EFFECT_FLOOR`` (1e-3, a drop of 0.1 percentage points of a probability), whatever the relative
   tie check says.
@@ -31,6 +33,7 @@ __all__ = [
     "ModelState",
     "model_state",
     "typical_largest_effect",
+    "verdict",
 ]
 
 CHANCE_ALPHA = 0.05
@@ -190,3 +193,21 @@ def typical_largest_effect(effects: np.ndarray) -> float:
     if effects.shape[0] == 0 or effects.shape[1] == 0:
         return float("nan")
     return float(np.median(np.abs(effects).max(1)))
+
+
+def verdict(state: ModelState, largest_effect: float = float("nan")) -> str:
+    """``"ok"``, or the rules that hold joined by ``;`` (``model-at-chance;one-class;negligible-effects``).
+
+    ``largest_effect`` is :func:`typical_largest_effect` of the run's effects (NaN: no effects to judge).
+
+    Examples
+    --------
+    >>> verdict(model_state([0, 1, 0, 1], [0, 0, 0, 0], n_classes=2), 5e-4)
+    'model-at-chance;one-class;negligible-effects'
+    """
+    rules = (
+        ("model-at-chance", state.at_chance),
+        ("one-class", state.one_class),
+        ("negligible-effects", largest_effect < EFFECT_FLOOR),
+    )
+    return ";".join(name for name, holds in rules if holds) or "ok"
