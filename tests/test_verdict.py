@@ -78,3 +78,22 @@ def test_the_written_summary_has_the_verdict_of_a_working_model(digits_models, d
     assert header.split(",")[4:8] == ["ablation", "scope", "verdict", "n"]
     assert all(row.split(",")[6] == "ok" for row in rows) and len(rows) == len(r.summary)
     assert json.loads((tmp_path / "ok" / "manifest.json").read_text())["verdict"]["value"] == "ok"
+
+
+def test_the_report_shows_each_runs_model_and_verdict(digits_models, digits, tmp_path):
+    from laya_eval.reporting.write import report
+
+    torch.manual_seed(0)
+    untrained = build_model("mlp", "concat", digits["train"], backbone_kwargs={"widths": [64, 32, 16]}, seed=0).eval()
+    accuracy, _ = _accuracy_by_hand(untrained, digits)
+    evaluate(untrained, digits["test"], options=OPTIONS, out=tmp_path / "untrained")
+    evaluate(digits_models["concat"], digits["test"], options=OPTIONS, out=tmp_path / "working")
+    report([tmp_path / "untrained", tmp_path / "working"], out=tmp_path / "report", html_report=False)
+    runs = (tmp_path / "report" / "runs.csv").read_text().splitlines()
+    header = runs[0].split(",")
+    verdicts = [row.split(",")[header.index("verdict")] for row in runs[1:]]
+    assert verdicts[0].startswith("model-at-chance") and verdicts[1] == "ok"
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.count("Verdict of ") == 1  # the working run has none
+    assert f": {verdicts[0]}. The model is at chance on these samples: accuracy {accuracy:.3f} is not above" in md
+    assert f"| accuracy {accuracy:.3f} (chance " in md and ", ok |" in md  # the runs table's model column
