@@ -91,5 +91,9 @@ def prune(
             on_head=lambda kept, s: bar.update(1),
             allow_unverified=allow_unverified,
         )
+    if pruned.model_state is not None:
+        click.echo(f"model: {pruned.model_state.describe()}")
     click.echo(_table(pruned))
+    for warning in pruned.warnings:
+        click.echo(f"warning: {warning}")
     click.echo(f"wrote {', '.join(p.name for p in pruned.files)} to {out_dir} ({pruned.wall_time_s:.1f} s)")
