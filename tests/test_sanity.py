@@ -271,6 +271,12 @@ def test_sanity_runs_the_backbone_once_per_split_and_per_block_step(digits_model
         "classifier+block3+block2",
         "classifier+block3+block2+block1",
     ]
+    # the model's state beside the checks, against the model's own forward pass on the test split
+    with torch.no_grad():
+        by_hand = float((model(digits["test"].x).argmax(-1) == digits["test"].y).double().mean())
+    assert result.model_state.accuracy == pytest.approx(by_hand, abs=1e-12) and by_hand > 0.8
+    assert result.model_state.n == len(digits["test"]) and result.warnings == []
+    assert result.meta["model_state"]["accuracy"] == result.model_state.accuracy
 
 
 def _reset(modules, seed):

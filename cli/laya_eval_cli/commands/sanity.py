@@ -81,5 +81,9 @@ def sanity(
         allow_unverified=allow_unverified,
         on_start=None if quiet else (lambda line: click.echo(line, err=True)),
     )
+    if checked.model_state is not None:
+        click.echo(f"model: {checked.model_state.describe()}")
     click.echo(_table(checked))
+    for warning in checked.warnings:
+        click.echo(f"warning: {warning}")
     click.echo(f"wrote {', '.join(p.name for p in checked.files)} to {out_dir} ({checked.meta['wall_time_s']:.1f} s)")
