@@ -407,7 +407,9 @@ def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
         "--quiet",
     )
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0].split() == [
+    model_line, header = result.output.splitlines()[:2]
+    assert model_line.startswith("model: accuracy ") and " on these 100 samples (chance 0.100, majority " in model_line
+    assert header.split() == [
         "method",
         "cascading",
         "(all",
