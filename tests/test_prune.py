@@ -156,6 +156,11 @@ def test_nothing_removed_reproduces_the_recorded_test_accuracy(recorded, pruned)
     k0 = table[table["k_removed"] == 0]
     assert set(k0["accuracy"]) == {recorded.metrics["test_accuracy"]}
     assert len(k0) == len(table) // recorded.model.n_layers
+    # the model's state beside the verdict: the accuracy recorded at training, a working model, no warning
+    state = pruned.model_state
+    assert state.accuracy == recorded.metrics["test_accuracy"] and state.n == pruned.meta["n_test"]
+    assert not state.at_chance and not state.one_class and pruned.warnings == []
+    assert pruned.meta["model_state"]["accuracy"] == state.accuracy
 
 
 def test_refit_on_all_layers_matches_fit_head(recorded, pruned, digits):

@@ -271,6 +271,12 @@ def test_sanity_runs_the_backbone_once_per_split_and_per_block_step(digits_model
         "classifier+block3+block2",
         "classifier+block3+block2+block1",
     ]
+    # the model's state beside the checks, against the model's own forward pass on the test split
+    with torch.no_grad():
+        by_hand = float((model(digits["test"].x).argmax(-1) == digits["test"].y).double().mean())
+    assert result.model_state.accuracy == pytest.approx(by_hand, abs=1e-12) and by_hand > 0.8
+    assert result.model_state.n == len(digits["test"]) and result.warnings == []
+    assert result.meta["model_state"]["accuracy"] == result.model_state.accuracy
 
 
 def _reset(modules, seed):
@@ -405,7 +411,9 @@ def test_sanity_cli_end_to_end(digits_checkpoints, tmp_path):
         f"{digits_checkpoints['laya']}: digits, heads trained on train, stopped on val, scored on test (n = 100)"
     )
     assert result.output.splitlines()[0] == data_line
-    assert result.output.splitlines()[1].split() == [
+    model_line, header = result.output.splitlines()[1:3]
+    assert model_line.startswith("model: accuracy ") and " on these 100 samples (chance 0.100, majority " in model_line
+    assert header.split() == [
         "method",
         "cascading",
         "(all",

@@ -59,6 +59,11 @@ class Evaluation(Mapping[str, EvaluationResult]):
     comparisons = property(lambda self: self._only().comparisons, doc="The one ablation's ``comparisons``.")
     manifest = property(lambda self: self._only().manifest, doc="The one ablation's manifest.")
     donors = property(lambda self: self._only().donors, doc="The one ablation's ``donors`` table (or None).")
+    verdict = property(lambda self: self._only().verdict, doc="The one ablation's verdict (``ok`` or the rules).")
+    model_state = property(
+        lambda self: next(iter(self.results.values())).model_state,
+        doc="The model's accuracy on the evaluated samples beside chance (the same under every ablation).",
+    )
 
     @property
     def notes(self) -> list[str]:

@@ -31,10 +31,15 @@ from laya_eval.engine.plan import EvalOptions, Plan, comparison_reference, plugi
 from laya_eval.engine.records import Records, method_diagnostic, method_scores
 from laya_eval.stats import (
     COMPARISON_COLUMNS,
+    EFFECT_FLOOR,
+    ModelState,
     TiedEffects,
     compare_methods,
     faithfulness_p_value,
+    model_state,
     tie_effects,
+    typical_largest_effect,
+    verdict,
 )
 from laya_eval.output.tables import table_bytes
 
@@ -56,6 +61,7 @@ SUMMARY_COLUMNS = [
     "method",
     "ablation",
     "scope",
+    "verdict",
     "n",
     "n_undefined",
     "n_effect_ties",
@@ -93,10 +99,14 @@ class EvaluationResult:
     comparisons : DataFrame
         Paired tests of each method against the run's reference, one Holm family per metric (``comparisons.csv``, see :func:`laya_eval.stats.compare_methods`).
     warnings : list of str
-        Effects too tied or negligible to rank, or a collapsed head.
+        A model at chance or predicting one class, effects too tied or negligible to rank, or a collapsed head.
     donors : DataFrame, optional
         For an ablation that draws donors (``resample``): one row per (sample, draw) with the donor's global
         index (``donors.csv``).
+    model_state : ModelState, optional
+        The model's accuracy on the evaluated samples beside the chance levels (:func:`laya_eval.stats.model_state`).
+    verdict : str
+        ``ok`` or the rules that hold (:func:`laya_eval.stats.verdict`), also the ``verdict`` column of ``summary``.
     """
 
     layers: pd.DataFrame
@@ -107,6 +117,8 @@ class EvaluationResult:
     comparisons: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
     donors: pd.DataFrame | None = None
+    model_state: ModelState | None = None
+    verdict: str = "ok"
 
 
 @dataclass
@@ -220,6 +232,9 @@ def build_result(
     effects, n = records.effects[ablation], len(records)
     ties = tie_effects(effects, rtol=options.tie_rtol)
     sample = records.sample
+    state = model_state(records.label, records.pred, model.info.num_classes)
+    largest = typical_largest_effect(effects)
+    judged = verdict(state, largest)
 
     inputs = [(method_scores(records, m.name, ablation), records.deletion[ablation][m.name]) for m in plan.methods]
 
@@ -265,6 +280,7 @@ def build_result(
                 "method": m.name,
                 "ablation": ablation,
                 "scope": options.scope,
+                "verdict": judged,
                 **scored.summary,
             }
         )
@@ -280,7 +296,7 @@ def build_result(
         if paired_tests and len(plan.methods) > 1
         else pd.DataFrame(columns=COMPARISON_COLUMNS)
     )
-    warnings = _warnings(records, plan, ties, ablation)
+    warnings = _warnings(records, plan, ties, ablation, state, largest)
     return EvaluationResult(
         layers=pd.concat(layer_rows, ignore_index=True) if layer_rows else pd.DataFrame(),
         samples=samples,
@@ -289,11 +305,20 @@ def build_result(
             **_manifest(records, plan, options, world_size),
             "warnings": warnings,
             "ties": {"rtol": ties.rtol, "rule": TIE_RULE},
+            "model_state": state.record(),
+            "verdict": {
+                "value": judged,
+                "typical_largest_effect": largest,
+                "effect_floor": EFFECT_FLOOR,
+                "rule": VERDICT_RULE,
+            },
         },
         notes=list(plan.notes),
         comparisons=comparisons,
         warnings=warnings,
         donors=_donor_table(records, ablation),
+        model_state=state,
+        verdict=judged,
     )
 
 
@@ -318,9 +343,25 @@ TIE_RULE = (
 )
 
 
-def _warnings(records: Records, plan: Plan, ties: TiedEffects, ablation: str) -> list[str]:
-    """Plain-language warnings: effects too close to rank, or a head whose methods all rank alike."""
-    out = []
+VERDICT_RULE = (
+    "ok, or the rules that hold joined by ';': model-at-chance (accuracy on these samples not above the larger of "
+    "1/n_classes and the majority label's share by a one-sided exact binomial test at 0.05), one-class (>= 95% of "
+    f"predictions one class), negligible-effects (median over samples of the largest |effect| below {EFFECT_FLOOR:g})"
+)
+
+
+def _warnings(
+    records: Records, plan: Plan, ties: TiedEffects, ablation: str, state: ModelState, largest: float
+) -> list[str]:
+    """Plain-language warnings: a model at chance or predicting one class, effects negligible or too close to
+    rank, or a head whose methods all rank alike."""
+    out = state.notes()
+    if largest < EFFECT_FLOOR:
+        out.append(
+            f"the effects are negligible in absolute terms: on a typical sample the largest layer effect is "
+            f"{largest:.2g} (below {EFFECT_FLOOR:g} of a probability), so the ranking rests on changes too small "
+            "to matter."
+        )
     n = max(len(records), 1)
     if ties.n_effect_ties / n > 0.5:
         out.append(

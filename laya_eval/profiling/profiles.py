@@ -31,6 +31,7 @@ import pandas as pd
 
 from laya_eval.profiling.diagnosis import Diagnosis, DiagnosisOptions, diagnose_scores
 from laya_eval.errors import ConfigError
+from laya_eval.stats import ModelState
 from laya_eval.checks import check_choice
 
 __all__ = [
@@ -65,7 +66,7 @@ class LayerProfile:
     meta : dict
         Checkpoint (``label`` = file name, ``path``, ``sha256``), ``head``,
         ``dataset``, ``split``, ``n``, ``method``, ``by``, ``scope``,
-        ``n_layers``, ``layer_names``, ``class_names``; ``diagnosis`` (its
+        ``n_layers``, ``layer_names``, ``class_names``, ``model_state``; ``diagnosis`` (its
         :attr:`~laya_eval.profiling.diagnosis.Diagnosis.meta`) when there is one.
     diagnosis : Diagnosis or None
         Distances to the class reference profiles and their ROC AUC as an error
@@ -73,10 +74,12 @@ class LayerProfile:
     files : list of Path
         The files :func:`laya_eval.profile` wrote (``manifest.json`` last); empty without ``out``.
     warnings : list of str
-        One line per warning about the run, as on every verb's result (a profile has none of its own: it
-        measures no effect and reads no result folder).
+        One line per warning about the run, as on every verb's result: a model at chance or predicting one class
+        (:meth:`laya_eval.stats.ModelState.notes`); a profile measures no effect, so has no effect warnings.
     wall_time_s : float or None
         Seconds :func:`laya_eval.profile` took, the writing included; None for a profile made from a result.
+    model_state : ModelState or None
+        The model's accuracy on the profiled samples beside chance (``meta["model_state"]`` holds its record).
     """
 
     table: pd.DataFrame
@@ -87,6 +90,7 @@ class LayerProfile:
     files: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     wall_time_s: float | None = None
+    model_state: ModelState | None = None
 
 
 def _check_by(by: str) -> None:
@@ -259,6 +263,7 @@ def profile_from_result(
         "layer_names": manifest.get("layer_names"),
         "class_names": list(class_names) if class_names else None,
         "seed": manifest.get("seed"),
+        "model_state": manifest.get("model_state"),
     }
     info.update(meta or {})
     diag = None
@@ -279,4 +284,6 @@ def profile_from_result(
         scores=scores,
         meta=info,
         diagnosis=diag,
+        model_state=result.model_state,
+        warnings=result.model_state.notes() if result.model_state is not None else [],
     )

@@ -28,6 +28,7 @@ from laya_eval.pruning.options import LATENCY_COLUMNS, PRUNING_COLUMNS, PruneOpt
 from laya_eval.pruning.output import _write_prune
 from laya_eval.pruning.refit import RefitCache
 from laya_eval.sanity_checks.cached import attribute_features
+from laya_eval.stats import ModelState, model_state
 from laya_eval.training.features import encode_features
 from laya_eval.training.features import batch_inputs
 
@@ -55,9 +56,12 @@ class PruneResult:
     files : list of Path
         The files written (``manifest.json`` last); empty without ``out``.
     warnings : list of str
-        One line per warning about the run, as on every verb's result (pruning has none of its own yet).
+        One line per warning about the run, as on every verb's result: a model at chance or predicting one class
+        on the test split (:meth:`laya_eval.stats.ModelState.notes`).
     wall_time_s : float or None
         Seconds from the first encoding to the last table (loading and writing left out).
+    model_state : ModelState or None
+        The model's accuracy on the test split beside chance (``meta["model_state"]`` holds its record).
     """
 
     pruning: pd.DataFrame
@@ -69,6 +73,7 @@ class PruneResult:
     files: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     wall_time_s: float | None = None
+    model_state: ModelState | None = None
 
 
 class _Context:
@@ -293,7 +298,17 @@ def _prune_layers(
             columns=LATENCY_COLUMNS,
         )
     )
+    full, _ = evaluate_masks(
+        model.head,
+        f["test"].hidden,
+        np.ones((1, model.n_layers), np.float32),
+        "gate",
+        None,
+        batch_size=options.batch_size,
+    )  # a mask that keeps every layer: the model's own prediction
+    state = model_state(ctx.labels, full[:, 0], model.info.num_classes)
     meta = {
+        "model_state": state.record(),
         "n_test": len(test),
         "n_train": len(train),
         "n_val": len(val),
@@ -313,6 +328,8 @@ def _prune_layers(
         early_exit=early,
         latency=lat,
         meta=meta,
+        warnings=state.notes(),
+        model_state=state,
     )
 
 

@@ -286,6 +286,24 @@ _SANITY_INTRO = (
 )
 
 
+def _model_cell(accuracy: float, chance: float, verdict: str) -> str:
+    """``accuracy 0.930 (chance 0.150), ok``; a folder written before the verdict says so."""
+    if accuracy != accuracy:
+        return verdict
+    return f"accuracy {accuracy:.3f} (chance {chance:.3f}), {verdict}"
+
+
+def _verdict_notes(runs: Sequence[Run], table: pd.DataFrame) -> list[tuple]:
+    """One paragraph per run whose verdict is not ok: the rules that hold and the run's warnings about them."""
+    blocks = []
+    for r, verdict in zip(runs, table["verdict"]):
+        if verdict in ("ok", "not recorded"):
+            continue
+        notes = [w for w in r.manifest.get("warnings") or [] if w.startswith(("the model ", "the effects are negl"))]
+        blocks.append(("p", f"Verdict of {r.label}: {verdict}. " + " ".join(n[0].upper() + n[1:] for n in notes)))
+    return blocks
+
+
 def _faithfulness_blocks(runs: Sequence[Run], t: ReportTables, figure) -> list[tuple]:
     from laya_eval.reporting.trust_sections import significance_blocks
 
@@ -297,12 +315,24 @@ def _faithfulness_blocks(runs: Sequence[Run], t: ReportTables, figure) -> list[t
         ("h2", SECTIONS["runs"]),
         (
             "table",
-            ["run", "head", "dataset", "split", "n", "ablation", "scope", "eval seed", "checkpoint sha256"],
+            ["run", "head", "dataset", "split", "n", "ablation", "scope", "eval seed", "checkpoint sha256", "model"],
             [
-                [r.run, r.head, r.dataset, str(r.split), str(r.n), r.ablation, r.scope, str(r.seed), str(r.sha256)[:12]]
+                [
+                    r.run,
+                    r.head,
+                    r.dataset,
+                    str(r.split),
+                    str(r.n),
+                    r.ablation,
+                    r.scope,
+                    str(r.seed),
+                    str(r.sha256)[:12],
+                    _model_cell(r.accuracy, r.chance, r.verdict),
+                ]
                 for r in t.runs.itertuples(index=False)
             ],
         ),
+        *_verdict_notes(runs, t.runs),
         ("h2", SECTIONS["methods"]),
         ("table", ["method", "name", "description"], [[method_label(m), m, described.get(m, "")] for m in methods]),
         *_summary(t, figure),

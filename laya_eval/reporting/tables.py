@@ -39,6 +39,8 @@ def _runs_table(runs: Sequence[Run]) -> pd.DataFrame:
     rows = []
     for r in runs:
         ckpt = r.manifest.get("checkpoint") or {}
+        state = r.manifest.get("model_state") if isinstance(r.manifest.get("model_state"), dict) else {}
+        verdict = r.manifest.get("verdict") if isinstance(r.manifest.get("verdict"), dict) else {}
         rows.append(
             {
                 **r.meta,
@@ -46,10 +48,29 @@ def _runs_table(runs: Sequence[Run]) -> pd.DataFrame:
                 "checkpoint": ckpt.get("path") or r.summary["checkpoint"].iloc[0],
                 "sha256": ckpt.get("sha256") or "",
                 "seed": r.manifest.get("seed"),
+                # folders written before the verdict: the model's state is not recorded, never guessed
+                "accuracy": state.get("accuracy", float("nan")),
+                "chance": state.get("chance", float("nan")),
+                "verdict": verdict.get("value") or "not recorded",
                 "folder": "" if r.folder is None else str(r.folder),
             }
         )
-    cols = ["run", "checkpoint", "head", "dataset", "split", "n", "ablation", "scope", "seed", "sha256", "folder"]
+    cols = [
+        "run",
+        "checkpoint",
+        "head",
+        "dataset",
+        "split",
+        "n",
+        "ablation",
+        "scope",
+        "seed",
+        "sha256",
+        "accuracy",
+        "chance",
+        "verdict",
+        "folder",
+    ]
     return pd.DataFrame(rows)[cols]
 
 

@@ -62,7 +62,8 @@ from laya_eval.sanity_checks.randomisation import (
     data_randomisation,
     head_parameter_groups,
 )
-from laya_eval.sanity_checks.roar import layer_roar, roar_agreement
+from laya_eval.sanity_checks.roar import layer_roar, predictions, roar_agreement
+from laya_eval.stats import ModelState, model_state
 from laya_eval.sanity_checks.similarity import Resamples, attribution_similarity
 
 __all__ = [
@@ -107,7 +108,10 @@ class SanityResult:
     files : list of Path
         The files written (``manifest.json`` last); empty without ``out``.
     warnings : list of str
-        One line per warning about the run, as on every verb's result (the checks have none of their own yet).
+        One line per warning about the run, as on every verb's result: a model at chance or predicting one class
+        on the test split (:meth:`laya_eval.stats.ModelState.notes`).
+    model_state : ModelState or None
+        The model's accuracy on the test split beside chance (``meta["model_state"]`` holds its record).
     """
 
     randomisation: pd.DataFrame
@@ -117,6 +121,7 @@ class SanityResult:
     meta: dict[str, Any] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    model_state: ModelState | None = None
 
 
 def retraining_on_model_device(options: SanityOptions, model: LayeredModel) -> SanityOptions:
@@ -155,11 +160,14 @@ def _run_checks(
         target=options.target,
     )
     roar = layer_roar(model, train_f, val_f, test_f, options)
+    state = model_state(test_f.y.numpy(), predictions(model.head, test_f), model.info.num_classes)
     return SanityResult(
         randomisation=cascading_randomisation(model, test_f, options, data=test, original=original),
         data_randomisation=data_randomisation(model, train_f, val_f, test_f, options, original=original),
         layer_roar=roar,
         roar_agreement=roar_agreement(original[0], roar, n_resamples=options.bootstrap, seed=options.seed),
+        warnings=state.notes(),
+        model_state=state,
     )
 
 
@@ -267,6 +275,7 @@ def sanity(
         "seed": options.seed,
         "bootstrap": options.bootstrap,
         "target": options.target,
+        "model_state": None if result.model_state is None else result.model_state.record(),
         "wall_time_s": round(time.perf_counter() - start, 1),
     }
     if out is not None:

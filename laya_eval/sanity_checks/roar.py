@@ -37,18 +37,20 @@ def retrained_head(
 
 
 @torch.no_grad()
-def accuracy(head: LayerHead, features: Features, batch_size: int = 4096) -> float:
-    """Share of ``features`` whose label ``head`` predicts; the batches go to the head's device."""
+def predictions(head: LayerHead, features: Features, batch_size: int = 4096) -> np.ndarray:
+    """The class ``head`` predicts for each of ``features``, (N,) int64; the batches go to the head's device."""
     head.eval()
     device = head_device(head)
-    correct = sum(
-        int(
-            (
-                head(feature_batch(features, s, batch_size, device)).argmax(-1).cpu() == features.y[s : s + batch_size]
-            ).sum()
-        )
+    parts = [
+        head(feature_batch(features, s, batch_size, device)).argmax(-1).cpu().numpy()
         for s in range(0, len(features), batch_size)
-    )
+    ]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def accuracy(head: LayerHead, features: Features, batch_size: int = 4096) -> float:
+    """Share of ``features`` whose label ``head`` predicts; the batches go to the head's device."""
+    correct = int((predictions(head, features, batch_size) == features.y.numpy()).sum())
     return correct / max(1, len(features))
 
 

@@ -6,6 +6,8 @@
   (:func:`spearman_null`) and :func:`faithfulness_p_value`.
 - :mod:`~laya_eval.stats.ties`: :func:`tie_effects` (near-equal and negligible effects) and
   :func:`identical_rankings` (a collapsed head).
+- :mod:`~laya_eval.stats.model_state`: :func:`model_state` (accuracy on the evaluated samples beside the chance
+  levels, at chance, one class) and :func:`typical_largest_effect` (effects negligible in absolute terms).
 - :mod:`~laya_eval.stats.seeds`: :func:`across_seeds`, :func:`seed_ranks` and :func:`seed_comparisons` over
   several runs of one head.
 
@@ -14,6 +16,15 @@ Plain functions on NumPy arrays and pandas tables; no torch.
 May import: errors, checks, catalog.
 """
 
+from laya_eval.stats.model_state import (
+    CHANCE_ALPHA,
+    EFFECT_FLOOR,
+    ONE_CLASS_SHARE,
+    ModelState,
+    model_state,
+    typical_largest_effect,
+    verdict,
+)
 from laya_eval.stats.null import (
     EXACT_MAX_LAYERS,
     SpearmanNull,
@@ -45,10 +56,14 @@ __all__ = [
     "ACROSS_SEEDS_COLUMNS",
     "ALL_PAIRS",
     "ALPHA",
+    "CHANCE_ALPHA",
     "COMPARED_METRICS",
     "COMPARISON_COLUMNS",
     "DEFAULT_RTOL",
+    "EFFECT_FLOOR",
     "EXACT_MAX_LAYERS",
+    "ModelState",
+    "ONE_CLASS_SHARE",
     "PairedComparison",
     "RankingAgreement",
     "SpearmanNull",
@@ -61,9 +76,12 @@ __all__ = [
     "identical_rankings",
     "interval_test_note",
     "min_wilcoxon_p",
+    "model_state",
     "paired_comparison",
     "seed_comparisons",
     "seed_ranks",
     "spearman_null",
     "tie_effects",
+    "typical_largest_effect",
+    "verdict",
 ]

@@ -77,6 +77,7 @@ def faithfulness(checkpoint, plugins, data, out_dir, resume, data_dir, quiet, **
             f"{checkpoint}: {result.manifest['head']} head, {result.manifest['dataset']} ({options.split}), "
             f"ablation {name}, scope {options.scope}, n = {result.manifest['n_samples']}"
         )
+        click.echo(f"model: {result.model_state.describe()}")
         click.echo(_table(result.summary))
         for warning in result.warnings:
             click.echo(f"warning: {warning}")

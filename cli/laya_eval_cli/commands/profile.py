@@ -119,6 +119,10 @@ def profile(
         f"{checkpoint}: {meta['head']} head, {meta['dataset']} ({options.split}), method {method}, scope {options.scope}, "
         f"classes by {'true label' if by == 'label' else 'prediction'}, n = {meta['n']}"
     )
+    if prof.model_state is not None:
+        click.echo(f"model: {prof.model_state.describe()}")
     click.echo(_table(prof))
     click.echo(_diagnosis_line(prof.diagnosis))
+    for warning in prof.warnings:
+        click.echo(f"warning: {warning}")
     click.echo(f"wrote {', '.join(p.name for p in prof.files)} to {out_dir} ({prof.wall_time_s:.1f} s)")

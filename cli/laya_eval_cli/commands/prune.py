@@ -96,5 +96,9 @@ def prune(
         f"{m['label']}: {m['dataset']}, heads trained on train, stopped on val, oracle on val, scored on {m['split']} "
         f"(n = {m['n_test']})"
     )
+    if pruned.model_state is not None:
+        click.echo(f"model: {pruned.model_state.describe()}")
     click.echo(_table(pruned))
+    for warning in pruned.warnings:
+        click.echo(f"warning: {warning}")
     click.echo(f"wrote {', '.join(p.name for p in pruned.files)} to {out_dir} ({pruned.wall_time_s:.1f} s)")

@@ -85,5 +85,9 @@ def sanity(
     click.echo(
         f"{m['label']}: {m['dataset']}, heads trained on train, stopped on val, scored on {m['split']} (n = {m['n']})"
     )
+    if checked.model_state is not None:
+        click.echo(f"model: {checked.model_state.describe()}")
     click.echo(_table(checked))
+    for warning in checked.warnings:
+        click.echo(f"warning: {warning}")
     click.echo(f"wrote {', '.join(p.name for p in checked.files)} to {out_dir} ({checked.meta['wall_time_s']:.1f} s)")
