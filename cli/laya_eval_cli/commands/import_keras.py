@@ -7,18 +7,6 @@ import click
 from laya_eval_cli.options import declared
 
 
-def _shape(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        sizes = tuple(int(part) for part in value.split(","))
-    except ValueError:
-        raise click.BadParameter(f"expected sizes separated by commas, e.g. 1,28,28; got {value!r}.") from None
-    if not sizes or min(sizes) < 1:
-        raise click.BadParameter(f"expected positive sizes, e.g. 1,28,28; got {value!r}.")
-    return sizes
-
-
 @click.command("import-keras")
 @click.argument("keras_file", metavar="MODEL.keras", type=click.Path(dir_okay=False))
 @declared("import-keras")
