@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import permutation_test, rankdata, wilcoxon
 
+from laya_eval.checks import check_choice
 from laya_eval.errors import ConfigError
 from laya_eval.stats.metrics import bootstrap_mean
 
@@ -264,15 +265,9 @@ def compare_methods(
         )
     present = list(pd.unique(per_sample["method"]))
     names = present if methods is None else list(methods)
-    unknown = [m for m in names if m not in present]
-    if unknown:
-        raise ConfigError(
-            f"methods must be among those in the per-sample table {{{', '.join(present)}}}; got {unknown[0]!r}."
-        )
-    if reference != ALL_PAIRS and reference not in names:
-        raise ConfigError(
-            f"reference must be one of the compared methods {{{', '.join(names)}}} or {ALL_PAIRS!r}; got {reference!r}."
-        )
+    for m in names:
+        check_choice("methods (of the per-sample table)", m, present)
+    check_choice("reference", reference, [*names, ALL_PAIRS])
     wide = {
         metric: per_sample.pivot(index="sample", columns="method", values=column)
         for metric, column in COMPARED_METRICS.items()
