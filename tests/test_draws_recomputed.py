@@ -10,6 +10,7 @@ import copy
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 
 import laya_eval
@@ -79,9 +80,9 @@ def test_the_recomputed_numbers_are_uniform_and_normal():
     assert (d != g[:, None]).all() and d.min() == 0 and d.max() == 3999
 
 
-def _evaluate(model, data, ablation, out):
+def _evaluate(model, data, ablation, out, **kw):
     options = laya_eval.EvalOptions(
-        methods=("contribution",), ablation=ablation, scope="head", limit=N, draws=DRAWS, seed=SEED, bootstrap=0
+        methods=("contribution",), ablation=ablation, scope="head", limit=N, draws=DRAWS, seed=SEED, bootstrap=0, **kw
     )
     return laya_eval.evaluate(model, data, options=options, out=out)
 
@@ -92,12 +93,23 @@ def test_donors_csv_equals_the_documented_rule(digits_models, digits, tmp_path):
     assert len(written) == N * DRAWS
     expected = _donors(SEED, np.arange(N), N, DRAWS)
     np.testing.assert_array_equal(written.donor.to_numpy().reshape(N, DRAWS), expected)
+    assert not (tmp_path / "noise_draws.npz").exists()
+
+
+def test_save_draws_without_a_noise_ablation_is_refused_before_any_work(tmp_path):
+    with pytest.raises(laya_eval.ConfigError) as err:
+        laya_eval.EvalOptions(ablation="resample", save_draws=True)
+    assert str(err.value) == (
+        "EvalOptions.save_draws (--save-draws) writes the noise of noise, noise-update; got ablation resample: "
+        "add one of them or leave it off."
+    )
 
 
 def test_noise_effects_equal_the_documented_draws(digits_models, digits, tmp_path):
     model = digits_models["scalarmix"]
     # The returned table, not layers.csv: the file keeps 8 significant digits, too few to see a float32 step.
-    layers = _evaluate(model, digits["test"], "noise", tmp_path).layers.sort_values(["sample", "layer"])
+    layers = _evaluate(model, digits["test"], "noise", tmp_path, save_draws=True).layers
+    layers = layers.sort_values(["sample", "layer"])
     written = layers.effect.to_numpy().reshape(N, -1)
     head = copy.deepcopy(model.head).double()
     with torch.no_grad():
@@ -126,5 +138,12 @@ def test_noise_effects_equal_the_documented_draws(digits_models, digits, tmp_pat
                 replaced[i] = torch.from_numpy(fills[j][i])
                 removed += torch.softmax(head(replaced), -1).numpy()[np.arange(N), c]
             expected[:, i] = p_intact - removed / DRAWS
+    with np.load(tmp_path / "noise_draws.npz") as saved:
+        assert sorted(saved.files) == ["layer_1", "layer_2", "layer_3", "sample"]
+        np.testing.assert_array_equal(saved["sample"], np.arange(N))
+        for i in range(n_layers):  # (N, draws, d_i), float32: exactly the recomputed states
+            assert saved[f"layer_{i + 1}"].dtype == np.float32
+            recomputed = np.stack([fills[j][i] for j in range(DRAWS)], 1).astype(np.float32)
+            np.testing.assert_array_equal(saved[f"layer_{i + 1}"], recomputed)
     assert np.abs(expected).max() > 1e-3  # the noise moves the probability: the comparison can fail
     np.testing.assert_allclose(written, expected, atol=1e-12, rtol=0)
