@@ -206,6 +206,12 @@ class AblationSpec:
         come from the sample fill it is registered with, not from one value for every sample."""
         return bool({"donors", "draws"} & set(self.needs))
 
+    @property
+    def draws_noise(self) -> bool:
+        """Whether it is drawn per sample without donors (``noise``, ``noise-update``): its drawn states are
+        what ``--save-draws`` writes (``noise_draws.npz``); a donor ablation's draws are ``donors.csv``."""
+        return "draws" in self.needs and "donors" not in self.needs
+
 
 METHOD_SPECS: dict[str, MethodSpec] = {
     m.name: m

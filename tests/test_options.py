@@ -143,6 +143,7 @@ OTHER = {
     "cache": False,
     "cache_dir": "elsewhere",
     "table_format": "parquet",
+    "save_draws": True,
 }
 
 

@@ -60,6 +60,7 @@ from laya_eval.engine.plan import (
 from laya_eval.engine.records import Records, merge_records
 from laya_eval.engine.outcome import Evaluation, operators_of, write_evaluation
 from laya_eval.engine.results import SUMMARY_COLUMNS, EvaluationResult, MethodScore, build_result, score_method
+from laya_eval.engine.saved_draws import noise_draws
 from laya_eval.output.tables import check_table_format
 from laya_eval.models.heads import pool_hidden
 from laya_eval.models.trace import Trace, trace_from_hidden
@@ -452,8 +453,20 @@ def _evaluate(
     means = collect_statistics(plan, start, stop, world=world, partial=partial, progress=tick, keep=keep)
     if world.size == 1:  # the main pass reads the kept states; the manifest records only the feature cache
         records = collect(plan if keep is None else keep.into(plan), means, start, stop, partial=partial, progress=tick)
-        return summarize(records, plan, paired_tests=paired_tests)
+        return _with_noise_draws(summarize(records, plan, paired_tests=paired_tests), plan, means, records.sample)
     # Every rank gets the merged records and scores its share of the methods and pairs; rank 0 keeps the tables.
     records = world.all_gather(collect(plan, means, start, stop, partial=partial, progress=tick))
     results = summarize(records, plan, world_size=world.size, map_items=world.map, paired_tests=paired_tests)
-    return results if world.is_main else None
+    return _with_noise_draws(results, plan, means, records.sample) if world.is_main else None
+
+
+def _with_noise_draws(
+    results: dict[str, EvaluationResult], plan: Plan, means: dict[str, list[Tensor]], sample: np.ndarray
+) -> dict[str, EvaluationResult]:
+    """With ``save_draws``, each noise ablation's drawn states (``noise_draws.npz``) added to its result."""
+    o = plan.options
+    if o.save_draws:
+        for a, result in results.items():
+            if ABLATION_SPECS[a].draws_noise:
+                result.noise_draws = noise_draws(a, means, sample, seed=o.seed, draws=o.draws)
+    return results

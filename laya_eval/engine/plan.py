@@ -63,7 +63,7 @@ class EvalOptions:
     ``scope``, ``split``, ``limit``, ``target``, the IG settings, ``draws``, ``angular_span``, ``seed``, ``dtype``,
     ``device``, ``max_memory_mb``, ``allow_nonfinite``) joins every resume key (:meth:`Plan.key`) by itself; what
     changes only the finished tables (``bootstrap``, ``tie_rtol``, ``reference``) joins the result key; speed (``batch_size``,
-    ``chunk_size``, ``cache``, ``cache_dir``), presentation (``table_format``) and permissions (``trust_code``,
+    ``chunk_size``, ``cache``, ``cache_dir``), presentation (``table_format``, ``save_draws``) and permissions (``trust_code``,
     ``download``, ``allow_unverified``) join none. ``device`` and ``max_memory_mb`` decide where and in which row
     chunks the work runs, which changes floating-point rounding, so they are keyed with the numbers.
 
@@ -101,6 +101,7 @@ class EvalOptions:
     cache: bool
     cache_dir: str | None
     table_format: str
+    save_draws: bool
 
     def __post_init__(self) -> None:
         load_installed_plugins()  # their methods and ablations are choices too
@@ -110,6 +111,12 @@ class EvalOptions:
         elif len(self.ablation) == 1:
             object.__setattr__(self, "ablation", self.ablation[0])
         check_ablations(self.ablation, self.scope, "EvalOptions.ablation")
+        if self.save_draws and not any(ABLATION_SPECS[a].draws_noise for a in self.ablations):
+            noisy = [a for a, spec in ABLATION_SPECS.items() if spec.draws_noise]
+            raise ConfigError(
+                f"EvalOptions.save_draws (--save-draws) writes the noise of {', '.join(noisy)}; got ablation "
+                f"{','.join(self.ablations)}: add one of them or leave it off."
+            )
 
     @property
     def ablations(self) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from laya_eval.catalog import ABLATION_SPECS
 from laya_eval.output.files import sha256_bytes
 from laya_eval.stats.metrics import (
     METRICS,
@@ -41,7 +42,7 @@ from laya_eval.stats import (
     typical_largest_effect,
     verdict,
 )
-from laya_eval.output.tables import table_bytes
+from laya_eval.output.tables import npz_bytes, table_bytes
 
 __all__ = [
     "SUMMARY_COLUMNS",
@@ -103,6 +104,9 @@ class EvaluationResult:
     donors : DataFrame, optional
         For an ablation that draws donors (``resample``): one row per (sample, draw) with the donor's global
         index (``donors.csv``).
+    noise_draws : dict of str to ndarray, optional
+        With ``save_draws``, for an ablation drawn per sample without donors (``noise``): the drawn states
+        (``noise_draws.npz``, :func:`laya_eval.engine.saved_draws.noise_draws`).
     model_state : ModelState, optional
         The model's accuracy on the evaluated samples beside the chance levels (:func:`laya_eval.stats.model_state`).
     verdict : str
@@ -117,6 +121,7 @@ class EvaluationResult:
     comparisons: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
     donors: pd.DataFrame | None = None
+    noise_draws: dict[str, np.ndarray] | None = None
     model_state: ModelState | None = None
     verdict: str = "ok"
 
@@ -227,7 +232,9 @@ def build_result(
     :meth:`~laya_eval.engine.distributed.World.map` shares the methods' scores and the paired comparisons over
     the ranks. Each is seeded on its own, so the tables do not depend on how they are shared."""
     map_items = map_items or serial_map
-    options = dataclasses.replace(plan.options, ablation=ablation)
+    # Each folder's options are those of a run of its ablation alone: it holds noise draws only if it draws noise.
+    saves_draws = plan.options.save_draws and ABLATION_SPECS[ablation].draws_noise
+    options = dataclasses.replace(plan.options, ablation=ablation, save_draws=saves_draws)
     model, n_layers = plan.model, plan.model.n_layers
     effects, n = records.effects[ablation], len(records)
     ties = tie_effects(effects, rtol=options.tie_rtol)
@@ -477,9 +484,12 @@ def result_files(
         if result.donors is not None:
             names.append("donors.csv")
             frames.append(result.donors)
-        folder_files[name] = names
         for f, df in zip(names, frames):
             tables[prefix + f] = table_bytes(df, table_format if f.endswith(big) else "csv")
+        if result.noise_draws is not None:
+            names.append("noise_draws.npz")
+            tables[prefix + "noise_draws.npz"] = npz_bytes(result.noise_draws)
+        folder_files[name] = names
     run_level = {}
     if len(results) > 1:
         if operators is None:

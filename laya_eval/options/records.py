@@ -450,6 +450,15 @@ RECORDS: list[Option] = [
         choices=catalog.TABLE_FORMATS,
     ),
     _eval(
+        "save_draws",
+        "--save-draws",
+        "Also write the noise drawn for each sample, draw and layer by the noise ablations (noise_draws.npz, "
+        "beside donors.csv); the draws are those of docs/concepts/ablations.md#draws.",
+        "presentation",
+        kind="flag",
+        default=False,
+    ),
+    _eval(
         "allow_nonfinite",
         "--allow-nonfinite",
         "Evaluate inputs holding NaN/inf instead of refusing them (their metrics are then undefined).",

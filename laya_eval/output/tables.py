@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import io
 import os
+import zipfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from laya_eval.errors import ConfigError
@@ -112,6 +114,20 @@ def table_bytes(df: pd.DataFrame, fmt: str = "csv") -> bytes:
     if _check_format(fmt) == "csv":
         return df.to_csv(index=False, float_format="%.8g", lineterminator="\n").encode()
     return _parquet_bytes(df)
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """The bytes of a ``.npz`` file (``numpy.load`` reads it) holding ``arrays``, the same bytes for the same arrays:
+    every member carries the date 1980-01-01, where ``numpy.savez`` writes the time of writing."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, array in arrays.items():
+            member = io.BytesIO()
+            np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, member.getvalue())
+    return buf.getvalue()
 
 
 def find_table(path_or_stem: str | os.PathLike) -> Path:
