@@ -1079,8 +1079,9 @@ RECORDS: list[Option] = [
     Option(
         "progress.quiet",
         "--quiet",
-        "No progress bars.",
-        ("train", "fit-head", *_EVALUATING, "mixers", "sweep", "meta"),
+        "No progress bars or status lines (report: no tables, only where the files went). Warnings and errors "
+        "still print.",
+        ("train", "fit-head", *_EVALUATING, "mixers", "report", "sweep", "meta"),
         "presentation",
         "flag",
         False,

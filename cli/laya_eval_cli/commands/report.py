@@ -62,7 +62,7 @@ def _provenance_lines(table) -> str:
 @click.command()
 @click.argument("result_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @declared("report")
-def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_points):
+def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_points, quiet):
     """Report on one or several RESULT_DIRS written by `laya-eval faithfulness`, `laya-eval sanity` or
     `laya-eval mixers`.
 
@@ -89,7 +89,8 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_poi
 
     Each folder's laya-eval version, the sha256 of its code (first 12 hex
     digits) and its git commit are printed after the tables and shown in the
-    report's "Provenance" section.
+    report's "Provenance" section. With --quiet only warnings and the line
+    naming the files written are printed.
 
     Example: laya-eval report runs/laya runs/scalarmix --out report/
     """
@@ -107,6 +108,13 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_poi
     )
     for line in done.warnings:
         click.echo(f"warning: {line}", err=True)
+    if not quiet:
+        _echo_tables(done)
+    click.echo(f"wrote {len(done.files)} files to {out_dir}: report.md" + (", report.html" if html_report else ""))
+
+
+def _echo_tables(done) -> None:
+    """The tables of ``report.md`` in short, then each folder's provenance (left out with ``--quiet``)."""
     if done.tables is not None:
         click.echo(_table(done.tables.faithfulness))
     if done.sanity is not None:
@@ -115,4 +123,3 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_poi
         click.echo(_mixer_lines(done.mixers))
     if done.provenance is not None and not done.provenance.empty:
         click.echo(_provenance_lines(done.provenance))
-    click.echo(f"wrote {len(done.files)} files to {out_dir}: report.md" + (", report.html" if html_report else ""))
