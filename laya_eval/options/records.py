@@ -240,7 +240,16 @@ RECORDS: list[Option] = [
         "file",
         None,
     ),
-    Option("fit_head.limit", "--limit", "Use only the first N samples.", ("fit-head",), "decides", "int", None, low=1),
+    Option(
+        "training.limit",
+        "--limit",
+        "Use only the first N samples of each split (train, validation, test): a quick trial.",
+        _HEADS,
+        "decides",
+        "int",
+        None,
+        low=1,
+    ),
     # ---------------------------------------------------------------- loading a model
     Option(
         "load.trust_code",
