@@ -25,11 +25,14 @@ def _table(faithfulness) -> str:
 def _sanity_lines(table) -> str:
     w = max(12, *(len(r) for r in table["sanity_run"]))
     mw = max([13, *(len(str(name)) for name in table["method"])])  # the method column fits the longest name
-    lines = [f"{'sanity run':<{w}} {'method':<{mw}} {'cascading':>9} {'labels':>9} {'ROAR':>13} verdict"]
+    # Words, left-aligned two spaces apart: a ROAR verdict beside the method's verdict ("uninformative", "passes")
+    # must not read as one phrase.
+    rw = max([4, *(len(str(v)) for v in table["roar_verdict"])])
+    lines = [f"{'sanity run':<{w}} {'method':<{mw}} {'cascading':<9}  {'labels':<9}  {'ROAR':<{rw}}  verdict"]
     for row in table.itertuples(index=False):
         lines.append(
-            f"{row.sanity_run:<{w}} {row.method:<{mw}} {row.cascading_verdict:>9} {row.data_verdict:>9} "
-            f"{row.roar_verdict:>13} {row.verdict}"
+            f"{row.sanity_run:<{w}} {row.method:<{mw}} {row.cascading_verdict:<9}  {row.data_verdict:<9}  "
+            f"{row.roar_verdict:<{rw}}  {row.verdict}"
         )
     return "\n".join(lines)
 
