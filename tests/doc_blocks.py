@@ -1,6 +1,6 @@
 """The code blocks of README.md and docs/, read by one convention and run as written.
 
-The convention (also on the docs' index page, "How these pages are tested"):
+The convention (also in docs/development.md, "How the blocks of these pages run"):
 
 - a ```` ```console ```` block holds commands, each on a line starting with ``$ `` (a trailing ``\\`` continues
   it); they run in order in the page's scratch folder;

@@ -145,6 +145,19 @@ def test_train_then_info(digits, tmp_path):
     assert model["metrics"]["test_accuracy"] == pytest.approx(float(m.group(1)), abs=1e-4)
 
 
+def test_train_limit_trains_and_tests_on_the_first_rows_and_the_checkpoint_says_so(digits, tmp_path):
+    from laya_eval.loading.checkpoints import load_checkpoint
+
+    ckpt = tmp_path / "m.pt"
+    args = ("--head", "concat", "--epochs", 1, "--out", ckpt, "-q", "--backbone-arg", "widths=[8]")
+    result = run("train", "--dataset", "digits", "--limit", 40, *args)
+    assert result.exit_code == 0, result.output
+    assert "on 40 held-out rows (train 40, val 40;" in result.output
+    metrics = load_checkpoint(ckpt).info.metrics
+    assert (metrics["n_train"], metrics["n_val"], metrics["n_test"]) == (40, 40, 40)
+    assert_one_line_error(run("train", "--dataset", "digits", "--limit", 0, *args), r"--limit")
+
+
 def test_threads_option_sets_torch_threads(digits_checkpoints):
     before = torch.get_num_threads()
     try:

@@ -143,3 +143,11 @@ def test_the_methods_row_lists_every_built_in_method(name):
     row = next(line for line in text.splitlines() if line.startswith("| `--methods`"))
     listed = row.split("(default: all):", 1)[1].rsplit(".", 1)[0]
     assert [m.strip() for m in listed.split(",")] == [m for m in METHOD_SPECS if m in BUILTIN_METHODS], row
+
+
+def test_the_landing_page_links_every_command_page_in_help_order():
+    from laya_eval.options.record import COMMANDS as HELP_ORDER
+
+    row = next(line for line in (ROOT / "docs" / "index.md").read_text().splitlines() if "**Commands**" in line)
+    linked = re.findall(r"\]\(commands/([a-z-]+)\.md\)", row)
+    assert linked == list(HELP_ORDER) and sorted(linked) == sorted(COMMANDS), linked

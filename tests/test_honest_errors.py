@@ -212,6 +212,24 @@ def test_a_report_cannot_replace_a_folder_it_reads(tmp_path, faithfulness_dir):
     assert sorted(p.name for p in folder.iterdir()) == before
 
 
+def test_a_quiet_report_prints_its_warnings_and_files_but_no_tables(tmp_path, faithfulness_dir):
+    folder = tmp_path / "run"
+    shutil.copytree(faithfulness_dir, folder)
+    (folder / "manifest.json").unlink()  # an unverified folder: one warning, which --quiet keeps
+    loud = _report(folder, tmp_path / "loud")
+    quiet = _report(folder, tmp_path / "quiet", "-q")
+    assert loud.exit_code == 0 and quiet.exit_code == 0, (loud.output, quiet.output)
+    assert "faithfulness" in loud.output and "deletion@1" in loud.output  # the table header
+    lines = quiet.output.splitlines()
+    assert [line for line in lines if line.startswith("warning: ")] == [
+        line for line in loud.output.splitlines() if line.startswith("warning: ")
+    ]
+    assert any("unverified" in line for line in lines)
+    rest = [line for line in lines if not line.startswith("warning: ")]
+    assert len(rest) == 1 and rest[0].startswith("wrote ") and rest[0].endswith(f"{tmp_path / 'quiet'}: report.md")
+    assert "deletion@1" not in quiet.output and (tmp_path / "quiet" / "report.md").is_file()
+
+
 # ------------------------------------------------------------------------------------------ edited result folders
 
 

@@ -167,6 +167,13 @@ def test_mixers_defaults_to_the_data_the_model_file_records(tmp_path):
     assert_one_line_error(run("mixers", bare, "--out", tmp_path / "a2"), r"records no dataset; name one with --data")
 
 
+def test_a_limit_keeps_the_first_rows_of_each_split():
+    data = {"train": _texts(60, 0), "val": _texts(30, 1), "test": _texts(40, 2)}
+    options = TrainOptions(epochs=1, batch_size=16, seed=0)
+    fit = train_mixer_model("attnres", data, config={"dim": 8, "depth": 1, "max_len": 8}, options=options, limit=20)
+    assert (fit.metrics["n_train"], fit.metrics["n_val"], fit.metrics["n_test"]) == (20, 20, 20)
+
+
 def test_train_cli_refuses_head_options_and_bad_files_for_mixer_backbones(tmp_path):
     data = f"npz:{_image_npz(tmp_path / 'd.npz')}"
     base = ("train", "--dataset", data, "--backbone", "attnres", "--epochs", 1)

@@ -194,6 +194,12 @@ def test_metric_verdicts_by_hand():
     assert table.iloc[0]["margin_vs_layer_index"] == pytest.approx(0.4)
     nan = float("nan")
     assert metric_verdicts(_runs([nan] * 3, [nan] * 3, [nan] * 3, [0.5] * 3)).iloc[0]["verdict"] == "undefined"
+    # two seeds, the layer-index ranking faithful on one: one seed is left for that margin, and the verdict says so
+    table = metric_verdicts(_runs([0.9, 0.8], [0.1, 0.0], [0.5, 0.9], [0.5, 1.0]), n_resamples=100)
+    assert table.iloc[0]["verdict"] == "no interval (1 of 2 seeds dropped: layer index faithful)"
+    assert metric_verdicts(_runs([0.9], [0.1], [0.5], [0.5])).iloc[0]["verdict"] == "no interval (one seed)"
+    table = metric_verdicts(_runs([0.9, nan], [0.1, nan], [0.5, nan], [0.5, 0.5]), n_resamples=100)
+    assert table.iloc[0]["verdict"] == "no interval (one of 2 seeds defined)"
 
 
 def test_meta_scores_the_truth_ranking_at_auroc_one_and_its_inverse_at_zero(tmp_path):

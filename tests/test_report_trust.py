@@ -411,6 +411,27 @@ def _verdicts_by_the_rule(folder) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("method")
 
 
+def test_the_printed_sanity_table_keeps_the_roar_and_method_verdicts_apart():
+    from laya_eval_cli.commands.report import _sanity_lines
+
+    table = pd.DataFrame(
+        {
+            "sanity_run": ["m.pt", "m.pt"],
+            "method": ["laya", "random"],
+            "cascading_verdict": ["pass", "pass"],
+            "data_verdict": ["fail", "n/a"],
+            "roar_verdict": ["uninformative", "agrees"],
+            "verdict": ["fails", "chance reference"],
+        }
+    )
+    header, laya, random = _sanity_lines(table).splitlines()
+    # every column starts under its header, two spaces after the longest entry of the column before
+    assert header.split() == ["sanity", "run", "method", "cascading", "labels", "ROAR", "verdict"]
+    for word, column in [("ROAR", "uninformative"), ("verdict", "fails"), ("labels", "fail")]:
+        assert laya.index(f" {column}") + 1 == header.index(word), (header, laya)
+    assert "uninformative  fails" in laya and random.endswith("agrees         chance reference")
+
+
 def test_sanity_only_report(sanity_dir, tmp_path):
     out = tmp_path / "rep"
     result = run("report", sanity_dir, "--out", out)

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
+from laya_eval.catalog import ABLATION_SPECS
 from laya_eval.engine.memory_budget import one_row_block_outputs, replacement_rows, row_chunks
 from laya_eval.engine.removals import ABLATION_REGISTRY, ablation_fill, removed_states
 from laya_eval.errors import ConfigError
@@ -114,11 +115,18 @@ def baseline_needs(choice: str, ablations: Sequence[str], *, explicit: bool = Tr
 
 def baseline_description(choice: str, ablation: str) -> str:
     """What the IG baseline of ``ablation``'s results is, in words, for the manifest."""
-    if choice == "removed" and ABLATION_REGISTRY[ablation].removed_state is None:
+    mean = "mean of each layer's state over the evaluated data"
+    entry = ABLATION_REGISTRY[ablation]
+    if choice == "removed" and entry.removed_state is None:
         return f"zero ('{ablation}' puts no single state in place of the layer)"
+    if choice == "removed" and entry.sample_fill is not None:
+        # a drawn ablation (noise) has no single state: IG starts at the expectation of its draws, the fill
+        fill = next((n.split(":", 1)[1] for n in ABLATION_SPECS[ablation].needs if n.startswith("stat:")), None)
+        where = mean if fill == "hidden_mean" else f"the '{fill}' statistic"
+        return f"removed: {where}, the expectation of the states '{ablation}' draws in place of the layer"
     return {
         "zero": "zero",
-        "mean": "mean of each layer's state over the evaluated data",
+        "mean": mean,
         "removed": f"removed (the state '{ablation}' puts in place of the layer)",
     }.get(choice, choice)
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import Tensor, nn
 
-from laya_eval.checks import check_choice
+from laya_eval.checks import check_choice, check_positive_int
 from laya_eval.data import Dataset, load_dataset
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.mixers.reference import KINDS, DepthClassifier, PatchDepthClassifier, TokenDepthClassifier, accuracy
@@ -55,13 +55,18 @@ class MixerFit:
         }
 
 
-def _splits(data: str | Mapping[str, Dataset], data_dir, download) -> dict[str, Dataset]:
+def _splits(data: str | Mapping[str, Dataset], data_dir, download, limit: int | None) -> dict[str, Dataset]:
     if isinstance(data, str):
-        return {s: load_dataset(data, s, data_dir=data_dir, download=download) for s in ("train", "val", "test")}
-    missing = [s for s in ("train", "val", "test") if s not in data]
-    if missing:
-        raise ConfigError(f"data must hold the splits train, val and test; missing {', '.join(missing)}.")
-    return dict(data)
+        splits = {s: load_dataset(data, s, data_dir=data_dir, download=download) for s in ("train", "val", "test")}
+    else:
+        missing = [s for s in ("train", "val", "test") if s not in data]
+        if missing:
+            raise ConfigError(f"data must hold the splits train, val and test; missing {', '.join(missing)}.")
+        splits = {s: data[s] for s in ("train", "val", "test")}
+    if limit is not None:
+        check_positive_int("limit", limit)
+        splits = {s: d.subset(slice(0, limit)) for s, d in splits.items()}
+    return splits
 
 
 def _build(kind: str, train: Dataset, config: Mapping[str, Any]) -> DepthClassifier:
@@ -114,17 +119,19 @@ def train_mixer_model(
     data_dir: str | os.PathLike | None = None,
     download: bool = False,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
+    limit: int | None = None,
 ) -> MixerFit:
     """Build and train a depth-mixer classifier of ``kind`` on ``data`` (a name or ``{"train", "val", "test"}``).
 
     ``config`` holds model options (``dim``, ``depth``, ``heads``, ``mlp_ratio``; ``patch`` for images;
     ``max_len``, ``vocabulary_size``, ``min_count`` for texts). Returns the model with the best validation
-    accuracy, its test accuracy and macro-F1 (``metrics``) and the per-epoch record (``training``).
+    accuracy, its test accuracy and macro-F1 (``metrics``) and the per-epoch record (``training``). ``limit``
+    keeps only the first ``limit`` rows of each split (a quick trial).
     """
     check_choice("backbone", kind, KINDS)
     if options.device != "cpu":
         raise ConfigError(f"--backbone {kind} trains on the CPU; got --device {options.device!r}.")
-    splits = _splits(data, data_dir, download)
+    splits = _splits(data, data_dir, download, limit)
     torch.manual_seed(options.seed)
     model = _build(kind, splits["train"], dict(config or {}))
     x = {s: _inputs(model, d) for s, d in splits.items()}

@@ -240,7 +240,16 @@ RECORDS: list[Option] = [
         "file",
         None,
     ),
-    Option("fit_head.limit", "--limit", "Use only the first N samples.", ("fit-head",), "decides", "int", None, low=1),
+    Option(
+        "training.limit",
+        "--limit",
+        "Use only the first N samples of each split (train, validation, test): a quick trial.",
+        _HEADS,
+        "decides",
+        "int",
+        None,
+        low=1,
+    ),
     # ---------------------------------------------------------------- loading a model
     Option(
         "load.trust_code",
@@ -1088,8 +1097,9 @@ RECORDS: list[Option] = [
     Option(
         "progress.quiet",
         "--quiet",
-        "No progress bars.",
-        ("train", "fit-head", *_EVALUATING, "mixers", "sweep", "meta"),
+        "No progress bars or status lines (report: no tables, only where the files went). Warnings and errors "
+        "still print.",
+        ("train", "fit-head", *_EVALUATING, "mixers", "report", "sweep", "meta"),
         "presentation",
         "flag",
         False,

@@ -171,11 +171,17 @@ def over_seeds(runs: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0) ->
     return pd.DataFrame(rows)
 
 
-def _verdict(margins: dict[str, dict], planted_defined: int) -> str:
+def _verdict(margins: dict[str, dict], planted_defined: int, n_seeds: int, n_index_faithful: int) -> str:
     if planted_defined == 0:
         return "undefined"
-    if any(iv["ci_low"] != iv["ci_low"] and iv["n_seeds"] == 1 for iv in margins.values()):
-        return "no interval (one seed)"
+    for other, iv in margins.items():
+        if iv["ci_low"] != iv["ci_low"] and iv["n_seeds"] == 1:
+            if n_seeds == 1:
+                return "no interval (one seed)"
+            if other == "layer_index" and n_index_faithful:
+                # the seeds where the layer-index ranking is itself faithful left the margin
+                return f"no interval ({n_index_faithful} of {n_seeds} seeds dropped: layer index faithful)"
+            return f"no interval (one of {n_seeds} seeds defined)"
     beaten = [ref for ref, iv in margins.items() if not iv["ci_low"] > 0]
     if not beaten:
         return "separates"
@@ -190,8 +196,9 @@ def metric_verdicts(runs: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 
     seeds with its 95% interval. The layer-index margin leaves out the seeds whose planted layers the layer-index
     ranking itself puts first (its AUROC is 1: it is faithful on that model); ``n_seeds_vs_layer_index`` counts the
     others. Verdict: ``separates`` when both intervals lie above 0; ``fails vs X`` when the interval against X
-    reaches 0 or below (or is undefined on every seed); ``no interval (one seed)`` when a single seed is left for a
-    margin; ``undefined`` when the metric is undefined for the planted ranking on every seed (faithfulness with all
+    reaches 0 or below (or is undefined on every seed); ``no interval (...)`` when a single seed is left for a
+    margin, saying why (``one seed`` run; ``1 of 2 seeds dropped: layer index faithful``: the seeds where ranking by
+    layer index is faithful left the layer-index margin; ``one of 2 seeds defined``: the metric is undefined on the others); ``undefined`` when the metric is undefined for the planted ranking on every seed (faithfulness with all
     effects tied).
     ``share_seeds_separated``: seeds on which the planted ranking scores strictly above both (above the inverted
     one only, where the layer-index ranking is faithful).
@@ -235,6 +242,8 @@ def metric_verdicts(runs: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 
                     (values["planted"] > values["layer_index"]) | index_faithful
                 )
             row["share_seeds_separated"] = float(wins.mean()) if len(seeds) else float("nan")
-            row["verdict"] = _verdict(margins, int((~np.isnan(values["planted"])).sum()))
+            row["verdict"] = _verdict(
+                margins, int((~np.isnan(values["planted"])).sum()), len(seeds), int(index_faithful.sum())
+            )
             rows.append(row)
     return pd.DataFrame(rows)

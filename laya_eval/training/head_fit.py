@@ -214,6 +214,7 @@ def train(
     download: bool = False,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
     allow_unverified: bool = False,
+    limit: int | None = None,
 ) -> FitResult:
     """Build, train and test a built-in backbone + head (``laya-eval train``).
 
@@ -229,7 +230,7 @@ def train(
         ``freeze_backbone=None`` freezes exactly a pretrained backbone (``init``, ``hf``).
     init : path, optional
         Take the backbone (weights included) from this checkpoint; prefer :func:`fit_head`.
-    data_dir, download, on_epoch, allow_unverified
+    data_dir, download, on_epoch, allow_unverified, limit
         As :func:`fit_head` (``allow_unverified`` for ``init``).
 
     Returns
@@ -247,7 +248,7 @@ def train(
     from laya_eval.errors import DataError
     from laya_eval.training.trainer import build_model, predict, train_in_place
 
-    splits = _splits(data, data_dir, download)
+    splits = _splits(data, data_dir, download, limit)
     chosen: str | nn.Module = backbone
     if init is not None:
         source = load_checkpoint(init, allow_unverified=allow_unverified)

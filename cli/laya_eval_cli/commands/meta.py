@@ -41,13 +41,15 @@ def _recovery_table(summary) -> str:
 def _verdict_table(metrics) -> str:
     """One line per (family, ablation): each metric's verdict."""
     names = list(dict.fromkeys(metrics["metric"]))
+    verdicts = metrics.groupby("metric")["verdict"]
+    w = {m: max(34, verdicts.get_group(m).str.len().max()) for m in names}  # each column fits its longest verdict
     lines = [
         "Does the metric rank the planted attribution above the inverted and layer-index ones?",
-        f"{'family':<10} {'ablation':<12}" + "".join(f" {m:<34}" for m in names),
+        f"{'family':<10} {'ablation':<12}" + "".join(f" {m:<{w[m]}}" for m in names),
     ]
     for (family, ablation), part in metrics.groupby(["family", "ablation"], sort=False):
-        verdicts = part.set_index("metric")["verdict"]
-        lines.append(f"{family:<10} {ablation:<12}" + "".join(f" {verdicts[m]:<34}" for m in names))
+        verdict = part.set_index("metric")["verdict"]
+        lines.append(f"{family:<10} {ablation:<12}" + "".join(f" {verdict[m]:<{w[m]}}" for m in names))
     return "\n".join(lines)
 
 

@@ -25,11 +25,14 @@ def _table(faithfulness) -> str:
 def _sanity_lines(table) -> str:
     w = max(12, *(len(r) for r in table["sanity_run"]))
     mw = max([13, *(len(str(name)) for name in table["method"])])  # the method column fits the longest name
-    lines = [f"{'sanity run':<{w}} {'method':<{mw}} {'cascading':>9} {'labels':>9} {'ROAR':>13} verdict"]
+    # Words, left-aligned two spaces apart: a ROAR verdict beside the method's verdict ("uninformative", "passes")
+    # must not read as one phrase.
+    rw = max([4, *(len(str(v)) for v in table["roar_verdict"])])
+    lines = [f"{'sanity run':<{w}} {'method':<{mw}} {'cascading':<9}  {'labels':<9}  {'ROAR':<{rw}}  verdict"]
     for row in table.itertuples(index=False):
         lines.append(
-            f"{row.sanity_run:<{w}} {row.method:<{mw}} {row.cascading_verdict:>9} {row.data_verdict:>9} "
-            f"{row.roar_verdict:>13} {row.verdict}"
+            f"{row.sanity_run:<{w}} {row.method:<{mw}} {row.cascading_verdict:<9}  {row.data_verdict:<9}  "
+            f"{row.roar_verdict:<{rw}}  {row.verdict}"
         )
     return "\n".join(lines)
 
@@ -62,7 +65,7 @@ def _provenance_lines(table) -> str:
 @click.command()
 @click.argument("result_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @declared("report")
-def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_points):
+def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_points, quiet):
     """Report on one or several RESULT_DIRS written by `laya-eval faithfulness`, `laya-eval sanity` or
     `laya-eval mixers`.
 
@@ -89,7 +92,8 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_poi
 
     Each folder's laya-eval version, the sha256 of its code (first 12 hex
     digits) and its git commit are printed after the tables and shown in the
-    report's "Provenance" section.
+    report's "Provenance" section. With --quiet only warnings and the line
+    naming the files written are printed.
 
     Example: laya-eval report runs/laya runs/scalarmix --out report/
     """
@@ -107,6 +111,13 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_poi
     )
     for line in done.warnings:
         click.echo(f"warning: {line}", err=True)
+    if not quiet:
+        _echo_tables(done)
+    click.echo(f"wrote {len(done.files)} files to {out_dir}: report.md" + (", report.html" if html_report else ""))
+
+
+def _echo_tables(done) -> None:
+    """The tables of ``report.md`` in short, then each folder's provenance (left out with ``--quiet``)."""
     if done.tables is not None:
         click.echo(_table(done.tables.faithfulness))
     if done.sanity is not None:
@@ -115,4 +126,3 @@ def report(result_dirs, out_dir, fmt, style, title, html_report, strict, max_poi
         click.echo(_mixer_lines(done.mixers))
     if done.provenance is not None and not done.provenance.empty:
         click.echo(_provenance_lines(done.provenance))
-    click.echo(f"wrote {len(done.files)} files to {out_dir}: report.md" + (", report.html" if html_report else ""))

@@ -11,7 +11,7 @@ from laya_eval_cli.options import declared, epoch_bar, head_kwargs, parse_key_va
 _HEAD_ONLY = ("head", "d_star", "tau", "scorer_hidden", "psi", "freeze_backbone", "init_ckpt")
 
 
-def _train_mixer_model(kind, dataset, out, options, backbone_arg, data_dir, download, quiet):
+def _train_mixer_model(kind, dataset, out, options, backbone_arg, data_dir, download, quiet, limit):
     """``--backbone denseformer|attnres``: train the depth-mixer classifier and write a mixer model file."""
     from laya_eval.errors import ConfigError
     from laya_eval.mixers.reference import save_mixer_model
@@ -36,6 +36,7 @@ def _train_mixer_model(kind, dataset, out, options, backbone_arg, data_dir, down
             data_dir=data_dir,
             download=download,
             on_epoch=on_epoch,
+            limit=limit,
         )
     save_mixer_model(fit.model, out, info=fit.info)
     click.echo(f"{dataset} {kind} seed {options.seed}: {_scores(fit.metrics, fit.training)} -> {out}")
@@ -63,6 +64,7 @@ def train(
     psi,
     backbone_arg,
     init_ckpt,
+    limit,
     allow_unverified,
     data_dir,
     download,
@@ -87,7 +89,7 @@ def train(
     options = TrainOptions(**values_for("TrainOptions", params))
     resolve_device(options.device)
     if backbone in MIXER_MODEL_KINDS:
-        return _train_mixer_model(backbone, dataset, out, options, backbone_arg, data_dir, download, quiet)
+        return _train_mixer_model(backbone, dataset, out, options, backbone_arg, data_dir, download, quiet, limit)
     bar, on_epoch = epoch_bar(quiet, options.epochs, f"train {head}")
     with bar:
         result = train_model(
@@ -102,6 +104,7 @@ def train(
             download=download,
             on_epoch=on_epoch,
             allow_unverified=allow_unverified,
+            limit=limit,
         )
     save_checkpoint(result.model, out)
     click.echo(f"{dataset} {backbone}+{head} seed {options.seed}: {_scores(result.metrics, result.training)} -> {out}")
