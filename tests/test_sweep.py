@@ -230,8 +230,8 @@ def _with(path: tuple, value, drop: bool = False) -> dict:
             _with(("evaluation", "targets"), "label"),
             "evaluation: unknown key 'targets'; expected among {ablation, "
             "allow_nonfinite, angular_span, batch_size, bootstrap, cache, chunk_size, device, draws, dtype, ig_baseline, "
-            "internal_batch_size, limit, max_memory_mb, methods, n_steps, reference, scope, seed, split, table_format, target, "
-            "tie_rtol}.",
+            "internal_batch_size, limit, max_memory_mb, methods, n_steps, reference, save_draws, scope, seed, split, table_format, "
+            "target, tie_rtol}.",
         ),
         (_with(("training", "device"), "tpu"), "training.device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'."),
         (_with(("training", "lr"), 0.0), "training.lr must be a finite number > 0; got 0.0."),
