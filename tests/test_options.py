@@ -235,6 +235,8 @@ def _default_cell(record) -> str | None:
     """What the default column must say, or None where it is free text (no plain default)."""
     if record.default is REQUIRED:
         return "required"
+    if record.default_text:
+        return record.default_text
     if record.kind == "flag":
         return "off" if record.default is False else "on" if record.default is True else None
     if record.default is None or isinstance(record.default, tuple):

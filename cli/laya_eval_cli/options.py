@@ -140,6 +140,8 @@ def _click_option(record):
         kw["show_default"] = True
     elif record.kind in ("path", "dir", "file"):
         kw["type"] = click.Path(file_okay=record.kind != "dir", dir_okay=record.kind != "file")
+    if record.default_text:
+        kw["show_default"] = record.default_text
     kw.update(CLICK_DETAILS.get(record.id, {}))
     return click.option(*decls, **kw)
 

@@ -24,7 +24,7 @@ from laya_eval.engine.methods import (
     resolved_baseline,
 )
 from laya_eval.catalog import ABLATION_SPECS, AUTO_REFERENCE, CHUNK_SIZE, DEFAULT_ABLATION
-from laya_eval.options import check_declared, check_option, declared, option, role_fields
+from laya_eval.options import check_declared, declared, role_fields
 from laya_eval.data import Dataset, check_finite, load_dataset
 from laya_eval.models.devices import resolve_device
 from laya_eval.engine.distributed import SINGLE_PROCESS, World
@@ -43,7 +43,6 @@ __all__ = [
     "KeptStates",
     "Plan",
     "check_extra_methods",
-    "check_target",
     "check_target_class",
     "explained_classes",
     "make_plan",
@@ -134,11 +133,6 @@ def explained_classes(target: str | int, pred: torch.Tensor, labels: torch.Tenso
     return torch.full_like(pred, int(target))
 
 
-def check_target(target: Any, name: str = "target") -> None:
-    """``pred``, ``label`` or a class index (an int >= 0; its upper bound is checked against the model)."""
-    check_option(option("EvalOptions.target"), target, name)
-
-
 def resolved_ig_baseline(options: EvalOptions) -> str:
     """The Integrated Gradients baseline a run uses: the option, else zero at head scope and removed at network."""
     return resolved_baseline(options.ig_baseline, options.scope)
@@ -174,7 +168,7 @@ class Plan:
     def key(self) -> str:
         """What changes a record: the model's identity, the data's name, size and content sha256, what the plan
         resolved (methods, ablations, the IG baseline, the device type, the plug-ins' code) and every option whose
-        role is ``decides`` (:func:`laya_eval.options.deciding_fields`: a new deciding option joins the key
+        role is ``decides`` (:func:`laya_eval.options.role_fields`: a new deciding option joins the key
         by its record alone). Speed, presentation and permission options stay out: batch size, chunk size, the
         feature cache and the process count leave the records' bytes unchanged."""
         from laya_eval.output.files import data_content_sha256, module_state_sha256

@@ -5,7 +5,7 @@ field, or ``report.title`` for a parameter of a verb), its command-line flag, ty
 help text, role and the commands that take it. From the records come the click options of the CLI
 (``laya_eval_cli.options.declared``), the defaults and checks of the library's option classes (:func:`declared`,
 :func:`check_declared`), the keys a sweep config accepts, the option tables of ``docs/commands/*.md`` and the
-resume and cache keys (by role, :func:`deciding_fields`).
+resume and cache keys (by role, :func:`role_fields`).
 
 Roles
 -----
@@ -31,7 +31,7 @@ May import: errors, checks, catalog.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +57,6 @@ __all__ = [
     "check_declared",
     "check_option",
     "declared",
-    "deciding_fields",
     "defaults_of",
     "for_command",
     "option",
@@ -99,11 +98,6 @@ def defaults_of(owner: str) -> dict[str, Any]:
 def role_fields(owner: str, *roles: str) -> list[str]:
     """The fields of ``owner`` whose role is among ``roles``, in declaration order."""
     return [name for name, o in options_of(owner).items() if o.role in roles]
-
-
-def deciding_fields(owner: str) -> list[str]:
-    """The fields of ``owner`` that decide the numbers (role ``decides``): what every resume and cache key holds."""
-    return role_fields(owner, "decides")
 
 
 def check_option(record: Option, value: Any, name: str | None = None) -> Any:
@@ -170,13 +164,13 @@ def declared(cls: type) -> type:
     return dataclass(frozen=True)(cls)
 
 
-def check_declared(obj: Any, skip: Iterable[str] = ()) -> None:
+def check_declared(obj: Any) -> None:
     """Check every field of the option object ``obj`` that has a record (errors name ``Class.field``); a ``names``
     value is stored as a tuple."""
     owner = type(obj).__name__
     records = options_of(owner)
     for f in dataclasses.fields(obj):
-        if f.name in records and f.name not in skip:
+        if f.name in records:
             value = check_option(records[f.name], getattr(obj, f.name), f"{owner}.{f.name}")
             if isinstance(value, tuple) and getattr(obj, f.name) is not value:
                 object.__setattr__(obj, f.name, value)

@@ -67,7 +67,8 @@ class Option:
     multiple : bool
         Repeatable (a tuple of the values given).
     default_text : str, optional
-        What ``--help`` says of a default that is not a plain value (``gate at head scope, zero at network scope``).
+        The default in words where it is not one value (``gate at head scope, zero at network scope``): ``--help``
+        and the command page's default column say it.
     nullable : bool
         ``None`` is a value too (no limit) though the default is not ``None``.
     also : tuple of str
@@ -105,10 +106,6 @@ class Option:
     def owner(self) -> str:
         """The class or command the option belongs to: :attr:`id` without its last part."""
         return self.id.rpartition(".")[0]
-
-    @property
-    def required(self) -> bool:
-        return self.default is REQUIRED
 
     def choice_list(self) -> list[str]:
         """The choices as they stand (a registry is read now)."""

@@ -335,30 +335,29 @@ RECORDS: list[Option] = [
         "ig_baseline",
         "--ig-baseline",
         "Where Integrated Gradients starts: zero states, the dataset mean, or the "
-        "state the ablation puts in (each ablation its own) [default: zero at head scope, removed at network "
-        "scope].",
+        "state the ablation puts in (each ablation its own).",
         "decides",
         kind="choice",
         choices=catalog.IG_BASELINES,
         commands=("faithfulness", "profile"),
+        default_text="zero at head scope, removed at network scope",
     ),
     _eval(
         "internal_batch_size",
         "--ig-batch-size",
-        "Rows per internal Integrated Gradients batch (bounds memory; "
-        "Captum's internal_batch_size) [default: all steps at once].",
+        "Rows per internal Integrated Gradients batch (bounds memory; Captum's internal_batch_size).",
         "decides",
         kind="int",
         low=1,
         commands=("faithfulness", "profile"),
         param="ig_batch_size",
+        default_text="all steps at once",
     ),
     _eval(
         "ablation",
         "--ablation",
         "How a layer is removed: "
-        f"{', '.join(catalog.ABLATIONS)} or a plug-in's (docs/concepts/ablations.md); default: gate at head scope, "
-        "zero at network scope. Several, comma-separated, share one pass (attributions are computed once), write "
+        f"{', '.join(catalog.ABLATIONS)} or a plug-in's (docs/concepts/ablations.md). Several, comma-separated, share one pass (attributions are computed once), write "
         "one subfolder of --out each and operators.csv, how much each method's verdict depends on the operator.",
         "decides",
         kind="names",
@@ -427,7 +426,6 @@ RECORDS: list[Option] = [
         kind="choice",
         default="auto",
         choices=lambda: ("auto", "all", *catalog.method_names()),
-        default_text="auto: contribution where the run has it, else the first method",
     ),
     _eval(
         "chunk_size",
