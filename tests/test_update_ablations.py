@@ -300,3 +300,23 @@ def test_update_ablations_are_refused_at_head_scope_in_one_line(digits_checkpoin
         r"--ablation must be an ablation defined at head scope \(gate, gate-renorm, zero, mean, resample, noise: "
         r"skip acts inside the backbone: use scope 'network'\); got 'skip'\.",
     )
+
+
+def test_the_update_statistics_read_the_blocks_of_the_statistics_pass_itself(cnn):
+    """mean-update's statistics come from one backbone pass per batch: the pass that traces the batch records each
+    block's input and output, and the update statistics read them instead of running the blocks again."""
+    from laya_eval.engine.evaluation import collect_statistics
+    from laya_eval.engine.plan import make_plan
+
+    model, data = cnn
+    plan = make_plan(model, data, options=EvalOptions(scope="network", ablation="mean-update", batch_size=4))
+    assert "update_mean" in plan.statistics
+    calls = []
+    handle = model.backbone.module.blocks[0].register_forward_hook(lambda *a: calls.append(1))
+    try:
+        means = collect_statistics(plan, 0, len(data))
+    finally:
+        handle.remove()
+    batches = -(-len(data) // 4)
+    assert len(calls) == batches  # one pass per batch, not one more per update statistic
+    torch.testing.assert_close(means["update_mean"][0].double(), _cnn_updates(model.backbone.module, data.x)[0].mean(0))

@@ -36,18 +36,20 @@ from laya_eval.models.heads import pool_hidden
 from laya_eval.models.layered import LayeredModel
 from laya_eval.models.trace import Trace
 
-__all__ = ["STATISTICS", "DatasetStatistics", "StatisticSpec", "batch_statistics"]
+__all__ = ["STATISTICS", "BlockOutputs", "DatasetStatistics", "StatisticSpec", "batch_statistics"]
 
 Pairs = list[tuple[Tensor, Tensor]]
 
 
 @dataclass(frozen=True)
 class StatisticSpec:
-    """A dataset statistic: ``fn(trace, model, scope, block_outputs) -> [(sum, count) per layer]`` for one batch."""
+    """A dataset statistic: ``fn(trace, model, scope, block_outputs) -> [(sum, count) per layer]`` for one batch;
+    ``block_inputs``: at network scope it reads each block's input too (:class:`BlockOutputs` carries it)."""
 
     name: str
     description: str
     fn: Callable[[Trace, LayeredModel, str, list[Tensor] | None], Pairs]
+    block_inputs: bool = False
 
 
 def _rows(tr: Trace) -> Tensor:
@@ -84,10 +86,23 @@ def _hidden_square_sums(tr: Trace, model: LayeredModel, scope: str, outputs: lis
     return _hidden_sums(tr, model, scope, outputs, power=2)
 
 
+class BlockOutputs(list):
+    """The blocks' full outputs of one pass, with each block's input of the same pass (``inputs``; ``None`` where a
+    block is not called with one tensor): what the network-scope statistics read instead of running the backbone
+    again."""
+
+    def __init__(self, outputs, inputs) -> None:
+        super().__init__(outputs)
+        self.inputs = list(inputs)
+
+
 def _update_sums(tr: Trace, model: LayeredModel, scope: str, outputs: list[Tensor] | None, power: int = 1) -> Pairs:
     if scope != "network":
         raise ValueError("a block's update is a network-scope statistic (the block's output minus its input).")
-    _, inputs, outputs = model.block_inputs_and_outputs(tr.inputs)
+    if isinstance(outputs, BlockOutputs):
+        inputs = outputs.inputs
+    else:  # callers that traced without recording the blocks
+        _, inputs, outputs = model.block_inputs_and_outputs(tr.inputs)
     updates = []
     for i, (block_input, out) in enumerate(zip(inputs, outputs)):
         if block_input is None or block_input.shape != out.shape:
@@ -122,11 +137,13 @@ STATISTICS: dict[str, StatisticSpec] = {
             "update_mean",
             "Mean of each block's update (output minus input; the `mean-update` ablation's fill).",
             _update_sums,
+            block_inputs=True,
         ),
         StatisticSpec(
             "update_square_mean",
             "Mean of the square of each block's update (with update_mean, the `noise-update` ablation's scale).",
             _update_square_sums,
+            block_inputs=True,
         ),
         StatisticSpec("mean_layer_weights", "Mean layer weights over the evaluated set (`static`).", _weight_sums),
     )

@@ -38,7 +38,7 @@ from laya_eval.engine.methods import AttributionMethod, MethodContext, baseline_
 from laya_eval.errors import ConfigError
 from laya_eval.catalog import ABLATION_SPECS
 from laya_eval.data import Dataset
-from laya_eval.engine.dataset_stats import DatasetStatistics, batch_statistics
+from laya_eval.engine.dataset_stats import STATISTICS, BlockOutputs, DatasetStatistics, batch_statistics
 from laya_eval.models.devices import backbone_precision
 from laya_eval.engine.distributed import SINGLE_PROCESS, World, serial_map
 from laya_eval.engine.effect_precision import float64_trace
@@ -103,16 +103,19 @@ def _cached_states(plan: Plan, rows: Tensor) -> list[Tensor]:
 
 
 def _trace(
-    plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, *, record_blocks: bool = False
+    plan: Plan, x: Any, y: Tensor, ids: Tensor, index: Tensor, *, record_blocks: bool = False, with_inputs: bool = False
 ) -> tuple[Trace, list[Tensor] | None]:
     """One backbone pass (or the cached states of rows ``index``); with ``record_blocks`` also each block's full
-    output (network-scope statistics)."""
+    output, and ``with_inputs`` each block's input of the same pass (network-scope statistics of updates)."""
     outputs = None
     if plan.features is not None and not record_blocks:
         hidden = _cached_states(plan, index)
         return trace_from_hidden(plan.model.head, hidden, labels=y, inputs=x, sample_ids=ids), outputs
     with torch.no_grad(), backbone_precision(plan.device, plan.options.dtype):
-        if record_blocks:
+        if record_blocks and with_inputs:
+            hidden, inputs, outputs = plan.model.block_inputs_and_outputs(x)
+            outputs = BlockOutputs(outputs, inputs)
+        elif record_blocks:
             hidden, outputs = plan.model.block_outputs(x)
         else:
             hidden = plan.model.hidden_states(x)
@@ -137,9 +140,10 @@ def collect_statistics(
     stats = partial.load_statistics() if partial is not None else None
     if stats is None:
         stats = DatasetStatistics()
+        network = plan.options.scope == "network"
+        inputs = network and any(STATISTICS[name].block_inputs for name in plan.statistics)
         for x, y, ids, index in _batches(plan, start, stop):
-            network = plan.options.scope == "network"
-            tr, outputs = _trace(plan, x, y, ids, index, record_blocks=network)
+            tr, outputs = _trace(plan, x, y, ids, index, record_blocks=network, with_inputs=inputs)
             if keep is not None:
                 keep.add(tr.hidden, ids, index)
             with torch.no_grad():
