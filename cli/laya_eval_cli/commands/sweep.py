@@ -20,7 +20,8 @@ def sweep(config, out, resume, cache_dir, trust_code, quiet):
     """
     from laya_eval.sweeps.config import load_config
 
-    cells = load_config(config, trust_code=trust_code).cells  # a bad config ends here, before torch is imported
+    checked = load_config(config, trust_code=trust_code)  # a bad config ends here, before torch is imported
+    cells = checked.cells
     from laya_eval.sweeps.run import sweep as run_sweep
 
     with progress_bar(quiet, total=len(cells), desc="sweep", unit="cell") as bar:
@@ -30,7 +31,10 @@ def sweep(config, out, resume, cache_dir, trust_code, quiet):
                 bar.set_postfix_str(cell.name)
                 bar.update(1)
 
-        result = run_sweep(config, out, resume=resume, progress=progress, cache_dir=cache_dir, trust_code=trust_code)
+        # the file is read once: the sweep takes the checked content (and checks it again, as a dict)
+        result = run_sweep(
+            checked.raw, out, resume=resume, progress=progress, cache_dir=cache_dir, trust_code=trust_code
+        )
     summary = result.tables["sweep_summary"]
     click.echo(f"{len(result.computed)} cell(s) computed, {len(result.reused)} reused -> {out}")
     if len(summary):
