@@ -71,3 +71,20 @@ def test_readme_lower_level_call_works():
     tr = trace(model, x)
     with torch.no_grad():
         torch.testing.assert_close(tr.logits, model(x))
+
+
+def test_the_operator_comparison_is_computed_when_read_and_once(digits_checkpoints, monkeypatch):
+    """A permutation test over the ablations: a caller that reads only the tables (meta, profile) does not run it."""
+    import laya_eval.engine.operators as operators
+
+    calls = []
+    real = operators.operator_sensitivity
+    monkeypatch.setattr(operators, "operator_sensitivity", lambda *a, **k: calls.append(1) or real(*a, **k))
+    both = laya_eval.evaluate(
+        laya_eval.load_model(digits_checkpoints["laya"]).model,
+        "digits",
+        options=laya_eval.EvalOptions(limit=20, bootstrap=0, methods=("laya", "random"), ablation=("gate", "mean")),
+    )
+    assert both["gate"].summary is not None and calls == []
+    first = both.operators
+    assert both.operators is first and calls == [1]

@@ -58,7 +58,7 @@ from laya_eval.engine.plan import (
     with_cached_features,
 )
 from laya_eval.engine.records import Records, merge_records
-from laya_eval.engine.outcome import Evaluation, operators_of, write_evaluation
+from laya_eval.engine.outcome import Evaluation, write_evaluation
 from laya_eval.engine.results import SUMMARY_COLUMNS, EvaluationResult, MethodScore, build_result, score_method
 from laya_eval.engine.saved_draws import noise_draws
 from laya_eval.output.tables import check_table_format
@@ -416,7 +416,7 @@ def evaluate(
     )
     evaluation = None
     if results is not None:
-        evaluation = Evaluation(results, operators=operators_of(results))
+        evaluation = Evaluation(results)
         if out is not None:
             evaluation.files = write_evaluation(evaluation, out, table_format=options.table_format)
     if out is not None:

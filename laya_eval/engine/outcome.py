@@ -27,14 +27,21 @@ class Evaluation(Mapping[str, EvaluationResult]):
     results : dict of str to EvaluationResult
     operators : OperatorSensitivity or None
         Kendall's W of the method ranking across the ablations, its permutation p-value and the best method per
-        ablation (``operators.csv``); None for one ablation.
+        ablation (``operators.csv``); None for one ablation. Computed when first read (a permutation test: a caller
+        that reads only the tables does not pay for it), once.
     files : list of Path
         The files written under ``out`` (empty when nothing was written).
     """
 
     results: dict[str, EvaluationResult]
-    operators: Any = None
     files: list[Path] = field(default_factory=list)
+    _operators: Any = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def operators(self):
+        if self._operators is None and len(self.results) > 1:
+            self._operators = operators_of(self.results)
+        return self._operators
 
     def __getitem__(self, ablation: str) -> EvaluationResult:
         return self.results[ablation]
