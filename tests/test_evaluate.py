@@ -264,7 +264,7 @@ def test_network_scope_runs_end_to_end(digits_checkpoints):
         ("laya", "network", ("zero", "mean")),
     ],
 )
-def test_evaluate_ablations_equals_one_evaluate_per_ablation(digits_checkpoints, head, scope, ablations):
+def test_several_ablations_equal_one_evaluate_per_ablation(digits_checkpoints, head, scope, ablations):
     """The oracle is evaluate() called once per ablation (itself checked against scipy, Captum and slow loops)."""
     opts = EvalOptions(limit=40, batch_size=16, scope=scope, ablation=ablations[0], **FAST)
     many = evaluate(digits_checkpoints[head], options=dataclasses.replace(opts, ablation=tuple(ablations)))
@@ -289,7 +289,7 @@ def test_evaluate_ablations_equals_one_evaluate_per_ablation(digits_checkpoints,
     assert not all(np.allclose(effects[0], e) for e in effects[1:])
 
 
-def test_evaluate_ablations_computes_each_attribution_once(digits_checkpoints, monkeypatch):
+def test_several_ablations_compute_each_attribution_once(digits_checkpoints, monkeypatch):
     from laya_eval.engine import methods as attribution
 
     calls = []
@@ -305,7 +305,7 @@ def test_evaluate_ablations_computes_each_attribution_once(digits_checkpoints, m
     assert len(calls) == 2  # one call per batch of 20, not one per batch and ablation (6)
 
 
-def test_evaluate_ablations_rejects_bad_lists(digits_checkpoints):
+def test_bad_ablation_lists_are_refused(digits_checkpoints):
     with pytest.raises(
         ConfigError,
         match=r"ablation must be one of \{gate, gate-renorm, zero, mean, resample, noise, skip, mean-update, resample-update, noise-update\}; got 'bogus'",

@@ -47,6 +47,9 @@ def test_evaluate_is_a_function_returning_an_evaluation(digits_checkpoints):
         "audit_mixers_to_folder",
         "write_report",
         "write_profile",
+        "evaluate_ablations",
+        "evaluate_to_folder",
+        "write_results",
     ],
 )
 def test_removed_names_are_not_public(name):
