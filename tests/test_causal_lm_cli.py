@@ -86,7 +86,9 @@ def test_mean_pooling_of_a_causal_lm_is_another_cache_entry_and_recorded(tmp_pat
     assert _fit_head(folder, reviews, tmp_path / "last.pt", cache).exit_code == 0
     result = _fit_head(folder, reviews, tmp_path / "mean.pt", cache, "--pool", "mean")
     assert result.exit_code == 0, result.output
-    assert "reused the feature cache" not in result.output  # pooling is part of the key
+    assert "encoded the data once into the feature cache" in result.output  # pooling is part of the key
+    again = _fit_head(folder, reviews, tmp_path / "last-again.pt", cache)
+    assert "reused the feature cache" in again.output
     payload = torch.load(tmp_path / "mean.pt", weights_only=True)
     assert payload["config"]["backbone"]["kwargs"]["pooling"] == "mean"
 
