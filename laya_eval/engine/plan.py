@@ -87,6 +87,7 @@ class EvalOptions:
     internal_batch_size: int | None
     ig_baseline: str | None
     target: str | int
+    context: int
     dtype: str
     chunk_size: int
     tie_rtol: float
