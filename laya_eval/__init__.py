@@ -35,6 +35,7 @@ from laya_eval.version import __version__ as __version__
 #: The verbs: one library function per command.
 VERBS = {
     "evaluate": "laya_eval.engine.evaluation:evaluate",
+    "evaluate_next_token": "laya_eval.language.evaluation:evaluate_next_token",
     "fit_head": "laya_eval.training.head_fit:fit_head",
     "train": "laya_eval.training.head_fit:train",
     "profile": "laya_eval.profiling.run:profile",

@@ -47,7 +47,7 @@ from laya_eval.language.text import TextWindows, read_documents, windows
 from laya_eval.stats import COMPARISON_COLUMNS, EFFECT_FLOOR, compare_methods, tie_effects, typical_largest_effect
 from laya_eval.stats.metrics import rank_layers
 
-__all__ = ["EFFECT_MEANING", "check_next_token_options", "evaluate_next_token", "load_text_windows"]
+__all__ = ["EFFECT_MEANING", "check_next_token_options", "evaluate_next_token", "intact_pass", "load_text_windows"]
 
 EFFECT_MEANING = (
     "loss(window, block i removed) - loss(window), the mean next-token negative log-likelihood over the window's "
@@ -88,8 +88,9 @@ def load_text_windows(lm: CausalLM, data: str, *, split: str, context: int, data
     return windows(documents, lm.tokenizer, split=split, context=context, name=data[5:], source=source)
 
 
-def _intact(lm: CausalLM, batch, rows: int, options: EvalOptions, fill) -> tuple[IntactPass, torch.Tensor]:
-    """The intact pass of one batch with every block's states and the gradients of each window's loss."""
+def intact_pass(lm: CausalLM, batch, rows: int, *, seed: int, n_steps: int, fill) -> tuple[IntactPass, torch.Tensor]:
+    """The intact pass of one batch with every block's states and the gradients of each window's loss, and the
+    windows' losses (B,)."""
     parts = []
     for s in range(0, batch.ids.shape[0], rows):
         ids, mask = batch.ids[s : s + rows], batch.mask[s : s + rows]
@@ -108,8 +109,8 @@ def _intact(lm: CausalLM, batch, rows: int, options: EvalOptions, fill) -> tuple
         grads=cat(lambda r: [h.grad for h in r.outputs]),
         sample_ids=batch.sample_ids,
         fill=fill,
-        seed=options.seed,
-        n_steps=options.n_steps,
+        seed=seed,
+        n_steps=n_steps,
     )
     return intact, torch.cat([loss for _, loss in parts])
 
@@ -126,7 +127,9 @@ def _collect(lm: CausalLM, data: TextWindows, options: EvalOptions, methods, pro
         p.requires_grad_(False)
     got: dict[str, Any] = {"loss": [], "scores": {}, "effects": {}, "deletion": {}}
     for batch in parts:
-        first, loss = _intact(lm, batch, rows, options, fills[options.ablations[0]])
+        first, loss = intact_pass(
+            lm, batch, rows, seed=options.seed, n_steps=options.n_steps, fill=fills[options.ablations[0]]
+        )
         got["loss"].append(loss.cpu().numpy())
         for a in options.ablations:
             intact = dataclasses.replace(first, fill=fills[a])

@@ -1,0 +1,207 @@
+"""``--target next-token``: text windows against a hand split, effects against a hand loop over transformers' own
+blocks, the logit lens against the model's own final norm and LM head, and the bad inputs."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from laya_eval.engine.plan import EvalOptions
+from laya_eval.errors import ConfigError, DataError
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from tests.causal_lm_models import save_causal_lm, train_tokenizer  # noqa: E402
+
+from laya_eval.language import evaluate_next_token  # noqa: E402
+from laya_eval.language.text import read_documents, windows  # noqa: E402
+
+DOCS = [
+    "the cat sat on the mat and the dog sat on the rug and the cat sat",
+    "a film about a cat",
+    "the plot is thin",
+    "short",
+    "the dog and the cat are friends and they play in the park every day",
+    "music and film and plot and music",
+    "the acting is good",
+    "a long trip to the sea and a long trip to the park and back",
+    "the music is better",
+    "the cat and the dog",
+    "a cat on the mat",
+]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lms")
+    return {family: save_causal_lm(root / family, family) for family in ("gpt2", "llama")}
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("text") / "docs.txt"
+    path.write_text("\n\n".join(DOCS) + "\n")
+    return path
+
+
+def _options(**kw):
+    base = dict(target="next-token", scope="network", ablation="skip", split="train", context=6, bootstrap=0)
+    return EvalOptions(**{**base, **kw})
+
+
+def test_plain_text_and_json_lines_give_the_same_documents(tmp_path):
+    plain = tmp_path / "a.txt"
+    plain.write_text("first line\nstill first\n\n  \n\nsecond\n\n\nthird\n")
+    lines = tmp_path / "a.jsonl"
+    lines.write_text("\n".join(json.dumps({"text": t}) for t in ["first line\nstill first", "second", "third"]))
+    assert read_documents(str(plain))[0] == ["first line\nstill first", "second", "third"]
+    assert read_documents(str(lines))[0] == ["first line\nstill first", "second", "third"]
+
+
+def test_windows_are_a_hand_split_by_document_cut_at_the_context():
+    tok = train_tokenizer(DOCS)
+    # The documented rule by hand: 11 documents, permutation of numpy's default_rng(0); 1 test, 1 val, 9 train.
+    order = np.random.default_rng(0).permutation(len(DOCS))
+    held = {"test": sorted(order[:1]), "val": sorted(order[1:2]), "train": sorted(order[2:])}
+    seen = []
+    for split, docs in held.items():
+        got = windows(DOCS, tok, split=split, context=6, name="docs", source={})
+        expected = []
+        for d in docs:
+            ids = tok(DOCS[d])["input_ids"]
+            expected += [(d, s, ids[s : s + 6]) for s in range(0, len(ids), 6) if len(ids[s : s + 6]) >= 2]
+        assert [(int(d), int(o), w.tolist()) for d, o, w in zip(got.document, got.offset, got.ids)] == expected
+        seen += docs
+    assert sorted(seen) == list(range(len(DOCS)))  # every document in exactly one split
+
+
+@functools.lru_cache(maxsize=4)
+def _model(lm_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(lm_dir, dtype=torch.float32).eval()
+
+
+def _hand_losses(lm_dir, family, window: torch.Tensor, removed: tuple[int, ...]) -> float:
+    """Mean next-token loss of one window with the blocks ``removed`` skipped, by calling transformers' blocks."""
+    model = _model(lm_dir)
+    ids = window[None]
+    t = ids.shape[1]
+    mask = torch.full((t, t), torch.finfo(torch.float32).min).triu(1)[None, None]  # causal, additive
+    pos = torch.arange(t)[None]
+    with torch.no_grad():
+        if family == "gpt2":
+            body = model.transformer
+            h = body.wte(ids) + body.wpe(pos)
+            blocks, norm, extra = body.h, body.ln_f, {}
+        else:
+            body = model.model
+            h = body.embed_tokens(ids)
+            blocks, norm = body.layers, body.norm
+            extra = {"position_embeddings": body.rotary_emb(h, position_ids=pos), "position_ids": pos}
+        for i, block in enumerate(blocks):
+            if i not in removed:
+                h = block(h, attention_mask=mask, **extra)
+        logits = model.lm_head(norm(h)).double()
+    return float(torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:]))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_skip_effects_and_deletion_equal_a_hand_loop_over_transformers_blocks(models, text_file, family):
+    torch.set_num_threads(1)
+    result = evaluate_next_token(
+        f"hf:{models[family]}", f"text:{text_file}", options=_options(methods=("random",), limit=5)
+    )["skip"]
+    tok = train_tokenizer()
+    docs, _ = read_documents(str(text_file))
+    text = windows(docs, tok, split="train", context=6, name="docs", source={})
+    layers = result.layers.sort_values(["sample", "layer"])
+    n_layers = 3
+    effects = layers["effect"].to_numpy().reshape(-1, n_layers)
+    hand = np.array(
+        [
+            [
+                _hand_losses(models[family], family, torch.tensor(w), (i,))
+                - _hand_losses(models[family], family, torch.tensor(w), ())
+                for i in range(n_layers)
+            ]
+            for w in text.ids[:5]
+        ]
+    )
+    scale = np.abs(hand).max()
+    assert scale > 1e-2  # removing a block matters in these models: the comparison is not of zeros
+    np.testing.assert_allclose(effects, hand, rtol=0, atol=1e-6 * scale)
+    # Deletion@2 of the random ranking: its two top-scored blocks removed together.
+    scores = layers["attribution"].to_numpy().reshape(-1, n_layers)
+    samples = result.samples.sort_values("sample")
+    assert samples["loss"].to_numpy() == pytest.approx(
+        [_hand_losses(models[family], family, torch.tensor(w), ()) for w in text.ids[:5]], abs=1e-6
+    )
+    top1 = [tuple(np.argsort(-s, kind="stable")[:1]) for s in scores]
+    d1 = [
+        _hand_losses(models[family], family, torch.tensor(w), r)
+        - _hand_losses(models[family], family, torch.tensor(w), ())
+        for w, r in zip(text.ids[:5], top1)
+    ]
+    np.testing.assert_allclose(samples["deletion_at_1"].to_numpy(), d1, rtol=0, atol=1e-6 * scale)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_the_hand_loop_is_the_models_own_loss(models, family):
+    window = torch.tensor([2, 5, 7, 3, 9, 4])
+    own = _model(models[family])(input_ids=window[None], labels=window[None]).loss
+    assert _hand_losses(models[family], family, window, ()) == pytest.approx(float(own), abs=1e-6)
+
+
+def _hand_lens(lm_dir, family, window: torch.Tensor) -> list[float]:
+    """Loss of the LM head reading the input of block 1 and each block's output through the final norm."""
+    model = _model(lm_dir)
+    ids = window[None]
+    states = model(input_ids=ids, output_hidden_states=True).hidden_states  # embeddings, blocks 1..L-1, normed last
+    norm = model.transformer.ln_f if family == "gpt2" else model.model.norm
+    with torch.no_grad():
+        raw = list(states[:-1])
+        last = {}
+        block = (model.transformer.h if family == "gpt2" else model.model.layers)[-1]
+        handle = block.register_forward_hook(lambda m, a, out: last.setdefault("h", out))
+        model(input_ids=ids)
+        handle.remove()
+        raw.append(last["h"])
+        losses = []
+        for h in raw:
+            logits = model.lm_head(norm(h)).double()
+            losses.append(float(torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:])))
+    return losses
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_logit_lens_is_the_fall_of_the_loss_of_the_head_reading_each_block(models, text_file, family):
+    torch.set_num_threads(1)
+    result = evaluate_next_token(
+        f"hf:{models[family]}", f"text:{text_file}", options=_options(methods=("logit_lens",), limit=4)
+    )["skip"]
+    docs, _ = read_documents(str(text_file))
+    text = windows(docs, train_tokenizer(), split="train", context=6, name="docs", source={})
+    got = result.layers.sort_values(["sample", "layer"])["attribution"].to_numpy().reshape(-1, 3)
+    hand = np.array(
+        [
+            np.subtract(*np.array(_hand_lens(models[family], family, torch.tensor(w)))[[[0, 1, 2], [1, 2, 3]]])
+            for w in text.ids[:4]
+        ]
+    )
+    np.testing.assert_allclose(got, hand, rtol=0, atol=1e-6)
+
+
+def test_integrated_gradients_sum_to_the_skip_effect(models, text_file):
+    """Completeness: IG from the removed block to the intact one integrates the loss change exactly (one block
+    at a time), so with enough steps it equals the measured effect."""
+    torch.set_num_threads(1)
+    result = evaluate_next_token(
+        f"hf:{models['gpt2']}", f"text:{text_file}", options=_options(methods=("ig",), limit=3, n_steps=96)
+    )["skip"]
+    np.testing.assert_allclose(result.layers["attribution"], result.layers["effect"], rtol=0, atol=1e-4)
