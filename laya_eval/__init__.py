@@ -41,6 +41,7 @@ VERBS = {
     "profile": "laya_eval.profiling.run:profile",
     "sanity": "laya_eval.sanity_checks:sanity",
     "prune": "laya_eval.pruning.run:prune",
+    "prune_next_token": "laya_eval.language.pruning:prune_next_token",
     "report": "laya_eval.reporting.write:report",
     "sweep": "laya_eval.sweeps.run:sweep",
     "meta": "laya_eval.planted.run:meta",

@@ -155,7 +155,7 @@ def test_skip_effects_and_deletion_equal_a_hand_loop_over_transformers_blocks(mo
 def test_the_hand_loop_is_the_models_own_loss(models, family):
     window = torch.tensor([2, 5, 7, 3, 9, 4])
     own = _model(models[family])(input_ids=window[None], labels=window[None]).loss
-    assert _hand_losses(models[family], family, window, ()) == pytest.approx(float(own), abs=1e-6)
+    assert _hand_losses(models[family], family, window, ()) == pytest.approx(float(own.detach()), abs=1e-6)
 
 
 def _hand_lens(lm_dir, family, window: torch.Tensor) -> list[float]:
@@ -205,3 +205,73 @@ def test_integrated_gradients_sum_to_the_skip_effect(models, text_file):
         f"hf:{models['gpt2']}", f"text:{text_file}", options=_options(methods=("ig",), limit=3, n_steps=96)
     )["skip"]
     np.testing.assert_allclose(result.layers["attribution"], result.layers["effect"], rtol=0, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory):
+    from transformers import BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("bert")
+    config = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
+    BertModel(config).save_pretrained(folder)
+    train_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def _bad_inputs(models, text_file, encoder_dir, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n")
+    one_token = tmp_path / "short.txt"
+    one_token.write_text("cat\n\ndog\n\nmat\n")
+    no_tokenizer = tmp_path / "no-tokenizer"
+    no_tokenizer.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (no_tokenizer / name).write_bytes((models["gpt2"] / name).read_bytes())
+    checkpoint = tmp_path / "ckpt.pt"
+    checkpoint.write_bytes(b"not read")
+    lm, text = f"hf:{models['gpt2']}", f"text:{text_file}"
+    nt = ("--target", "next-token", "--context", "6", "--split", "train")
+    return [
+        ((lm, "--data", f"text:{empty}", *nt), DataError, r"holds no text"),
+        ((lm, "--data", f"text:{one_token}", *nt), DataError, r"no document of two tokens or more"),
+        (
+            (lm, "--data", text, "--target", "next-token", "--context", "65"),
+            ConfigError,
+            r"at most the model's 64 positions; got 65",
+        ),
+        ((f"hf:{encoder_dir}", "--data", text, *nt), ConfigError, r"needs a causal language model.*bert model"),
+        ((str(checkpoint), "--data", text, *nt), ConfigError, r"given as hf:DIR; got .*ckpt\.pt"),
+        ((f"hf:{no_tokenizer}", "--data", text, *nt), ConfigError, r"no tokenizer"),
+        ((lm, "--data", "digits", *nt), DataError, r"--data text:FILE .*got 'digits'"),
+        ((lm, "--data", text, "--context", "6"), DataError, r"add --target next-token"),
+        ((lm, "--data", text, *nt, "--scope", "head"), ConfigError, r"use --scope network; got 'head'"),
+        (
+            (lm, "--data", text, *nt, "--ablation", "resample"),
+            ConfigError,
+            r"among \{skip, zero, mean, mean-update\}; got 'resample'",
+        ),
+        ((lm, "--data", text, *nt, "--methods", "laya"), ConfigError, r"got 'laya'"),
+    ]
+
+
+def test_bad_input_is_one_line_exit_2_before_any_work(models, text_file, encoder_dir, tmp_path, monkeypatch):
+    from laya_eval.language import evaluation
+    from tests.cli_helpers import assert_one_line_error, run
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the work started")
+
+    monkeypatch.setattr(evaluation, "_collect", no_work)
+    for args, _, pattern in _bad_inputs(models, text_file, encoder_dir, tmp_path):
+        out = tmp_path / "out"
+        assert_one_line_error(run("faithfulness", *args, "--out", out), pattern)
+        assert not out.exists()
+
+
+def test_prune_refuses_a_classifier_target_on_a_causal_lm_and_text_for_a_classifier(models, text_file):
+    from tests.cli_helpers import assert_one_line_error, run
+
+    result = run(
+        "prune", f"hf:{models['gpt2']}", "--data", f"text:{text_file}", "--target", "next-token", "--context", "65"
+    )
+    assert_one_line_error(result, r"at most the model's 64 positions")

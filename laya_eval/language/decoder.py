@@ -14,7 +14,9 @@ and output, with their gradients.
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -31,6 +33,16 @@ from laya_eval.models.backbones.hf_files import (
     weight_file_hashes,
 )
 from laya_eval.models.backbones.hf_layout import DecoderParts, find_decoder_parts
+
+#: Files one of which a model folder's tokenizer is read from.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+    "tokenizer_config.json",
+)
 
 __all__ = ["CausalLM", "Fill", "RunOutput", "load_causal_lm", "padded_batch", "run_windows", "window_losses"]
 
@@ -105,6 +117,8 @@ def load_causal_lm(spec: str, *, download: bool = False, device: str | torch.dev
     except (OSError, ValueError) as err:
         raise ConfigError(f"could not read a Hugging Face model config from {path!r}: {_first_line(err)}") from None
     _check_causal(config, spec)
+    if os.path.isdir(path) and not any((Path(path) / f).is_file() for f in TOKENIZER_FILES):
+        raise ConfigError(f"{spec}: no tokenizer in the folder (looked for {', '.join(TOKENIZER_FILES)}).")
     try:
         with no_progress_bars():
             tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)

@@ -139,6 +139,7 @@ def prune_next_token(
     out: str | os.PathLike | None = None,
     data_dir: str | os.PathLike | None = None,
     device: str = "cpu",
+    download: bool = False,
     fmt: str | None = None,
     style: str = "default",
 ) -> NextTokenPruning:
@@ -173,7 +174,7 @@ def prune_next_token(
     if out is not None:
         check_output_folder(out)
     torch.manual_seed(options.seed)
-    lm = load_causal_lm(model, device=resolve_device(device))
+    lm = load_causal_lm(model, download=download, device=resolve_device(device))
     for p in lm.model.parameters():
         p.requires_grad_(False)
     val, test = (
