@@ -517,10 +517,12 @@ PLANTED_REFERENCES: dict[str, str] = {
 # at import that they implement these; 'modules' wraps a Python object and is not a CLI choice).
 HEAD_NAMES = ("lastlayer", "concat", "scalarmix", "laya")
 BACKBONE_NAMES = ("mlp", "cnn", "vit", "hf")
-#: Choice lists of owners that import torch (devices, tables, figures, heads, data; POOLS: hf mean/cls, py the rest).
+#: Choice lists of owners that import torch (devices, tables, figures, heads, data; POOLS: hf mean/cls/last
+#: (last: the last real token, the default of causal LMs), py the rest).
 SPLITS, DTYPES, TABLE_FORMATS = ("train", "val", "test"), ("float32", "bfloat16", "float16"), ("csv", "parquet")
 FIGURE_FORMATS, FIGURE_STYLES, PSI_CHOICES = ("png", "svg", "pdf"), ("default", "paper"), ("identity", "mlp")
-POOLS, HF_POOLS, MODULE_POOLS = ("avg", "cls", "mean", "flatten"), ("cls", "mean"), ("avg", "cls", "flatten")
+POOLS, HF_POOLS = ("avg", "cls", "mean", "flatten", "last"), ("cls", "mean", "last")
+MODULE_POOLS = ("avg", "cls", "flatten")
 #: Sanity's similarities; the ablation of a run that names none, per scope (network scope has no terms to gate).
 SIMILARITIES, DEFAULT_ABLATION = ("across_samples", "per_sample"), {"head": "gate", "network": "zero"}
 #: Classifiers with depth mixers (laya_eval.mixers.reference), trained whole by `train`, audited by `mixers`.

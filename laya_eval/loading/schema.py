@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from laya_eval.catalog import HF_POOLS
 from laya_eval.checks import MAX_LAYERS, MAX_SIZE, is_int
 from laya_eval.errors import CheckpointError
 from laya_eval.output.files import json_sha256, state_dict_sha256
@@ -233,7 +234,7 @@ BACKBONE_KWARGS: dict[str, dict[str, Key]] = {
         # the model as given and, resolved when it was saved, what it is rebuilt from (an absolute directory or an id)
         "resolved_model": Key(lambda v: _name(v) and "\0" not in v, "a non-empty string"),
         "max_length": Key(_size, _SIZE),
-        "pooling": Key(_one_of("mean", "cls"), "one of {'cls', 'mean'}"),
+        "pooling": Key(_one_of(*HF_POOLS), "one of {" + ", ".join(repr(p) for p in sorted(HF_POOLS)) + "}"),
         "local_files_only": Key(
             lambda v: v is True, "true (a checkpoint cannot allow downloads; download the model yourself)"
         ),

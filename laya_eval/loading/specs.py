@@ -29,7 +29,7 @@ from laya_eval.errors import ConfigError
 from laya_eval.loading.references import call_factory, source_hashes
 from laya_eval.models.layered import LayeredModel
 from laya_eval.checks import check_choice
-from laya_eval.catalog import HF_POOLS, POOLS
+from laya_eval.catalog import HF_POOLS, MODULE_POOLS
 
 __all__ = ["LoadedModel", "load_backbone", "load_model", "parse_spec"]
 
@@ -105,7 +105,8 @@ def load_backbone(
     layers : list of str, optional
         Names or glob patterns; ``hf:`` default every hidden state, ``py:`` required.
     pool : {"avg", "mean", "cls", "flatten"}, optional
-        ``hf:`` mean (default) or cls; ``py:`` avg (default), cls or flatten.
+        ``hf:`` mean (default for encoders), cls or last (the last real token; default for causal LMs);
+        ``py:`` avg (default), cls or flatten.
     example_input : Any
         One batch, to infer a ``py:`` module's layer sizes.
     download : bool
@@ -142,11 +143,10 @@ def load_backbone(
     elif kind == "hf":
         if sources:
             raise ConfigError("--source applies to py: models; an hf: model's files are all hashed.")
-        if pool is not None and pool != "avg":  # avg: the default of every model kind
+        if pool is not None and pool != "avg":  # avg: the mean over tokens, as for every model kind
             check_choice("pool (an hf: model)", pool, HF_POOLS)
-        backbone = HFBackbone(
-            value, pooling="cls" if pool == "cls" else "mean", local_files_only=not download, layers=layers
-        )
+        pooling = {None: None, "avg": "mean"}.get(pool, pool)  # None: last for a causal LM, else mean
+        backbone = HFBackbone(value, pooling=pooling, local_files_only=not download, layers=layers)
     else:
         made = call_factory(value)
         if isinstance(made, LayeredModel):
@@ -160,7 +160,7 @@ def load_backbone(
                 f"(names or patterns, e.g. {','.join(children[:4]) or 'layer1,layer2'})."
             )
         if pool is not None:
-            check_choice("pool", pool, POOLS)
+            check_choice("pool (a py: model)", pool, (*MODULE_POOLS, "mean"))
         names = select_names(layers, _module_candidates(made), "layer")
         code = source_hashes(value, sources)
         backbone = _module_backbone(

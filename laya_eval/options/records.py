@@ -154,7 +154,8 @@ RECORDS: list[Option] = [
     Option(
         "fit_head.pool",
         "--pool",
-        "How a layer's output becomes one vector: hf: mean (default) or cls; py: avg (default), cls or flatten.",
+        "How a layer's output becomes one vector: hf: mean (default for encoders), cls or last (the last real "
+        "token; default for causal LMs); py: avg (default), cls or flatten.",
         ("fit-head",),
         "decides",
         "choice",

