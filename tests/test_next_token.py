@@ -16,7 +16,7 @@ from laya_eval.errors import ConfigError, DataError
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from tests.causal_lm_models import save_causal_lm, train_tokenizer  # noqa: E402
+from tests.causal_lms import tiny_causal_lm, word_tokenizer  # noqa: E402
 
 from laya_eval.language import evaluate_next_token  # noqa: E402
 from laya_eval.language.text import read_documents, windows  # noqa: E402
@@ -36,10 +36,24 @@ DOCS = [
 ]
 
 
+def _louder(folder, family):
+    """The tiny model with its blocks' matrices scaled up, so that removing a block changes the loss clearly."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    with torch.no_grad():
+        for block in model.base_model.h if family == "gpt2" else model.base_model.layers:
+            for p in block.parameters():
+                if p.dim() == 2:
+                    p.mul_(8.0)
+    model.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("lms")
-    return {family: save_causal_lm(root / family, family) for family in ("gpt2", "llama")}
+    return {family: _louder(tiny_causal_lm(root / family, family, pad=True), family) for family in ("gpt2", "llama")}
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +78,7 @@ def test_plain_text_and_json_lines_give_the_same_documents(tmp_path):
 
 
 def test_windows_are_a_hand_split_by_document_cut_at_the_context():
-    tok = train_tokenizer(DOCS)
+    tok = word_tokenizer()
     # The documented rule by hand: 11 documents, permutation of numpy's default_rng(0); 1 test, 1 val, 9 train.
     order = np.random.default_rng(0).permutation(len(DOCS))
     held = {"test": sorted(order[:1]), "val": sorted(order[1:2]), "train": sorted(order[2:])}
@@ -117,11 +131,11 @@ def test_skip_effects_and_deletion_equal_a_hand_loop_over_transformers_blocks(mo
     result = evaluate_next_token(
         f"hf:{models[family]}", f"text:{text_file}", options=_options(methods=("random",), limit=5)
     )["skip"]
-    tok = train_tokenizer()
+    tok = word_tokenizer(pad=True)
     docs, _ = read_documents(str(text_file))
     text = windows(docs, tok, split="train", context=6, name="docs", source={})
     layers = result.layers.sort_values(["sample", "layer"])
-    n_layers = 3
+    n_layers = 3  # tests/causal_lms.py FAMILIES
     effects = layers["effect"].to_numpy().reshape(-1, n_layers)
     hand = np.array(
         [
@@ -186,7 +200,7 @@ def test_logit_lens_is_the_fall_of_the_loss_of_the_head_reading_each_block(model
         f"hf:{models[family]}", f"text:{text_file}", options=_options(methods=("logit_lens",), limit=4)
     )["skip"]
     docs, _ = read_documents(str(text_file))
-    text = windows(docs, train_tokenizer(), split="train", context=6, name="docs", source={})
+    text = windows(docs, word_tokenizer(pad=True), split="train", context=6, name="docs", source={})
     got = result.layers.sort_values(["sample", "layer"])["attribution"].to_numpy().reshape(-1, 3)
     hand = np.array(
         [
@@ -214,7 +228,7 @@ def encoder_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bert")
     config = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
     BertModel(config).save_pretrained(folder)
-    train_tokenizer().save_pretrained(folder)
+    word_tokenizer(pad=True).save_pretrained(folder)
     return folder
 
 

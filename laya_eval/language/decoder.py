@@ -14,7 +14,7 @@ and output, with their gradients.
 from __future__ import annotations
 
 import contextlib
-import os
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -28,10 +28,13 @@ from laya_eval.models.backbones.hf import no_progress_bars
 from laya_eval.models.backbones.hf_files import (
     locate_hf_model,
     model_file_hashes,
+    refuse_missing_tokenizer,
     refuse_remote_code,
     resolve_hf_model,
     weight_file_hashes,
 )
+from laya_eval.models.backbones.hf_causal import folder_is_causal_lm
+from laya_eval.models.backbones.hf_causal import load_causal_lm as load_pretrained_causal_lm
 from laya_eval.models.backbones.hf_layout import DecoderParts, find_decoder_parts
 
 #: Files one of which a model folder's tokenizer is read from.
@@ -68,26 +71,18 @@ def _first_line(err: Exception) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def _check_causal(config: Any, where: str) -> None:
-    """A causal LM: a model type transformers builds as a causal LM and not as a masked LM, saved (where the config
-    says) as a causal-LM class."""
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-    )
-
-    kind = getattr(config, "model_type", None)
-    archs = list(getattr(config, "architectures", None) or [])
-    causal_class = not archs or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
-    if (
-        kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-        or kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES
-        or getattr(config, "is_encoder_decoder", False)
-        or not causal_class
-    ):
-        saved = f" saved as {', '.join(archs)}" if archs else ""
+def _refuse_non_causal(path: str, spec: str) -> None:
+    """A causal LM by its config's ``model_type`` (:func:`~laya_eval.models.backbones.hf_causal.is_causal_lm_type`)."""
+    if not folder_is_causal_lm(path, local_files_only=True):
+        kind = "unknown"
+        config = Path(path) / "config.json"
+        if config.is_file():
+            try:
+                kind = json.loads(config.read_text(encoding="utf-8")).get("model_type", "unknown")
+            except (OSError, ValueError, AttributeError):
+                pass
         raise ConfigError(
-            f"--target next-token needs a causal language model with its LM head; {where} is a {kind} model{saved} "
+            f"--target next-token needs a causal language model with its LM head; {spec} is a {kind} model "
             "(an encoder or a model without a next-token head)."
         )
 
@@ -100,7 +95,7 @@ def load_causal_lm(spec: str, *, download: bool = False, device: str | torch.dev
     ConfigError
         Not an ``hf:`` spec, custom code asked for, not a causal LM, no tokenizer, no safetensors weights.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig
 
     spec = str(spec)
     if not spec.startswith("hf:"):
@@ -116,18 +111,12 @@ def load_causal_lm(spec: str, *, download: bool = False, device: str | torch.dev
             config = AutoConfig.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as err:
         raise ConfigError(f"could not read a Hugging Face model config from {path!r}: {_first_line(err)}") from None
-    _check_causal(config, spec)
-    if os.path.isdir(path) and not any((Path(path) / f).is_file() for f in TOKENIZER_FILES):
-        raise ConfigError(f"{spec}: no tokenizer in the folder (looked for {', '.join(TOKENIZER_FILES)}).")
+    _refuse_non_causal(path, spec)
+    refuse_missing_tokenizer(path)
     try:
         with no_progress_bars():
-            tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+            model, tokenizer = load_pretrained_causal_lm(path, kwargs)
     except (OSError, ValueError, TypeError) as err:
-        raise ConfigError(f"{spec}: no tokenizer could be loaded ({_first_line(err)}).") from None
-    try:
-        with no_progress_bars():
-            model = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True, dtype=torch.float32, **kwargs)
-    except (OSError, ValueError) as err:
         raise ConfigError(f"could not load {spec} as a causal LM (safetensors only): {_first_line(err)}") from None
     model.eval().to(device)
     parts = find_decoder_parts(model, int(config.num_hidden_layers))
