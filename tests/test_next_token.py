@@ -258,6 +258,7 @@ def _bad_inputs(models, text_file, encoder_dir, tmp_path):
         ((f"hf:{no_tokenizer}", "--data", text, *nt), ConfigError, r"no tokenizer"),
         ((lm, "--data", "digits", *nt), DataError, r"--data text:FILE .*got 'digits'"),
         ((lm, "--data", text, "--context", "6"), DataError, r"add --target next-token"),
+        ((lm, "--data", "digits"), ConfigError, r"causal language model without a classifier head"),
         ((lm, "--data", text, *nt, "--scope", "head"), ConfigError, r"use --scope network; got 'head'"),
         (
             (lm, "--data", text, *nt, "--ablation", "resample"),
@@ -289,3 +290,40 @@ def test_prune_refuses_a_classifier_target_on_a_causal_lm_and_text_for_a_classif
         "prune", f"hf:{models['gpt2']}", "--data", f"text:{text_file}", "--target", "next-token", "--context", "65"
     )
     assert_one_line_error(result, r"at most the model's 64 positions")
+
+
+def test_prune_perplexity_and_the_greedy_oracle_equal_a_hand_loop(models, text_file, tmp_path):
+    from laya_eval import PruneOptions, prune_next_token
+
+    torch.set_num_threads(1)
+    lm = models["gpt2"]
+    options = PruneOptions(target="next-token", context=6, bootstrap=50, n_random=2, methods=("block_influence",))
+    result = prune_next_token(f"hf:{lm}", f"text:{text_file}", options=options, out=tmp_path / "p", limit=4)
+    docs, _ = read_documents(str(text_file))
+    tok = word_tokenizer(pad=True)
+    val, test = (windows(docs, tok, split=s, context=6, name="d", source={}).take(4) for s in ("val", "test"))
+
+    def mean_loss(ws, removed):  # token-weighted, as perplexity is defined
+        losses = [_hand_losses(lm, "gpt2", torch.tensor(w), tuple(removed)) for w in ws.ids]
+        return np.average(losses, weights=[w.size - 1 for w in ws.ids])
+
+    removed = []  # the oracle by hand: greedy on the validation windows
+    for _ in range(2):
+        left = [i for i in range(3) if i not in removed]
+        removed.append(min(left, key=lambda i: mean_loss(val, removed + [i])))
+    oracle = removed + [i for i in range(3) if i not in removed]
+    assert result.orders["oracle"] == [i + 1 for i in oracle]
+    table = result.table.set_index(["method", "k_removed"])
+    for name in ("oracle", "block_influence"):
+        order = [i - 1 for i in result.orders[name]]
+        for k in range(3):
+            expected = np.exp(mean_loss(test, order[:k]))
+            assert table.loc[(name, k), "perplexity"] == pytest.approx(expected, rel=1e-6)
+    assert sorted(p.name for p in result.files) == [
+        "manifest.json",
+        "pruning.csv",
+        "pruning.png",
+        "pruning_comparisons.csv",
+        "pruning_summary.csv",
+    ]
+    assert set(result.summary["method"]) == {"block_influence", "oracle", "random"}
