@@ -8,7 +8,7 @@ Integrated Gradients, logit lens, random); :mod:`~laya_eval.language.evaluation`
 increase of removing each block (``faithfulness --target next-token``); :mod:`~laya_eval.language.pruning`
 removes blocks in each score's order and reports held-out perplexity (``prune --target next-token``).
 
-May import: errors, checks, catalog, options, output, stats, data, models, loading, engine, figures.
+May import: errors, checks, catalog, options, output, stats, data, models, loading, engine, figures, pruning.
 """
 
 from laya_eval.language.evaluation import evaluate_next_token
