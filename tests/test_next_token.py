@@ -327,3 +327,51 @@ def test_prune_perplexity_and_the_greedy_oracle_equal_a_hand_loop(models, text_f
         "pruning_summary.csv",
     ]
     assert set(result.summary["method"]) == {"block_influence", "oracle", "random"}
+
+
+def test_faithfulness_and_prune_next_token_from_the_command_line(models, text_file, tmp_path):
+    import pandas as pd
+
+    from tests.cli_helpers import run
+
+    lm, text = f"hf:{models['llama']}", f"text:{text_file}"
+    common = ("--target", "next-token", "--context", "6", "--bootstrap", "50")
+    result = run(
+        "faithfulness",
+        lm,
+        "--data",
+        text,
+        *common,
+        "--split",
+        "train",
+        "--limit",
+        "4",
+        "--ig-steps",
+        "4",
+        "--out",
+        tmp_path / "f",
+        "--quiet",
+    )
+    assert result.exit_code == 0, result.output
+    assert "ablation skip, scope network" in result.output and "mean next-token loss" in result.output
+    samples = pd.read_csv(tmp_path / "f" / "samples.csv")
+    assert list(samples.columns[:5]) == ["sample", "document", "offset", "tokens", "loss"]
+    assert set(samples["method"]) == set(
+        ("block_influence", "angular_distance", "grad_x_act", "atp", "ig", "logit_lens", "random")
+    )
+    result = run(
+        "prune",
+        lm,
+        "--data",
+        text,
+        *common,
+        "--limit",
+        "3",
+        "--methods",
+        "block_influence,logit_lens",
+        "--out",
+        tmp_path / "p",
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1].split()[:4] == ["ranking", "k=0", "k=1", "k=2"]
+    assert (tmp_path / "p" / "pruning.png").stat().st_size > 0
