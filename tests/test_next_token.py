@@ -375,3 +375,27 @@ def test_faithfulness_and_prune_next_token_from_the_command_line(models, text_fi
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[1].split()[:4] == ["ranking", "k=0", "k=1", "k=2"]
     assert (tmp_path / "p" / "pruning.png").stat().st_size > 0
+
+
+def test_rotten_tomatoes_snippets_are_documents_in_file_order(tmp_path):
+    import bz2
+
+    rows = [("fresh", "a good film"), ("plot", "a cat goes to sea"), ("rotten", "dull, slow")]
+    csv_text = "category,text,movie_name,has_plot_and_reviews\n" + "".join(f'{c},"{t}",m,True\n' for c, t in rows)
+    (tmp_path / "rotten_tomatoes_corpus_full.csv.bz2").write_bytes(bz2.compress(csv_text.encode()))
+    docs, source = read_documents("rotten-tomatoes", tmp_path)
+    assert docs == [t for _, t in rows]  # reviews and plot synopses alike
+    assert source["source"].endswith("rotten_tomatoes_corpus_full.csv.bz2")
+
+
+def test_windows_do_not_depend_on_the_batch_size(models, text_file):
+    torch.set_num_threads(1)
+    tables = [
+        evaluate_next_token(
+            f"hf:{models['gpt2']}",
+            f"text:{text_file}",
+            options=_options(methods=("block_influence", "grad_x_act"), limit=6, batch_size=b),
+        )["skip"].layers
+        for b in (2, 16)
+    ]
+    assert tables[0].equals(tables[1])
