@@ -101,8 +101,11 @@ def _model(lm_dir):
     return AutoModelForCausalLM.from_pretrained(lm_dir, dtype=torch.float32).eval()
 
 
-def _hand_losses(lm_dir, family, window: torch.Tensor, removed: tuple[int, ...]) -> float:
-    """Mean next-token loss of one window with the blocks ``removed`` skipped, by calling transformers' blocks."""
+def _hand_losses(lm_dir, family, window: torch.Tensor, removed: tuple[int, ...], fill=None, states=None) -> float:
+    """Mean next-token loss of one window with the blocks ``removed`` skipped, by calling transformers' blocks.
+
+    ``fill(i, h_in)``: what a removed block outputs instead (default: its input, ``skip``); ``states``: a list that
+    receives every block's (input, output)."""
     model = _model(lm_dir)
     ids = window[None]
     t = ids.shape[1]
@@ -120,7 +123,12 @@ def _hand_losses(lm_dir, family, window: torch.Tensor, removed: tuple[int, ...])
             extra = {"position_embeddings": body.rotary_emb(h, position_ids=pos), "position_ids": pos}
         for i, block in enumerate(blocks):
             if i not in removed:
-                h = block(h, attention_mask=mask, **extra)
+                out = block(h, attention_mask=mask, **extra)
+            else:
+                out = h if fill is None else fill(i, h)
+            if states is not None:
+                states.append((h, out))
+            h = out
         logits = model.lm_head(norm(h)).double()
     return float(torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:]))
 
@@ -399,3 +407,41 @@ def test_windows_do_not_depend_on_the_batch_size(models, text_file):
         for b in (2, 16)
     ]
     assert tables[0].equals(tables[1])
+
+
+def test_zero_and_mean_update_effects_equal_a_hand_loop(models, text_file):
+    """The other removals: a block's output replaced by zeros, or its update by its mean over the evaluated
+    windows' tokens (computed here from the blocks' own outputs)."""
+    torch.set_num_threads(1)
+    lm = models["gpt2"]
+    got = evaluate_next_token(
+        f"hf:{lm}",
+        f"text:{text_file}",
+        options=_options(methods=("random",), limit=3, ablation=("zero", "mean-update")),
+    )
+    docs, _ = read_documents(str(text_file))
+    text = windows(docs, word_tokenizer(pad=True), split="train", context=6, name="d", source={}).take(3)
+    sums, count = [torch.zeros(32, dtype=torch.float64) for _ in range(3)], 0
+    for w in text.ids:
+        states = []
+        _hand_losses(lm, "gpt2", torch.tensor(w), (), states=states)
+        count += w.size
+        for i, (x, h) in enumerate(states):
+            sums[i] += (h - x)[0].double().sum(0)
+    mean_update = [(v / count).float() for v in sums]
+    fills = {"zero": lambda i, x: torch.zeros_like(x), "mean-update": lambda i, x: x + mean_update[i]}
+    for ablation, fill in fills.items():
+        hand = np.array(
+            [
+                [
+                    _hand_losses(lm, "gpt2", torch.tensor(w), (i,), fill=fill)
+                    - _hand_losses(lm, "gpt2", torch.tensor(w), ())
+                    for i in range(3)
+                ]
+                for w in text.ids
+            ]
+        )
+        effects = got[ablation].layers.sort_values(["sample", "layer"])["effect"].to_numpy().reshape(-1, 3)
+        scale = np.abs(hand).max()
+        assert scale > 1e-2
+        np.testing.assert_allclose(effects, hand, rtol=0, atol=1e-6 * scale)
