@@ -87,8 +87,11 @@ def _refuse_non_causal(path: str, spec: str) -> None:
         )
 
 
-def load_causal_lm(spec: str, *, download: bool = False, device: str | torch.device = "cpu") -> CausalLM:
-    """Load ``hf:DIR`` (or ``hf:ID`` with ``download``) as a causal LM with its tokenizer.
+def load_causal_lm(
+    spec: str, *, download: bool = False, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> CausalLM:
+    """Load ``hf:DIR`` (or ``hf:ID`` with ``download``) as a causal LM with its tokenizer, its weights in ``dtype``
+    (whatever precision they were saved in) on ``device``.
 
     Raises
     ------
@@ -118,7 +121,7 @@ def load_causal_lm(spec: str, *, download: bool = False, device: str | torch.dev
             model, tokenizer = load_pretrained_causal_lm(path, kwargs)
     except (OSError, ValueError, TypeError) as err:
         raise ConfigError(f"could not load {spec} as a causal LM (safetensors only): {_first_line(err)}") from None
-    model.eval().to(device)
+    model.eval().to(device=device, dtype=dtype)
     parts = find_decoder_parts(model, int(config.num_hidden_layers))
     if parts.lm_head is None:
         raise ConfigError(f"{spec}: the model has no LM head (get_output_embeddings() is None).")

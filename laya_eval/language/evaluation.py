@@ -290,7 +290,8 @@ def evaluate_next_token(
         ``options.limit`` pick the windows, ``options.context`` sizes them.
     options : EvalOptions
         ``target="next-token"``, ``scope="network"``, ``ablation`` among skip, zero, mean, mean-update
-        (default here: ``skip``).
+        (default here: ``skip``); ``dtype``: the precision the model's weights run in (losses and effects are
+        float64 from the logits).
     out : path, optional
         The result folder (checked before any work, replaced whole at the end).
 
@@ -307,7 +308,8 @@ def evaluate_next_token(
 
         check_output_folder(out)
     torch.manual_seed(options.seed)
-    lm = load_causal_lm(model, download=options.download, device=resolve_device(options.device))
+    dtype = getattr(torch, options.dtype)
+    lm = load_causal_lm(model, download=options.download, device=resolve_device(options.device), dtype=dtype)
     text = load_text_windows(
         lm, data, split=options.split, context=options.context, data_dir=data_dir, download=options.download
     ).take(options.limit)
