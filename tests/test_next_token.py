@@ -274,6 +274,7 @@ def _bad_inputs(models, text_file, encoder_dir, tmp_path):
             r"among \{skip, zero, mean, mean-update\}; got 'resample'",
         ),
         ((lm, "--data", text, *nt, "--methods", "laya"), ConfigError, r"got 'laya'"),
+        ((lm, "--data", text, *nt, "--resume"), ConfigError, r"--resume is not available with --target next-token"),
     ]
 
 

@@ -278,6 +278,7 @@ def evaluate_next_token(
     out: str | os.PathLike | None = None,
     data_dir: str | os.PathLike | None = None,
     progress: Any = None,
+    resume: bool = False,
 ) -> Evaluation:
     """Score layer scores of a causal LM against the loss increase of removing each block, per text window.
 
@@ -294,6 +295,8 @@ def evaluate_next_token(
         float64 from the logits).
     out : path, optional
         The result folder (checked before any work, replaced whole at the end).
+    resume : bool
+        Refused: a next-token run keeps no partial results.
 
     Returns
     -------
@@ -303,6 +306,10 @@ def evaluate_next_token(
     """
     options = options or EvalOptions(target="next-token", scope="network", ablation="skip")
     methods = check_next_token_options(options, data)
+    if resume:
+        raise ConfigError(
+            "--resume is not available with --target next-token: a next-token run keeps no partial results."
+        )
     if out is not None:
         from laya_eval.output.files import check_output_folder
 

@@ -54,7 +54,7 @@ def next_token_defaults(params) -> dict:
     return out
 
 
-def _next_token(checkpoint, data, out_dir, data_dir, quiet, params) -> None:
+def _next_token(checkpoint, data, out_dir, data_dir, quiet, resume, params) -> None:
     import laya_eval
     from laya_eval.options import values_for
 
@@ -62,7 +62,7 @@ def _next_token(checkpoint, data, out_dir, data_dir, quiet, params) -> None:
     start = time.perf_counter()
     with progress_bar(quiet, desc="evaluate", unit="window") as bar:
         evaluation = laya_eval.evaluate_next_token(
-            checkpoint, data, options=options, out=out_dir, data_dir=data_dir, progress=bar
+            checkpoint, data, options=options, out=out_dir, data_dir=data_dir, progress=bar, resume=resume
         )
     for name, result in evaluation.items():
         m = result.manifest
@@ -104,7 +104,7 @@ def faithfulness(checkpoint, plugins, data, out_dir, resume, data_dir, quiet, **
 
     use_plugins(plugins, params["trust_code"])
     if params["target"] == "next-token":
-        _next_token(checkpoint, data, out_dir, data_dir, quiet, params)
+        _next_token(checkpoint, data, out_dir, data_dir, quiet, resume, params)
         return
     options = laya_eval.EvalOptions(**values_for("EvalOptions", params))
     world = world_from_environment(options.device)
