@@ -1,4 +1,4 @@
-"""Small causal LMs saved with ``save_pretrained`` (random weights, nothing downloaded), with a word-level
+"""Small causal LMs saved with ``save_pretrained`` (random weights, nothing downloaded), with a byte-level BPE
 tokenizer trained here with ``tokenizers``."""
 
 from __future__ import annotations
@@ -27,22 +27,36 @@ FAMILIES = {
         ),
     ),
 }
+_DECODER = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=2)
+FAMILIES.update(
+    {
+        "mistral": ("MistralConfig", dict(_DECODER, num_key_value_heads=1)),
+        "qwen2": ("Qwen2Config", dict(_DECODER, num_key_value_heads=1)),
+        "qwen3": ("Qwen3Config", dict(_DECODER, num_key_value_heads=1, head_dim=16)),
+        "phi": ("PhiConfig", dict(_DECODER)),
+        "olmo": ("OlmoConfig", dict(_DECODER)),
+        "gpt_neox": ("GPTNeoXConfig", dict(_DECODER)),
+    }
+)
 
 
 def word_tokenizer(padding_side: str = "right", pad: bool = False):
-    """A lower-casing word-level tokenizer over :data:`WORDS` (``<unk>`` for the rest), with ``<eos>`` and, if
-    ``pad``, a ``<pad>`` token; trained with ``tokenizers``, wrapped as transformers' fast tokenizer."""
+    """A byte-level BPE tokenizer trained with ``tokenizers`` until every word of :data:`WORDS` is one token (with
+    or without its leading space), with ``<eos>`` and, if ``pad``, a ``<pad>`` token; wrapped as transformers'
+    fast tokenizer. Byte-level, so no text is out of vocabulary, and every family's tokenizer class reads it."""
     import transformers
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    special = ["<unk>", "<eos>", *(["<pad>"] if pad else [])]
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tok.normalizer = normalizers.Lowercase()
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator([" ".join(WORDS)], trainers.WordLevelTrainer(special_tokens=special))
+    special = ["<eos>", *(["<pad>"] if pad else [])]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=1000, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator([*WORDS, " " + " ".join(WORDS)], trainer)
     return transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        unk_token="<unk>",
         eos_token="<eos>",
         pad_token="<pad>" if pad else None,
         padding_side=padding_side,

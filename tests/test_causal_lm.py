@@ -19,7 +19,7 @@ from laya_eval.engine.evaluation import EvalOptions, evaluate
 from laya_eval.errors import DefaultedWarning
 from laya_eval.models.heads import make_head
 from laya_eval.models.layered import LayeredModel, ModelInfo
-from tests.causal_lms import WORDS, tiny_causal_lm
+from tests.causal_lms import FAMILIES, WORDS, tiny_causal_lm
 
 transformers = pytest.importorskip("transformers")
 
@@ -114,6 +114,40 @@ def test_a_causal_lm_defaults_to_last_pooling_and_an_encoder_type_is_not_causal(
     assert load_backbone(f"hf:{folder}", pool="avg").config()["kwargs"]["pooling"] == "mean"
 
 
+# family -> (block list, final norm) as attribute paths of the family's *ForCausalLM class
+_PATHS = {
+    "gpt2": ("transformer.h", "transformer.ln_f"),
+    "llama": ("model.layers", "model.norm"),
+    "mistral": ("model.layers", "model.norm"),
+    "qwen2": ("model.layers", "model.norm"),
+    "qwen3": ("model.layers", "model.norm"),
+    "phi": ("model.layers", "model.final_layernorm"),
+    "olmo": ("model.layers", "model.norm"),
+    "gpt_neox": ("gpt_neox.layers", "gpt_neox.final_layer_norm"),
+}
+
+
+@pytest.mark.parametrize("family", sorted(_PATHS))
+def test_each_family_saved_with_save_pretrained_loads_as_a_causal_lm_backbone(tmp_path, family):
+    if not hasattr(transformers, FAMILIES[family][0]):
+        pytest.skip(f"{family} is not in this transformers")
+    folder = tiny_causal_lm(tmp_path / family, family, pad=True)
+    backbone = _backbone(folder)
+    blocks, norm = _PATHS[family]
+    assert backbone.causal and backbone.pooling == "last"
+    assert type(backbone.model).__name__.endswith(("ForCausalLM", "LMHeadModel"))
+    assert backbone.decoder_parts.block_path == blocks
+    assert backbone.layer_names == ["embeddings", *(f"layer{i}" for i in range(1, len(backbone.layer_names)))]
+    # the last state is the final norm's input (the last block's output), read here by a hook on the family's norm
+    seen = []
+    handle = backbone.model.get_submodule(norm).register_forward_hook(lambda m, a, o: seen.append(a[0]))
+    with torch.no_grad():
+        pooled = backbone(TEXTS[:1])
+    handle.remove()
+    torch.testing.assert_close(pooled[-1][0], seen[0][0, -1])
+    assert float((pooled[-1][0] - seen[0][0, -1]).abs().max()) == 0.0
+
+
 # --------------------------------------------------------------------------- network scope against hand loops
 def _hand_states(model, family, input_ids):
     """``states_of(replace)`` over the family's blocks called one by one; states at the last token (one length)."""
@@ -165,7 +199,7 @@ def test_network_skip_and_zero_on_decoder_blocks_equal_a_hand_loop_over_transfor
     torch.manual_seed(1)
     model = LayeredModel(backbone, make_head("laya", backbone.layer_dims, N_CLASSES), ModelInfo(N_CLASSES))
     gen = torch.Generator().manual_seed(2)
-    texts = [" ".join(WORDS[j] for j in torch.randint(len(WORDS), (7,), generator=gen)) for _ in range(12)]
+    texts = ["the " + " ".join(WORDS[j] for j in torch.randint(len(WORDS), (6,), generator=gen)) for _ in range(12)]
     data = Dataset(x=texts, y=torch.arange(12) % N_CLASSES, class_names=("a", "b", "c"), name="t", split="test")
     batch = backbone.tokenize(texts)
     assert bool(batch["attention_mask"].all())  # one length: the hand loop needs no padding mask
@@ -181,3 +215,21 @@ def test_network_skip_and_zero_on_decoder_blocks_equal_a_hand_loop_over_transfor
         scale = float(hand.abs().max())
         assert scale > 1e-3  # the removals change the prediction: the comparison can fail
         assert float((tool - hand).abs().max()) <= 1e-6 * scale, (ablation, float((tool - hand).abs().max()), scale)
+
+
+def test_a_text_with_no_tokens_is_refused_in_one_line(tmp_path):
+    from laya_eval.errors import DataError
+
+    backbone = _backbone(tiny_causal_lm(tmp_path / "gpt2", "gpt2"))
+    for texts in ([""], ["the film", ""]):
+        with pytest.raises(DataError, match="a text of the batch tokenizes to no tokens"):
+            backbone(texts)
+
+
+def test_a_text_longer_than_the_models_positions_is_cut_to_them(tmp_path):
+    backbone = _backbone(tiny_causal_lm(tmp_path / "gpt2", "gpt2"))  # 64 positions; max_length 128
+    long = " ".join(WORDS * 4)
+    assert len(backbone.tokenizer(long)["input_ids"]) > 64
+    assert backbone.tokenize([long])["input_ids"].shape[1] == 64
+    with torch.no_grad():
+        assert all(bool(torch.isfinite(h).all()) for h in backbone([long, "bad"]))

@@ -305,9 +305,8 @@ class HFBackbone(Backbone):
         """Pad and truncate ``texts``; tensors (B, T) on the model's device."""
         if self.tokenizer is None:
             raise DataError(f"{self.model_ref!r} is a vision model; it takes image tensors, not text.")
-        batch = self.tokenizer(
-            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
-        )
+        limit = hf_causal.truncation_length(self.model, self.max_length) if self.causal else self.max_length
+        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=limit, return_tensors="pt")
         return {k: v.to(self.device) for k, v in batch.items()}
 
     def _model_inputs(self, x: Any) -> dict[str, Tensor]:

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from laya_eval.errors import ConfigError, DefaultedWarning
+from laya_eval.errors import ConfigError, DataError, DefaultedWarning
 from laya_eval.models.backbones.base import Replacement, _apply_replacement, _block_input, _replace_in_output
 from laya_eval.models.backbones.hf_layout import DecoderParts
 
@@ -36,6 +36,7 @@ __all__ = [
     "last_token_pool",
     "load_causal_lm",
     "position_ids",
+    "truncation_length",
 ]
 
 
@@ -106,6 +107,13 @@ def load_causal_lm(path: str, kwargs: Mapping[str, Any]) -> tuple[nn.Module, Any
     return model, tokenizer
 
 
+def truncation_length(model: nn.Module, max_length: int) -> int:
+    """``max_length``, or fewer where the model has fewer positions (``max_position_embeddings``, GPT-2's
+    ``n_positions``): a longer text would index past its position embeddings."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return min(max_length, positions) if isinstance(positions, int) and positions > 0 else max_length
+
+
 def position_ids(attention_mask: Tensor) -> Tensor:
     """(B, T) positions counted over real tokens only (0 on padding before the first real token)."""
     return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
@@ -164,8 +172,14 @@ def decoder_states(
     base = getattr(model, "base_model", model)
     # what a decoder reads (a tokenizer's token_type_ids would be added to GPT-2's embeddings as tokens)
     inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "position_ids")}
-    if "attention_mask" in inputs:
-        inputs.setdefault("position_ids", position_ids(inputs["attention_mask"]))
+    ids, mask = inputs.get("input_ids"), inputs.get("attention_mask")
+    if ids is not None and (ids.shape[-1] == 0 or (mask is not None and not bool(mask.any(dim=-1).all()))):
+        raise DataError(
+            "a text of the batch tokenizes to no tokens; a causal LM reads at least one (drop empty texts, or use a "
+            "tokenizer that adds a start token)."
+        )
+    if mask is not None:
+        inputs.setdefault("position_ids", position_ids(mask))
     states: dict[int, Tensor] = {}
     with _recording(parts, replace, states):
         base(**inputs, use_cache=False)
