@@ -244,7 +244,7 @@ def _bad_inputs(models, text_file, encoder_dir, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n")
     one_token = tmp_path / "short.txt"
-    one_token.write_text("cat\n\ndog\n\nmat\n")
+    one_token.write_text("film\n\ngood\n\nplot\n")  # one token each
     no_tokenizer = tmp_path / "no-tokenizer"
     no_tokenizer.mkdir()
     for name in ("config.json", "model.safetensors"):
