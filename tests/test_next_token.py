@@ -116,10 +116,12 @@ def _hand_losses(lm_dir, family, window: torch.Tensor, removed: tuple[int, ...],
             body = model.transformer
             h = body.wte(ids) + body.wpe(pos)
             blocks, norm, extra = body.h, body.ln_f, {}
-        else:
-            body = model.model
-            h = body.embed_tokens(ids)
-            blocks, norm = body.layers, body.norm
+        else:  # the rotary families: transformers' own attribute names per family
+            body = model.gpt_neox if family == "gpt_neox" else model.model
+            h = (body.embed_in if family == "gpt_neox" else body.embed_tokens)(ids)
+            blocks = body.layers
+            norm = {"gpt_neox": "final_layer_norm", "phi": "final_layernorm"}.get(family, "norm")
+            norm = getattr(body, norm)
             extra = {"position_embeddings": body.rotary_emb(h, position_ids=pos), "position_ids": pos}
         for i, block in enumerate(blocks):
             if i not in removed:
@@ -129,7 +131,7 @@ def _hand_losses(lm_dir, family, window: torch.Tensor, removed: tuple[int, ...],
             if states is not None:
                 states.append((h, out))
             h = out
-        logits = model.lm_head(norm(h)).double()
+        logits = model.get_output_embeddings()(norm(h)).double()
     return float(torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:]))
 
 
@@ -446,3 +448,39 @@ def test_zero_and_mean_update_effects_equal_a_hand_loop(models, text_file):
         scale = np.abs(hand).max()
         assert scale > 1e-2
         np.testing.assert_allclose(effects, hand, rtol=0, atol=1e-6 * scale)
+
+
+@pytest.fixture(scope="module")
+def more_models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("families")
+    return {
+        f: _louder(tiny_causal_lm(root / f, f, pad=True), f)
+        for f in ("mistral", "qwen2", "qwen3", "phi", "olmo", "gpt_neox")
+    }
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen2", "qwen3", "phi", "olmo", "gpt_neox"])
+def test_skip_effects_of_every_family_equal_a_hand_loop(more_models, text_file, family):
+    torch.set_num_threads(1)
+    lm = more_models[family]
+    result = evaluate_next_token(f"hf:{lm}", f"text:{text_file}", options=_options(methods=("random",), limit=3))[
+        "skip"
+    ]
+    docs, _ = read_documents(str(text_file))
+    text = windows(docs, word_tokenizer(pad=True), split="train", context=6, name="d", source={}).take(3)
+    n_layers = 2  # tests/causal_lms.py FAMILIES
+    effects = result.layers.sort_values(["sample", "layer"])["effect"].to_numpy().reshape(-1, n_layers)
+    intact = [_hand_losses(lm, family, torch.tensor(w), ()) for w in text.ids]
+    hand = np.array(
+        [
+            [_hand_losses(lm, family, torch.tensor(w), (i,)) - base for i in range(n_layers)]
+            for w, base in zip(text.ids, intact)
+        ]
+    )
+    own = [
+        float(_model(lm)(input_ids=torch.tensor(w)[None], labels=torch.tensor(w)[None]).loss.detach()) for w in text.ids
+    ]
+    assert intact == pytest.approx(own, abs=1e-6)  # the hand loop is the model
+    scale = np.abs(hand).max()
+    assert scale > 1e-3
+    np.testing.assert_allclose(effects, hand, rtol=0, atol=1e-6 * scale)
