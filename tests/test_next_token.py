@@ -173,6 +173,13 @@ def test_skip_effects_and_deletion_equal_a_hand_loop_over_transformers_blocks(mo
         for w, r in zip(text.ids[:5], top1)
     ]
     np.testing.assert_allclose(samples["deletion_at_1"].to_numpy(), d1, rtol=0, atol=1e-6 * scale)
+    top2 = [tuple(np.argsort(-s, kind="stable")[:2]) for s in scores]
+    d2 = [
+        _hand_losses(models[family], family, torch.tensor(w), r)
+        - _hand_losses(models[family], family, torch.tensor(w), ())
+        for w, r in zip(text.ids[:5], top2)
+    ]
+    assert result.summary["deletion_at_2"].iloc[0] == pytest.approx(np.mean(d2), abs=1e-6 * scale)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])

@@ -38,9 +38,9 @@ from laya_eval.language.passes import (
     ablation_fill,
     batches,
     deletion_scales,
-    losses_under,
     removal_scales,
     row_chunk,
+    shared_losses,
     update_statistics,
 )
 from laya_eval.language.text import TextWindows, read_documents, windows
@@ -134,8 +134,7 @@ def _collect(lm: CausalLM, data: TextWindows, options: EvalOptions, methods, pro
         for a in options.ablations:
             intact = dataclasses.replace(first, fill=fills[a])
             n = batch.ids.shape[0]
-            removed = losses_under(lm, batch, removal_scales(n, lm.n_layers, device), fills[a], rows)
-            got["effects"].setdefault(a, []).append((removed - loss[:, None]).cpu().numpy())
+            orders = {}
             for m in methods:
                 # Methods that start from the removed state (attribution patching, IG) depend on the ablation.
                 key = f"{m}@{a}" if m in ("atp", "ig") else m
@@ -143,8 +142,11 @@ def _collect(lm: CausalLM, data: TextWindows, options: EvalOptions, methods, pro
                     with torch.no_grad():
                         scores = NEXT_TOKEN_REGISTRY[m].fn(intact).detach().double().cpu().numpy()
                     got["scores"].setdefault(key, []).append(scores)
-                scores = got["scores"][key][-1]
-                curve = losses_under(lm, batch, deletion_scales(rank_layers(scores), device), fills[a], rows)
+                orders[m] = deletion_scales(rank_layers(got["scores"][key][-1]), device)
+            scales = [removal_scales(n, lm.n_layers, device), *orders.values()]
+            removed, *curves = shared_losses(lm, batch, scales, fills[a], rows)
+            got["effects"].setdefault(a, []).append((removed - loss[:, None]).cpu().numpy())
+            for m, curve in zip(orders, curves):
                 got["deletion"].setdefault((a, m), []).append((curve - loss[:, None]).cpu().numpy())
         if progress is not None:
             progress.update(int(batch.ids.shape[0]))

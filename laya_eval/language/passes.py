@@ -26,6 +26,7 @@ __all__ = [
     "losses_under",
     "removal_scales",
     "row_chunk",
+    "shared_losses",
     "update_statistics",
 ]
 
@@ -81,6 +82,42 @@ def losses_under(lm: CausalLM, batch: WindowBatch, scale: Tensor, fill: Fill, ro
             run = run_windows(lm, ids[s : s + rows], mask[s : s + rows], scale=flat[s : s + rows], fill=fill)
             out.append(window_losses(run.logits, ids[s : s + rows], mask[s : s + rows]))
     return torch.cat(out).reshape(b, r)
+
+
+def shared_losses(lm: CausalLM, batch: WindowBatch, scales: Sequence[Tensor], fill: Fill, rows: int) -> list[Tensor]:
+    """:func:`losses_under` for several sets of removals at once, each distinct (window, removal) run once: a
+    leave-one-out removal is every ranking's first deletion step, removing every block is every ranking's last,
+    and rankings that agree share all their steps.
+
+    Parameters
+    ----------
+    scales : sequence of Tensor, each (B, R_j, L)
+
+    Returns
+    -------
+    list of Tensor of float64, each (B, R_j)
+    """
+    b, n_layers = batch.ids.shape[0], scales[0].shape[-1]
+    window = np.concatenate([np.repeat(np.arange(b), s.shape[1]) for s in scales])
+    keep = np.concatenate([s.reshape(-1, n_layers).cpu().numpy() for s in scales])
+    key = np.concatenate([window[:, None].astype(np.float64), keep.astype(np.float64)], 1)
+    distinct, where = np.unique(key, axis=0, return_inverse=True)
+    device = batch.ids.device
+    index = torch.tensor(distinct[:, 0].astype(np.int64), device=device)
+    scale = torch.tensor(distinct[:, 1:], dtype=scales[0].dtype, device=device)
+    out = []
+    with torch.no_grad():
+        for s in range(0, len(distinct), rows):
+            ids, mask = batch.ids[index[s : s + rows]], batch.mask[index[s : s + rows]]
+            run = run_windows(lm, ids, mask, scale=scale[s : s + rows], fill=fill)
+            out.append(window_losses(run.logits, ids, mask))
+    losses = torch.cat(out)[torch.tensor(where.reshape(-1), device=device)]
+    parts, start = [], 0
+    for s in scales:
+        size = b * s.shape[1]
+        parts.append(losses[start : start + size].reshape(b, s.shape[1]))
+        start += size
+    return parts
 
 
 def update_statistics(lm: CausalLM, parts: Sequence[WindowBatch], rows: int) -> dict[str, list[Tensor]]:
