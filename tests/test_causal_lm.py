@@ -233,3 +233,14 @@ def test_a_text_longer_than_the_models_positions_is_cut_to_them(tmp_path):
     assert backbone.tokenize([long])["input_ids"].shape[1] == 64
     with torch.no_grad():
         assert all(bool(torch.isfinite(h).all()) for h in backbone([long, "bad"]))
+
+
+def test_a_lazy_causal_lm_loads_on_first_use_and_equals_the_eager_one(tmp_path):
+    folder = tiny_causal_lm(tmp_path / "llama", "llama", pad=True)
+    lazy = _backbone(folder, lazy=True)
+    assert not lazy.loaded and lazy.causal and lazy.pooling == "last" and lazy.n_layers == 4
+    with torch.no_grad():
+        got, want = lazy(TEXTS), _backbone(folder)(TEXTS)
+    assert lazy.loaded and lazy.decoder_parts.block_path == "model.layers"
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)

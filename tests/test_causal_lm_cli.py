@@ -71,6 +71,9 @@ def test_fit_head_then_network_faithfulness_sanity_and_prune_on_a_causal_lm(tmp_
         )
         assert result.exit_code == 0, result.output
         assert (out / "layers.csv").is_file()
+    out = tmp_path / "head-scope"  # the pooled states from the feature cache fit-head filled: a lazy LM
+    result = run("--threads", 1, "faithfulness", head, *common, "--cache-dir", cache, "--out", out)
+    assert result.exit_code == 0, result.output
     quick = ("--data-dir", reviews, "--cache-dir", cache, "--methods", "laya,random", "--epochs", 1, "--bootstrap", 0)
     result = run("--threads", 1, "sanity", head, *quick, "--roar-seeds", 1, "--out", tmp_path / "sanity")
     assert result.exit_code == 0, result.output

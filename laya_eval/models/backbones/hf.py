@@ -271,9 +271,9 @@ class HFBackbone(Backbone):
         encoder = encoder.float().eval().requires_grad_(False)
         if self._placement.dtype.is_floating_point and self._placement.dtype != torch.float32:
             encoder = encoder.to(self._placement.dtype)
-        self.model = encoder.to(self._placement.device)
-        if self.causal:
-            self.decoder_parts: DecoderParts = find_decoder_parts(self.model, self._n_hidden_layers)
+        self.model = encoder = encoder.to(self._placement.device)
+        if self.causal:  # `encoder`, not self.model: until _loaded is set, self.model would load again
+            self.decoder_parts: DecoderParts = find_decoder_parts(encoder, self._n_hidden_layers)
         self._loaded = True
 
     def __getattr__(self, name: str) -> Any:
