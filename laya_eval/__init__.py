@@ -35,11 +35,13 @@ from laya_eval.version import __version__ as __version__
 #: The verbs: one library function per command.
 VERBS = {
     "evaluate": "laya_eval.engine.evaluation:evaluate",
+    "evaluate_next_token": "laya_eval.language.evaluation:evaluate_next_token",
     "fit_head": "laya_eval.training.head_fit:fit_head",
     "train": "laya_eval.training.head_fit:train",
     "profile": "laya_eval.profiling.run:profile",
     "sanity": "laya_eval.sanity_checks:sanity",
     "prune": "laya_eval.pruning.run:prune",
+    "prune_next_token": "laya_eval.language.pruning:prune_next_token",
     "report": "laya_eval.reporting.write:report",
     "sweep": "laya_eval.sweeps.run:sweep",
     "meta": "laya_eval.planted.run:meta",

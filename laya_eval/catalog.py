@@ -64,6 +64,7 @@ __all__ = [
     "MAX_MEMORY_MB",
     "META_SEEDS",
     "METHOD_SPECS",
+    "NEXT_TOKEN_METHODS",
     "MIN_BOOTSTRAP_RESAMPLES",
     "MIXER_METHODS",
     "MIXER_MODEL_KINDS",
@@ -531,6 +532,17 @@ MIXER_MODEL_KINDS = ("denseformer", "attnres")
 def method_names() -> list[str]:
     """Registered method names, in registry order."""
     return list(METHOD_SPECS)
+
+
+#: The layer scores of a causal LM on its own next-token prediction (``--target next-token``), in registry order;
+#: the same name means the same idea as the classifier method (``laya_eval.language.methods`` documents each).
+NEXT_TOKEN_METHODS = ("block_influence", "angular_distance", "grad_x_act", "atp", "ig", "logit_lens", "random")
+
+
+def method_choices() -> list[str]:
+    """What ``--methods`` accepts: every registered method, then the next-token methods not among them."""
+    names = method_names()
+    return names + [m for m in NEXT_TOKEN_METHODS if m not in names]
 
 
 def in_registry_order(methods) -> list[str]:

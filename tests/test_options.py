@@ -121,6 +121,7 @@ OTHER = {
     "scope": "network",
     "split": "val",
     "limit": 30,
+    "context": 64,
     "batch_size": 32,
     "seed": 1,
     "bootstrap": 200,

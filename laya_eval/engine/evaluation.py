@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from laya_eval.engine.methods import AttributionMethod, MethodContext, baseline_states, layer_gradients
-from laya_eval.errors import ConfigError
+from laya_eval.errors import ConfigError, DataError
 from laya_eval.catalog import ABLATION_SPECS
 from laya_eval.data import Dataset
 from laya_eval.engine.dataset_stats import STATISTICS, BlockOutputs, DatasetStatistics, batch_statistics
@@ -53,6 +53,7 @@ from laya_eval.engine.plan import (
     KeptStates,
     Plan,
     explained_classes,
+    refuse_next_token,
     make_plan,
     resolved_ig_baseline,
     with_cached_features,
@@ -392,6 +393,12 @@ def evaluate(
     >>> both["mean"].summary, both.operators.kendall_w  # doctest: +SKIP
     """
     options = options or EvalOptions()
+    refuse_next_token(options.target)
+    if isinstance(data, str) and data.startswith("text:"):
+        raise DataError(
+            f"--data {data} holds text windows for a causal LM's own next-token prediction: add --target next-token "
+            "(laya_eval.evaluate_next_token); a classifier takes a labelled dataset."
+        )
     if out is not None:
         from laya_eval.output.files import check_output_folder
 

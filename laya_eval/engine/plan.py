@@ -44,6 +44,7 @@ __all__ = [
     "Plan",
     "check_extra_methods",
     "check_target_class",
+    "refuse_next_token",
     "explained_classes",
     "make_plan",
     "plugin_sources",
@@ -87,6 +88,7 @@ class EvalOptions:
     internal_batch_size: int | None
     ig_baseline: str | None
     target: str | int
+    context: int
     dtype: str
     chunk_size: int
     tie_rtol: float
@@ -353,8 +355,20 @@ def comparison_reference(reference: str, methods: Sequence[str]) -> str:
     return reference
 
 
+def refuse_next_token(target: str | int) -> None:
+    """``next-token`` is a causal LM's own prediction, evaluated by :func:`laya_eval.evaluate_next_token` and
+    :func:`laya_eval.prune_next_token`, not a class of a classifier head."""
+    if target == "next-token":
+        raise ConfigError(
+            "target 'next-token' evaluates a causal LM's own next-token prediction on text windows: "
+            "laya-eval faithfulness or prune hf:DIR --data text:FILE --target next-token (laya_eval.evaluate_next_token, "
+            "laya_eval.prune_next_token); a classifier checkpoint takes --target pred, label or a class index."
+        )
+
+
 def check_target_class(target: str | int, model: LayeredModel) -> None:
-    """A class index ``target`` must be one of ``model``'s classes."""
+    """A class index ``target`` must be one of ``model``'s classes; ``next-token`` is not a class."""
+    refuse_next_token(target)
     n = model.head.num_classes
     if isinstance(target, int) and target >= n:
         raise ConfigError(

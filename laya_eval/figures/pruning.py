@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import FuncFormatter
 
 from laya_eval.figures.style import (
     _finish,
@@ -20,7 +21,7 @@ from laya_eval.figures.style import (
     method_marker,
 )
 
-__all__ = ["early_exit_figure", "pruning_figure"]
+__all__ = ["early_exit_figure", "perplexity_figure", "pruning_figure"]
 
 _BOUND_STYLE = {"oracle": ("#000000", (0, (1, 1))), "random": ("#949494", (0, (1, 3)))}
 # Horizontal step between the markers of the lines of one panel (in layers removed): lines that coincide
@@ -155,6 +156,44 @@ def pruning_figure(
             "visible; the oracle (greedy order on the validation split) is also the wide grey band"
         )
         return _finish(fig, "Pruning layers by attribution: accuracy against layers removed", _subtitle(meta), note)
+
+
+def perplexity_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style: str = "default"):
+    """A causal LM's held-out perplexity against the number of blocks removed (``skip``), one line per ranking,
+    the oracle as a grey band (log scale: removing blocks multiplies perplexity).
+
+    Parameters
+    ----------
+    table : DataFrame
+        ``pruning.csv`` of ``prune --target next-token``: method, ranking, k_removed, perplexity.
+    meta : mapping
+        ``label``, ``dataset``, ``n_test``.
+    """
+    check_style(style)
+    with _theme(figure_style=style):
+        fig = _new_figure(6.0, 3.8, style=style, paper_width="single", paper_height=2.4)
+        ax = fig.subplots()
+        _panel(ax, table, "perplexity", "skip" if style == "paper" else "blocks skipped · no retraining", style)
+        ax.set_yscale("log")
+        plain = FuncFormatter(lambda v, _: f"{v:.4g}")  # 37.5, not 3.75 x 10^1
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
+        ax.set_ylabel("test perplexity")
+        ax.set_xlabel("blocks removed (least important first)")
+        handles, labels = ax.get_legend_handles_labels()
+        if style == "default":
+            fig.legend(handles, labels, loc="outside right center", fontsize=7, frameon=False)
+        else:
+            _legend_below(fig, handles, labels, ncols=3, fontsize=6, frameon=False)
+        subtitle = (
+            f"model: {meta.get('label', '?')} · data: {meta.get('dataset', '?')} (test windows, n = "
+            f"{meta.get('n_test', '?')}) · network scope"
+        )
+        note = (
+            "each score's dataset ranking from the validation windows; the oracle (greedy by measured validation "
+            "loss) is also the wide grey band; random is the mean of seeded orders"
+        )
+        return _finish(fig, "Pruning blocks of a language model: perplexity against blocks removed", subtitle, note)
 
 
 def early_exit_figure(

@@ -262,7 +262,13 @@ def load_model(
         from laya_eval.models.weighted_layer_sum import load_weighted_layer_sum
 
         from laya_eval.models.backbones.hf import locate_hf_model, model_file_hashes
+        from laya_eval.models.backbones.hf_causal import folder_is_causal_lm
 
+        if folder_is_causal_lm(locate_hf_model(value, not download), not download):
+            raise ConfigError(
+                f"hf:{value} is a causal language model without a classifier head: evaluate its own prediction with "
+                "--target next-token --data text:FILE, or fit a head on its layers first (fit-head --model hf:DIR)."
+            )
         model, files = load_weighted_layer_sum(value, local_files_only=not download)
         provenance.update(
             path=value, weights_sha256=files, files_sha256=model_file_hashes(locate_hf_model(value, not download))

@@ -139,9 +139,9 @@ def check_option(record: Option, value: Any, name: str | None = None) -> Any:
             check_choice(name, v, choices)
         return tuple(dict.fromkeys(value))
     if kind == "target":
-        if value in ("pred", "label") or (is_int(value) and value >= 0):
+        if value in ("pred", "label", "next-token") or (is_int(value) and value >= 0):
             return value
-        raise fail(name, "'pred', 'label' or a class index (an integer >= 0)", value)
+        raise fail(name, "'pred', 'label', a class index (an integer >= 0) or 'next-token'", value)
     if not isinstance(value, (str, tuple, list)) and not hasattr(value, "__fspath__"):
         raise fail(name, "a string", value)
     return value

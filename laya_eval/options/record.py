@@ -52,7 +52,7 @@ class Option:
     kind : str
         ``int``, ``float``, ``seed``, ``str``, ``path`` / ``dir`` / ``file`` (a path; ``dir``: a folder, ``file``: not
         a folder), ``flag`` (a switch), ``choice`` (one of ``choices``), ``names`` (a comma-separated list of
-        ``choices``, a tuple in Python), ``target`` (``pred``, ``label`` or a class index), ``pairs`` (repeatable
+        ``choices``, a tuple in Python), ``target`` (``pred``, ``label``, a class index or ``next-token``), ``pairs`` (repeatable
         ``KEY=VALUE``).
     default : object
         :data:`REQUIRED` where the option must be given.

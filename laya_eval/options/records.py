@@ -53,7 +53,8 @@ _PLUGIN_HELP = (
 )
 _TARGET_HELP = (
     "The class whose logit the attributions explain and whose probability the effects measure: the "
-    "predicted class, the true label, or a fixed class index."
+    "predicted class, the true label, or a fixed class index; next-token: a causal LM's own next-token "
+    "prediction on text windows (hf:DIR, --data text:FILE; docs/concepts/language-models.md)."
 )
 _RECORDED_DATA_HELP = "Dataset name or npz:PATH (default: the one recorded in the checkpoint)."
 _DATASET_HELP = "digits, fashion-mnist, cifar10, rotten-tomatoes or npz:PATH."
@@ -306,10 +307,12 @@ RECORDS: list[Option] = [
     _eval(
         "methods",
         "--methods",
-        f"Comma-separated methods (default: all): {', '.join(catalog.method_names())}.",
+        f"Comma-separated methods (default: all): {', '.join(catalog.method_names())}; with --target next-token: "
+        + ", ".join(catalog.NEXT_TOKEN_METHODS)
+        + ".",
         "decides",
         kind="names",
-        choices=catalog.method_names,
+        choices=catalog.method_choices,
     ),
     _eval(
         "target",
@@ -318,8 +321,20 @@ RECORDS: list[Option] = [
         "decides",
         kind="target",
         default="pred",
-        metavar="pred|label|INT",
+        metavar="pred|label|INT|next-token",
         commands=("faithfulness", "profile"),
+    ),
+    _eval(
+        "context",
+        "--context",
+        "With --target next-token: tokens per text window (windows never cross a document boundary; at most the "
+        "model's positions).",
+        "decides",
+        kind="int",
+        default=128,
+        low=2,
+        commands=("faithfulness", "prune"),
+        also=("PruneOptions",),
     ),
     _eval(
         "n_steps",
@@ -426,7 +441,7 @@ RECORDS: list[Option] = [
         "summary",
         kind="choice",
         default="auto",
-        choices=lambda: ("auto", "all", *catalog.method_names()),
+        choices=lambda: ("auto", "all", *catalog.method_choices()),
     ),
     _eval(
         "chunk_size",
@@ -618,11 +633,13 @@ RECORDS: list[Option] = [
     Option(
         "SanityOptions.methods",
         "--methods",
-        f"Comma-separated methods (default: all): {', '.join(catalog.method_names())}.",
+        f"Comma-separated methods (default: all): {', '.join(catalog.method_names())}; with --target next-token: "
+        + ", ".join(catalog.NEXT_TOKEN_METHODS)
+        + ".",
         ("sanity", "prune"),
         "decides",
         "names",
-        choices=catalog.method_names,
+        choices=catalog.method_choices,
         also=("PruneOptions",),
     ),
     Option(
@@ -633,7 +650,7 @@ RECORDS: list[Option] = [
         "decides",
         "target",
         "pred",
-        metavar="pred|label|INT",
+        metavar="pred|label|INT|next-token",
         also=("PruneOptions",),
     ),
     Option(

@@ -94,6 +94,9 @@ class PruneOptions:
     target : "pred", "label" or int
         The class whose logit the methods' rankings explain (as ``--target``): the prediction, the true label or
         a fixed class index. The pruning curves themselves measure accuracy, whatever the target.
+        ``next-token``: a causal LM pruned by its own next-token loss (:func:`laya_eval.prune_next_token`).
+    context : int
+        With ``target="next-token"``: tokens per text window.
     """
 
     methods: tuple[str, ...] | None
@@ -110,6 +113,7 @@ class PruneOptions:
     early_exit: bool
     train: TrainOptions = field(default_factory=lambda: TrainOptions(**defaults_of("PruneOptions.train")))
     target: str | int
+    context: int
 
     def __post_init__(self) -> None:
         load_installed_plugins()

@@ -42,6 +42,46 @@ def _table(summary) -> str:
     return "\n".join(lines + notes.lines())
 
 
+def next_token_defaults(params) -> dict:
+    """``--target next-token`` removes blocks inside the model: network scope and ``skip`` unless given."""
+    ctx = click.get_current_context()
+    given = {name: ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT for name in params}
+    out = dict(params)
+    if not given.get("scope"):
+        out["scope"] = "network"
+    if not given.get("ablation") and out["scope"] == "network":  # at head scope the library names the scope
+        out["ablation"] = ("skip",)
+    return out
+
+
+def _next_token(checkpoint, data, out_dir, data_dir, quiet, resume, params) -> None:
+    import laya_eval
+    from laya_eval.options import values_for
+
+    options = laya_eval.EvalOptions(**values_for("EvalOptions", next_token_defaults(params)))
+    start = time.perf_counter()
+    with progress_bar(quiet, desc="evaluate", unit="window") as bar:
+        evaluation = laya_eval.evaluate_next_token(
+            checkpoint, data, options=options, out=out_dir, data_dir=data_dir, progress=bar, resume=resume
+        )
+    for name, result in evaluation.items():
+        m = result.manifest
+        click.echo(
+            f"{checkpoint}: next-token loss of its own LM head, {m['dataset']} ({options.split}), "
+            f"{m['n_samples']} windows of <= {options.context} tokens, ablation {name}, scope network"
+        )
+        state = m["model"]
+        click.echo(
+            f"model: mean next-token loss {state['loss']:.4f} nats (perplexity {state['perplexity']:.4g}); "
+            f"unigram baseline {state['unigram_loss']:.4f}, uniform {state['uniform_loss']:.4f}"
+        )
+        click.echo(_table(result.summary))
+        for warning in result.warnings:
+            click.echo(f"warning: {warning}")
+    click.echo(f"wrote {out_dir}" + (f" ({', '.join(evaluation)} subfolders)" if len(evaluation) > 1 else ""))
+    click.echo(f"done in {time.perf_counter() - start:.1f} s")
+
+
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
 @declared("faithfulness")
@@ -53,6 +93,9 @@ def faithfulness(checkpoint, plugins, data, out_dir, resume, data_dir, quiet, **
     faithfulness, Deletion@1 and the top-1 hit rate, with 95% bootstrap intervals.
     Under torchrun every process evaluates a contiguous shard; rank 0 writes.
 
+    With --target next-token, MODEL is a causal LM (hf:DIR) and --data text:FILE: each window's effect of
+    removing a block is the rise of its mean next-token loss (nats); no fitted head is needed.
+
     Example: laya-eval faithfulness ckpt.pt --limit 1000 --out results/
     """
     import laya_eval
@@ -60,6 +103,9 @@ def faithfulness(checkpoint, plugins, data, out_dir, resume, data_dir, quiet, **
     from laya_eval.options import values_for
 
     use_plugins(plugins, params["trust_code"])
+    if params["target"] == "next-token":
+        _next_token(checkpoint, data, out_dir, data_dir, quiet, resume, params)
+        return
     options = laya_eval.EvalOptions(**values_for("EvalOptions", params))
     world = world_from_environment(options.device)
     start = time.perf_counter()

@@ -38,6 +38,28 @@ def _table(result) -> str:
     return "\n".join(lines + notes.lines())
 
 
+def _next_token_table(pruned) -> str:
+    """Held-out perplexity after k blocks removed per ranking, then the area under each loss curve."""
+    from laya_eval.stats.intervals import IntervalNotes, format_estimate, format_interval
+
+    notes = IntervalNotes()
+    m = pruned.manifest
+    table = pruned.table
+    ks = sorted(table["k_removed"].unique())
+    w = max([13, *(len(str(name)) for name in table["method"])])
+    lines = [
+        f"{m['checkpoint']['spec']}: {m['dataset']}, scores and oracle on {m['n_val']} validation windows, "
+        f"perplexity on {m['n_test']} test windows; blocks removed with skip",
+        f"{'ranking':<{w}} " + " ".join(f"{'k=' + str(k):>9}" for k in ks) + f" {'area (nats) [95% CI]':>26}",
+    ]
+    for name, rows in table.groupby("method", sort=False):
+        row = pruned.summary[pruned.summary["method"] == name].iloc[0]
+        interval = format_interval(row.ci_low, row.ci_high, row.ci_note, digits=4, signed=False, notes=notes)
+        cells = " ".join(f"{p:>9.4g}" for p in rows.sort_values("k_removed")["perplexity"])
+        lines.append(f"{name:<{w}} {cells} {format_estimate(row.auc, signed=False) + ' ' + interval:>26}")
+    return "\n".join(lines + notes.lines())
+
+
 @click.command()
 @click.argument("checkpoint", metavar="MODEL")
 @declared("prune")
@@ -65,6 +87,9 @@ def prune(
     (chain backbones), against an oracle (greedy on the validation split) and random orders. Then the
     early-exit what-if. The backbone encodes each split once; --limit applies to the test split.
 
+    With --target next-token, MODEL is a causal LM (hf:DIR) and --data text:FILE: blocks are skipped in each
+    score's order (ShortGPT) and the held-out perplexity is reported after each removal.
+
     Example: laya-eval prune ckpt.pt --seeds 3 --out prune/
     """
     import laya_eval
@@ -73,6 +98,22 @@ def prune(
     use_plugins(plugins, trust_code)
     train = laya_eval.TrainOptions(**values_for("PruneOptions.train", params), device=device)
     options = laya_eval.PruneOptions(**values_for("PruneOptions", params), train=train)
+    if options.target == "next-token":
+        pruned = laya_eval.prune_next_token(
+            checkpoint,
+            data,
+            options=options,
+            limit=limit,
+            out=out_dir,
+            data_dir=data_dir,
+            device=device,
+            download=download,
+            fmt=fmt,
+            style=style,
+        )
+        click.echo(_next_token_table(pruned))
+        click.echo(f"wrote {', '.join(p.name for p in pruned.files)} to {out_dir}")
+        return
     with progress_bar(quiet, desc="refit heads", unit="head") as bar:
         pruned = laya_eval.prune(
             checkpoint,

@@ -1,0 +1,342 @@
+"""``faithfulness --target next-token``: a causal LM's layer scores against the cost of removing each block.
+
+A sample is a window of text tokens (:mod:`laya_eval.language.text`). The effect of removing block ``i`` from a
+window is the increase of the window's mean next-token loss, in nats: ``loss(window, block i removed) -
+loss(window)``. Loss rather than the probability of one class: a language model predicts a distribution over the
+vocabulary at every position, the loss scores all of them (the probability of the one observed next token,
+averaged in log space over the window), it is what training minimised and what pruning reports (perplexity =
+exp(loss)); a probability difference would be dominated by the few positions the model is sure of.
+
+The scores of each method (:mod:`laya_eval.language.methods`) are then judged exactly as a classifier's:
+per-window Spearman faithfulness, Deletion@k (the loss increase when the k top-ranked blocks are removed
+together), the top-1 hit, bootstrap intervals and paired tests (:func:`laya_eval.engine.results.score_method`,
+:func:`laya_eval.stats.compare_methods`), written as the four tables of ``faithfulness``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from laya_eval.catalog import NEXT_TOKEN_METHODS
+from laya_eval.engine.outcome import Evaluation, write_evaluation
+from laya_eval.engine.plan import EvalOptions, comparison_reference
+from laya_eval.engine.results import TIE_RULE, EvaluationResult, score_method
+from laya_eval.errors import ConfigError, DataError
+from laya_eval.models.devices import resolve_device
+from laya_eval.language.decoder import CausalLM, load_causal_lm, run_windows, window_losses
+from laya_eval.language.methods import NEXT_TOKEN_REGISTRY, IntactPass
+from laya_eval.language.passes import (
+    FILL_STATISTICS,
+    ablation_fill,
+    batches,
+    deletion_scales,
+    removal_scales,
+    row_chunk,
+    shared_losses,
+    update_statistics,
+)
+from laya_eval.language.text import TextWindows, read_documents, windows
+from laya_eval.stats import COMPARISON_COLUMNS, EFFECT_FLOOR, compare_methods, tie_effects, typical_largest_effect
+from laya_eval.stats.metrics import rank_layers
+
+__all__ = ["EFFECT_MEANING", "check_next_token_options", "evaluate_next_token", "intact_pass", "load_text_windows"]
+
+EFFECT_MEANING = (
+    "loss(window, block i removed) - loss(window), the mean next-token negative log-likelihood over the window's "
+    "tokens in nats; ablation {ablation!r}, scope 'network' (every later block recomputed)"
+)
+
+
+def check_next_token_options(options: EvalOptions, data: Any) -> tuple[str, ...]:
+    """The methods of a next-token run, after checking what is knowable from the options (one line each)."""
+    if options.target != "next-token":
+        raise ConfigError(f"EvalOptions.target must be 'next-token' here; got {options.target!r}.")
+    if options.scope != "network":
+        raise ConfigError(
+            "--target next-token removes blocks inside the model (the LM is its own head): use --scope network; "
+            f"got {options.scope!r}."
+        )
+    for a in options.ablations:
+        if a not in FILL_STATISTICS:
+            raise ConfigError(
+                f"--ablation with --target next-token must be among {{{', '.join(FILL_STATISTICS)}}}; got {a!r}."
+            )
+    methods = options.methods or NEXT_TOKEN_METHODS
+    for m in methods:
+        if m not in NEXT_TOKEN_REGISTRY:
+            raise ConfigError(
+                f"--methods with --target next-token must be among {{{', '.join(NEXT_TOKEN_REGISTRY)}}}; got {m!r}."
+            )
+    if not isinstance(data, str) or not data.startswith("text:") or len(data) == 5:
+        raise DataError(f"--target next-token reads text: --data text:FILE or text:rotten-tomatoes; got {data!r}.")
+    return tuple(methods)
+
+
+def load_text_windows(lm: CausalLM, data: str, *, split: str, context: int, data_dir=None, download=False):
+    """The windows of ``split`` of ``data`` (``text:FILE`` or ``text:NAME``), after checking the context."""
+    if lm.max_positions is not None and context > lm.max_positions:
+        raise ConfigError(f"--context must be at most the model's {lm.max_positions} positions; got {context}.")
+    documents, source = read_documents(data[5:], data_dir, download)
+    return windows(documents, lm.tokenizer, split=split, context=context, name=data[5:], source=source)
+
+
+def intact_pass(lm: CausalLM, batch, rows: int, *, seed: int, n_steps: int, fill) -> tuple[IntactPass, torch.Tensor]:
+    """The intact pass of one batch with every block's states and the gradients of each window's loss, and the
+    windows' losses (B,)."""
+    parts = []
+    for s in range(0, batch.ids.shape[0], rows):
+        ids, mask = batch.ids[s : s + rows], batch.mask[s : s + rows]
+        with torch.enable_grad():
+            run = run_windows(lm, ids, mask, keep=True)
+            loss = window_losses(run.logits, ids, mask)
+            loss.sum().backward()
+        parts.append((run, loss.detach()))
+    cat = lambda pick: [torch.cat([pick(r)[i].detach() for r, _ in parts]) for i in range(lm.n_layers)]  # noqa: E731
+    intact = IntactPass(
+        lm=lm,
+        ids=batch.ids,
+        mask=batch.mask,
+        inputs=cat(lambda r: r.inputs),
+        outputs=cat(lambda r: r.outputs),
+        grads=cat(lambda r: [h.grad for h in r.outputs]),
+        sample_ids=batch.sample_ids,
+        fill=fill,
+        seed=seed,
+        n_steps=n_steps,
+    )
+    return intact, torch.cat([loss for _, loss in parts])
+
+
+def _collect(lm: CausalLM, data: TextWindows, options: EvalOptions, methods, progress) -> dict[str, Any]:
+    device = next(lm.model.parameters()).device
+    length = max(w.size for w in data.ids)
+    rows = row_chunk(lm, length, options.max_memory_mb)
+    parts = batches(data, options.batch_size, device)
+    needs = {FILL_STATISTICS[a] for a in options.ablations} - {None}
+    statistics = update_statistics(lm, parts, rows) if needs else None
+    fills = {a: ablation_fill(a, statistics) for a in options.ablations}
+    for p in lm.model.parameters():
+        p.requires_grad_(False)
+    got: dict[str, Any] = {"loss": [], "scores": {}, "effects": {}, "deletion": {}}
+    for batch in parts:
+        first, loss = intact_pass(
+            lm, batch, rows, seed=options.seed, n_steps=options.n_steps, fill=fills[options.ablations[0]]
+        )
+        got["loss"].append(loss.cpu().numpy())
+        for a in options.ablations:
+            intact = dataclasses.replace(first, fill=fills[a])
+            n = batch.ids.shape[0]
+            orders = {}
+            for m in methods:
+                # Methods that start from the removed state (attribution patching, IG) depend on the ablation.
+                key = f"{m}@{a}" if m in ("atp", "ig") else m
+                if key not in got["scores"] or len(got["scores"][key]) < len(got["loss"]):
+                    with torch.no_grad():
+                        scores = NEXT_TOKEN_REGISTRY[m].fn(intact).detach().double().cpu().numpy()
+                    got["scores"].setdefault(key, []).append(scores)
+                orders[m] = deletion_scales(rank_layers(got["scores"][key][-1]), device)
+            scales = [removal_scales(n, lm.n_layers, device), *orders.values()]
+            removed, *curves = shared_losses(lm, batch, scales, fills[a], rows)
+            got["effects"].setdefault(a, []).append((removed - loss[:, None]).cpu().numpy())
+            for m, curve in zip(orders, curves):
+                got["deletion"].setdefault((a, m), []).append((curve - loss[:, None]).cpu().numpy())
+        if progress is not None:
+            progress.update(int(batch.ids.shape[0]))
+    cat = lambda d: {k: np.concatenate(v) for k, v in d.items()}  # noqa: E731
+    return {"loss": np.concatenate(got["loss"]), **{k: cat(got[k]) for k in ("scores", "effects", "deletion")}}
+
+
+def _unigram_loss(data: TextWindows) -> float:
+    """The mean loss of the best unigram model of the evaluated tokens (fitted on them: an optimistic baseline)."""
+    counts = Counter(int(t) for w in data.ids for t in w[1:])
+    total = sum(counts.values())
+    return float(-sum(c * math.log(c / total) for c in counts.values()) / total)
+
+
+def _result(lm, data, options, methods, got, ablation: str, model_record) -> EvaluationResult:
+    opts = dataclasses.replace(options, ablation=ablation)
+    effects, loss, n_layers = got["effects"][ablation], got["loss"], lm.n_layers
+    ties = tie_effects(effects, rtol=opts.tie_rtol)
+    largest = typical_largest_effect(effects)
+    judged = [
+        r
+        for r, bad in (("model-at-chance", model_record["at_chance"]), ("negligible-effects", largest < EFFECT_FLOOR))
+        if bad
+    ]
+    judged = ";".join(judged) or "ok"
+    sample = np.arange(len(data), dtype=np.int64)
+    layers, samples, summary = [], [], []
+    for k, m in enumerate(methods):
+        scores = got["scores"].get(f"{m}@{ablation}", got["scores"].get(m))
+        deletion = got["deletion"][(ablation, m)]
+        scored = score_method(scores, effects, deletion, bootstrap=opts.bootstrap, seed=[opts.seed, k], ties=ties)
+        layers.append(
+            pd.DataFrame(
+                {
+                    "sample": np.repeat(sample, n_layers),
+                    "method": m,
+                    "layer": np.tile(np.arange(1, n_layers + 1), len(sample)),
+                    "attribution": scores.reshape(-1),
+                    "effect": effects.reshape(-1),
+                }
+            )
+        )
+        samples.append(
+            pd.DataFrame(
+                {
+                    "sample": sample,
+                    "document": data.document,
+                    "offset": data.offset,
+                    "tokens": np.array([w.size for w in data.ids], np.int64),
+                    "loss": loss,
+                    "method": m,
+                    "spearman": scored.spearman,
+                    "deletion_at_1": deletion[:, 0],
+                    "top1_hit": scored.top1_hit,
+                    "n_tied_effects": ties.n_tied_effects,
+                }
+            )
+        )
+        summary.append(
+            {
+                "checkpoint": lm.spec,
+                "head": "lm_head",
+                "dataset": f"text:{data.name}",
+                "method": m,
+                "ablation": ablation,
+                "scope": "network",
+                "verdict": judged,
+                **scored.summary,
+            }
+        )
+    samples_df = pd.concat(samples, ignore_index=True)
+    comparisons = (
+        compare_methods(
+            samples_df,
+            n_resamples=opts.bootstrap,
+            seed=opts.seed,
+            reference=comparison_reference(opts.reference, list(methods)),
+        )
+        if len(methods) > 1
+        else pd.DataFrame(columns=COMPARISON_COLUMNS)
+    )
+    warnings = []
+    if model_record["at_chance"]:
+        warnings.append(
+            f"the model's mean next-token loss ({model_record['loss']:.4g} nats) is not below the unigram baseline "
+            f"({model_record['unigram_loss']:.4g}): it has not learned this text, and its layer ranking means little."
+        )
+    if largest < EFFECT_FLOOR:
+        warnings.append(
+            f"the effects are negligible: on a typical window the largest block effect is {largest:.2g} nats "
+            f"(below {EFFECT_FLOOR:g})."
+        )
+    from laya_eval.output.origin import provenance
+
+    manifest = {
+        **provenance(opts.device),
+        "checkpoint": lm.identity,
+        "model": model_record,
+        "head": "lm_head",
+        "dataset": f"text:{data.name}",
+        "split": opts.split,
+        "data": data.preprocessing,
+        "n_samples": len(data),
+        "n_layers": n_layers,
+        "layer_names": [f"{lm.parts.block_path}.{i}" for i in range(n_layers)],
+        "seed": opts.seed,
+        "options": dataclasses.asdict(opts),
+        "methods": {m: NEXT_TOKEN_REGISTRY[m].description for m in methods},
+        "effect": EFFECT_MEANING.format(ablation=ablation),
+        "target": {"option": "next-token", "meaning": "the model's own next-token prediction over each window"},
+        "ties": {"rtol": ties.rtol, "rule": TIE_RULE},
+        "verdict": {"value": judged, "typical_largest_effect": largest, "effect_floor": EFFECT_FLOOR},
+        "warnings": warnings,
+    }
+    return EvaluationResult(
+        layers=pd.concat(layers, ignore_index=True),
+        samples=samples_df,
+        summary=pd.DataFrame(summary),
+        manifest=manifest,
+        comparisons=comparisons,
+        warnings=warnings,
+        verdict=judged,
+    )
+
+
+def evaluate_next_token(
+    model: str,
+    data: str,
+    *,
+    options: EvalOptions | None = None,
+    out: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    progress: Any = None,
+    resume: bool = False,
+) -> Evaluation:
+    """Score layer scores of a causal LM against the loss increase of removing each block, per text window.
+
+    Parameters
+    ----------
+    model : str
+        ``hf:DIR`` (``hf:ID`` with ``options.download``): a causal LM with its LM head and tokenizer.
+    data : str
+        ``text:FILE`` or ``text:rotten-tomatoes`` (:mod:`laya_eval.language.text`); ``options.split`` and
+        ``options.limit`` pick the windows, ``options.context`` sizes them.
+    options : EvalOptions
+        ``target="next-token"``, ``scope="network"``, ``ablation`` among skip, zero, mean, mean-update
+        (default here: ``skip``); ``dtype``: the precision the model's weights run in (losses and effects are
+        float64 from the logits).
+    out : path, optional
+        The result folder (checked before any work, replaced whole at the end).
+    resume : bool
+        Refused: a next-token run keeps no partial results.
+
+    Returns
+    -------
+    Evaluation
+        One result per ablation with the tables of ``faithfulness``; ``samples`` also records each window's
+        ``document``, ``offset``, ``tokens`` and intact ``loss``.
+    """
+    options = options or EvalOptions(target="next-token", scope="network", ablation="skip")
+    methods = check_next_token_options(options, data)
+    if resume:
+        raise ConfigError(
+            "--resume is not available with --target next-token: a next-token run keeps no partial results."
+        )
+    if out is not None:
+        from laya_eval.output.files import check_output_folder
+
+        check_output_folder(out)
+    torch.manual_seed(options.seed)
+    dtype = getattr(torch, options.dtype)
+    lm = load_causal_lm(model, download=options.download, device=resolve_device(options.device), dtype=dtype)
+    text = load_text_windows(
+        lm, data, split=options.split, context=options.context, data_dir=data_dir, download=options.download
+    ).take(options.limit)
+    if progress is not None:
+        progress.total = len(text)
+    got = _collect(lm, text, options, methods, progress)
+    mean_loss = float(np.average(got["loss"], weights=[w.size - 1 for w in text.ids]))
+    unigram = _unigram_loss(text)
+    record = {
+        "loss": mean_loss,
+        "perplexity": math.exp(mean_loss),
+        "unigram_loss": unigram,
+        "uniform_loss": math.log(int(lm.model.get_output_embeddings().weight.shape[0])),
+        "at_chance": bool(mean_loss >= unigram),
+        "loss_rule": "token-weighted mean over the evaluated windows of the mean next-token loss (nats)",
+    }
+    results = {a: _result(lm, text, options, methods, got, a, record) for a in options.ablations}
+    evaluation = Evaluation(results)
+    if out is not None:
+        evaluation.files = write_evaluation(evaluation, out, table_format=options.table_format)
+    return evaluation

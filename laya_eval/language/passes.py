@@ -1,0 +1,170 @@
+"""The passes of a next-token evaluation: windows batched, the intact pass with gradients, losses under removals.
+
+Every pass pads its windows on the right to one length for the whole evaluated set (the longest window), so a
+window's numbers do not depend on which windows share its batch. Rows go through the model in chunks sized by
+``max_memory_mb`` on the float64 log-probabilities of one row (T x vocabulary x 8 bytes, three copies).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from laya_eval.language.decoder import SKIP, CausalLM, Fill, padded_batch, run_windows, window_losses
+from laya_eval.language.text import TextWindows
+
+__all__ = [
+    "FILL_STATISTICS",
+    "WindowBatch",
+    "ablation_fill",
+    "batches",
+    "deletion_scales",
+    "losses_under",
+    "removal_scales",
+    "row_chunk",
+    "shared_losses",
+    "update_statistics",
+]
+
+#: The removals of a block a next-token evaluation runs, and the statistic each fill needs.
+FILL_STATISTICS = {"skip": None, "zero": None, "mean": "output", "mean-update": "update"}
+
+
+@dataclass(frozen=True)
+class WindowBatch:
+    """Windows ``start..stop`` of the evaluated set, right-padded: ``ids``, ``mask`` (B, T), ``sample_ids`` (B,)."""
+
+    ids: Tensor
+    mask: Tensor
+    sample_ids: Tensor
+
+
+def row_chunk(lm: CausalLM, length: int, max_memory_mb: int) -> int:
+    """Rows per model call: the float64 log-probabilities of a row (length x vocabulary) three times in budget."""
+    vocab = int(lm.model.get_output_embeddings().weight.shape[0])
+    return max(1, (max_memory_mb << 20) // (3 * 8 * length * vocab))
+
+
+def batches(data: TextWindows, rows: int, device: torch.device) -> list[WindowBatch]:
+    """The evaluated windows in batches of ``rows``, all padded to the longest window of ``data``."""
+    length = max(w.size for w in data.ids)
+    out = []
+    for start in range(0, len(data), rows):
+        ids, mask = padded_batch(data.ids[start : start + rows], length, device)
+        sample = torch.arange(start, min(start + rows, len(data)), device=device)
+        out.append(WindowBatch(ids, mask, sample))
+    return out
+
+
+def losses_under(lm: CausalLM, batch: WindowBatch, scale: Tensor, fill: Fill, rows: int) -> Tensor:
+    """Mean next-token loss of every window under every row of ``scale``.
+
+    Parameters
+    ----------
+    scale : Tensor, (B, R, L)
+        Per window, R block scalings (1 keeps a block, 0 replaces it by ``fill``).
+
+    Returns
+    -------
+    Tensor of float64, (B, R)
+    """
+    b, r, n_layers = scale.shape
+    ids = batch.ids.repeat_interleave(r, 0)
+    mask = batch.mask.repeat_interleave(r, 0)
+    flat = scale.reshape(b * r, n_layers)
+    out = []
+    with torch.no_grad():
+        for s in range(0, b * r, rows):
+            run = run_windows(lm, ids[s : s + rows], mask[s : s + rows], scale=flat[s : s + rows], fill=fill)
+            out.append(window_losses(run.logits, ids[s : s + rows], mask[s : s + rows]))
+    return torch.cat(out).reshape(b, r)
+
+
+def shared_losses(lm: CausalLM, batch: WindowBatch, scales: Sequence[Tensor], fill: Fill, rows: int) -> list[Tensor]:
+    """:func:`losses_under` for several sets of removals at once, each distinct (window, removal) run once: a
+    leave-one-out removal is every ranking's first deletion step, removing every block is every ranking's last,
+    and rankings that agree share all their steps.
+
+    Parameters
+    ----------
+    scales : sequence of Tensor, each (B, R_j, L)
+
+    Returns
+    -------
+    list of Tensor of float64, each (B, R_j)
+    """
+    b, n_layers = batch.ids.shape[0], scales[0].shape[-1]
+    window = np.concatenate([np.repeat(np.arange(b), s.shape[1]) for s in scales])
+    keep = np.concatenate([s.reshape(-1, n_layers).cpu().numpy() for s in scales])
+    key = np.concatenate([window[:, None].astype(np.float64), keep.astype(np.float64)], 1)
+    distinct, where = np.unique(key, axis=0, return_inverse=True)
+    device = batch.ids.device
+    index = torch.tensor(distinct[:, 0].astype(np.int64), device=device)
+    scale = torch.tensor(distinct[:, 1:], dtype=scales[0].dtype, device=device)
+    out = []
+    with torch.no_grad():
+        for s in range(0, len(distinct), rows):
+            ids, mask = batch.ids[index[s : s + rows]], batch.mask[index[s : s + rows]]
+            run = run_windows(lm, ids, mask, scale=scale[s : s + rows], fill=fill)
+            out.append(window_losses(run.logits, ids, mask))
+    losses = torch.cat(out)[torch.tensor(where.reshape(-1), device=device)]
+    parts, start = [], 0
+    for s in scales:
+        size = b * s.shape[1]
+        parts.append(losses[start : start + size].reshape(b, s.shape[1]))
+        start += size
+    return parts
+
+
+def update_statistics(lm: CausalLM, parts: Sequence[WindowBatch], rows: int) -> dict[str, list[Tensor]]:
+    """Per block, the float64 mean over the real tokens of the evaluated windows of its output (``output``) and of
+    its update, output minus input (``update``); each (d,)."""
+    sums: dict[str, list[Tensor]] = {"output": [], "update": []}
+    count = 0.0
+    with torch.no_grad():
+        for batch in parts:
+            for s in range(0, batch.ids.shape[0], rows):
+                ids, mask = batch.ids[s : s + rows], batch.mask[s : s + rows]
+                run = run_windows(lm, ids, mask, keep=True)
+                real = mask.double()[..., None]
+                count += float(real.sum())
+                for i, (x, h) in enumerate(zip(run.inputs, run.outputs)):
+                    out_sum = (h.double() * real).sum((0, 1))
+                    upd_sum = ((h.double() - x.double()) * real).sum((0, 1))
+                    if len(sums["output"]) <= i:
+                        sums["output"].append(out_sum)
+                        sums["update"].append(upd_sum)
+                    else:
+                        sums["output"][i] += out_sum
+                        sums["update"][i] += upd_sum
+    return {k: [(v / count).float() for v in vs] for k, vs in sums.items()}
+
+
+def ablation_fill(ablation: str, statistics: dict[str, list[Tensor]] | None) -> Fill:
+    """The fill of a removed block under ``ablation`` (``skip``, ``zero``, ``mean``, ``mean-update``)."""
+    if ablation == "skip":
+        return SKIP
+    if ablation == "zero":
+        return Fill(0.0)
+    if ablation == "mean":
+        return Fill(0.0, statistics["output"])
+    return Fill(1.0, statistics["update"])
+
+
+def removal_scales(n_windows: int, n_layers: int, device: torch.device) -> Tensor:
+    """(B, L, L): row i removes block i alone."""
+    eye = torch.eye(n_layers, device=device)
+    return (1 - eye)[None].expand(n_windows, n_layers, n_layers).contiguous()
+
+
+def deletion_scales(order: np.ndarray, device: torch.device) -> Tensor:
+    """(B, L, L) from per-window orders (B, L) (most important first): row k - 1 removes the k first blocks."""
+    b, n_layers = order.shape
+    ranks = np.empty_like(order)
+    ranks[np.arange(b)[:, None], order] = np.arange(n_layers)[None]
+    keep = (ranks[:, None, :] > np.arange(n_layers)[None, :, None]).astype(np.float32)
+    return torch.tensor(keep, device=device)

@@ -1,0 +1,493 @@
+"""``--target next-token``: text windows against a hand split, effects against a hand loop over transformers' own
+blocks, the logit lens against the model's own final norm and LM head, and the bad inputs."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from laya_eval.engine.plan import EvalOptions
+from laya_eval.errors import ConfigError, DataError
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from tests.causal_lms import tiny_causal_lm, word_tokenizer  # noqa: E402
+
+from laya_eval.language import evaluate_next_token  # noqa: E402
+from laya_eval.language.text import read_documents, windows  # noqa: E402
+
+DOCS = [
+    "the cat sat on the mat and the dog sat on the rug and the cat sat",
+    "a film about a cat",
+    "the plot is thin",
+    "short",
+    "the dog and the cat are friends and they play in the park every day",
+    "music and film and plot and music",
+    "the acting is good",
+    "a long trip to the sea and a long trip to the park and back",
+    "the music is better",
+    "the cat and the dog",
+    "a cat on the mat",
+]
+
+
+def _louder(folder, family):
+    """The tiny model with its blocks' matrices scaled up, so that removing a block changes the loss clearly."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    with torch.no_grad():
+        for block in model.base_model.h if family == "gpt2" else model.base_model.layers:
+            for p in block.parameters():
+                if p.dim() == 2:
+                    p.mul_(8.0)
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lms")
+    return {family: _louder(tiny_causal_lm(root / family, family, pad=True), family) for family in ("gpt2", "llama")}
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("text") / "docs.txt"
+    path.write_text("\n\n".join(DOCS) + "\n")
+    return path
+
+
+def _options(**kw):
+    base = dict(target="next-token", scope="network", ablation="skip", split="train", context=6, bootstrap=0)
+    return EvalOptions(**{**base, **kw})
+
+
+def test_plain_text_and_json_lines_give_the_same_documents(tmp_path):
+    plain = tmp_path / "a.txt"
+    plain.write_text("first line\nstill first\n\n  \n\nsecond\n\n\nthird\n")
+    lines = tmp_path / "a.jsonl"
+    lines.write_text("\n".join(json.dumps({"text": t}) for t in ["first line\nstill first", "second", "third"]))
+    assert read_documents(str(plain))[0] == ["first line\nstill first", "second", "third"]
+    assert read_documents(str(lines))[0] == ["first line\nstill first", "second", "third"]
+
+
+def test_windows_are_a_hand_split_by_document_cut_at_the_context():
+    tok = word_tokenizer()
+    # The documented rule by hand: 11 documents, permutation of numpy's default_rng(0); 1 test, 1 val, 9 train.
+    order = np.random.default_rng(0).permutation(len(DOCS))
+    held = {"test": sorted(order[:1]), "val": sorted(order[1:2]), "train": sorted(order[2:])}
+    seen = []
+    for split, docs in held.items():
+        got = windows(DOCS, tok, split=split, context=6, name="docs", source={})
+        expected = []
+        for d in docs:
+            ids = tok(DOCS[d])["input_ids"]
+            expected += [(d, s, ids[s : s + 6]) for s in range(0, len(ids), 6) if len(ids[s : s + 6]) >= 2]
+        assert [(int(d), int(o), w.tolist()) for d, o, w in zip(got.document, got.offset, got.ids)] == expected
+        seen += docs
+    assert sorted(seen) == list(range(len(DOCS)))  # every document in exactly one split
+
+
+@functools.lru_cache(maxsize=4)
+def _model(lm_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(lm_dir, dtype=torch.float32).eval()
+
+
+def _hand_losses(lm_dir, family, window: torch.Tensor, removed: tuple[int, ...], fill=None, states=None) -> float:
+    """Mean next-token loss of one window with the blocks ``removed`` skipped, by calling transformers' blocks.
+
+    ``fill(i, h_in)``: what a removed block outputs instead (default: its input, ``skip``); ``states``: a list that
+    receives every block's (input, output)."""
+    model = _model(lm_dir)
+    ids = window[None]
+    t = ids.shape[1]
+    mask = torch.full((t, t), torch.finfo(torch.float32).min).triu(1)[None, None]  # causal, additive
+    pos = torch.arange(t)[None]
+    with torch.no_grad():
+        if family == "gpt2":
+            body = model.transformer
+            h = body.wte(ids) + body.wpe(pos)
+            blocks, norm, extra = body.h, body.ln_f, {}
+        else:  # the rotary families: transformers' own attribute names per family
+            body = model.gpt_neox if family == "gpt_neox" else model.model
+            h = (body.embed_in if family == "gpt_neox" else body.embed_tokens)(ids)
+            blocks = body.layers
+            norm = {"gpt_neox": "final_layer_norm", "phi": "final_layernorm"}.get(family, "norm")
+            norm = getattr(body, norm)
+            extra = {"position_embeddings": body.rotary_emb(h, position_ids=pos), "position_ids": pos}
+        for i, block in enumerate(blocks):
+            if i not in removed:
+                out = block(h, attention_mask=mask, **extra)
+            else:
+                out = h if fill is None else fill(i, h)
+            if states is not None:
+                states.append((h, out))
+            h = out
+        logits = model.get_output_embeddings()(norm(h)).double()
+    return float(torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:]))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_skip_effects_and_deletion_equal_a_hand_loop_over_transformers_blocks(models, text_file, family):
+    torch.set_num_threads(1)
+    result = evaluate_next_token(
+        f"hf:{models[family]}", f"text:{text_file}", options=_options(methods=("random",), limit=5)
+    )["skip"]
+    tok = word_tokenizer(pad=True)
+    docs, _ = read_documents(str(text_file))
+    text = windows(docs, tok, split="train", context=6, name="docs", source={})
+    layers = result.layers.sort_values(["sample", "layer"])
+    n_layers = 3  # tests/causal_lms.py FAMILIES
+    effects = layers["effect"].to_numpy().reshape(-1, n_layers)
+    hand = np.array(
+        [
+            [
+                _hand_losses(models[family], family, torch.tensor(w), (i,))
+                - _hand_losses(models[family], family, torch.tensor(w), ())
+                for i in range(n_layers)
+            ]
+            for w in text.ids[:5]
+        ]
+    )
+    scale = np.abs(hand).max()
+    assert scale > 1e-2  # removing a block matters in these models: the comparison is not of zeros
+    np.testing.assert_allclose(effects, hand, rtol=0, atol=1e-6 * scale)
+    # Deletion@2 of the random ranking: its two top-scored blocks removed together.
+    scores = layers["attribution"].to_numpy().reshape(-1, n_layers)
+    samples = result.samples.sort_values("sample")
+    assert samples["loss"].to_numpy() == pytest.approx(
+        [_hand_losses(models[family], family, torch.tensor(w), ()) for w in text.ids[:5]], abs=1e-6
+    )
+    top1 = [tuple(np.argsort(-s, kind="stable")[:1]) for s in scores]
+    d1 = [
+        _hand_losses(models[family], family, torch.tensor(w), r)
+        - _hand_losses(models[family], family, torch.tensor(w), ())
+        for w, r in zip(text.ids[:5], top1)
+    ]
+    np.testing.assert_allclose(samples["deletion_at_1"].to_numpy(), d1, rtol=0, atol=1e-6 * scale)
+    top2 = [tuple(np.argsort(-s, kind="stable")[:2]) for s in scores]
+    d2 = [
+        _hand_losses(models[family], family, torch.tensor(w), r)
+        - _hand_losses(models[family], family, torch.tensor(w), ())
+        for w, r in zip(text.ids[:5], top2)
+    ]
+    assert result.summary["deletion_at_2"].iloc[0] == pytest.approx(np.mean(d2), abs=1e-6 * scale)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_the_hand_loop_is_the_models_own_loss(models, family):
+    window = torch.tensor([2, 5, 7, 3, 9, 4])
+    own = _model(models[family])(input_ids=window[None], labels=window[None]).loss
+    assert _hand_losses(models[family], family, window, ()) == pytest.approx(float(own.detach()), abs=1e-6)
+
+
+def _hand_lens(lm_dir, family, window: torch.Tensor) -> list[float]:
+    """Loss of the LM head reading the input of block 1 and each block's output through the final norm."""
+    model = _model(lm_dir)
+    ids = window[None]
+    states = model(input_ids=ids, output_hidden_states=True).hidden_states  # embeddings, blocks 1..L-1, normed last
+    norm = model.transformer.ln_f if family == "gpt2" else model.model.norm
+    with torch.no_grad():
+        raw = list(states[:-1])
+        last = {}
+        block = (model.transformer.h if family == "gpt2" else model.model.layers)[-1]
+        handle = block.register_forward_hook(lambda m, a, out: last.setdefault("h", out))
+        model(input_ids=ids)
+        handle.remove()
+        raw.append(last["h"])
+        losses = []
+        for h in raw:
+            logits = model.lm_head(norm(h)).double()
+            losses.append(float(torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:])))
+    return losses
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_logit_lens_is_the_fall_of_the_loss_of_the_head_reading_each_block(models, text_file, family):
+    torch.set_num_threads(1)
+    result = evaluate_next_token(
+        f"hf:{models[family]}", f"text:{text_file}", options=_options(methods=("logit_lens",), limit=4)
+    )["skip"]
+    docs, _ = read_documents(str(text_file))
+    text = windows(docs, word_tokenizer(pad=True), split="train", context=6, name="docs", source={})
+    got = result.layers.sort_values(["sample", "layer"])["attribution"].to_numpy().reshape(-1, 3)
+    hand = np.array(
+        [
+            np.subtract(*np.array(_hand_lens(models[family], family, torch.tensor(w)))[[[0, 1, 2], [1, 2, 3]]])
+            for w in text.ids[:4]
+        ]
+    )
+    np.testing.assert_allclose(got, hand, rtol=0, atol=1e-6)
+
+
+def test_integrated_gradients_sum_to_the_skip_effect(models, text_file):
+    """Completeness: IG from the removed block to the intact one integrates the loss change exactly (one block
+    at a time), so with enough steps it equals the measured effect."""
+    torch.set_num_threads(1)
+    result = evaluate_next_token(
+        f"hf:{models['gpt2']}", f"text:{text_file}", options=_options(methods=("ig",), limit=3, n_steps=96)
+    )["skip"]
+    np.testing.assert_allclose(result.layers["attribution"], result.layers["effect"], rtol=0, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory):
+    from transformers import BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("bert")
+    config = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
+    BertModel(config).save_pretrained(folder)
+    word_tokenizer(pad=True).save_pretrained(folder)
+    return folder
+
+
+def _bad_inputs(models, text_file, encoder_dir, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n")
+    one_token = tmp_path / "short.txt"
+    one_token.write_text("film\n\ngood\n\nplot\n")  # one token each
+    no_tokenizer = tmp_path / "no-tokenizer"
+    no_tokenizer.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (no_tokenizer / name).write_bytes((models["gpt2"] / name).read_bytes())
+    checkpoint = tmp_path / "ckpt.pt"
+    checkpoint.write_bytes(b"not read")
+    lm, text = f"hf:{models['gpt2']}", f"text:{text_file}"
+    nt = ("--target", "next-token", "--context", "6", "--split", "train")
+    return [
+        ((lm, "--data", f"text:{empty}", *nt), DataError, r"holds no text"),
+        ((lm, "--data", f"text:{one_token}", *nt), DataError, r"no document of two tokens or more"),
+        (
+            (lm, "--data", text, "--target", "next-token", "--context", "65"),
+            ConfigError,
+            r"at most the model's 64 positions; got 65",
+        ),
+        ((f"hf:{encoder_dir}", "--data", text, *nt), ConfigError, r"needs a causal language model.*bert model"),
+        ((str(checkpoint), "--data", text, *nt), ConfigError, r"given as hf:DIR; got .*ckpt\.pt"),
+        ((f"hf:{no_tokenizer}", "--data", text, *nt), ConfigError, r"no tokenizer"),
+        ((lm, "--data", "digits", *nt), DataError, r"--data text:FILE .*got 'digits'"),
+        ((lm, "--data", text, "--context", "6"), DataError, r"add --target next-token"),
+        ((lm, "--data", "digits"), ConfigError, r"causal language model without a classifier head"),
+        ((lm, "--data", text, *nt, "--scope", "head"), ConfigError, r"use --scope network; got 'head'"),
+        (
+            (lm, "--data", text, *nt, "--ablation", "resample"),
+            ConfigError,
+            r"among \{skip, zero, mean, mean-update\}; got 'resample'",
+        ),
+        ((lm, "--data", text, *nt, "--methods", "laya"), ConfigError, r"got 'laya'"),
+        ((lm, "--data", text, *nt, "--resume"), ConfigError, r"--resume is not available with --target next-token"),
+    ]
+
+
+def test_bad_input_is_one_line_exit_2_before_any_work(models, text_file, encoder_dir, tmp_path, monkeypatch):
+    from laya_eval.language import evaluation
+    from tests.cli_helpers import assert_one_line_error, run
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the work started")
+
+    monkeypatch.setattr(evaluation, "_collect", no_work)
+    for args, _, pattern in _bad_inputs(models, text_file, encoder_dir, tmp_path):
+        out = tmp_path / "out"
+        assert_one_line_error(run("faithfulness", *args, "--out", out), pattern)
+        assert not out.exists()
+
+
+def test_prune_refuses_a_classifier_target_on_a_causal_lm_and_text_for_a_classifier(models, text_file):
+    from tests.cli_helpers import assert_one_line_error, run
+
+    result = run(
+        "prune", f"hf:{models['gpt2']}", "--data", f"text:{text_file}", "--target", "next-token", "--context", "65"
+    )
+    assert_one_line_error(result, r"at most the model's 64 positions")
+
+
+def test_prune_perplexity_and_the_greedy_oracle_equal_a_hand_loop(models, text_file, tmp_path):
+    from laya_eval import PruneOptions, prune_next_token
+
+    torch.set_num_threads(1)
+    lm = models["gpt2"]
+    options = PruneOptions(target="next-token", context=6, bootstrap=50, n_random=2, methods=("block_influence",))
+    result = prune_next_token(f"hf:{lm}", f"text:{text_file}", options=options, out=tmp_path / "p", limit=4)
+    docs, _ = read_documents(str(text_file))
+    tok = word_tokenizer(pad=True)
+    val, test = (windows(docs, tok, split=s, context=6, name="d", source={}).take(4) for s in ("val", "test"))
+
+    def mean_loss(ws, removed):  # token-weighted, as perplexity is defined
+        losses = [_hand_losses(lm, "gpt2", torch.tensor(w), tuple(removed)) for w in ws.ids]
+        return np.average(losses, weights=[w.size - 1 for w in ws.ids])
+
+    removed = []  # the oracle by hand: greedy on the validation windows
+    for _ in range(2):
+        left = [i for i in range(3) if i not in removed]
+        removed.append(min(left, key=lambda i: mean_loss(val, removed + [i])))
+    oracle = removed + [i for i in range(3) if i not in removed]
+    assert result.orders["oracle"] == [i + 1 for i in oracle]
+    table = result.table.set_index(["method", "k_removed"])
+    for name in ("oracle", "block_influence"):
+        order = [i - 1 for i in result.orders[name]]
+        for k in range(3):
+            expected = np.exp(mean_loss(test, order[:k]))
+            assert table.loc[(name, k), "perplexity"] == pytest.approx(expected, rel=1e-6)
+    assert sorted(p.name for p in result.files) == [
+        "manifest.json",
+        "pruning.csv",
+        "pruning.png",
+        "pruning_comparisons.csv",
+        "pruning_summary.csv",
+    ]
+    assert set(result.summary["method"]) == {"block_influence", "oracle", "random"}
+
+
+def test_faithfulness_and_prune_next_token_from_the_command_line(models, text_file, tmp_path):
+    import pandas as pd
+
+    from tests.cli_helpers import run
+
+    lm, text = f"hf:{models['llama']}", f"text:{text_file}"
+    common = ("--target", "next-token", "--context", "6", "--bootstrap", "50")
+    result = run(
+        "faithfulness",
+        lm,
+        "--data",
+        text,
+        *common,
+        "--split",
+        "train",
+        "--limit",
+        "4",
+        "--ig-steps",
+        "4",
+        "--out",
+        tmp_path / "f",
+        "--quiet",
+    )
+    assert result.exit_code == 0, result.output
+    assert "ablation skip, scope network" in result.output and "mean next-token loss" in result.output
+    samples = pd.read_csv(tmp_path / "f" / "samples.csv")
+    assert list(samples.columns[:5]) == ["sample", "document", "offset", "tokens", "loss"]
+    assert set(samples["method"]) == set(
+        ("block_influence", "angular_distance", "grad_x_act", "atp", "ig", "logit_lens", "random")
+    )
+    result = run(
+        "prune",
+        lm,
+        "--data",
+        text,
+        *common,
+        "--limit",
+        "3",
+        "--methods",
+        "block_influence,logit_lens",
+        "--out",
+        tmp_path / "p",
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1].split()[:4] == ["ranking", "k=0", "k=1", "k=2"]
+    assert (tmp_path / "p" / "pruning.png").stat().st_size > 0
+
+
+def test_rotten_tomatoes_snippets_are_documents_in_file_order(tmp_path):
+    import bz2
+
+    rows = [("fresh", "a good film"), ("plot", "a cat goes to sea"), ("rotten", "dull, slow")]
+    csv_text = "category,text,movie_name,has_plot_and_reviews\n" + "".join(f'{c},"{t}",m,True\n' for c, t in rows)
+    (tmp_path / "rotten_tomatoes_corpus_full.csv.bz2").write_bytes(bz2.compress(csv_text.encode()))
+    docs, source = read_documents("rotten-tomatoes", tmp_path)
+    assert docs == [t for _, t in rows]  # reviews and plot synopses alike
+    assert source["source"].endswith("rotten_tomatoes_corpus_full.csv.bz2")
+
+
+def test_windows_do_not_depend_on_the_batch_size(models, text_file):
+    torch.set_num_threads(1)
+    tables = [
+        evaluate_next_token(
+            f"hf:{models['gpt2']}",
+            f"text:{text_file}",
+            options=_options(methods=("block_influence", "grad_x_act"), limit=6, batch_size=b),
+        )["skip"].layers
+        for b in (2, 16)
+    ]
+    assert tables[0].equals(tables[1])
+
+
+def test_zero_and_mean_update_effects_equal_a_hand_loop(models, text_file):
+    """The other removals: a block's output replaced by zeros, or its update by its mean over the evaluated
+    windows' tokens (computed here from the blocks' own outputs)."""
+    torch.set_num_threads(1)
+    lm = models["gpt2"]
+    got = evaluate_next_token(
+        f"hf:{lm}",
+        f"text:{text_file}",
+        options=_options(methods=("random",), limit=3, ablation=("zero", "mean-update")),
+    )
+    docs, _ = read_documents(str(text_file))
+    text = windows(docs, word_tokenizer(pad=True), split="train", context=6, name="d", source={}).take(3)
+    sums, count = [torch.zeros(32, dtype=torch.float64) for _ in range(3)], 0
+    for w in text.ids:
+        states = []
+        _hand_losses(lm, "gpt2", torch.tensor(w), (), states=states)
+        count += w.size
+        for i, (x, h) in enumerate(states):
+            sums[i] += (h - x)[0].double().sum(0)
+    mean_update = [(v / count).float() for v in sums]
+    fills = {"zero": lambda i, x: torch.zeros_like(x), "mean-update": lambda i, x: x + mean_update[i]}
+    for ablation, fill in fills.items():
+        hand = np.array(
+            [
+                [
+                    _hand_losses(lm, "gpt2", torch.tensor(w), (i,), fill=fill)
+                    - _hand_losses(lm, "gpt2", torch.tensor(w), ())
+                    for i in range(3)
+                ]
+                for w in text.ids
+            ]
+        )
+        effects = got[ablation].layers.sort_values(["sample", "layer"])["effect"].to_numpy().reshape(-1, 3)
+        scale = np.abs(hand).max()
+        assert scale > 1e-2
+        np.testing.assert_allclose(effects, hand, rtol=0, atol=1e-6 * scale)
+
+
+@pytest.fixture(scope="module")
+def more_models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("families")
+    return {
+        f: _louder(tiny_causal_lm(root / f, f, pad=True), f)
+        for f in ("mistral", "qwen2", "qwen3", "phi", "olmo", "gpt_neox")
+    }
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen2", "qwen3", "phi", "olmo", "gpt_neox"])
+def test_skip_effects_of_every_family_equal_a_hand_loop(more_models, text_file, family):
+    torch.set_num_threads(1)
+    lm = more_models[family]
+    result = evaluate_next_token(f"hf:{lm}", f"text:{text_file}", options=_options(methods=("random",), limit=3))[
+        "skip"
+    ]
+    docs, _ = read_documents(str(text_file))
+    text = windows(docs, word_tokenizer(pad=True), split="train", context=6, name="d", source={}).take(3)
+    n_layers = 2  # tests/causal_lms.py FAMILIES
+    effects = result.layers.sort_values(["sample", "layer"])["effect"].to_numpy().reshape(-1, n_layers)
+    intact = [_hand_losses(lm, family, torch.tensor(w), ()) for w in text.ids]
+    hand = np.array(
+        [
+            [_hand_losses(lm, family, torch.tensor(w), (i,)) - base for i in range(n_layers)]
+            for w, base in zip(text.ids, intact)
+        ]
+    )
+    own = [
+        float(_model(lm)(input_ids=torch.tensor(w)[None], labels=torch.tensor(w)[None]).loss.detach()) for w in text.ids
+    ]
+    assert intact == pytest.approx(own, abs=1e-6)  # the hand loop is the model
+    scale = np.abs(hand).max()
+    assert scale > 1e-3
+    np.testing.assert_allclose(effects, hand, rtol=0, atol=1e-6 * scale)
