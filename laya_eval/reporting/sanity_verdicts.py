@@ -58,14 +58,17 @@ SANITY_COLUMNS = [
     "cascading_similarity",
     "cascading_ci_low",
     "cascading_ci_high",
+    "cascading_ci_note",
     "cascading_verdict",
     "data_similarity",
     "data_ci_low",
     "data_ci_high",
+    "data_ci_note",
     "data_verdict",
     "roar_spearman",
     "roar_ci_low",
     "roar_ci_high",
+    "roar_ci_note",
     "roar_verdict",
     "verdict",
 ]
@@ -221,6 +224,12 @@ def max_roar_drop(layer_roar: pd.DataFrame) -> float:
     return float(layer_roar.groupby("layer")["accuracy_drop"].mean().max())
 
 
+def _note(row: Any, column: str) -> str:
+    """Why an interval is missing, as the sanity run wrote it ("" where it exists or the run wrote no note)."""
+    value = None if row is None else row.get(column)
+    return value if isinstance(value, str) else ""
+
+
 def _method_row(run: SanityRun, method: str, cascading, data, roar, informative: bool) -> dict[str, Any]:
     nan = float("nan")
     c = cascading.loc[method] if method in cascading.index else None
@@ -236,6 +245,7 @@ def _method_row(run: SanityRun, method: str, cascading, data, roar, informative:
                 f"{prefix}_similarity": sim,
                 f"{prefix}_ci_low": low,
                 f"{prefix}_ci_high": high,
+                f"{prefix}_ci_note": _note(src, "similarity_ci_note"),
                 f"{prefix}_verdict": randomisation_verdict(sim, high),
             }
         )
@@ -245,6 +255,7 @@ def _method_row(run: SanityRun, method: str, cascading, data, roar, informative:
             "roar_spearman": rho,
             "roar_ci_low": low,
             "roar_ci_high": high,
+            "roar_ci_note": _note(r, "ci_note"),
             "roar_verdict": roar_verdict(rho, low, informative=informative),
         }
     )
