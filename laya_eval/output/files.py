@@ -36,9 +36,9 @@ import shutil
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
-from laya_eval.errors import ConfigError, ResultsError
+from laya_eval.errors import ConfigError, ResultsError, StorageError
 from laya_eval.output.temporaries import owner_record, remove_stale_temporaries
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "sha256_bytes",
     "state_dict_sha256",
     "storage_error",
+    "unfinished_removed_on_storage_failure",
     "verify_result_folder",
     "write_result_folder",
 ]
@@ -143,21 +144,21 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} bytes"
 
 
-def storage_error(exc: OSError, folder: Path, needed: int, *, intact: bool = True) -> ConfigError:
+def storage_error(exc: OSError, folder: Path, needed: int, *, intact: bool = True) -> StorageError:
     """One line for a failed write: the folder, what went wrong, and, for a full disk, the space it needs
     (``needed`` bytes; 0: unknown). ``intact``: the writer left what was there unchanged, and says so."""
     kept = " (nothing there was changed)" if intact else ""
     what = _STORAGE_ERRORS.get(exc.errno)
     if what is None:
-        return ConfigError(f"cannot write to '{folder}': {exc.strerror or exc}.")
+        return StorageError(f"cannot write to '{folder}': {exc.strerror or exc}.")
     if exc.errno == errno.EROFS:
-        return ConfigError(f"cannot write to '{folder}': {what}; write elsewhere{kept}.")
+        return StorageError(f"cannot write to '{folder}': {what}; write elsewhere{kept}.")
     try:
         free = f", {_size(shutil.disk_usage(folder if folder.exists() else folder.parent).free)} free"
     except OSError:
         free = ""
     need = f"{_size(needed)} needed" if needed else "more space needed"
-    return ConfigError(f"cannot write to '{folder}': {what} ({need}{free}); free some space or write elsewhere{kept}.")
+    return StorageError(f"cannot write to '{folder}': {what} ({need}{free}); free some space or write elsewhere{kept}.")
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -301,6 +302,31 @@ def write_result_folder(out: str | os.PathLike, files: Mapping[str, bytes]) -> l
             with contextlib.suppress(OSError):
                 owner.unlink()
     return [out / rel for rel in files]
+
+
+@contextlib.contextmanager
+def unfinished_removed_on_storage_failure(out: str | os.PathLike | None, partial: str) -> Iterator[None]:
+    """Run a job that keeps partial files in ``out/partial`` and then writes the result folder ``out``; when a write
+    fails for lack of room or permission (:class:`~laya_eval.errors.StorageError`, or an ``OSError`` of
+    :data:`STORAGE_ERRNOS`), remove what the job made there before the error goes on: the partial folder (unless
+    it was there before, from an interrupted run that ``--resume`` may still use) and ``out`` itself when the job
+    created it and nothing else is in it. The error then says what is true: nothing there was changed."""
+    if out is None:
+        yield
+        return
+    out = Path(out)
+    out_existed, partial_existed = os.path.lexists(out), os.path.lexists(out / partial)
+    try:
+        yield
+    except (StorageError, OSError) as err:
+        if isinstance(err, StorageError) or err.errno in STORAGE_ERRNOS:
+            folder = out / partial
+            if not partial_existed and folder.is_dir() and not folder.is_symlink():
+                shutil.rmtree(folder, ignore_errors=True)
+            if not out_existed:
+                with contextlib.suppress(OSError):
+                    out.rmdir()  # only when empty: nothing but the partial files was there
+        raise
 
 
 def verify_result_folder(folder: str | os.PathLike) -> dict[str, Any]:
