@@ -14,11 +14,18 @@ Each plug-in's code identity (the sha256 of its module source) is recorded per r
 run key of every evaluation that uses it (:func:`code_identity`), so ``--resume`` never mixes results of two
 versions of a plug-in.
 
+A plug-in's code can fail when it is loaded and later, when the engine calls the functions it registered (a
+method's scores, an ablation's logits or fill). Both become one :class:`~laya_eval.errors.UserCodeError` line
+naming the plug-in, the entry, the function and the exception (the traceback is chained, shown with
+``LAYA_EVAL_DEBUG=1``): every registered function of a plug-in is wrapped once it is loaded.
+
 May import: errors, catalog, output.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import inspect
 import sys
@@ -63,7 +70,51 @@ def _record(origin: str, before: set[tuple[str, str]], module: Any) -> None:
     digest = _source_sha256(module)
     for key in _registered_names() - before:
         _IDENTITIES[key] = (origin, digest)
+        _guard_entry(origin, *key)
     _LOADED.append(origin)
+
+
+def _plugin_name(origin: str) -> str:
+    kind, _, name = origin.partition(":")
+    return f"plug-in entry point {name!r}" if kind == "entry-point" else f"plug-in {origin}"
+
+
+def _guarded(origin: str, kind: str, name: str, fn: Callable | None) -> Callable | None:
+    """``fn`` made to raise one UserCodeError line naming the plug-in; the engine's own functions (a drawn
+    ablation's replacement) and an absent function are left as they are."""
+    if fn is None or str(getattr(fn, "__module__", "")).startswith("laya_eval.") or hasattr(fn, "_laya_plugin"):
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LayaEvalError:
+            raise
+        except (Exception, SystemExit) as err:
+            what = getattr(fn, "__qualname__", None) or type(fn).__name__
+            raise UserCodeError(
+                f"{_plugin_name(origin)} ({kind} {name!r}): {what}() raised {describe_exception(err)}."
+            ) from err
+
+    call._laya_plugin = origin  # type: ignore[attr-defined]
+    return call
+
+
+def _guard_entry(origin: str, kind: str, name: str) -> None:
+    """Wrap the functions a plug-in registered for ``(kind, name)`` (see the module docstring)."""
+    from laya_eval.engine.methods import METHODS
+    from laya_eval.engine.removals import ABLATION_REGISTRY
+
+    registry, fields = (
+        (METHODS, ("fn", "diagnostic"))
+        if kind == "method"
+        else (ABLATION_REGISTRY, ("head", "network", "removed_state", "sample_fill"))
+    )
+    entry = registry.get(name)
+    if entry is not None:
+        changes = {f: _guarded(origin, kind, name, getattr(entry, f)) for f in fields}
+        registry[name] = dataclasses.replace(entry, **changes)
 
 
 def _import_py(value: str) -> Any:
