@@ -28,6 +28,7 @@ from laya_eval.reporting.significance import cell_text
 from laya_eval.stats import min_wilcoxon_p, seed_comparisons
 from laya_eval.training.trainer import TrainOptions, build_model, train_in_place
 from tests.cli_helpers import assert_one_line_error, run
+from tests.result_mutations import rehash
 from tests.test_report import assert_plausible_image, md_tables, read_csv
 
 LABEL_TO_METHOD = {label: name for name, label in F.METHOD_LABELS.items()}
@@ -574,15 +575,21 @@ def test_sanity_folder_errors(sanity_dir, tmp_path):
     pd.read_csv(sanity_dir / "roar_agreement.csv").drop(columns="ci_low").to_csv(
         broken / "roar_agreement.csv", index=False
     )
+    # each edit is re-hashed into the manifest (which is checked first): the table's own check must catch it
+    rehash(broken)
     assert_one_line_error(
         run("report", broken, "--out", tmp_path / "o"),
         r"roar_agreement.csv: missing column\(s\) ci_low; is it from `laya-eval sanity`\?",
     )
     shutil.copy(sanity_dir / "roar_agreement.csv", broken / "roar_agreement.csv")
     (broken / "sanity.json").write_text("[1, 2]")
+    rehash(broken)
     assert_one_line_error(run("report", broken, "--out", tmp_path / "o"), r"sanity.json' is not a JSON object")
     (broken / "sanity.json").write_text("{nope")
+    rehash(broken)
     assert_one_line_error(run("report", broken, "--out", tmp_path / "o"), r"sanity.json' is unreadable")
+    (broken / "sanity.json").write_text("{}")  # not re-hashed: the manifest says it is not the file the run wrote
+    assert_one_line_error(run("report", broken, "--out", tmp_path / "o"), r"sanity.json' is not the file its run wrote")
     assert not (tmp_path / "o").exists()
     with pytest.raises(ResultsError, match=r"is a `laya-eval sanity` folder, not a faithfulness result folder"):
         load_run(sanity_dir)
@@ -650,8 +657,6 @@ def _sanity_repeat_first_row(folder, name):
 )
 def test_a_sanity_table_of_the_wrong_kind_is_one_line_naming_file_and_column(sanity_dir, tmp_path, edit, pattern):
     import shutil
-
-    from tests.result_mutations import rehash
 
     broken = tmp_path / "broken"
     shutil.copytree(sanity_dir, broken)

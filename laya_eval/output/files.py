@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import uuid
 from pathlib import Path
@@ -50,6 +51,7 @@ __all__ = [
     "file_sha256",
     "json_sha256",
     "module_state_sha256",
+    "read_manifest",
     "sha256_bytes",
     "state_dict_sha256",
     "storage_error",
@@ -329,6 +331,37 @@ def unfinished_removed_on_storage_failure(out: str | os.PathLike | None, partial
         raise
 
 
+#: The largest manifest a result folder's reader takes (the options, provenance and one sha256 per file).
+MAX_MANIFEST_BYTES = 64 << 20
+
+
+def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
+    """``folder/manifest.json`` as a dict, read through the regular-file and size guard.
+
+    Raises
+    ------
+    ResultsError
+        Missing, not a regular file, larger than :data:`MAX_MANIFEST_BYTES`, not JSON (nested too deeply
+        included), or not a JSON object: one line naming the file.
+    """
+    from laya_eval.output.reading import UnsafeFile, read_regular_file
+
+    path = Path(folder) / MANIFEST
+    if not os.path.lexists(path):
+        raise ResultsError(f"'{folder}' has no {MANIFEST}; it is not a laya-eval result folder.")
+    try:
+        manifest = json.loads(read_regular_file(path, MAX_MANIFEST_BYTES, follow_symlinks=True))
+    except UnsafeFile as exc:
+        raise ResultsError(f"{exc}; it cannot be read as a manifest.") from None
+    except RecursionError:
+        raise ResultsError(f"'{path}' is unreadable (JSON nested too deeply).") from None
+    except ValueError as exc:
+        raise ResultsError(f"'{path}' is unreadable ({type(exc).__name__}).") from None
+    if not isinstance(manifest, dict):
+        raise ResultsError(f"'{path}' is not a JSON object.")
+    return manifest
+
+
 def verify_result_folder(folder: str | os.PathLike) -> dict[str, Any]:
     """Read ``folder/manifest.json`` and check that every file it lists has the recorded sha256.
 
@@ -340,26 +373,29 @@ def verify_result_folder(folder: str | os.PathLike) -> dict[str, Any]:
     Raises
     ------
     ResultsError
-        Missing or unreadable manifest, or a file that differs from the one the run wrote
-        (files from different runs mixed in one folder).
+        Missing or unreadable manifest (:func:`read_manifest`), a listed name that is not a file inside the
+        folder, or a file that differs from the one the run wrote (files from different runs mixed in one folder).
     """
     folder = Path(folder)
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except FileNotFoundError:
-        raise ResultsError(f"'{folder}' has no {MANIFEST}; it is not a laya-eval result folder.") from None
-    except (OSError, ValueError) as exc:
-        raise ResultsError(f"'{folder}/{MANIFEST}' is unreadable ({type(exc).__name__}).") from None
-    if not isinstance(manifest, dict):
-        raise ResultsError(f"'{folder}/{MANIFEST}' is not a JSON object.")
-    for rel, digest in (manifest.get("files") or {}).items():
+    manifest = read_manifest(folder)
+    files = manifest.get("files") or {}
+    if not isinstance(files, dict):
+        raise ResultsError(f"'{folder}/{MANIFEST}': 'files' must map file names to sha256 digests.")
+    root = folder.resolve()
+    run = f"run {manifest['run_id']}" if manifest.get("run_id") else "its run"
+    for rel, digest in files.items():
+        path = (folder / str(rel)).resolve()
+        if not path.is_relative_to(root) or path == root:
+            raise ResultsError(f"'{folder}/{MANIFEST}' lists {str(rel)[:100]!r}, which is not a file of the folder.")
         try:
-            got = sha256_bytes((folder / rel).read_bytes())
+            if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or a device would block or never end
+                raise OSError
+            got = file_sha256(path)
         except OSError:
-            raise ResultsError(f"'{folder}' lacks {rel}, which its run {manifest.get('run_id')} wrote.") from None
+            raise ResultsError(f"'{folder}' lacks {rel}, which {run} wrote.") from None
         if got != digest:
             raise ResultsError(
-                f"'{folder}/{rel}' is not the file run {manifest.get('run_id')} wrote "
+                f"'{folder}/{rel}' is not the file {run} wrote "
                 "(files of different runs are mixed); rerun the evaluation."
             )
     return manifest
