@@ -17,26 +17,34 @@ versions of a plug-in.
 A plug-in's code can fail when it is loaded and later, when the engine calls the functions it registered (a
 method's scores, an ablation's logits or fill). Both become one :class:`~laya_eval.errors.UserCodeError` line
 naming the plug-in, the entry, the function and the exception (the traceback is chained, shown with
-``LAYA_EVAL_DEBUG=1``): every registered function of a plug-in is wrapped once it is loaded.
+``LAYA_EVAL_DEBUG=1``): every function a plug-in registers while it loads is wrapped (:func:`plugin_function`,
+which the registries call).
 
 May import: errors, catalog, output.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import functools
 import hashlib
 import inspect
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from laya_eval.catalog import ABLATION_SPECS, BUILTIN_ABLATIONS, BUILTIN_METHODS, METHOD_SPECS
 from laya_eval.errors import ConfigError, LayaEvalError, UserCodeError, describe_exception
 
-__all__ = ["ENTRY_POINT_GROUP", "code_identity", "load_installed_plugins", "load_plugins", "loaded_plugins"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "code_identity",
+    "load_installed_plugins",
+    "load_plugins",
+    "loaded_plugins",
+    "plugin_function",
+]
 
 #: The entry-point group installed plug-ins declare.
 ENTRY_POINT_GROUP = "laya_eval.plugins"
@@ -70,8 +78,20 @@ def _record(origin: str, before: set[tuple[str, str]], module: Any) -> None:
     digest = _source_sha256(module)
     for key in _registered_names() - before:
         _IDENTITIES[key] = (origin, digest)
-        _guard_entry(origin, *key)
     _LOADED.append(origin)
+
+
+#: The origin of the plug-in being loaded now (its registrations are guarded: :func:`plugin_function`).
+_LOADING: list[str] = []
+
+
+@contextlib.contextmanager
+def _loading(origin: str) -> Iterator[None]:
+    _LOADING.append(origin)
+    try:
+        yield
+    finally:
+        _LOADING.pop()
 
 
 def _plugin_name(origin: str) -> str:
@@ -101,20 +121,11 @@ def _guarded(origin: str, kind: str, name: str, fn: Callable | None) -> Callable
     return call
 
 
-def _guard_entry(origin: str, kind: str, name: str) -> None:
-    """Wrap the functions a plug-in registered for ``(kind, name)`` (see the module docstring)."""
-    from laya_eval.engine.methods import METHODS
-    from laya_eval.engine.removals import ABLATION_REGISTRY
-
-    registry, fields = (
-        (METHODS, ("fn", "diagnostic"))
-        if kind == "method"
-        else (ABLATION_REGISTRY, ("head", "network", "removed_state", "sample_fill"))
-    )
-    entry = registry.get(name)
-    if entry is not None:
-        changes = {f: _guarded(origin, kind, name, getattr(entry, f)) for f in fields}
-        registry[name] = dataclasses.replace(entry, **changes)
+def plugin_function(kind: str, name: str, fn: Any) -> Any:
+    """The function ``register_method`` / ``register_ablation`` keep for ``(kind, name)``: while a plug-in is
+    being loaded, ``fn`` wrapped so that whatever it raises when called is one UserCodeError line naming the
+    plug-in (see the module docstring); otherwise ``fn`` itself."""
+    return _guarded(_LOADING[-1], kind, name, fn) if _LOADING and callable(fn) else fn
 
 
 def _import_py(value: str) -> Any:
@@ -151,7 +162,8 @@ def load_plugins(specs: Sequence[str], *, trust_code: bool = False) -> list[str]
         if spec in _LOADED:
             continue
         before = _registered_names()
-        module = _import_py(spec[3:])
+        with _loading(spec):
+            module = _import_py(spec[3:])
         _record(spec, before, module)
         added += [f"{k}:{n}" for k, n in sorted(_registered_names() - before)]
     return added
@@ -167,7 +179,8 @@ def load_installed_plugins() -> None:
         origin = f"entry-point:{ep.name}"
         before = _registered_names()
         try:
-            loaded = ep.load()
+            with _loading(origin):
+                loaded = ep.load()
         except LayaEvalError:
             raise
         except (Exception, SystemExit) as err:  # an installed package's import error, named with its entry point
@@ -176,7 +189,8 @@ def load_installed_plugins() -> None:
             ) from err
         if callable(loaded) and not inspect.ismodule(loaded):
             try:
-                loaded()
+                with _loading(origin):
+                    loaded()
             except LayaEvalError:
                 raise
             except (Exception, SystemExit) as err:
