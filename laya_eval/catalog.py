@@ -66,6 +66,7 @@ __all__ = [
     "METHOD_SPECS",
     "NEXT_TOKEN_METHODS",
     "MIN_BOOTSTRAP_RESAMPLES",
+    "MIN_INTERVAL_SAMPLES",
     "MIXER_METHODS",
     "MIXER_MODEL_KINDS",
     "MIXER_REMOVALS",
@@ -122,6 +123,11 @@ RETRAIN_PATIENCE, BOOTSTRAP_RESAMPLES = 2, 1000
 #: Fewest resamples a 95% percentile interval is reported from: its 2.5% and 97.5% quantiles then rest on at
 #: least 2.5 resamples each; below it the interval columns stay empty and tables say "n/a".
 MIN_BOOTSTRAP_RESAMPLES = 100
+#: Fewest defined samples a 95% bootstrap interval is reported from. A percentile interval over n samples can take
+#: at most C(2n-1, n) distinct resampled means: 3 for n = 2, 10 for n = 3, 35 for n = 4, 126 for n = 5. Below 5 its
+#: 2.5% and 97.5% quantiles are a few of those values (two samples give [min, max] or a zero width), not the
+#: spread of a mean; with 5 samples every resampled mean is still one of 126, so read such an interval as rough.
+MIN_INTERVAL_SAMPLES = 5
 #: The method ``--reference auto`` tests every other method against where a run has it (the exact per-layer term).
 AUTO_REFERENCE = "contribution"
 #: Samples per resumable chunk of an evaluation (results do not depend on it); effects of a sample closer than this

@@ -44,6 +44,11 @@ class UserCodeError(ConfigError):
     """
 
 
+class StorageError(ConfigError):
+    """A write failed for lack of room or permission (a full disk, a quota, a read-only file system); the message
+    names the folder."""
+
+
 class ResultsError(DataError):
     """A results folder (the output of ``laya-eval faithfulness``) is missing, incomplete or unreadable."""
 

@@ -1,4 +1,4 @@
-"""Intervals only where they exist: enough resamples, two defined samples, the estimate inside; else n/a."""
+"""Intervals only where they exist: enough resamples, five defined samples, the estimate inside; else n/a."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from laya_eval.catalog import MIN_BOOTSTRAP_RESAMPLES
+from laya_eval.catalog import MIN_BOOTSTRAP_RESAMPLES, MIN_INTERVAL_SAMPLES
 from laya_eval.sanity_checks.similarity import attribution_similarity
 from laya_eval.stats.intervals import (
     EXCLUDES_ESTIMATE,
@@ -61,13 +61,13 @@ def _reference_interval(defined: np.ndarray, n_resamples: int, seed) -> tuple[fl
 def test_no_interval_excludes_its_estimate_over_small_n_and_resample_counts(kind):
     rng = np.random.default_rng(7)
     shown = missing = 0
-    for n in range(0, 9):
+    for n in range(0, 12):
         for n_resamples in RESAMPLE_COUNTS:
             for seed in range(3):
                 values = _samples(kind, n, rng)
                 iv = bootstrap_mean(values, n_resamples=n_resamples, seed=seed)
                 defined = values[~np.isnan(values)]
-                if defined.size < 2 or n_resamples < MIN_BOOTSTRAP_RESAMPLES:
+                if defined.size < MIN_INTERVAL_SAMPLES or n_resamples < MIN_BOOTSTRAP_RESAMPLES:
                     assert math.isnan(iv.low) and math.isnan(iv.high) and iv.note, (n, n_resamples, iv)
                     missing += 1
                     continue
@@ -81,13 +81,18 @@ def test_no_interval_excludes_its_estimate_over_small_n_and_resample_counts(kind
                 assert iv.low == pytest.approx(min(low, iv.mean), abs=1e-12)
                 assert iv.high == pytest.approx(max(high, iv.mean), abs=1e-12)
                 shown += 1
-    # 9 sizes x 9 counts x 3 seeds; the counts below 100 and n < 2 give none.
-    assert shown + missing == 9 * len(RESAMPLE_COUNTS) * 3
-    assert shown > 0 and missing >= 9 * 6 * 3
+    # 12 sizes x 9 counts x 3 seeds; the counts below 100 and n < 5 give none.
+    assert shown + missing == 12 * len(RESAMPLE_COUNTS) * 3
+    assert shown > 0 and missing >= 12 * 6 * 3 + 5 * 3 * 3
 
 
 def test_reasons_in_words():
-    assert bootstrap_mean(np.array([0.5]), n_resamples=1000).note == "fewer than 2 defined samples"
+    assert bootstrap_mean(np.array([0.5]), n_resamples=1000).note == "fewer than 5 defined samples"
+    # two and four defined samples (the NaN is not counted): no interval either
+    for values in ([0.5, 1.0], [-0.5, -0.5], [0.5, 1.0, np.nan, -0.5, 0.5]):
+        iv = bootstrap_mean(np.array(values), n_resamples=200)
+        assert math.isnan(iv.low) and math.isnan(iv.high) and iv.note == "fewer than 5 defined samples", values
+    assert bootstrap_mean(np.array([0.5, 1.0, -0.5, 0.5, 0.0]), n_resamples=200).note == ""
     assert bootstrap_mean(np.array([np.nan, np.nan]), n_resamples=1000).note == "no defined samples"
     assert math.isnan(bootstrap_mean(np.array([np.nan]), n_resamples=1000).mean)
     one = bootstrap_mean(np.arange(5.0), n_resamples=1)
@@ -111,7 +116,7 @@ def test_an_interval_that_misses_its_estimate_is_not_shown():
 def test_similarity_intervals_contain_their_estimate_or_are_missing():
     rng = np.random.default_rng(3)
     counted = 0
-    for n in (1, 2, 3, 4, 6):
+    for n in (1, 2, 4, 5, 8):
         for n_resamples in (0, 1, 99, 100, 300):
             for similarity in ("across_samples", "per_sample"):
                 a = rng.normal(size=(n, 3))
@@ -119,17 +124,21 @@ def test_similarity_intervals_contain_their_estimate_or_are_missing():
                 iv = attribution_similarity(a, b, similarity=similarity, n_resamples=n_resamples, seed=1)
                 if math.isnan(iv.low):
                     assert iv.note and math.isnan(iv.high)
-                    if n < 2 or n_resamples < 100:
+                    if n < MIN_INTERVAL_SAMPLES or n_resamples < 100:
                         assert iv.note != EXCLUDES_ESTIMATE
                 else:
-                    assert n >= 2 and n_resamples >= 100 and iv.low <= iv.mean <= iv.high
+                    assert n >= MIN_INTERVAL_SAMPLES and n_resamples >= 100 and iv.low <= iv.mean <= iv.high
                 counted += 1
     assert counted == 5 * 5 * 2
 
 
 def test_paired_comparison_carries_the_reason():
-    r = paired_comparison(np.array([1.0, 0.5, 1.0]), np.array([0.5, 0.5, -0.5]), n_resamples=10)
+    a, b = np.array([1.0, 0.5, 1.0, 0.0, 0.5]), np.array([0.5, 0.5, -0.5, 0.0, 0.0])
+    r = paired_comparison(a, b, n_resamples=10)
     assert math.isnan(r.ci_low) and r.ci_note.startswith("10 bootstrap resamples")
+    assert r.mean_difference == pytest.approx(2.5 / 5)
+    r = paired_comparison(a[:3], b[:3], n_resamples=200)
+    assert math.isnan(r.ci_low) and math.isnan(r.ci_high) and r.ci_note == "fewer than 5 defined samples"
     assert r.mean_difference == pytest.approx(2 / 3)
 
 
@@ -138,8 +147,8 @@ def test_formatting_says_undefined_and_n_a():
     assert format_estimate(None) == "undefined"
     assert format_estimate(0.25) == "+0.2500"
     assert (
-        format_interval(float("nan"), float("nan"), "fewer than 2 defined samples")
-        == "[n/a: fewer than 2 defined samples]"
+        format_interval(float("nan"), float("nan"), "fewer than 5 defined samples")
+        == "[n/a: fewer than 5 defined samples]"
     )
     assert format_interval(0.1, 0.2) == "[+0.100, +0.200]"
     assert format_interval(float("nan"), float("nan"), float("nan")) == "[n/a: no interval recorded]"
@@ -182,7 +191,9 @@ def test_sanity_printout_of_a_static_method_says_undefined():
     [
         (("--limit", 40, "--bootstrap", 1), "1 bootstrap resample, fewer than the 100 an interval needs"),
         (("--limit", 40, "--bootstrap", 0), "0 bootstrap resamples, fewer than the 100 an interval needs"),
-        (("--limit", 1, "--bootstrap", 200), "fewer than 2 defined samples"),
+        (("--limit", 1, "--bootstrap", 200), "fewer than 5 defined samples"),
+        (("--limit", 2, "--bootstrap", 200), "fewer than 5 defined samples"),
+        (("--limit", 4, "--bootstrap", 200), "fewer than 5 defined samples"),
     ],
 )
 def test_faithfulness_prints_n_a_and_writes_empty_interval_columns(digits_checkpoints, tmp_path, args, reason):

@@ -57,9 +57,9 @@ def test_rank_layers_ties_go_to_the_lowest_index():
 
 
 def test_bootstrap_excludes_and_counts_undefined():
-    values = np.array([0.5, np.nan, 1.0, np.nan, 0.0])
+    values = np.array([0.5, np.nan, 1.0, np.nan, 0.0, 0.25, np.nan, 0.75])
     iv = bootstrap_mean(values, n_resamples=500, seed=3)
-    assert (iv.n, iv.n_undefined) == (5, 2)
+    assert (iv.n, iv.n_undefined) == (8, 3)
     assert iv.mean == pytest.approx(0.5)
     assert 0.0 <= iv.low <= iv.mean <= iv.high <= 1.0
     assert not any(math.isnan(v) for v in (iv.mean, iv.low, iv.high))

@@ -180,26 +180,52 @@ def _runs(planted, inverted, index, index_auroc):
 
 
 def test_metric_verdicts_by_hand():
-    table = metric_verdicts(_runs([0.9, 0.8, 0.7], [0.1, 0.0, 0.2], [0.5, 0.4, 0.3], [0.5, 0.5, 0.5]))
+    # Five seeds, the fewest an interval over seeds is reported from (MIN_INTERVAL_SAMPLES).
+    table = metric_verdicts(
+        _runs([0.9, 0.8, 0.7, 0.9, 0.8], [0.1, 0.0, 0.2, 0.1, 0.0], [0.5, 0.4, 0.3, 0.5, 0.4], [0.5] * 5)
+    )
     row = table.iloc[0]
-    assert row["verdict"] == "separates" and row["margin_vs_inverted"] == pytest.approx(0.7)
+    # margins per seed: vs inverted 0.8, 0.8, 0.5, 0.8, 0.8 (mean 0.74); vs layer index 0.4 on every seed
+    assert row["verdict"] == "separates" and row["margin_vs_inverted"] == pytest.approx(0.74)
     assert row["margin_vs_layer_index"] == pytest.approx(0.4) and row["share_seeds_separated"] == 1.0
-    # equal to the layer-index ranking on every seed: not told apart
+    # equal to the layer-index ranking on every seed: not told apart (the interval of a constant 0 is [0, 0])
     assert (
-        metric_verdicts(_runs([0.5] * 3, [0.1] * 3, [0.5] * 3, [0.5] * 3)).iloc[0]["verdict"] == "fails vs layer_index"
+        metric_verdicts(_runs([0.5] * 5, [0.1] * 5, [0.5] * 5, [0.5] * 5)).iloc[0]["verdict"] == "fails vs layer_index"
     )
     # the seed where ranking by index is itself faithful (AUROC 1) is left out of that margin
-    table = metric_verdicts(_runs([0.9, 0.8, 0.7], [0.1, 0.0, 0.2], [0.5, 0.9, 0.3], [0.5, 1.0, 0.5]))
-    assert table.iloc[0]["n_seeds_vs_layer_index"] == 2 and table.iloc[0]["verdict"] == "separates"
-    assert table.iloc[0]["margin_vs_layer_index"] == pytest.approx(0.4)
+    table = metric_verdicts(
+        _runs([0.9, 0.8, 0.7, 0.9, 0.8, 0.7], [0.1] * 6, [0.5, 0.9, 0.3, 0.5, 0.4, 0.3], [0.5, 1.0, 0.5, 0.5, 0.5, 0.5])
+    )
+    assert table.iloc[0]["n_seeds_vs_layer_index"] == 5 and table.iloc[0]["verdict"] == "separates"
+    assert table.iloc[0]["margin_vs_layer_index"] == pytest.approx((0.4 + 0.4 + 0.4 + 0.4 + 0.4) / 5)
     nan = float("nan")
     assert metric_verdicts(_runs([nan] * 3, [nan] * 3, [nan] * 3, [0.5] * 3)).iloc[0]["verdict"] == "undefined"
-    # two seeds, the layer-index ranking faithful on one: one seed is left for that margin, and the verdict says so
-    table = metric_verdicts(_runs([0.9, 0.8], [0.1, 0.0], [0.5, 0.9], [0.5, 1.0]), n_resamples=100)
-    assert table.iloc[0]["verdict"] == "no interval (1 of 2 seeds dropped: layer index faithful)"
-    assert metric_verdicts(_runs([0.9], [0.1], [0.5], [0.5])).iloc[0]["verdict"] == "no interval (one seed)"
+
+
+def test_metric_verdicts_without_an_interval_are_undetermined_not_fails():
+    nan = float("nan")
+    # three seeds, every margin positive: no interval from 3 seeds, so no verdict either way
+    table = metric_verdicts(_runs([0.9, 0.8, 0.7], [0.1, 0.0, 0.2], [0.5, 0.4, 0.3], [0.5, 0.5, 0.5]))
+    assert table.iloc[0]["verdict"] == "undetermined (3 seeds; an interval needs 5)"
+    assert np.isnan(table.iloc[0]["margin_vs_inverted_ci_low"])
+    # ... but an interval that exists and reaches 0 still fails, whatever the other margin lacks (here the
+    # layer-index margin keeps 3 seeds: no interval there; the margin vs inverted is -0.1 on every seed)
+    table = metric_verdicts(_runs([0.5] * 5, [0.6] * 5, [0.1] * 5, [0.5, 1.0, 1.0, 0.5, 0.5]))
+    assert table.iloc[0]["verdict"] == "fails vs inverted"
+    # the layer-index ranking faithful on two of five seeds: three are left for that margin, and the verdict says so
+    table = metric_verdicts(_runs([0.9] * 5, [0.1] * 5, [0.5] * 5, [0.5, 1.0, 1.0, 0.5, 0.5]), n_resamples=100)
+    assert table.iloc[0]["verdict"] == (
+        "undetermined (2 of 5 seeds dropped: layer index faithful; an interval needs 5)"
+    )
+    assert metric_verdicts(_runs([0.9], [0.1], [0.5], [0.5])).iloc[0]["verdict"] == "undetermined (one seed)"
     table = metric_verdicts(_runs([0.9, nan], [0.1, nan], [0.5, nan], [0.5, 0.5]), n_resamples=100)
-    assert table.iloc[0]["verdict"] == "no interval (one of 2 seeds defined)"
+    assert table.iloc[0]["verdict"] == "undetermined (1 of 2 seeds defined; an interval needs 5)"
+    # enough seeds, too few resamples: the interval's own reason
+    table = metric_verdicts(_runs([0.9] * 5, [0.1] * 5, [0.5] * 5, [0.5] * 5), n_resamples=50)
+    assert table.iloc[0]["verdict"] == (
+        "undetermined (no interval vs inverted: 50 bootstrap resamples, fewer than the 100 an interval needs; "
+        "no interval vs layer_index: 50 bootstrap resamples, fewer than the 100 an interval needs)"
+    )
 
 
 def test_meta_scores_the_truth_ranking_at_auroc_one_and_its_inverse_at_zero(tmp_path):

@@ -28,6 +28,7 @@ from laya_eval.reporting.significance import cell_text
 from laya_eval.stats import min_wilcoxon_p, seed_comparisons
 from laya_eval.training.trainer import TrainOptions, build_model, train_in_place
 from tests.cli_helpers import assert_one_line_error, run
+from tests.result_mutations import rehash
 from tests.test_report import assert_plausible_image, md_tables, read_csv
 
 LABEL_TO_METHOD = {label: name for name, label in F.METHOD_LABELS.items()}
@@ -460,7 +461,9 @@ def test_sanity_only_report(sanity_dir, tmp_path):
             if np.isnan(c.similarity)
             else f"{f4(c.similarity)} [{f4(c.similarity_ci_low)}, {f4(c.similarity_ci_high)}]"
         )
-        assert row[5] == f"{f4(roar.loc[m, 'spearman'])} [{f4(roar.loc[m, 'ci_low'])}, {f4(roar.loc[m, 'ci_high'])}]"
+        # two ROAR seeds: fewer than the 5 an interval needs, and the cell says so
+        assert np.isnan(roar.loc[m, "ci_low"]) and roar.loc[m, "ci_note"] == "fewer than 5 defined samples"
+        assert row[5] == f"{f4(roar.loc[m, 'spearman'])} n/a (fewer than 5 defined samples)"
     assert expected.loc["static", "verdict"] == "not testable"  # constant across samples: undefined similarity
     assert expected.loc["laya", "cascading_verdict"] == "pass"  # alpha changes once the scorer is re-initialised
     fig = out / "figures" / "sanity_digits-laya.png"
@@ -572,15 +575,21 @@ def test_sanity_folder_errors(sanity_dir, tmp_path):
     pd.read_csv(sanity_dir / "roar_agreement.csv").drop(columns="ci_low").to_csv(
         broken / "roar_agreement.csv", index=False
     )
+    # each edit is re-hashed into the manifest (which is checked first): the table's own check must catch it
+    rehash(broken)
     assert_one_line_error(
         run("report", broken, "--out", tmp_path / "o"),
         r"roar_agreement.csv: missing column\(s\) ci_low; is it from `laya-eval sanity`\?",
     )
     shutil.copy(sanity_dir / "roar_agreement.csv", broken / "roar_agreement.csv")
     (broken / "sanity.json").write_text("[1, 2]")
+    rehash(broken)
     assert_one_line_error(run("report", broken, "--out", tmp_path / "o"), r"sanity.json' is not a JSON object")
     (broken / "sanity.json").write_text("{nope")
+    rehash(broken)
     assert_one_line_error(run("report", broken, "--out", tmp_path / "o"), r"sanity.json' is unreadable")
+    (broken / "sanity.json").write_text("{}")  # not re-hashed: the manifest says it is not the file the run wrote
+    assert_one_line_error(run("report", broken, "--out", tmp_path / "o"), r"sanity.json' is not the file its run wrote")
     assert not (tmp_path / "o").exists()
     with pytest.raises(ResultsError, match=r"is a `laya-eval sanity` folder, not a faithfulness result folder"):
         load_run(sanity_dir)
@@ -590,6 +599,12 @@ def test_sanity_folder_errors(sanity_dir, tmp_path):
 def _sanity_cell(folder, name, column, value, row=0):
     table = pd.read_csv(folder / name, dtype=str, keep_default_na=False)
     table.loc[row, column] = value
+    table.to_csv(folder / name, index=False)
+
+
+def _sanity_column(folder, name, column, value):
+    table = pd.read_csv(folder / name, dtype=str, keep_default_na=False)
+    table[column] = value
     table.to_csv(folder / name, index=False)
 
 
@@ -626,7 +641,8 @@ def _sanity_repeat_first_row(folder, name):
             r"roar_agreement\.csv: column 'spearman' must be numbers or empty; row 1 holds inf",
         ),
         (
-            lambda d: _sanity_cell(d, "roar_agreement.csv", "ci_note", "7"),
+            # every note a number (the notes say why no interval exists: with two ROAR seeds, every row has one)
+            lambda d: _sanity_column(d, "roar_agreement.csv", "ci_note", "7"),
             r"roar_agreement\.csv: column 'ci_note' must be text or empty; row 1 holds '?7(\.0)?'?\.$",
         ),
         (
@@ -641,8 +657,6 @@ def _sanity_repeat_first_row(folder, name):
 )
 def test_a_sanity_table_of_the_wrong_kind_is_one_line_naming_file_and_column(sanity_dir, tmp_path, edit, pattern):
     import shutil
-
-    from tests.result_mutations import rehash
 
     broken = tmp_path / "broken"
     shutil.copytree(sanity_dir, broken)

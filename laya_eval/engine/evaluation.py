@@ -44,7 +44,7 @@ from laya_eval.engine.distributed import SINGLE_PROCESS, World, serial_map
 from laya_eval.engine.effect_precision import float64_trace
 from laya_eval.engine.memory_budget import one_row_block_outputs, replacement_rows, row_chunks
 from laya_eval.models.layered import MIN_BATCH_ROWS, LayeredModel, padded_rows
-from laya_eval.engine.partial import PartialStore, chunk_grid
+from laya_eval.engine.partial import PARTIAL_FOLDER, PartialStore, chunk_grid
 from laya_eval.engine.interventions import SampleFills, donor_ids
 from laya_eval.engine.removals import batch_fill, deletion_masks, layer_ranking, leave_one_out_masks, removal_effects
 from laya_eval.engine.plan import (
@@ -62,6 +62,7 @@ from laya_eval.engine.records import Records, merge_records
 from laya_eval.engine.outcome import Evaluation, write_evaluation
 from laya_eval.engine.results import SUMMARY_COLUMNS, EvaluationResult, MethodScore, build_result, score_method
 from laya_eval.engine.saved_draws import noise_draws
+from laya_eval.output.files import unfinished_removed_on_storage_failure
 from laya_eval.output.tables import check_table_format
 from laya_eval.models.heads import pool_hidden
 from laya_eval.models.trace import Trace, trace_from_hidden
@@ -409,23 +410,25 @@ def evaluate(
             )
         check_output_folder(out)
         check_table_format(options.table_format)  # an unusable table format fails before any work
-    results = _evaluate(
-        model,
-        data,
-        options=options,
-        data_dir=data_dir,
-        progress=progress,
-        world=world,
-        partial_dir=out,
-        resume=resume,
-        extra_methods=extra_methods,
-        paired_tests=paired_tests,
-    )
-    evaluation = None
-    if results is not None:
-        evaluation = Evaluation(results)
-        if out is not None:
-            evaluation.files = write_evaluation(evaluation, out, table_format=options.table_format)
+    # A full disk leaves no partial files behind in a folder the run created (the error says nothing was changed).
+    with unfinished_removed_on_storage_failure(out, PARTIAL_FOLDER):
+        results = _evaluate(
+            model,
+            data,
+            options=options,
+            data_dir=data_dir,
+            progress=progress,
+            world=world,
+            partial_dir=out,
+            resume=resume,
+            extra_methods=extra_methods,
+            paired_tests=paired_tests,
+        )
+        evaluation = None
+        if results is not None:
+            evaluation = Evaluation(results)
+            if out is not None:
+                evaluation.files = write_evaluation(evaluation, out, table_format=options.table_format)
     if out is not None:
         world.barrier()
     return evaluation

@@ -37,7 +37,7 @@ from laya_eval.engine.ig_baselines import (
     resolved_baseline,
 )
 from laya_eval.engine.integrated_gradients import head_ig
-from laya_eval.engine.plugins import load_installed_plugins
+from laya_eval.engine.plugins import load_installed_plugins, plugin_function
 from laya_eval.engine.memory_budget import ig_rows, one_row_block_outputs, row_chunks
 from laya_eval.engine.representation_scores import alpha_norm, angular_distance, block_influence, has_common_states
 from laya_eval.engine.seeding import per_sample_uniform
@@ -351,6 +351,8 @@ def register_method(
         raise ConfigError(f"a method is registered with a catalog.MethodSpec; got {type(spec).__name__}.")
     if not callable(fn):
         raise ConfigError(f"method {spec.name!r}: its function must be callable; got {type(fn).__name__}.")
+    # a plug-in's functions, registered while it loads, raise one line naming the plug-in
+    fn, diagnostic = (plugin_function("method", spec.name, f) for f in (fn, diagnostic))
     try:
         add_method_spec(spec)
     except ValueError as err:

@@ -14,22 +14,37 @@ Each plug-in's code identity (the sha256 of its module source) is recorded per r
 run key of every evaluation that uses it (:func:`code_identity`), so ``--resume`` never mixes results of two
 versions of a plug-in.
 
+A plug-in's code can fail when it is loaded and later, when the engine calls the functions it registered (a
+method's scores, an ablation's logits or fill). Both become one :class:`~laya_eval.errors.UserCodeError` line
+naming the plug-in, the entry, the function and the exception (the traceback is chained, shown with
+``LAYA_EVAL_DEBUG=1``): every function a plug-in registers while it loads is wrapped (:func:`plugin_function`,
+which the registries call).
+
 May import: errors, catalog, output.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import inspect
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from laya_eval.catalog import ABLATION_SPECS, BUILTIN_ABLATIONS, BUILTIN_METHODS, METHOD_SPECS
 from laya_eval.errors import ConfigError, LayaEvalError, UserCodeError, describe_exception
 
-__all__ = ["ENTRY_POINT_GROUP", "code_identity", "load_installed_plugins", "load_plugins", "loaded_plugins"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "code_identity",
+    "load_installed_plugins",
+    "load_plugins",
+    "loaded_plugins",
+    "plugin_function",
+]
 
 #: The entry-point group installed plug-ins declare.
 ENTRY_POINT_GROUP = "laya_eval.plugins"
@@ -66,6 +81,53 @@ def _record(origin: str, before: set[tuple[str, str]], module: Any) -> None:
     _LOADED.append(origin)
 
 
+#: The origin of the plug-in being loaded now (its registrations are guarded: :func:`plugin_function`).
+_LOADING: list[str] = []
+
+
+@contextlib.contextmanager
+def _loading(origin: str) -> Iterator[None]:
+    _LOADING.append(origin)
+    try:
+        yield
+    finally:
+        _LOADING.pop()
+
+
+def _plugin_name(origin: str) -> str:
+    kind, _, name = origin.partition(":")
+    return f"plug-in entry point {name!r}" if kind == "entry-point" else f"plug-in {origin}"
+
+
+def _guarded(origin: str, kind: str, name: str, fn: Callable | None) -> Callable | None:
+    """``fn`` made to raise one UserCodeError line naming the plug-in; the engine's own functions (a drawn
+    ablation's replacement) and an absent function are left as they are."""
+    if fn is None or str(getattr(fn, "__module__", "")).startswith("laya_eval.") or hasattr(fn, "_laya_plugin"):
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LayaEvalError:
+            raise
+        except (Exception, SystemExit) as err:
+            what = getattr(fn, "__qualname__", None) or type(fn).__name__
+            raise UserCodeError(
+                f"{_plugin_name(origin)} ({kind} {name!r}): {what}() raised {describe_exception(err)}."
+            ) from err
+
+    call._laya_plugin = origin  # type: ignore[attr-defined]
+    return call
+
+
+def plugin_function(kind: str, name: str, fn: Any) -> Any:
+    """The function ``register_method`` / ``register_ablation`` keep for ``(kind, name)``: while a plug-in is
+    being loaded, ``fn`` wrapped so that whatever it raises when called is one UserCodeError line naming the
+    plug-in (see the module docstring); otherwise ``fn`` itself."""
+    return _guarded(_LOADING[-1], kind, name, fn) if _LOADING and callable(fn) else fn
+
+
 def _import_py(value: str) -> Any:
     """Import a dotted module or a ``.py`` file, the way ``py:`` model specs are imported."""
     from laya_eval.loading.references import import_module_source
@@ -100,7 +162,8 @@ def load_plugins(specs: Sequence[str], *, trust_code: bool = False) -> list[str]
         if spec in _LOADED:
             continue
         before = _registered_names()
-        module = _import_py(spec[3:])
+        with _loading(spec):
+            module = _import_py(spec[3:])
         _record(spec, before, module)
         added += [f"{k}:{n}" for k, n in sorted(_registered_names() - before)]
     return added
@@ -116,7 +179,8 @@ def load_installed_plugins() -> None:
         origin = f"entry-point:{ep.name}"
         before = _registered_names()
         try:
-            loaded = ep.load()
+            with _loading(origin):
+                loaded = ep.load()
         except LayaEvalError:
             raise
         except (Exception, SystemExit) as err:  # an installed package's import error, named with its entry point
@@ -125,7 +189,8 @@ def load_installed_plugins() -> None:
             ) from err
         if callable(loaded) and not inspect.ismodule(loaded):
             try:
-                loaded()
+                with _loading(origin):
+                    loaded()
             except LayaEvalError:
                 raise
             except (Exception, SystemExit) as err:

@@ -56,7 +56,7 @@ from laya_eval.engine.interventions import (
     sample_fill_probs,
 )
 from laya_eval.engine.network_passes import network_replacement_logits
-from laya_eval.engine.plugins import load_installed_plugins
+from laya_eval.engine.plugins import load_installed_plugins, plugin_function
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import LayerHead
 from laya_eval.models.layered import LayeredModel
@@ -285,6 +285,10 @@ def register_ablation(
     """
     if not isinstance(spec, AblationSpec):
         raise ConfigError(f"an ablation is registered with a catalog.AblationSpec; got {type(spec).__name__}.")
+    # a plug-in's functions, registered while it loads, raise one line naming the plug-in
+    head, network, removed_state, sample_fill = (
+        plugin_function("ablation", spec.name, f) for f in (head, network, removed_state, sample_fill)
+    )
     if spec.drawn_per_sample:
         head, network = _drawn_logits(spec, head, network, sample_fill)
     elif sample_fill is not None:

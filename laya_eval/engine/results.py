@@ -181,8 +181,8 @@ def score_method(
     deletion : ndarray, (N, L)
         Effect of removing the k top-ranked layers, k = 1..L.
     bootstrap : int
-        Resamples for the 95% intervals (below ``MIN_BOOTSTRAP_RESAMPLES``, or with fewer than two defined
-        samples, the interval columns are NaN and ``*_ci_note`` says why).
+        Resamples for the 95% intervals (below ``MIN_BOOTSTRAP_RESAMPLES``, or with fewer than ``MIN_INTERVAL_SAMPLES``
+        defined samples, the interval columns are NaN and ``*_ci_note`` says why).
     seed : sequence of int
         Seeds the bootstrap; faithfulness and Deletion@1 draw from ``[*seed, 0]`` and ``[*seed, 1]``.
     ties : TiedEffects, optional

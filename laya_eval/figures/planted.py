@@ -9,7 +9,7 @@ from laya_eval.figures.style import _finish, _new_figure, _theme, method_label
 
 __all__ = ["planted_figure"]
 
-# Colour positions: red (fails), grey (undefined, or no interval from one seed), green (separates).
+# Colour positions: red (fails), grey (undefined, or undetermined: no interval), green (separates).
 _VERDICT_VALUE = {"separates": 1.0, "undefined": 0.5}
 
 
@@ -47,7 +47,7 @@ def planted_figure(summary: pd.DataFrame, metrics: pd.DataFrame):
     metrics = metrics.assign(
         column=metrics["family"] + "\n" + metrics["ablation"],
         margin=np.fmin(metrics["margin_vs_inverted"], metrics["margin_vs_layer_index"]),
-        ok=[0.5 if v.startswith("no interval") else _VERDICT_VALUE.get(v, 0.0) for v in metrics["verdict"]],
+        ok=[0.5 if v.startswith("undetermined") else _VERDICT_VALUE.get(v, 0.0) for v in metrics["verdict"]],
     )
     columns = list(dict.fromkeys(metrics["column"]))
     order = list(dict.fromkeys(metrics["metric"]))

@@ -19,13 +19,25 @@ The cache folder is ``cache_dir``, else ``$LAYA_EVAL_CACHE/features``, else
 dtype and sha256 of every array file; a read checks all three (and that each file is a regular
 file no larger than its shape allows) before an array is used. An entry that fails any check is
 never trusted: it is removed and recomputed with one :class:`~laya_eval.errors.RecomputedWarning`.
+Sizes come from the files, never from what ``meta.json`` declares: a file whose size does not fit its recorded
+shape is refused before it is read, and an array is read only after its ``.npy`` header matches that shape.
+
+An entry is written into ``<entry>.tmp<PID>`` (holding its writer's owner record) with plain writes, not a
+memory map: a full disk is then one :class:`~laya_eval.errors.ConfigError` line (a memory-mapped write would
+kill the process with SIGBUS), and the temporary folder is removed. A temporary folder left by a process that
+died (killed, or on another version) is removed by the next write into the cache; one whose process still runs
+on this host, or that cannot be shown abandoned, is left alone. A cache folder that cannot be made or written
+(a file in the way, no permission) is one ``ConfigError`` line before any encoding.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import platform
+import re
 import shutil
 import warnings
 from dataclasses import dataclass, field
@@ -36,12 +48,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from laya_eval.errors import DataError, RecomputedWarning
+from laya_eval.errors import ConfigError, DataError, RecomputedWarning
 from laya_eval.models.devices import resolve_device
 from laya_eval.models.heads import pool_hidden
 from laya_eval.models.layered import padded_rows
-from laya_eval.output.files import data_content_sha256, file_sha256, json_sha256, sha256_bytes
+from laya_eval.output.files import data_content_sha256, file_sha256, json_sha256, sha256_bytes, storage_error
 from laya_eval.output.reading import UnsafeFile, read_regular_file
+from laya_eval.output.temporaries import owner_alive, owner_record
 
 __all__ = [
     "FEATURE_BATCH_ROWS",
@@ -54,6 +67,7 @@ __all__ = [
     "known_layer_dims",
     "library_versions",
     "remember_layer_dims",
+    "usable_cache_root",
 ]
 
 ENV_VAR = "LAYA_EVAL_CACHE"
@@ -64,6 +78,9 @@ NPY_HEADER_BYTES = 1 << 16
 #: Rows per backbone call of every encoding the library puts in the cache (one batching, so entries are shared).
 FEATURE_BATCH_ROWS = 256
 _FORMAT = 4
+#: An entry being written: ``<entry>.tmp<PID>``, with the writer's owner record inside (host, pid, start time).
+_TEMPORARY = re.compile(r"^([0-9a-f]{32})\.tmp([0-9]{1,10})$")
+_OWNER = "owner.json"
 
 
 @dataclass
@@ -161,25 +178,41 @@ class _BadEntry(Exception):
 
 
 def _read_array(folder: Path, name: str, record: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    """One array file, checked against its ``meta.json`` record and the shape the key implies."""
+    """One array file, checked against its ``meta.json`` record and the shape the key implies; the file's size is
+    checked against that shape before a byte is read, its ``.npy`` header before the array is made."""
     if not isinstance(record, dict) or record.get("dtype") != dtype.str or record.get("shape") != list(shape):
         raise _BadEntry(f"{name}: meta.json records {record!r:.120}, expected {dtype.str} {list(shape)}")
-    limit = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize + NPY_HEADER_BYTES
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     try:
-        raw = read_regular_file(folder / name, limit)
+        size = os.lstat(folder / name).st_size
+    except OSError:
+        raise _BadEntry(f"{name}: missing") from None
+    if not nbytes < size <= nbytes + NPY_HEADER_BYTES:
+        raise _BadEntry(f"{name}: has {size} bytes, but shape {list(shape)} takes {nbytes} and a header")
+    try:
+        raw = read_regular_file(folder / name, nbytes + NPY_HEADER_BYTES)
     except UnsafeFile as err:
         raise _BadEntry(str(err)) from None
     if sha256_bytes(raw) != record.get("sha256"):
         raise _BadEntry(f"{name}: its sha256 differs from the one recorded (damaged bytes)")
+    return _parse_npy(raw, name, dtype, shape)
+
+
+def _parse_npy(raw: bytes, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """The array of a ``.npy`` file's bytes whose header must declare ``dtype`` and ``shape`` (C order): nothing
+    is allocated from a header's own claims."""
+    fmt = np.lib.format
+    buffer = io.BytesIO(raw)
     try:
-        array = np.load(io.BytesIO(raw), allow_pickle=False)
-    except Exception as err:  # noqa: BLE001 - any failure to parse the bytes means a damaged file
+        version = fmt.read_magic(buffer)
+        read_header = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}[version]
+        got_shape, fortran, got_dtype = read_header(buffer)
+    except Exception as err:  # noqa: BLE001 - any failure to parse the header means a damaged file
         raise _BadEntry(f"{name}: not a readable .npy file ({type(err).__name__})") from None
-    if not isinstance(array, np.ndarray) or array.dtype != dtype or array.shape != shape:
-        raise _BadEntry(
-            f"{name}: holds {getattr(array, 'dtype', '?')} {getattr(array, 'shape', '?')}, expected {dtype} {shape}"
-        )
-    return array
+    data = memoryview(raw)[buffer.tell() :]
+    if got_dtype != dtype or tuple(got_shape) != shape or fortran or len(data) != got_dtype.itemsize * np.prod(shape):
+        raise _BadEntry(f"{name}: holds {got_dtype} {tuple(got_shape)} in {len(data)} bytes, expected {dtype} {shape}")
+    return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
 
 def _read(folder: Path, key: dict[str, Any], data: Any) -> Features | None:
@@ -226,6 +259,48 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
 
 
+def usable_cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """:func:`cache_root`, made if it does not exist yet.
+
+    Raises
+    ------
+    ConfigError
+        The folder cannot be made or written (a file in the way, no permission): one line, before any work.
+    """
+    root = cache_root(cache_dir)
+    blocked = next((p for p in (root, *root.parents) if os.path.lexists(p) and not p.is_dir()), None)
+    why = f"'{blocked}' is in the way and is not a folder" if blocked is not None else ""
+    if not why:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            why = err.strerror or str(err)
+    if not why and not os.access(root, os.W_OK | os.X_OK):
+        why = "it is not writable"
+    if why:
+        raise ConfigError(
+            f"the feature cache folder '{root}' cannot hold the cache ({why}); choose another with --cache-dir."
+        )
+    return root
+
+
+def _remove_stale_temporaries(root: Path) -> None:
+    """Remove the ``<entry>.tmp<PID>`` folders of writers that are gone (see the module docstring)."""
+    with contextlib.suppress(OSError):
+        for entry in list(root.iterdir()):
+            match = _TEMPORARY.match(entry.name)
+            if not match or entry.is_symlink() or not entry.is_dir():
+                continue
+            try:
+                record = json.loads(read_regular_file(entry / _OWNER, 4096))
+            except UnsafeFile:  # none written (killed at once, or an older version): the name's process id
+                record = {"host": platform.node(), "pid": int(match.group(2)), "start": None}
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(record, dict) and record.get("pid") == int(match.group(2)) and not owner_alive(record):
+                shutil.rmtree(entry, ignore_errors=True)
+
+
 def extract_features(
     encode_batch: Callable[[Any], list[Tensor]],
     data: Any,
@@ -253,7 +328,8 @@ def extract_features(
     -------
     Features
     """
-    folder = cache_root(cache_dir) / _digest(key)
+    root = usable_cache_root(cache_dir)
+    folder = root / _digest(key)
     try:
         cached = _read(folder, key, data)
     except _BadEntry as err:
@@ -265,32 +341,32 @@ def extract_features(
         cached = None
     if cached is not None:
         return cached
-    _remove(folder)  # a half-written, damaged or stale entry
+    _remove_stale_temporaries(root)
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     try:
-        arrays = _stream(encode_batch, data, tmp, batch_size, progress)
+        _remove(folder)  # a half-written, damaged or stale entry
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        (tmp / _OWNER).write_text(json.dumps(owner_record()))
+        dims = _stream(encode_batch, data, tmp, batch_size, progress)
         np.save(tmp / "y.npy", data.y.numpy().astype(np.int64), allow_pickle=False)
-        records = {f"layer{i}.npy": {"dtype": a.dtype.str, "shape": list(a.shape)} for i, a in enumerate(arrays)}
+        records = {
+            f"layer{i}.npy": {"dtype": np.dtype(np.float32).str, "shape": [len(data), d]} for i, d in enumerate(dims)
+        }
         records["y.npy"] = {"dtype": np.dtype(np.int64).str, "shape": [len(data)]}
         for name, record in records.items():
             record["sha256"] = file_sha256(tmp / name)
-        meta = {
-            "key": key,
-            "n_layers": len(arrays),
-            "layer_dims": [int(a.shape[1]) for a in arrays],
-            "arrays": records,
-            "format": _FORMAT,
-        }
+        meta = {"key": key, "n_layers": len(dims), "layer_dims": dims, "arrays": records, "format": _FORMAT}
         (tmp / "meta.json").write_text(json.dumps(meta, sort_keys=True, default=str))
-        del arrays
+        (tmp / _OWNER).unlink()
         try:
             os.replace(tmp, folder)
         except OSError:
             if not os.path.lexists(folder):
                 raise
             # Another process wrote the same entry meanwhile: its entry is read (and checked) below.
+    except OSError as err:  # a full disk, a quota, a read-only cache: one line, and nothing half-written left
+        raise storage_error(err, root, 0, intact=False) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -308,35 +384,45 @@ def extract_features(
     return result
 
 
+def _write_rows(fh: Any, rows: np.ndarray) -> None:
+    """Append rows to an open ``.npy`` file with a plain write: a full disk raises OSError here, where a store
+    into a memory map would kill the process (SIGBUS)."""
+    fh.write(np.ascontiguousarray(rows, dtype=np.float32).tobytes())
+
+
 @torch.no_grad()
 def _stream(
     encode_batch: Callable[[Any], list[Tensor]], data: Any, folder: Path, batch_size: int, progress: Any
-) -> list[np.ndarray]:
-    """Encode batch by batch, writing each batch into memory-mapped ``layer{i}.npy`` files; a batch of fewer
-    runs padded with copies of its own rows to a multiple of MIN_BATCH_ROWS (CPU kernels round tiny batches and
-    partial row tiles differently)."""
-    arrays: list[np.ndarray] = []
+) -> list[int]:
+    """Encode batch by batch, appending each batch to ``layer{i}.npy`` files (header first, for all N rows); a
+    batch of fewer runs padded with copies of its own rows to a multiple of MIN_BATCH_ROWS (CPU kernels round tiny
+    batches and partial row tiles differently). Returns the layer sizes."""
+    dims: list[int] = []
     n = len(data)
-    for start in range(0, n, batch_size):
-        part = data.subset(slice(start, start + batch_size))
-        rows = len(part)
-        if padded_rows(rows) != rows:
-            part = part.subset(torch.arange(padded_rows(rows)) % rows)
-        hidden = [h[:rows] for h in encode_batch(part.x)]
-        if not arrays:
-            arrays = [
-                np.lib.format.open_memmap(
-                    folder / f"layer{i}.npy", mode="w+", dtype=np.float32, shape=(n, int(h.shape[1]))
+    with contextlib.ExitStack() as files:
+        handles: list[Any] = []
+        for start in range(0, n, batch_size):
+            part = data.subset(slice(start, start + batch_size))
+            rows = len(part)
+            if padded_rows(rows) != rows:
+                part = part.subset(torch.arange(padded_rows(rows)) % rows)
+            hidden = [h[:rows].detach().float().cpu().numpy() for h in encode_batch(part.x)]
+            if not handles:
+                dims = [int(h.shape[1]) for h in hidden]
+                for i, d in enumerate(dims):
+                    handles.append(files.enter_context(open(folder / f"layer{i}.npy", "wb")))
+                    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False}
+                    np.lib.format.write_array_header_1_0(handles[-1], {**header, "shape": (n, d)})
+            if [h.shape for h in hidden] != [(rows, d) for d in dims]:
+                raise DataError(
+                    f"the backbone gave states of {[h.shape for h in hidden]} for {rows} rows; "
+                    f"earlier batches had layer sizes {dims}."
                 )
-                for i, h in enumerate(hidden)
-            ]
-        for array, h in zip(arrays, hidden):
-            array[start : start + rows] = h.detach().float().cpu().numpy()
-        if progress is not None:
-            progress.update(rows)
-    for array in arrays:
-        array.flush()
-    return arrays
+            for fh, h in zip(handles, hidden):
+                _write_rows(fh, h)
+            if progress is not None:
+                progress.update(rows)
+    return dims
 
 
 def caches_features(backbone: Any, *, vector_states: bool = False) -> bool:
@@ -417,8 +503,15 @@ def known_layer_dims(reference: dict[str, Any], cache_dir: str | os.PathLike | N
 
 def remember_layer_dims(reference: dict[str, Any], dims: list[int], cache_dir: str | os.PathLike | None = None) -> None:
     """Record the layer sizes of a module reference (see :func:`known_layer_dims`)."""
+    usable_cache_root(cache_dir)
     path = _dims_file(reference, cache_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps([int(d) for d in dims]))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps([int(d) for d in dims]))
+        os.replace(tmp, path)
+    except OSError as err:
+        raise storage_error(err, path.parent, 0, intact=False) from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()

@@ -8,8 +8,12 @@ A ``py:`` factory's features depend on its code as much as on its weights, so a 
 :func:`source_hashes`: the sha256 of the module's source file (``module``), of the file that defines
 the callable (``callable``) and of every extra source the user names (``sources``: files, or folders
 whose ``*.py`` files are hashed; ``fit_head(sources=...)``, CLI ``fit-head --source PATH``), for a
-factory that builds its network from other files of its package. A rebuild recomputes them and
-refuses changed code.
+factory that builds its network from other files of its package. It also records the code the factory
+actually imported from the model's folder (``imported:RELATIVE_PATH``): every module in ``sys.modules``,
+after the factory ran, whose ``.py`` file lies under the folder of the spec's module (its top-level package's
+folder for a dotted module in a package), leaving out the interpreter's own library folders (standard library,
+site-packages). A helper module the factory imports is thus keyed without ``--source``. A rebuild recomputes
+them and refuses changed code (an ``imported:`` file is compared where it was recorded).
 """
 
 from __future__ import annotations
@@ -101,7 +105,10 @@ def import_factory(value: str) -> Callable[[], Any]:
 
 #: Files hashed under one extra source folder at most (a folder is a package, not a disk).
 MAX_SOURCE_FILES = 4096
+#: Modules imported from a factory's folder that are keyed one by one at most (a checkpoint records each).
+MAX_IMPORTED_FILES = 512
 _EXTRA = "extra:"
+_IMPORTED = "imported:"
 
 
 def _module_file(factory: Any) -> str | None:
@@ -135,11 +142,56 @@ def _extra_sha256(path: Path) -> str:
     return python_files_sha256(path, files)
 
 
+def _library_roots() -> set[Path]:
+    """The interpreter's own library folders (standard library, site-packages): never a model's folder."""
+    import site
+    import sysconfig
+
+    paths = [*sysconfig.get_paths().values(), *site.getsitepackages(), site.getusersitepackages()]
+    return {Path(p).resolve() for p in paths if p}
+
+
+def _code_folder(factory: Any) -> Path | None:
+    """The folder whose imported modules key a factory's code: its module's folder, or its top-level package's."""
+    module = sys.modules.get(getattr(factory, "__module__", None) or "")
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str):
+        return None
+    top = sys.modules.get(module.__name__.partition(".")[0])
+    top_file = getattr(top, "__file__", None) if module.__name__.count(".") else None
+    folder = Path(top_file if isinstance(top_file, str) else path).resolve().parent
+    return None if folder in _library_roots() else folder
+
+
+def _imported_files(factory: Any) -> dict[str, Path]:
+    """``{path relative to the factory's folder: file}`` of the modules imported from that folder so far."""
+    folder = _code_folder(factory)
+    if folder is None:
+        return {}
+    inside = [r for r in _library_roots() if r.is_relative_to(folder)]  # a virtualenv inside a project folder
+    found = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not (isinstance(path, str) and path.endswith(".py")):
+            continue
+        path = Path(path).resolve()
+        if path.is_relative_to(folder) and not any(path.is_relative_to(r) for r in inside) and path.is_file():
+            found[path.relative_to(folder).as_posix()] = path
+    if len(found) > MAX_IMPORTED_FILES:
+        raise ConfigError(
+            f"the factory imported {len(found)} modules from '{folder}'; at most {MAX_IMPORTED_FILES} are keyed. "
+            "Keep the model's code in a folder of its own."
+        )
+    return dict(sorted(found.items()))
+
+
 def source_hashes(value: str, sources: Sequence[str | os.PathLike] = ()) -> dict[str, str]:
     """``{label: sha256}`` of a ``py:MODULE:CALLABLE`` factory's code (see the module docstring).
 
     Labels: ``module`` (the module's file), ``callable`` (the file defining the callable, which may be
-    another module) and ``extra:ABSOLUTE_PATH`` per named source. The module is imported (this runs it).
+    another module), ``imported:RELATIVE_PATH`` per module imported from the factory's folder (call this after
+    the factory ran, so that what it imports when called is there) and ``extra:ABSOLUTE_PATH`` per named source.
+    The module is imported (this runs it).
     """
     from laya_eval.output.files import file_sha256
 
@@ -148,6 +200,10 @@ def source_hashes(value: str, sources: Sequence[str | os.PathLike] = ()) -> dict
     for label, path in (("module", _module_file(factory)), ("callable", _callable_file(factory))):
         if path is not None:
             out[label] = file_sha256(path)
+    named = {os.path.realpath(p) for p in (_module_file(factory), _callable_file(factory)) if p is not None}
+    for relative, path in _imported_files(factory).items():
+        if str(path) not in named:
+            out[_IMPORTED + relative] = file_sha256(path)
     for source in sources:
         path = Path(source).expanduser().resolve()
         out[_EXTRA + str(path)] = _extra_sha256(path)
@@ -156,11 +212,20 @@ def source_hashes(value: str, sources: Sequence[str | os.PathLike] = ()) -> dict
 
 def check_sources(value: str, recorded: dict[str, str], what: str) -> None:
     """Raise CheckpointError when the code of ``py:value`` no longer hashes to ``recorded``."""
+    from laya_eval.output.files import file_sha256
+
     extra = [label[len(_EXTRA) :] for label in recorded if label.startswith(_EXTRA)]
     try:
-        now = source_hashes(value, extra)
+        # The modules imported now may be more than those recorded (another spec from the same folder, or a
+        # record made before imported modules were keyed): each recorded one is compared, by its file.
+        now = {k: v for k, v in source_hashes(value, extra).items() if not k.startswith(_IMPORTED)}
+        folder = _code_folder(import_factory(value))
     except ConfigError as err:
         raise CheckpointError(f"the referenced code of py:{value} cannot be checked: {err}") from None
+    for label in (k for k in recorded if k.startswith(_IMPORTED)):
+        path = None if folder is None else (folder / label[len(_IMPORTED) :]).resolve()
+        if path is not None and path.is_relative_to(folder) and path.is_file():
+            now[label] = file_sha256(path)
     changed = sorted(k for k in set(recorded) | set(now) if recorded.get(k) != now.get(k))
     if changed:
         raise CheckpointError(

@@ -33,12 +33,13 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
-from laya_eval.errors import ConfigError, ResultsError
+from laya_eval.errors import ConfigError, ResultsError, StorageError
 from laya_eval.output.temporaries import owner_record, remove_stale_temporaries
 
 __all__ = [
@@ -50,9 +51,11 @@ __all__ = [
     "file_sha256",
     "json_sha256",
     "module_state_sha256",
+    "read_manifest",
     "sha256_bytes",
     "state_dict_sha256",
     "storage_error",
+    "unfinished_removed_on_storage_failure",
     "verify_result_folder",
     "write_result_folder",
 ]
@@ -143,21 +146,21 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} bytes"
 
 
-def storage_error(exc: OSError, folder: Path, needed: int, *, intact: bool = True) -> ConfigError:
+def storage_error(exc: OSError, folder: Path, needed: int, *, intact: bool = True) -> StorageError:
     """One line for a failed write: the folder, what went wrong, and, for a full disk, the space it needs
     (``needed`` bytes; 0: unknown). ``intact``: the writer left what was there unchanged, and says so."""
     kept = " (nothing there was changed)" if intact else ""
     what = _STORAGE_ERRORS.get(exc.errno)
     if what is None:
-        return ConfigError(f"cannot write to '{folder}': {exc.strerror or exc}.")
+        return StorageError(f"cannot write to '{folder}': {exc.strerror or exc}.")
     if exc.errno == errno.EROFS:
-        return ConfigError(f"cannot write to '{folder}': {what}; write elsewhere{kept}.")
+        return StorageError(f"cannot write to '{folder}': {what}; write elsewhere{kept}.")
     try:
         free = f", {_size(shutil.disk_usage(folder if folder.exists() else folder.parent).free)} free"
     except OSError:
         free = ""
     need = f"{_size(needed)} needed" if needed else "more space needed"
-    return ConfigError(f"cannot write to '{folder}': {what} ({need}{free}); free some space or write elsewhere{kept}.")
+    return StorageError(f"cannot write to '{folder}': {what} ({need}{free}); free some space or write elsewhere{kept}.")
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -303,6 +306,62 @@ def write_result_folder(out: str | os.PathLike, files: Mapping[str, bytes]) -> l
     return [out / rel for rel in files]
 
 
+@contextlib.contextmanager
+def unfinished_removed_on_storage_failure(out: str | os.PathLike | None, partial: str) -> Iterator[None]:
+    """Run a job that keeps partial files in ``out/partial`` and then writes the result folder ``out``; when a write
+    fails for lack of room or permission (:class:`~laya_eval.errors.StorageError`, or an ``OSError`` of
+    :data:`STORAGE_ERRNOS`), remove what the job made there before the error goes on: the partial folder (unless
+    it was there before, from an interrupted run that ``--resume`` may still use) and ``out`` itself when the job
+    created it and nothing else is in it. The error then says what is true: nothing there was changed."""
+    if out is None:
+        yield
+        return
+    out = Path(out)
+    out_existed, partial_existed = os.path.lexists(out), os.path.lexists(out / partial)
+    try:
+        yield
+    except (StorageError, OSError) as err:
+        if isinstance(err, StorageError) or err.errno in STORAGE_ERRNOS:
+            folder = out / partial
+            if not partial_existed and folder.is_dir() and not folder.is_symlink():
+                shutil.rmtree(folder, ignore_errors=True)
+            if not out_existed:
+                with contextlib.suppress(OSError):
+                    out.rmdir()  # only when empty: nothing but the partial files was there
+        raise
+
+
+#: The largest manifest a result folder's reader takes (the options, provenance and one sha256 per file).
+MAX_MANIFEST_BYTES = 64 << 20
+
+
+def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
+    """``folder/manifest.json`` as a dict, read through the regular-file and size guard.
+
+    Raises
+    ------
+    ResultsError
+        Missing, not a regular file, larger than :data:`MAX_MANIFEST_BYTES`, not JSON (nested too deeply
+        included), or not a JSON object: one line naming the file.
+    """
+    from laya_eval.output.reading import UnsafeFile, read_regular_file
+
+    path = Path(folder) / MANIFEST
+    if not os.path.lexists(path):
+        raise ResultsError(f"'{folder}' has no {MANIFEST}; it is not a laya-eval result folder.")
+    try:
+        manifest = json.loads(read_regular_file(path, MAX_MANIFEST_BYTES, follow_symlinks=True))
+    except UnsafeFile as exc:
+        raise ResultsError(f"{exc}; it cannot be read as a manifest.") from None
+    except RecursionError:
+        raise ResultsError(f"'{path}' is unreadable (JSON nested too deeply).") from None
+    except ValueError as exc:
+        raise ResultsError(f"'{path}' is unreadable ({type(exc).__name__}).") from None
+    if not isinstance(manifest, dict):
+        raise ResultsError(f"'{path}' is not a JSON object.")
+    return manifest
+
+
 def verify_result_folder(folder: str | os.PathLike) -> dict[str, Any]:
     """Read ``folder/manifest.json`` and check that every file it lists has the recorded sha256.
 
@@ -314,26 +373,29 @@ def verify_result_folder(folder: str | os.PathLike) -> dict[str, Any]:
     Raises
     ------
     ResultsError
-        Missing or unreadable manifest, or a file that differs from the one the run wrote
-        (files from different runs mixed in one folder).
+        Missing or unreadable manifest (:func:`read_manifest`), a listed name that is not a file inside the
+        folder, or a file that differs from the one the run wrote (files from different runs mixed in one folder).
     """
     folder = Path(folder)
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except FileNotFoundError:
-        raise ResultsError(f"'{folder}' has no {MANIFEST}; it is not a laya-eval result folder.") from None
-    except (OSError, ValueError) as exc:
-        raise ResultsError(f"'{folder}/{MANIFEST}' is unreadable ({type(exc).__name__}).") from None
-    if not isinstance(manifest, dict):
-        raise ResultsError(f"'{folder}/{MANIFEST}' is not a JSON object.")
-    for rel, digest in (manifest.get("files") or {}).items():
+    manifest = read_manifest(folder)
+    files = manifest.get("files") or {}
+    if not isinstance(files, dict):
+        raise ResultsError(f"'{folder}/{MANIFEST}': 'files' must map file names to sha256 digests.")
+    root = folder.resolve()
+    run = f"run {manifest['run_id']}" if manifest.get("run_id") else "its run"
+    for rel, digest in files.items():
+        path = (folder / str(rel)).resolve()
+        if not path.is_relative_to(root) or path == root:
+            raise ResultsError(f"'{folder}/{MANIFEST}' lists {str(rel)[:100]!r}, which is not a file of the folder.")
         try:
-            got = sha256_bytes((folder / rel).read_bytes())
+            if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or a device would block or never end
+                raise OSError
+            got = file_sha256(path)
         except OSError:
-            raise ResultsError(f"'{folder}' lacks {rel}, which its run {manifest.get('run_id')} wrote.") from None
+            raise ResultsError(f"'{folder}' lacks {rel}, which {run} wrote.") from None
         if got != digest:
             raise ResultsError(
-                f"'{folder}/{rel}' is not the file run {manifest.get('run_id')} wrote "
+                f"'{folder}/{rel}' is not the file {run} wrote "
                 "(files of different runs are mixed); rerun the evaluation."
             )
     return manifest

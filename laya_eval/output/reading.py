@@ -4,7 +4,8 @@ A cache entry or a partial result is read only when it is a regular file (a FIFO
 reader, a symlink could point anywhere, a folder or a device is not a file laya-eval writes) and
 only up to a size the caller knows the file can have. Both are checked on the open descriptor,
 before a byte is read, so a hostile file cannot hang the reader or make it allocate more than its
-schema allows.
+schema allows; memory is taken for the bytes the file holds, never for the bound itself (a bound computed
+from a declared shape can be far larger than the file).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import stat
 from pathlib import Path
 
 __all__ = ["UnsafeFile", "read_regular_file"]
+
+#: Bytes read per call once a file has grown past the size it had when opened.
+_READ_CHUNK = 1 << 20
 
 
 class UnsafeFile(Exception):
@@ -47,7 +51,15 @@ def read_regular_file(path: str | os.PathLike, max_bytes: int, *, follow_symlink
         if info.st_size > max_bytes:
             raise UnsafeFile(f"'{path}' has {info.st_size} bytes; at most {max_bytes} are expected")
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(max_bytes + 1)
+            # The buffer is sized by the bytes the file holds, never by the bound: a bound taken from a declared
+            # shape may be far larger than the file (a read of max_bytes allocates max_bytes before reading).
+            data = fh.read(info.st_size + 1)
+            if len(data) > info.st_size:  # the file grew after fstat: read on, in chunks, up to the bound
+                parts, total = [data], len(data)
+                while total <= max_bytes and (more := fh.read(min(_READ_CHUNK, max_bytes + 1 - total))):
+                    parts.append(more)
+                    total += len(more)
+                data = b"".join(parts)
         if len(data) > max_bytes:
             raise UnsafeFile(f"'{path}' grew past {max_bytes} bytes while read")
         return data

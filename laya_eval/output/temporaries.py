@@ -5,7 +5,8 @@ owner file ``.OUT.<hex>.owner`` holding this host's name, the process id and tha
 write killed before it finished leaves both; the next write into the same parent removes the folder (and
 its ``.old`` twin) when the owner process on this host is gone or its id now names a later process. A
 folder without an owner file, one from another host, or one whose owner cannot be read is left alone:
-laya-eval never removes what it cannot show it made and abandoned.
+laya-eval never removes what it cannot show it made and abandoned. The feature cache's temporary entries
+(:mod:`laya_eval.loading.feature_cache`) carry the same owner record and are judged by :func:`owner_alive`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["owner_record", "remove_stale_temporaries"]
+__all__ = ["owner_alive", "owner_record", "remove_stale_temporaries"]
 
 
 def _start_time(pid: int) -> str | None:
@@ -35,12 +36,12 @@ def owner_record() -> dict[str, Any]:
     return {"host": platform.node(), "pid": os.getpid(), "start": _start_time(os.getpid())}
 
 
-def _owner_alive(record: Any) -> bool:
+def owner_alive(record: Any) -> bool:
     """Whether the process that made a temporary folder may still be writing it (unknown counts as alive)."""
     if not isinstance(record, dict) or record.get("host") != platform.node():
         return True  # another machine on a shared folder: its processes cannot be seen from here
     pid = record.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 1 << 31:  # no process has such an id
         return True
     try:
         os.kill(pid, 0)
@@ -73,7 +74,7 @@ def remove_stale_temporaries(out: str | os.PathLike) -> list[Path]:
             record = json.loads(entry.read_text()[:4096])
         except (OSError, ValueError):
             continue
-        if _owner_alive(record):
+        if owner_alive(record):
             continue
         for suffix in ("tmp", "old"):
             folder = out.parent / f".{out.name}.{match.group(1)}.{suffix}"

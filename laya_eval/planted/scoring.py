@@ -12,8 +12,9 @@ A metric (faithfulness, Deletion@1, Deletion@k with k the number of relevant lay
 planted-faithful attribution from planted-unfaithful ones* when it scores the attribution ranking by ``r``
 above both the one ranking by ``-r`` and the one ranking by layer index, on every seed's model, beyond
 seed-to-seed variation (:func:`metric_verdicts`). Intervals over seeds are 95% percentile bootstraps of the
-per-seed values (:func:`laya_eval.stats.metrics.bootstrap_mean`); with fewer than two defined seeds there is
-none ("n/a").
+per-seed values (:func:`laya_eval.stats.metrics.bootstrap_mean`); with fewer than
+:data:`~laya_eval.catalog.MIN_INTERVAL_SAMPLES` defined seeds there is none ("n/a"), and a verdict that needs it
+is ``undetermined``, never ``fails``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from laya_eval.catalog import MIN_INTERVAL_SAMPLES
 from laya_eval.stats.metrics import bootstrap_mean, spearman_per_sample
 
 __all__ = [
@@ -131,19 +133,14 @@ def seed_rows(family: str, seed: int, relevance: np.ndarray, results: Mapping) -
     return rows
 
 
-def _interval(values: np.ndarray, *, n_resamples: int, seed: Sequence[int]) -> dict[str, float]:
+def _interval(values: np.ndarray, *, n_resamples: int, seed: Sequence[int]) -> dict:
     values = np.asarray(values, dtype=np.float64)
     n_defined = int((~np.isnan(values)).sum())
     if n_defined == 0:
-        return {"mean": float("nan"), "ci_low": float("nan"), "ci_high": float("nan"), "n_seeds": 0}
+        nan = float("nan")
+        return {"mean": nan, "ci_low": nan, "ci_high": nan, "n_seeds": 0, "note": "no defined seeds"}
     iv = bootstrap_mean(values, n_resamples=n_resamples, seed=list(seed))
-    has_interval = n_defined >= 2 and n_resamples > 0
-    return {
-        "mean": iv.mean,
-        "ci_low": iv.low if has_interval else float("nan"),
-        "ci_high": iv.high if has_interval else float("nan"),
-        "n_seeds": n_defined,
-    }
+    return {"mean": iv.mean, "ci_low": iv.low, "ci_high": iv.high, "n_seeds": n_defined, "note": iv.note}
 
 
 def over_seeds(runs: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
@@ -171,21 +168,35 @@ def over_seeds(runs: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0) ->
     return pd.DataFrame(rows)
 
 
+def _missing_reason(other: str, iv: dict, n_seeds: int, n_index_faithful: int) -> str:
+    """Why the margin against ``other`` has no interval, in words (for an ``undetermined`` verdict)."""
+    if n_seeds == 1:
+        return "one seed"
+    if iv["n_seeds"] < MIN_INTERVAL_SAMPLES:
+        if other == "layer_index" and n_index_faithful:
+            # the seeds where the layer-index ranking is itself faithful left the margin
+            left = f"{n_index_faithful} of {n_seeds} seeds dropped: layer index faithful"
+        elif iv["n_seeds"] < n_seeds:
+            left = f"{iv['n_seeds']} of {n_seeds} seeds defined"
+        else:
+            left = f"{n_seeds} seeds"
+        return f"{left}; an interval needs {MIN_INTERVAL_SAMPLES}"
+    return f"no interval vs {other}: {iv['note']}"
+
+
 def _verdict(margins: dict[str, dict], planted_defined: int, n_seeds: int, n_index_faithful: int) -> str:
     if planted_defined == 0:
         return "undefined"
-    for other, iv in margins.items():
-        if iv["ci_low"] != iv["ci_low"] and iv["n_seeds"] == 1:
-            if n_seeds == 1:
-                return "no interval (one seed)"
-            if other == "layer_index" and n_index_faithful:
-                # the seeds where the layer-index ranking is itself faithful left the margin
-                return f"no interval ({n_index_faithful} of {n_seeds} seeds dropped: layer index faithful)"
-            return f"no interval (one of {n_seeds} seeds defined)"
-    beaten = [ref for ref, iv in margins.items() if not iv["ci_low"] > 0]
-    if not beaten:
-        return "separates"
-    return "fails vs " + " and ".join(beaten)
+    # A margin undefined on every seed cannot be told from 0: the metric does not separate there.
+    beaten = [ref for ref, iv in margins.items() if iv["n_seeds"] == 0 or iv["ci_low"] <= 0]
+    if beaten:
+        return "fails vs " + " and ".join(beaten)
+    missing = [(ref, iv) for ref, iv in margins.items() if iv["ci_low"] != iv["ci_low"]]
+    if missing:
+        # No interval is no evidence either way: neither "separates" nor "fails".
+        reasons = dict.fromkeys(_missing_reason(ref, iv, n_seeds, n_index_faithful) for ref, iv in missing)
+        return f"undetermined ({'; '.join(reasons)})"
+    return "separates"
 
 
 def metric_verdicts(runs: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
@@ -196,10 +207,12 @@ def metric_verdicts(runs: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 
     seeds with its 95% interval. The layer-index margin leaves out the seeds whose planted layers the layer-index
     ranking itself puts first (its AUROC is 1: it is faithful on that model); ``n_seeds_vs_layer_index`` counts the
     others. Verdict: ``separates`` when both intervals lie above 0; ``fails vs X`` when the interval against X
-    reaches 0 or below (or is undefined on every seed); ``no interval (...)`` when a single seed is left for a
-    margin, saying why (``one seed`` run; ``1 of 2 seeds dropped: layer index faithful``: the seeds where ranking by
-    layer index is faithful left the layer-index margin; ``one of 2 seeds defined``: the metric is undefined on the others); ``undefined`` when the metric is undefined for the planted ranking on every seed (faithfulness with all
-    effects tied).
+    reaches 0 or below (or the margin is undefined on every seed); ``undetermined (...)`` when no interval fails
+    but one is missing, saying why: fewer than ``MIN_INTERVAL_SAMPLES`` seeds for a margin (``one seed``;
+    ``3 seeds; an interval needs 5``; ``2 of 5 seeds dropped: layer index faithful; ...``: the seeds where ranking
+    by layer index is faithful left that margin; ``4 of 5 seeds defined; ...``: the metric is undefined on the
+    others), or the interval's own note (too few resamples, an interval that excludes its estimate); ``undefined``
+    when the metric is undefined for the planted ranking on every seed (faithfulness with all effects tied).
     ``share_seeds_separated``: seeds on which the planted ranking scores strictly above both (above the inverted
     one only, where the layer-index ranking is faithful).
     """

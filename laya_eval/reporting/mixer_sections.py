@@ -21,7 +21,7 @@ import pandas as pd
 
 from laya_eval.errors import ResultsError
 from laya_eval.reporting.render import _ci, _num, _slug
-from laya_eval.reporting.validate import _numbers, _text
+from laya_eval.reporting.validate import _numbers, _text, check_mixer_ranges
 
 __all__ = ["MIXERS_TITLE", "MixerRun", "is_mixer_folder", "load_mixer_run", "mixer_blocks", "mixer_verdicts"]
 
@@ -83,6 +83,7 @@ def _read(path: Path, required: Sequence[str], numbers: dict[str, bool], text: S
     for column, integer in numbers.items():
         _numbers(table, column, str(path), integer=integer)
         table[column] = pd.to_numeric(table[column]).astype(np.int64 if integer else np.float64)
+    check_mixer_ranges(table, str(path))
     return table
 
 

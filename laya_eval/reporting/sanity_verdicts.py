@@ -32,6 +32,8 @@ import numpy as np
 import pandas as pd
 
 from laya_eval.errors import ResultsError
+from laya_eval.output.files import MAX_MANIFEST_BYTES, verify_result_folder
+from laya_eval.output.reading import UnsafeFile, read_regular_file
 from laya_eval.reporting.validate import check_sanity_tables
 
 __all__ = [
@@ -58,14 +60,17 @@ SANITY_COLUMNS = [
     "cascading_similarity",
     "cascading_ci_low",
     "cascading_ci_high",
+    "cascading_ci_note",
     "cascading_verdict",
     "data_similarity",
     "data_ci_low",
     "data_ci_high",
+    "data_ci_note",
     "data_verdict",
     "roar_spearman",
     "roar_ci_low",
     "roar_ci_high",
+    "roar_ci_note",
     "roar_verdict",
     "verdict",
 ]
@@ -136,8 +141,9 @@ def load_sanity(folder: str | os.PathLike) -> SanityRun:
     ------
     ResultsError
         A file is missing, a table lacks its columns or holds a value of the wrong kind (one line naming the file
-        and the column: :func:`laya_eval.reporting.validate.check_sanity_tables`), or ``sanity.json`` is not a
-        JSON object.
+        and the column: :func:`laya_eval.reporting.validate.check_sanity_tables`, ranges included), a file is not
+        the one its ``manifest.json`` lists (sha256), the manifest is unreadable, or ``sanity.json`` is not a JSON
+        object.
     """
     from laya_eval.catalog import LAYER_ROAR_COLUMNS, RANDOMISATION_COLUMNS, ROAR_AGREEMENT_COLUMNS
 
@@ -148,26 +154,20 @@ def load_sanity(folder: str | os.PathLike) -> SanityRun:
             f"sanity folder '{folder}' has no {', '.join(missing)}: expected the output of "
             f"`laya-eval sanity` ({', '.join(_files())})."
         )
+    # Every file must be the one the run wrote (the manifest lists their sha256), as for a faithfulness folder.
+    manifest = verify_result_folder(folder) if os.path.lexists(folder / "manifest.json") else {}
     required = (RANDOMISATION_COLUMNS, RANDOMISATION_COLUMNS, LAYER_ROAR_COLUMNS, ROAR_AGREEMENT_COLUMNS)
     tables = [_read_csv(folder / name, cols) for name, cols in zip(_files()[:4], required)]
     checked = check_sanity_tables(folder, dict(zip(_files()[:4], tables)))
     tables = [checked[name] for name in _files()[:4]]
     try:
-        meta = json.loads((folder / "sanity.json").read_text())
-    except (OSError, ValueError) as exc:
+        meta = json.loads(read_regular_file(folder / "sanity.json", MAX_MANIFEST_BYTES, follow_symlinks=True))
+    except (UnsafeFile, ValueError, RecursionError) as exc:
         raise ResultsError(f"'{folder / 'sanity.json'}' is unreadable ({type(exc).__name__}).") from None
     if not isinstance(meta, dict):
         raise ResultsError(f"'{folder / 'sanity.json'}' is not a JSON object.")
     label = Path(str(meta["label"])).name if meta.get("label") else folder.name
-    return SanityRun(label, *tables, meta=meta, folder=folder, manifest=_manifest(folder))
-
-
-def _manifest(folder: Path) -> dict[str, Any]:
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return manifest if isinstance(manifest, dict) else {}
+    return SanityRun(label, *tables, meta=meta, folder=folder, manifest=manifest)
 
 
 def unique_sanity_labels(runs: Sequence[SanityRun]) -> list[SanityRun]:
@@ -221,6 +221,12 @@ def max_roar_drop(layer_roar: pd.DataFrame) -> float:
     return float(layer_roar.groupby("layer")["accuracy_drop"].mean().max())
 
 
+def _note(row: Any, column: str) -> str:
+    """Why an interval is missing, as the sanity run wrote it ("" where it exists or the run wrote no note)."""
+    value = None if row is None else row.get(column)
+    return value if isinstance(value, str) else ""
+
+
 def _method_row(run: SanityRun, method: str, cascading, data, roar, informative: bool) -> dict[str, Any]:
     nan = float("nan")
     c = cascading.loc[method] if method in cascading.index else None
@@ -236,6 +242,7 @@ def _method_row(run: SanityRun, method: str, cascading, data, roar, informative:
                 f"{prefix}_similarity": sim,
                 f"{prefix}_ci_low": low,
                 f"{prefix}_ci_high": high,
+                f"{prefix}_ci_note": _note(src, "similarity_ci_note"),
                 f"{prefix}_verdict": randomisation_verdict(sim, high),
             }
         )
@@ -245,6 +252,7 @@ def _method_row(run: SanityRun, method: str, cascading, data, roar, informative:
             "roar_spearman": rho,
             "roar_ci_low": low,
             "roar_ci_high": high,
+            "roar_ci_note": _note(r, "ci_note"),
             "roar_verdict": roar_verdict(rho, low, informative=informative),
         }
     )

@@ -205,11 +205,13 @@ def sanity_blocks(
                 [
                     [
                         method_label(r.method),
-                        _similarity_cell(r.cascading_similarity, r.cascading_ci_low, r.cascading_ci_high),
+                        _similarity_cell(
+                            r.cascading_similarity, r.cascading_ci_low, r.cascading_ci_high, r.cascading_ci_note
+                        ),
                         r.cascading_verdict,
-                        _similarity_cell(r.data_similarity, r.data_ci_low, r.data_ci_high),
+                        _similarity_cell(r.data_similarity, r.data_ci_low, r.data_ci_high, r.data_ci_note),
                         r.data_verdict,
-                        _similarity_cell(r.roar_spearman, r.roar_ci_low, r.roar_ci_high),
+                        _similarity_cell(r.roar_spearman, r.roar_ci_low, r.roar_ci_high, r.roar_ci_note),
                         r.roar_verdict,
                         r.verdict,
                     ]

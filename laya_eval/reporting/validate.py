@@ -11,11 +11,19 @@ the file and the column, and says what was expected and what arrived, as one :cl
   numbers; every (sample, method) with the same L layers; only methods of the summary.
 - ``comparisons``: numbers where numbers belong.
 - the manifest's ``layer_names``: a list of L strings.
+- ranges: a number must lie in the range its definition gives it (a rank correlation, its interval and a
+  rank-biserial in [-1, 1]; a hit rate, a p-value and an accuracy in [0, 1]; Deletion@k, AOPC and their intervals
+  within the bounds the manifest's ``metrics`` record declares). A folder edited to hold ``1e308`` (its manifest
+  re-hashed to match) is refused, naming the file, the column and the row, before a figure or a table is made
+  from it.
 
 A ``laya-eval sanity`` folder is checked the same way (:func:`check_sanity_tables`): ``check``, ``params`` and
 ``method`` text; ``step``, ``layer`` and ``seed`` whole numbers; similarities, intervals, faithfulness, accuracies
 and the ROAR correlation numbers or empty (accuracies and drops finite); the notes text or empty; one row per
-(check, step, method) and per method of ``roar_agreement``.
+(check, step, method) and per method of ``roar_agreement``; similarities, faithfulness and the ROAR correlation
+in [-1, 1], accuracies in [0, 1], accuracy drops in [-1, 1]. A ``laya-eval mixers`` folder's ``summary`` and
+``map`` tables are checked by :func:`check_mixer_ranges` (faithfulness and its interval in [-1, 1]; the mean
+effect, a difference of probabilities, in [-1, 1]; its mean absolute value in [0, 1]).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import pandas as pd
 
 from laya_eval.errors import ResultsError
 
-__all__ = ["check_run_tables", "check_sanity_tables", "manifest_warning"]
+__all__ = ["check_mixer_ranges", "check_ranges", "check_run_tables", "check_sanity_tables", "manifest_warning"]
 
 _TEXT = {
     "summary": ("head", "dataset", "method", "ablation", "scope"),
@@ -68,6 +76,78 @@ _NUMBERS = {
         "family_size",
     ),
 }
+
+
+_RHO, _SHARE = (-1.0, 1.0), (0.0, 1.0)
+#: The range each number of a faithfulness folder lies in by its definition (metric bounds from the manifest too).
+_RANGES = {
+    "summary": {
+        "faithfulness": _RHO,
+        "faithfulness_ci_low": _RHO,
+        "faithfulness_ci_high": _RHO,
+        "top1_hit_rate": _SHARE,
+        "faithfulness_p_value": _SHARE,
+    },
+    "samples": {"spearman": _RHO},
+    "layers": {},
+    "comparisons": {"p_value": _SHARE, "p_holm": _SHARE, "rank_biserial": _RHO},
+}
+_SANITY_RANGES = {
+    "similarity": _RHO,
+    "similarity_ci_low": _RHO,
+    "similarity_ci_high": _RHO,
+    "faithfulness": _RHO,
+    "accuracy": _SHARE,
+    "accuracy_drop": _RHO,
+    "spearman": _RHO,
+    "ci_low": _RHO,
+    "ci_high": _RHO,
+}
+_MIXER_RANGES = {
+    "faithfulness": _RHO,
+    "faithfulness_ci_low": _RHO,
+    "faithfulness_ci_high": _RHO,
+    "mean_effect": _RHO,
+    "mean_abs_effect": _SHARE,
+}
+#: Rounding a number may carry past its bound (a mean of values at the bound).
+_RANGE_TOL = 1e-9
+
+
+def check_ranges(table: pd.DataFrame, ranges: dict[str, tuple[float, float]], where: str) -> None:
+    """Refuse a number outside the range of its column (``ranges``: column -> (low, high)); empty cells pass."""
+    for column, (low, high) in ranges.items():
+        if column not in table:
+            continue
+        values = pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            bad = (values < low - _RANGE_TOL) | (values > high + _RANGE_TOL)
+        if bad.any():
+            raise ResultsError(
+                f"{where}: column '{column}' must lie in [{low:g}, {high:g}]; {_first_bad(table, bad, column)}."
+            )
+
+
+def check_mixer_ranges(table: pd.DataFrame, where: str) -> None:
+    """The ranges of a ``laya-eval mixers`` folder's ``summary`` or ``map`` table (see the module docstring)."""
+    check_ranges(table, _MIXER_RANGES, where)
+
+
+def _declared_ranges(manifest: dict[str, Any], columns: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """Deletion@k, AOPC and their intervals: the bounds the manifest's ``metrics`` record declares, where it declares
+    finite ones (``deletion_at_1`` stands for every k)."""
+    metrics = manifest.get("metrics") if isinstance(manifest.get("metrics"), dict) else {}
+    out = {}
+    for column in columns:
+        name = "aopc" if column.startswith("aopc") else "deletion_at_1" if column.startswith("deletion_at_") else None
+        record = metrics.get(name) if name else None
+        if not isinstance(record, dict):
+            continue
+        low, high = record.get("lower_bound"), record.get("upper_bound")
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high))
+        if numbers and np.isfinite([low, high]).all() and low < high:
+            out[column] = (float(low), float(high))
+    return out
 
 
 _SANITY_RANDOMISATION = {
@@ -156,6 +236,7 @@ def check_sanity_tables(folder: Path, tables: dict[str, pd.DataFrame]) -> dict[s
             table[column] = pd.to_numeric(table[column]).astype(np.int64)
         for column in present["numbers"] + present["finite"]:
             table[column] = pd.to_numeric(table[column]).astype(np.float64)
+        check_ranges(table, _SANITY_RANGES, where)
         unique = list(rules.get("unique", ()))
         if unique and table.duplicated(unique).any():
             raise ResultsError(
@@ -233,6 +314,9 @@ def check_run_tables(
         method = summary["method"][summary["method"].duplicated()].iloc[0]
         raise ResultsError(f"{where['summary']}: column 'method' lists {method!r} twice; one row per method.")
     tables = {name: _as_numbers(table, name) for name, table in tables.items()}
+    for name, table in tables.items():
+        declared = _declared_ranges(manifest, [c for c in table.columns if str(c).startswith(("deletion_at_", "aopc"))])
+        check_ranges(table, {**_RANGES[name], **declared}, where[name])
     methods = set(summary["method"])
     for name in ("samples", "layers"):
         _check_methods(tables[name], methods, where[name])
@@ -246,6 +330,7 @@ def check_run_tables(
         file = str(folder / "comparisons.csv")
         _check_columns("comparisons", comparisons, file)
         comparisons = _as_numbers(comparisons, "comparisons")
+        check_ranges(comparisons, _RANGES["comparisons"], file)
         for column in ("method_a", "method_b"):
             unknown = sorted(set(comparisons[column]) - methods)
             if unknown:

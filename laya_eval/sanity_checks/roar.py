@@ -98,7 +98,8 @@ def roar_agreement(
 
     The dataset-level score of a layer is the method's mean attribution over the evaluated samples. rho is
     computed per ROAR seed (against that seed's drops) and averaged over seeds; the interval is a percentile
-    bootstrap over seeds (fewer than two seeds, or too few resamples, give none: ``ci_note`` says why).
+    bootstrap over seeds (fewer than ``MIN_INTERVAL_SAMPLES`` seeds, or too few resamples, give none: ``ci_note``
+    says why).
 
     Parameters
     ----------

@@ -2,7 +2,9 @@
 
 An interval is reported only where it means something:
 
-- at least two defined samples (one sample has no spread to resample; none has no estimate);
+- at least :data:`~laya_eval.catalog.MIN_INTERVAL_SAMPLES` (5) defined samples: none has no estimate, one has
+  no spread to resample, and the bootstrap of two to four samples takes so few distinct values (3, 10 and 35
+  resampled means) that its quantiles are a sample's own values or a zero width, not a 95% interval;
 - at least :data:`~laya_eval.catalog.MIN_BOOTSTRAP_RESAMPLES` resamples (with fewer, the 2.5% and 97.5%
   quantiles rest on fewer than 2.5 resamples each: ``--bootstrap 1`` would give a zero-width "interval"
   at one resample's value);
@@ -22,10 +24,11 @@ import math
 
 import numpy as np
 
-from laya_eval.catalog import MIN_BOOTSTRAP_RESAMPLES
+from laya_eval.catalog import MIN_BOOTSTRAP_RESAMPLES, MIN_INTERVAL_SAMPLES
 
 __all__ = [
     "MIN_BOOTSTRAP_RESAMPLES",
+    "MIN_INTERVAL_SAMPLES",
     "ROUNDING_TOL",
     "IntervalNotes",
     "format_estimate",
@@ -44,8 +47,8 @@ def interval_note(n_defined: int, n_resamples: int) -> str:
     """Why no interval exists for ``n_defined`` defined samples and ``n_resamples`` resamples ("" if one may)."""
     if n_defined < 1:
         return "no defined samples"
-    if n_defined < 2:
-        return "fewer than 2 defined samples"
+    if n_defined < MIN_INTERVAL_SAMPLES:
+        return f"fewer than {MIN_INTERVAL_SAMPLES} defined samples"
     if n_resamples < MIN_BOOTSTRAP_RESAMPLES:
         return (
             f"{n_resamples} bootstrap resample{'' if n_resamples == 1 else 's'}, fewer than the "
@@ -120,8 +123,8 @@ class IntervalNotes:
     """Footnotes for the missing intervals of a printed table: one line per distinct reason.
 
     >>> notes = IntervalNotes()
-    >>> notes.label("fewer than 2 defined samples"), notes.lines()
-    ('n/a', ['n/a: fewer than 2 defined samples'])
+    >>> notes.label("fewer than 5 defined samples"), notes.lines()
+    ('n/a', ['n/a: fewer than 5 defined samples'])
     """
 
     def __init__(self) -> None:

@@ -138,7 +138,7 @@ def bootstrap_mean(
     """Mean of the defined values with a percentile bootstrap interval over samples.
 
     NaN entries are undefined samples: counted, excluded. Resamples are drawn
-    vectorised, 100 at a time. Fewer than two defined samples or fewer than
+    vectorised, 100 at a time. Fewer than ``MIN_INTERVAL_SAMPLES`` (5) defined samples or fewer than
     ``MIN_BOOTSTRAP_RESAMPLES`` resamples give no interval (NaN bounds, ``note`` says why).
     """
     values = np.asarray(values, dtype=np.float64)
