@@ -305,7 +305,7 @@ RECORDS: list[Option] = [
     _eval(
         "methods",
         "--methods",
-        f"Comma-separated methods (default: all): {', '.join(catalog.method_names())}.",
+        f"Comma-separated methods (default: {catalog.default_methods_text()}): {', '.join(catalog.method_names())}.",
         "decides",
         kind="names",
         choices=catalog.method_names,
@@ -617,7 +617,7 @@ RECORDS: list[Option] = [
     Option(
         "SanityOptions.methods",
         "--methods",
-        f"Comma-separated methods (default: all): {', '.join(catalog.method_names())}.",
+        f"Comma-separated methods (default: {catalog.default_methods_text()}): {', '.join(catalog.method_names())}.",
         ("sanity", "prune"),
         "decides",
         "names",
@@ -1016,7 +1016,7 @@ RECORDS: list[Option] = [
     Option(
         "MetaOptions.methods",
         "--methods",
-        f"Comma-separated methods (default: all): {', '.join(catalog.method_names())}.",
+        f"Comma-separated methods (default: {catalog.default_methods_text()}): {', '.join(catalog.method_names())}.",
         ("meta",),
         "decides",
         "names",
