@@ -354,3 +354,19 @@ def test_gradients_at_network_scope_on_text_without_a_tokenizer_are_refused(bert
                 out=tmp_path / "out",
             )
     assert not (tmp_path / "out").exists()
+
+
+def test_summary_recall_columns_equal_a_hand_count_from_the_layers_table(bert):
+    """recall@1 per sample by hand from layers.csv: is the method's top layer one with the largest effect? (L = 3, so
+    recall@3 is undefined and left empty.)"""
+    model, ragged, _ = bert
+    opts = EvalOptions(scope="network", ablation=("skip",), methods=("atp", "grad_x_act"), bootstrap=0, seed=3)
+    result = evaluate(model, ragged, options=opts)["skip"]
+    for method, rows in result.layers.groupby("method"):
+        hits = []
+        for _, one in rows.groupby("sample"):
+            top = one.sort_values(["attribution", "layer"], ascending=[False, True]).iloc[0]
+            hits.append(float(top.effect >= one.effect.max()))
+        row = result.summary.set_index("method").loc[method]
+        assert row.recall_at_1 == pytest.approx(np.mean(hits))
+        assert np.isnan(row.recall_at_3)

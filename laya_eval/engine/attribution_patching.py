@@ -31,6 +31,7 @@ from laya_eval.engine.gradients import LayerGradients, gradient_pass
 from laya_eval.engine.interventions import SampleFills
 from laya_eval.engine.removals import ABLATION_REGISTRY
 from laya_eval.errors import ConfigError
+from laya_eval.models.heads import pool_hidden
 from laya_eval.models.layered import LayeredModel
 from laya_eval.models.trace import Trace
 
@@ -100,6 +101,10 @@ def attribution_patching(tr: Trace, model: LayeredModel, target: Tensor, context
     fill = expected_fill(context.removal_fill)
     scores = []
     for i, (h, g) in enumerate(zip(grads.activations, grads.probability)):
+        if context.scope == "head" and h.dim() > 2:
+            # the head reads a map through its average: the ablation replaces the pooled state, whose gradient is
+            # the map's gradient summed over the positions
+            h, g = pool_hidden(h), g.flatten(2).sum(-1)
         block_input = None if grads.block_inputs is None else grads.block_inputs[i]
         new = _new_state(h, None if fill is None else fill[i], block_input, updates, model.layer_names[i])
         change = g.double() * (h.double() - new)
