@@ -7,7 +7,8 @@ texts of 24 to 31 words, one thread, CPU. Two measurements, both through the lib
    (what ``grad_x_act``/``gradcam`` take), ``d p_c`` only (``atp`` alone), both in one backward call (a run with
    both kinds of method), and, for comparison, the two as separate passes (what a separate ``atp`` pass would cost).
 2. Whole ``evaluate`` runs (``--scope network --ablation skip``): ``grad_x_act`` against ``grad_x_act,atp``, with the
-   calls of ``torch.autograd.grad`` counted.
+   calls of ``torch.autograd.grad`` counted, and ``grad_x_act,random``: any added method adds its deletion curve
+   (network-scope removal passes), which is most of what a second method costs in a whole run.
 
 Median of ``--repeats`` runs. ``python benchmarks/bench_atp_backward.py --out benchmarks/results/atp_backward.md``
 """
@@ -132,7 +133,11 @@ def main() -> None:
             opts = EvalOptions(scope="network", ablation=("skip",), methods=methods, bootstrap=0, seed=0)
             return lambda: evaluate(model, data, options=opts)
 
-        runs = [("grad_x_act", run(("grad_x_act",))), ("grad_x_act, atp", run(("grad_x_act", "atp")))]
+        runs = [
+            ("grad_x_act", run(("grad_x_act",))),
+            ("grad_x_act, random (one more deletion curve, no gradients)", run(("grad_x_act", "random"))),
+            ("grad_x_act, atp", run(("grad_x_act", "atp"))),
+        ]
         run_rows = [(name, _median_time(fn, max(1, args.repeats // 2)), _count_backward_calls(fn)) for name, fn in runs]
 
     base = rows[1][1]
