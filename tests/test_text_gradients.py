@@ -312,6 +312,9 @@ def test_several_ablations_give_atp_one_estimate_each(digits_models):
     mean = result["mean"].layers.query("method == 'atp'").attribution.to_numpy()
     assert np.abs(zero - mean).max() > 1e-4  # each folder's atp estimates its own operator
     assert set(result["zero"].summary.ablation) == {"zero"}
+    assert result["zero"].manifest["estimates"] == {"atp": "zero"} and result["mean"].manifest["estimates"] == {
+        "atp": "mean"
+    }
 
 
 # --------------------------------------------------------------------------- refusals
@@ -370,3 +373,17 @@ def test_summary_recall_columns_equal_a_hand_count_from_the_layers_table(bert):
         row = result.summary.set_index("method").loc[method]
         assert row.recall_at_1 == pytest.approx(np.mean(hits))
         assert np.isnan(row.recall_at_3)
+
+
+@pytest.mark.parametrize("command", ["sanity", "prune"])
+def test_commands_that_score_without_an_ablation_refuse_atp_before_any_work(command):
+    from laya_eval.pruning.options import PruneOptions
+    from laya_eval.sanity_checks.options import SanityOptions
+
+    options = {"sanity": SanityOptions, "prune": PruneOptions}[command]
+    with pytest.raises(
+        ConfigError,
+        match=rf"^method 'atp' estimates the effect of the evaluation's ablation and runs in `laya-eval faithfulness` "
+        rf"only; `laya-eval {command}` scores methods without one: remove it from --methods\.$",
+    ):
+        options(methods=("ig", "atp"))

@@ -16,7 +16,7 @@ to each block's full output inside the backbone, through every later layer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -53,6 +53,7 @@ __all__ = [
     "applicable",
     "baseline_needs",
     "baseline_states",
+    "check_without_ablation",
     "resolved_baseline",
     "register_method",
     "ig_completeness_delta",
@@ -430,6 +431,17 @@ def applicable(method: AttributionMethod, model: LayeredModel) -> str | None:
             f"layers of widths {list(head.layer_dims)}."
         )
     return None
+
+
+def check_without_ablation(names: Sequence[str] | None, command: str) -> None:
+    """Refuse, before any work, a method that estimates an ablation's effect (``"removal"``) in ``command``, which
+    scores methods without one."""
+    for n in names or ():
+        if n in METHODS and "removal" in METHODS[n].needs:
+            raise ConfigError(
+                f"method {n!r} estimates the effect of the evaluation's ablation and runs in `laya-eval faithfulness` "
+                f"only; `laya-eval {command}` scores methods without one: remove it from --methods."
+            )
 
 
 def resolve_methods(names: list[str] | None) -> list[AttributionMethod]:

@@ -344,10 +344,11 @@ def _applicable_methods(
 ) -> tuple[list, list[str]]:
     """The requested methods that can run, and a note per method skipped.
 
-    A method that does not apply to the head is skipped with a note. One that needs tensor inputs at network
-    scope on text data is skipped with a note among the defaults and refused by name when asked for (by
-    name in ``options.methods`` or as an ``extra`` method). No
-    method left is an error: there would be nothing to score.
+    A method that does not apply to the head is skipped with a note. One that cannot run on these inputs or
+    ablations (tensor inputs or gradients through a backbone that cannot tokenize text at network scope, an
+    estimate of an ablation that puts no state in) is skipped with a note among the defaults and refused by name
+    when asked for (by name in ``options.methods`` or as an ``extra`` method). No method left is an error: there
+    would be nothing to score.
     """
     asked = None if options.methods is None else list(options.methods)
     methods, notes = [], []

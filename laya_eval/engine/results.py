@@ -443,6 +443,8 @@ def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: in
         "result_key": plan.result_key(),
         "world_size": world_size,
         "methods": {m.name: m.description for m in plan.methods},
+        # a method that estimates an ablation's effect (attribution patching) estimates this folder's ablation
+        "estimates": {m.name: options.ablation for m in plan.methods if "removal" in m.needs},
         "skipped": list(plan.notes),
         "effect": (
             "p_t(x) - p_t(x with the layer removed), t = the target class (see 'target'; by default the "
