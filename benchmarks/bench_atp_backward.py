@@ -16,6 +16,7 @@ Median of ``--repeats`` runs. ``python benchmarks/bench_atp_backward.py --out be
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import tempfile
@@ -147,7 +148,8 @@ def main() -> None:
         f"`python benchmarks/bench_atp_backward.py --samples {args.samples} --repeats {args.repeats}` — random BERT "
         f"(6 layers, width 256, 4 heads), LAYA head on the 6 block outputs, {args.samples} texts of 24-31 words "
         f"(padded to one length), CPU ({platform.processor() or platform.machine()}), torch {torch.__version__}, "
-        "one thread; median wall time.",
+        f"one thread; median wall time. Load average when it ended: {os.getloadavg()[0]:.1f} (a shared machine: "
+        "compare the rows of one run, not across runs).",
         "",
         "## The batch's gradient pass (`laya_eval.engine.gradients.gradient_pass`, network scope)",
         "",

@@ -304,6 +304,28 @@ def test_head_scope_atp_equals_the_heads_first_order_estimate(digits_models):
         _close(torch.tensor(table.sort_index().to_numpy()), hand, 1e-5)
 
 
+def test_atp_of_a_drawn_ablation_estimates_with_the_mean_of_its_draws(digits_models):
+    """resample with 3 donors: the estimate is linear in the fill, so it uses the donors' mean pooled state."""
+    from laya_eval.data import load_dataset
+
+    model = digits_models["laya"]
+    opts = EvalOptions(ablation=("resample",), methods=("atp",), bootstrap=0, limit=32, draws=3, seed=4)
+    result = evaluate(model, "digits", options=opts)["resample"]
+    x = load_dataset("digits", "test").x[:32]
+    with torch.no_grad():
+        states = model.hidden_states(x)
+    acts = [s.detach().requires_grad_(True) for s in states]
+    with torch.enable_grad():
+        probs = torch.softmax(model.head(acts), -1)
+        grads = torch.autograd.grad(probs.gather(1, probs.argmax(1)[:, None]).sum(), acts)
+    donors = torch.tensor(result.donors.sort_values(["sample", "draw"]).donor.to_numpy().reshape(32, 3))
+    hand = torch.stack(
+        [(g.double() * (s.double() - s.double()[donors].mean(1))).sum(1) for g, s in zip(grads, states)], 1
+    )
+    table = result.layers.pivot_table(index="sample", columns="layer", values="attribution")
+    _close(torch.tensor(table.sort_index().to_numpy()), hand, 1e-5)
+
+
 def test_several_ablations_give_atp_one_estimate_each(digits_models):
     model = digits_models["laya"]
     opts = EvalOptions(ablation=("zero", "mean"), methods=("atp", "random"), bootstrap=0, limit=32)
