@@ -109,6 +109,7 @@ def _forward(model):
 
 
 def _close(tool: torch.Tensor, oracle: torch.Tensor, rtol: float) -> float:
+    tool, oracle = tool.detach(), oracle.detach()
     scale = float(oracle.abs().max())
     assert scale > 1e-3  # not all zero: the comparison can fail
     diff = float((tool.double() - oracle.double()).abs().max())
@@ -409,3 +410,32 @@ def test_commands_that_score_without_an_ablation_refuse_atp_before_any_work(comm
         rf"only; `laya-eval {command}` scores methods without one: remove it from --methods\.$",
     ):
         options(methods=("ig", "atp"))
+
+
+def test_network_atp_of_skip_on_a_residual_cnn_equals_a_hand_estimate():
+    """Tensor inputs: a py:-style residual CNN (blocks of one shape), blocks called one by one by hand."""
+    from laya_eval.models.backbones import ModuleBackbone
+    from tests.test_update_ablations import ResidualCNN
+
+    torch.manual_seed(4)
+    net = ResidualCNN().eval()
+    x = torch.randn(N_SAMPLES, 1, 6, 6)
+    backbone = ModuleBackbone(net, ["blocks.0", "blocks.1", "blocks.2"], example_input=x[:2], pool="avg")
+    model = LayeredModel(
+        backbone, make_head("laya", backbone.layer_dims, N_CLASSES), ModelInfo(N_CLASSES, input_shape=(1, 6, 6))
+    )
+    data = Dataset(x=x, y=torch.arange(N_SAMPLES) % N_CLASSES, class_names=("a", "b", "c"), name="r", split="test")
+    scores, _ = _tool(model, data, ["atp"], "skip")
+    with torch.enable_grad():
+        h = net.stem(x).detach().requires_grad_(True)
+        inputs, outputs = [], []
+        for block in net.blocks:
+            inputs.append(h)
+            h = block(h)
+            outputs.append(h)
+        probs = torch.softmax(model.head([o.mean((2, 3)) for o in outputs]), -1)
+        grads = torch.autograd.grad(probs.gather(1, probs.argmax(1)[:, None]).sum(), outputs)
+    hand = torch.stack(
+        [(g.double() * (o.double() - b.double())).flatten(1).sum(1) for g, o, b in zip(grads, outputs, inputs)], 1
+    )
+    _close(scores["atp"], hand, 1e-5)
