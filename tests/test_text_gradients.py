@@ -16,6 +16,7 @@ different lengths, so the batch is padded. The oracles:
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -439,3 +440,40 @@ def test_network_atp_of_skip_on_a_residual_cnn_equals_a_hand_estimate():
         [(g.double() * (o.double() - b.double())).flatten(1).sum(1) for g, o, b in zip(grads, outputs, inputs)], 1
     )
     _close(scores["atp"], hand, 1e-6)
+
+
+@pytest.mark.parametrize("scope", ["head", "network"])
+def test_one_backward_call_for_both_gradients_leaves_the_logit_gradient_methods_unchanged(digits_models, scope):
+    """grad_x_act and gradcam give the same bytes with and without atp beside them (whose d p_c then rides on their
+    backward call), on a head that ignores all layers but the last (unused inputs get zero gradients)."""
+    for head in ("lastlayer", "laya"):
+        model = digits_models[head]
+
+        def run(methods):
+            opts = EvalOptions(scope=scope, ablation=("zero",), methods=methods, bootstrap=0, limit=32)
+            layers = evaluate(model, "digits", options=opts)["zero"].layers
+            return layers.set_index(["method", "sample", "layer"]).attribution
+
+        alone, both = run(("grad_x_act", "gradcam")), run(("grad_x_act", "gradcam", "atp"))
+        pd.testing.assert_series_equal(alone, both.drop("atp"))
+        atp = both.loc["atp"].unstack()
+        if head == "lastlayer" and scope == "head":
+            assert (atp[[1, 2]] == 0).all().all() and (atp[3] != 0).any()  # only the last layer is read
+
+
+def test_both_gradients_of_one_backward_call_give_an_unused_input_zeros():
+    """A head that ignores an input: both gradients of the one backward call are zeros of that input's shape (torch
+    returns one unbatched zero tensor for it), and the used input's equal two separate autograd calls."""
+    from laya_eval.engine.gradients import _backward
+
+    used, unused = torch.randn(4, 3, requires_grad=True), torch.randn(4, 5, requires_grad=True)
+    with torch.enable_grad():
+        logits = torch.stack([used.sum(1), (used**2).sum(1), used[:, 0]], 1)
+        target = torch.tensor([0, 1, 2, 1])
+        p = torch.softmax(logits, -1).gather(1, target[:, None]).sum()
+        ref_prob = torch.autograd.grad(p, used, retain_graph=True)[0]
+        ref_logit = torch.autograd.grad(logits.gather(1, target[:, None]).sum(), used, retain_graph=True)[0]
+        d_logit, d_prob = _backward(logits, target, [used, unused], True, True)
+    torch.testing.assert_close(d_logit[0], ref_logit, rtol=0, atol=0)
+    torch.testing.assert_close(d_prob[0], ref_prob, rtol=1e-6, atol=1e-7)
+    assert d_logit[1].shape == d_prob[1].shape == (4, 5) and not d_logit[1].any() and not d_prob[1].any()

@@ -111,6 +111,8 @@ def _backward(logits: Tensor, target: Tensor, acts: list[Tensor], logit: bool, p
             allow_unused=True,
             materialize_grads=True,
         )
+        # an input the outputs do not use comes back as one unbatched zero tensor (materialize_grads)
+        batched = [g if g.dim() > a.dim() else a.new_zeros((2, *a.shape)) for g, a in zip(batched, acts)]
         grads = [[g[0] for g in batched], [g[1] for g in batched]]
     return (grads[0] if logit else None), (grads[-1] if probability else None)
 
