@@ -30,6 +30,16 @@ provide without naming any method or ablation:
     At network scope the ablation acts on a block's *update* ``u_i = h_i - h_{i-1}`` (the block's output minus
     its input) instead of its output: its statistics and its donors' states are updates, and what it puts in is
     added back to the block's input. Every block must keep its shape, which is checked while planning.
+``"network_gradients"``
+    Gradients through the backbone at network scope (the method takes its own): the inputs must be tensors, or
+    texts the backbone tokenizes into tensors (checked while planning).
+``"probability_gradients"``
+    d p_c / d h_i (``p_c`` the softmax probability of the explained class), from the same one backward pass as
+    ``"gradients"``.
+``"removal"``
+    The scores estimate an ablation's effect: the method runs once per ablation of the run
+    (``MethodContext.ablation`` and its replacement values ``MethodContext.removal_fill``), and every ablation of
+    the run must put a state in place of the layer (checked while planning).
 ``"stat:<name>"``
     A dataset statistic from :data:`laya_eval.engine.dataset_stats.STATISTICS`, computed in a
     pass over the whole evaluated set (all processes together) before the main pass.
@@ -176,6 +186,8 @@ class MethodSpec:
         A chance baseline, not an explanation (left out of "do all methods agree" checks).
     label, short_label : str
         How figures and reports name it (the short one for direct labels on lines).
+    opt_in : bool
+        Run only when asked for by name (``--methods``), not among the defaults.
     """
 
     name: str
@@ -185,6 +197,7 @@ class MethodSpec:
     baseline: bool = False
     label: str = ""
     short_label: str = ""
+    opt_in: bool = False
 
 
 @dataclass(frozen=True)
@@ -250,7 +263,7 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             "dimensions, from a baseline (--ig-baseline): head scope from zero pooled states by default; network "
             "scope by default from the state the ablation puts in (zeros or the mean, injected inside the backbone; "
             "each ablation of a run its own) to the block's output.",
-            needs=("tensor_inputs", "baseline"),
+            needs=("network_gradients", "baseline"),
             label="Integrated Gradients",
             short_label="IG",
         ),
@@ -258,14 +271,14 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             "gradcam",
             "Grad-CAM-style (Captum LayerGradCam semantics): ReLU of the gradient-weighted channel sum, "
             "averaged over space; on a vector layer ReLU(sum grad*act).",
-            needs=("gradients", "tensor_inputs"),
+            needs=("gradients",),
             label="Grad-CAM",
             short_label="Grad-CAM",
         ),
         MethodSpec(
             "grad_x_act",
             "Sum over dimensions of gradient x activation.",
-            needs=("gradients", "tensor_inputs"),
+            needs=("gradients",),
             label="gradient × activation",
             short_label="grad×act",
         ),
@@ -301,6 +314,17 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             requires="adapted",
             label="α·‖W z‖",
             short_label="α‖Wz‖",
+        ),
+        MethodSpec(
+            "atp",
+            "Attribution patching: the first-order estimate of the run's ablation's effect on p_t, "
+            "dp_t/dh_i . (h_i - new_i), new_i the state the ablation puts in (its expectation for a drawn one; "
+            "h_{i-1} + the new update for skip and the update forms), from the run's one backward pass; scored "
+            "against that ablation (the summary's ablation column). Only when asked for (--methods).",
+            needs=("probability_gradients", "removal"),
+            label="attribution patching",
+            short_label="AtP",
+            opt_in=True,
         ),
     )
 }
@@ -371,7 +395,16 @@ BUILTIN_METHODS = frozenset(METHOD_SPECS)
 BUILTIN_ABLATIONS = frozenset(ABLATION_SPECS)
 #: What a method may require of the head (``MethodSpec.requires``) and the needs without a ``stat:`` prefix.
 METHOD_REQUIREMENTS = ("any", "weights", "laya", "adapted", "states")
-PLAIN_NEEDS = ("gradients", "tensor_inputs", "baseline", "donors", "draws")
+PLAIN_NEEDS = (
+    "gradients",
+    "network_gradients",
+    "probability_gradients",
+    "removal",
+    "tensor_inputs",
+    "baseline",
+    "donors",
+    "draws",
+)
 #: Integrated Gradients baselines (``--ig-baseline``); the default is zero at head scope, removed at network scope.
 IG_BASELINES = ("zero", "mean", "removed")
 
@@ -549,6 +582,12 @@ def method_choices() -> list[str]:
     """What ``--methods`` accepts: every registered method, then the next-token methods not among them."""
     names = method_names()
     return names + [m for m in NEXT_TOKEN_METHODS if m not in names]
+
+
+def default_methods_text() -> str:
+    """What ``--methods`` runs when not given, in words: all registered methods but the opt-in ones."""
+    opt_in = [m for m, spec in METHOD_SPECS.items() if spec.opt_in]
+    return "all" if not opt_in else f"all but {', '.join(opt_in)}"
 
 
 def in_registry_order(methods) -> list[str]:

@@ -117,11 +117,15 @@ def test_network_scope_grad_x_act_sees_later_layers(digits_models, digits):
 
 
 def _context_for(m, tr, model):
-    """What the engine provides: the dataset statistics the method declares in its catalog entry."""
+    """What the engine provides: the dataset statistics the method declares in its catalog entry, and the ablation
+    whose effect a method that needs ``removal`` estimates (here ``zero``: its fill is zeros)."""
     from laya_eval.engine.dataset_stats import batch_statistics
 
     stats = tuple(n.split(":", 1)[1] for n in m.needs if n.startswith("stat:"))
-    return MethodContext(statistics=batch_statistics(stats, tr, model, "head").means() if stats else {})
+    return MethodContext(
+        statistics=batch_statistics(stats, tr, model, "head").means() if stats else {},
+        ablation="zero" if "removal" in m.needs else None,
+    )
 
 
 def test_every_method_returns_B_by_L(digits_models, digits):
@@ -183,7 +187,7 @@ def test_applicability(digits_models):
 def test_unknown_method_lists_valid_ones():
     with pytest.raises(
         ConfigError,
-        match=r"methods must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'",
+        match=r"methods must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm, atp\}; got 'gi'",
     ):
         resolve_methods(["ig", "gi"])
 
@@ -192,7 +196,7 @@ def test_network_scope_gradients_refuse_text_inputs():
     head = make_head("concat", [2, 2], 2)
     tr = trace_from_hidden(head, [torch.ones(1, 2), torch.ones(1, 2)], inputs=["a text"])
     model = LayeredModel(nn.Identity(), head)
-    with pytest.raises(ConfigError, match="need tensor inputs; use --scope head"):
+    with pytest.raises(ConfigError, match="on text need a backbone that tokenizes texts into tensors .* --scope head"):
         _run("grad_x_act", tr, model, scope="network")
 
 

@@ -201,7 +201,7 @@ def test_bad_input_gives_one_line_and_exit_2(digits_checkpoints, tmp_path):
     ckpt = digits_checkpoints["laya"]
     assert_one_line_error(
         run("faithfulness", ckpt, "--methods", "ig,gi"),
-        r"--methods must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'",
+        r"--methods must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm, atp\}; got 'gi'",
     )
     assert_one_line_error(run("faithfulness", tmp_path / "nope.pt"), r"checkpoint '.*nope.pt' does not exist")
     assert_one_line_error(run("faithfulness", ckpt, "--limit", 99999), r"limit 99999 is larger than the 360 samples")

@@ -82,32 +82,37 @@ def _texts():
     )
 
 
-def test_network_scope_on_text_skips_gradient_methods_while_planning(text_model):
+def test_network_scope_on_text_plans_the_gradient_methods_of_a_tokenizing_encoder(text_model):
     from laya_eval.catalog import METHOD_SPECS
     from laya_eval.engine.evaluation import EvalOptions, make_plan
 
     options = EvalOptions(scope="network", ablation="zero", bootstrap=0)
     plan = make_plan(text_model, _texts(), options=dataclasses.replace(options, ablation=("zero",)))
-    needing = sorted(n for n, spec in METHOD_SPECS.items() if "tensor_inputs" in spec.needs)
-    assert needing == ["grad_x_act", "gradcam", "ig"]
-    assert not {m.name for m in plan.methods} & set(needing) and plan.methods
-    skipped = [n for n in plan.notes if "needs tensor inputs at network scope" in n]
-    assert sorted(n.split()[1].rstrip(":") for n in skipped) == needing
+    gradients = sorted(n for n, spec in METHOD_SPECS.items() if {"gradients", "network_gradients"} & set(spec.needs))
+    assert gradients == ["grad_x_act", "gradcam", "ig"]
+    assert set(gradients) <= {m.name for m in plan.methods}
+    assert not [n for n in plan.notes if any(g in n for g in gradients)]
 
 
-def test_network_scope_on_text_refuses_a_requested_gradient_method_by_name(text_model):
+def test_network_scope_on_text_refuses_a_method_that_needs_tensor_inputs_by_name(text_model):
+    from laya_eval.catalog import MethodSpec
     from laya_eval.engine.evaluation import EvalOptions, make_plan
+    from laya_eval.engine.methods import AttributionMethod
 
+    pixels = AttributionMethod(
+        MethodSpec("pixels", "Needs image tensors.", needs=("tensor_inputs",)), lambda *a, **k: 0
+    )
     with pytest.raises(
-        ConfigError, match=r"^method 'gradcam': it needs tensor inputs at network scope; 'texts' is text"
+        ConfigError, match=r"^method 'pixels': it needs tensor inputs at network scope; 'texts' is text"
     ):
         make_plan(
             text_model,
             _texts(),
             options=dataclasses.replace(
-                EvalOptions(scope="network", ablation="zero", methods=("contribution", "gradcam"), bootstrap=0),
+                EvalOptions(scope="network", ablation="zero", methods=("contribution",), bootstrap=0),
                 ablation=("zero",),
             ),
+            extra_methods=[pixels],
         )
 
 

@@ -90,3 +90,25 @@ def test_every_metric_best_value_lies_in_its_bounds(name):
     assert info.lower_bound <= info.best <= info.upper_bound
     assert info.best == (info.upper_bound if info.higher_is_better else info.lower_bound)
     assert info.description
+
+
+def test_recall_at_k_by_hand_ties_included():
+    from laya_eval.stats.metrics import recall_at_k
+
+    effect = np.array(
+        [
+            [0.5, 0.1, 0.3, 0.2, 0.0],  # exact top 3: layers 0, 2, 3
+            [0.2, 0.2, 0.2, 0.0, 0.1],  # three layers tie at the top: any of them counts
+            [0.0, 0.4, 0.3, 0.3, 0.1],  # the 3rd largest (0.3) is tied by layers 2 and 3: both count
+        ]
+    )
+    scores = np.array(
+        [
+            [9.0, 8.0, 7.0, 0.0, 1.0],  # top 3: 0, 1, 2 -> 0 and 2 are exact: 2/3; top 1: 0 -> hit
+            [0.0, 0.0, 5.0, 5.0, 1.0],  # top 3 (ties to the lowest index): 2, 3, 4 -> only 2: 1/3; top 1: 2 -> hit
+            [1.0, 2.0, 0.0, 3.0, 0.0],  # top 3: 3, 1, 0 -> 3 and 1: 2/3; top 1: 3 (0.3 < 0.4) -> miss
+        ]
+    )
+    np.testing.assert_array_equal(recall_at_k(scores, effect, 3), [2 / 3, 1 / 3, 2 / 3])
+    np.testing.assert_array_equal(recall_at_k(scores, effect, 1), [1.0, 1.0, 0.0])
+    assert np.isnan(recall_at_k(scores, effect, 5)).all()  # k = L: every layer, recall 1 whatever the method

@@ -145,13 +145,13 @@ def test_a_batch_with_network_gradients_holds_no_more_rows_than_one_gradient_cal
         max_memory_mb=1,
     )
     small = evaluate(model, "digits", options=EvalOptions(**{**kwargs, "ablation": ("zero",)}, batch_size=16))["zero"]
-    rows, gradients = [], evaluation.layer_gradients
+    rows, gradients = [], evaluation.gradient_pass
 
     def recording(tr, *args, **kw):
         rows.append(tr.n_samples)
         return gradients(tr, *args, **kw)
 
-    monkeypatch.setattr(evaluation, "layer_gradients", recording)
+    monkeypatch.setattr(evaluation, "gradient_pass", recording)
     # a row's block outputs are 64 + 32 + 16 float32 = 448 bytes; at 100x that, 1 MiB holds 2**20 // 44800 = 23
     # gradient rows, down to a multiple of 16: batches of 16 rows, not the 48 asked for
     monkeypatch.setattr(budget, "GRAD_FACTOR", 100)

@@ -190,7 +190,7 @@ def test_profile_is_deterministic(digits_checkpoints, tmp_path):
 def test_profile_errors_are_one_line(digits_checkpoints, tmp_path):
     assert_one_line_error(
         run("profile", digits_checkpoints["laya"], "--method", "gi", "--out", tmp_path),
-        r"--method must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm\}; got 'gi'",
+        r"--method must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm, atp\}; got 'gi'",
     )
     assert_one_line_error(
         run("profile", digits_checkpoints["concat"], "--out", tmp_path),

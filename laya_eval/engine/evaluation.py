@@ -34,7 +34,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from laya_eval.engine.methods import AttributionMethod, MethodContext, baseline_states, layer_gradients
+from laya_eval.engine.gradients import gradient_pass
+from laya_eval.engine.methods import AttributionMethod, MethodContext, baseline_states
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.catalog import ABLATION_SPECS
 from laya_eval.data import Dataset
@@ -205,6 +206,12 @@ def _batch_fills(plan: Plan, ids: Tensor, means: dict[str, list[Tensor]]) -> tup
     return fills, donors_out
 
 
+def _estimates_updates(plan: Plan) -> bool:
+    """Whether a method estimates the effect of an ablation that replaces a block's update (it reads block inputs)."""
+    removal = any("removal" in m.needs for m in plan.methods)
+    return removal and any("updates" in ABLATION_SPECS[a].needs for a in plan.ablations)
+
+
 def _to_numpy(t: Tensor, rows: Tensor) -> np.ndarray:
     return t[rows].detach().double().cpu().numpy()
 
@@ -252,10 +259,20 @@ def _batch_records(
         angular_span=o.angular_span,
         target=explained,
     )
-    if plan.needs_gradients:
-        ctx = dataclasses.replace(
-            ctx, gradients=layer_gradients(tr, model, explained, o.scope, max_memory_mb=o.max_memory_mb)
+    if plan.needs_gradients or plan.needs_probability_gradients:
+        # one backward pass for every gradient the methods asked for (laya_eval.engine.gradients)
+        backward = gradient_pass(
+            tr,
+            model,
+            explained,
+            o.scope,
+            max_memory_mb=o.max_memory_mb,
+            logit=plan.needs_gradients,
+            probability=plan.needs_probability_gradients,
+            with_inputs=o.scope == "network" and _estimates_updates(plan),
         )
+        logit = None if backward.logit is None else (backward.activations, backward.logit)
+        ctx = dataclasses.replace(ctx, gradients=logit, backward=backward)
     needs_baseline = any("baseline" in m.needs for m in plan.methods)
     baselines = (
         baseline_states(resolved_ig_baseline(o), tr, model, o.scope, plan.ablations, means)
@@ -266,9 +283,13 @@ def _batch_records(
     for m in plan.methods:
         # A method that starts from a baseline is run once per distinct baseline: with the removed state, each
         # ablation's own, stored under "method@ablation" when the run has several ablations.
+        # A method that estimates an ablation's effect ("removal") is run once per ablation, with its fill.
         runs = baselines if "baseline" in m.needs else {"": None}
+        runs = {a: None for a in plan.ablations} if "removal" in m.needs else runs
         for owner, baseline in runs.items():
             mctx = dataclasses.replace(ctx, layer_baseline=baseline)
+            if "removal" in m.needs:
+                mctx = dataclasses.replace(mctx, ablation=owner, removal_fill=fills[owner])
             s = m.fn(tr, model, target=explained, context=mctx).detach().to(tr.terms.dtype)
             key = m.name if not owner or len(plan.ablations) == 1 else f"{m.name}@{owner}"
             scores[key] = _to_numpy(s, rows)

@@ -16,7 +16,7 @@ to each block's full output inside the backbone, through every later layer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -36,9 +36,11 @@ from laya_eval.engine.ig_baselines import (
     replaced_logits,
     resolved_baseline,
 )
+from laya_eval.engine.attribution_patching import attribution_patching
+from laya_eval.engine.gradients import LayerGradients, gradient_pass, network_inputs
 from laya_eval.engine.integrated_gradients import head_ig
 from laya_eval.engine.plugins import load_installed_plugins, plugin_function
-from laya_eval.engine.memory_budget import ig_rows, one_row_block_outputs, row_chunks
+from laya_eval.engine.memory_budget import ig_rows, row_chunks
 from laya_eval.engine.representation_scores import alpha_norm, angular_distance, block_influence, has_common_states
 from laya_eval.engine.seeding import per_sample_uniform
 from laya_eval.models.trace import Trace
@@ -51,6 +53,7 @@ __all__ = [
     "applicable",
     "baseline_needs",
     "baseline_states",
+    "check_without_ablation",
     "resolved_baseline",
     "register_method",
     "ig_completeness_delta",
@@ -91,6 +94,15 @@ class MethodContext:
         The class the scores explain (``fn``'s ``target``), for diagnostics; ``None``: the predicted class.
     angular_span : int
         ``n`` of ``angular_distance``: the number of layers in each block whose angular distance is taken.
+    backward : LayerGradients, optional
+        The batch's one backward pass (:func:`laya_eval.engine.gradients.gradient_pass`): the states, the gradients
+        the run's methods asked for (``"gradients"``, ``"probability_gradients"``), the block inputs and the token
+        mask; computed on demand when absent.
+    ablation : str, optional
+        For a method that needs ``"removal"``: the ablation whose effect its scores estimate.
+    removal_fill : list of Tensor, SampleFills or None
+        That ablation's replacement values for the batch (as :func:`laya_eval.engine.removals.batch_fill` gives
+        them; ``None``: zeros, or for an update form the zero update).
     """
 
     scope: str = "head"
@@ -104,6 +116,9 @@ class MethodContext:
     max_memory_mb: int = 2048
     angular_span: int = 1
     target: Tensor | None = None
+    backward: LayerGradients | None = None
+    ablation: str | None = None
+    removal_fill: Any = None
 
 
 AttributionFn = Callable[..., Tensor]
@@ -171,53 +186,22 @@ def _random(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodCo
     return per_sample_uniform(context.seed, ids.to(tr.terms.device), tr.n_layers).to(tr.terms.dtype)
 
 
-def _target_logit_sum(logits: Tensor, target: Tensor) -> Tensor:
-    return logits.gather(1, target[:, None]).sum()
-
-
-def _head_grads(tr: Trace, model: LayeredModel, target: Tensor) -> tuple[list[Tensor], list[Tensor]]:
-    """Activations (the cached head inputs, as leaves) and d logit_c / d h_i."""
-    # detach() already gives fresh leaves sharing the cached storage; the head never writes into its inputs.
-    acts = [h.detach().requires_grad_(True) for h in tr.hidden]
-    with torch.enable_grad():
-        out = _target_logit_sum(model.head(acts), target)
-        # A layer the head ignores (LastLayer) has gradient zero, not "unused".
-        grads = torch.autograd.grad(out, acts, allow_unused=True, materialize_grads=True)
-    return [a.detach() for a in acts], list(grads)
-
-
-def _network_grads(
-    tr: Trace, model: LayeredModel, target: Tensor, max_memory_mb: int
-) -> tuple[list[Tensor], list[Tensor]]:
-    """Each block's full output inside the backbone and d logit_c / d output (total effect), in row chunks."""
-    if not isinstance(tr.inputs, Tensor):
-        raise ConfigError("network-scope gradient methods need tensor inputs; use --scope head for text models.")
-    acts_parts, grad_parts = [], []
-    for sl in row_chunks(tr.n_samples, ig_rows(one_row_block_outputs(model, tr.inputs), max_memory_mb)):
-        with torch.enable_grad():
-            # The input requires grad so every block output is on the graph, frozen backbones included.
-            x = tr.inputs[sl].detach().clone().requires_grad_(True)
-            hidden, acts = model.block_outputs(x)
-            out = _target_logit_sum(model.head(hidden), target[sl])
-            grads = torch.autograd.grad(out, acts, allow_unused=True, materialize_grads=True)
-        acts_parts.append([a.detach() for a in acts])
-        grad_parts.append(list(grads))
-    return [torch.cat(a) for a in zip(*acts_parts)], [torch.cat(g) for g in zip(*grad_parts)]
-
-
 def layer_gradients(
     tr: Trace, model: LayeredModel, target: Tensor, scope: str, *, max_memory_mb: int = 2048
 ) -> tuple[list[Tensor], list[Tensor]]:
     """``(activations, d logit_target / d activation)`` per layer at ``scope`` ("head" or "network"); at network
     scope in row chunks within ``max_memory_mb`` (:mod:`laya_eval.engine.memory_budget`)."""
-    return _head_grads(tr, model, target) if scope == "head" else _network_grads(tr, model, target, max_memory_mb)
+    grads = gradient_pass(tr, model, target, scope, max_memory_mb=max_memory_mb)
+    return grads.activations, grads.logit
 
 
-def _grads(tr: Trace, model: LayeredModel, target: Tensor, context: MethodContext):
-    """The batch's gradients from the engine, or computed now when the caller gave none."""
+def _grads(tr: Trace, model: LayeredModel, target: Tensor, context: MethodContext) -> LayerGradients:
+    """The batch's gradients of the explained logit from the engine, or computed now when the caller gave none."""
+    if context.backward is not None and context.backward.logit is not None:
+        return context.backward
     if context.gradients is not None:
-        return context.gradients
-    return layer_gradients(tr, model, target, context.scope, max_memory_mb=context.max_memory_mb)
+        return LayerGradients(*context.gradients)
+    return gradient_pass(tr, model, target, context.scope, max_memory_mb=context.max_memory_mb)
 
 
 def _channel_first(t: Tensor) -> Tensor:
@@ -225,19 +209,39 @@ def _channel_first(t: Tensor) -> Tensor:
     return t.transpose(1, 2) if t.dim() == 3 else t
 
 
+def _real_tokens(t: Tensor, mask: Tensor | None) -> Tensor | None:
+    """The token mask (B, T, 1) that applies to a block output ``t`` (B, T, D) of text, else ``None``."""
+    if mask is None or t.dim() != 3 or t.shape[:2] != mask.shape:
+        return None
+    return mask[:, :, None].to(t.dtype)
+
+
 def _grad_x_act(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
-    acts, grads = _grads(tr, model, target, context)
-    return torch.stack([(g * a).flatten(1).sum(1) for a, g in zip(acts, grads)], 1)
+    grads = _grads(tr, model, target, context)
+    scores = []
+    for a, g in zip(grads.activations, grads.logit):
+        real = _real_tokens(a, grads.token_mask)
+        scores.append((g * a if real is None else g * a * real).flatten(1).sum(1))
+    return torch.stack(scores, 1)
 
 
 def _gradcam(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
-    acts, grads = _grads(tr, model, target, context)
+    grads = _grads(tr, model, target, context)
     scores = []
-    for a, g in zip(acts, grads):
+    for a, g in zip(grads.activations, grads.logit):
+        real = _real_tokens(a, grads.token_mask)
         a, g = _channel_first(a), _channel_first(g)
         if a.dim() == 2:
             # A vector layer has no spatial extent: Grad-CAM reduces to ReLU(sum_d grad_d * act_d).
             scores.append(torch.relu((g * a).sum(1)))
+            continue
+        if real is not None:
+            # Text: the averages run over the real tokens only (padding is no position of the input).
+            m = real[:, :, 0][:, None, :]  # (B, 1, T)
+            count = m.sum(-1).clamp_min(1.0)
+            weights = (g * m).sum(-1) / count  # (B, D)
+            cam = torch.relu((weights[:, :, None] * a).sum(1))  # (B, T)
+            scores.append((cam * m[:, 0]).sum(-1) / count[:, 0])
             continue
         weights = g.flatten(2).mean(-1)  # (B, C): spatially averaged gradients
         cam = torch.relu((weights[:, :, None] * a.flatten(2)).sum(1))  # (B, spatial)
@@ -276,11 +280,20 @@ def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContex
         )
     from captum.attr import IntegratedGradients  # here: the head routes above run without Captum
 
+    # Texts are tokenized once; Captum repeats tensor arguments per step, so the tokenized tensors go in one by one.
+    x, mask = network_inputs(model, tr.inputs)
+    keys = None if isinstance(x, Tensor) else list(x)
+    args = (x,) if keys is None else tuple(x[k] for k in keys)
+
+    def rows_of(sl: slice) -> tuple[Tensor, ...]:
+        return tuple(a[sl] for a in args)
+
+    def forward(value: Tensor, i: int, *tensors: Tensor) -> Tensor:
+        return replaced_logits(model, tensors[0] if keys is None else dict(zip(keys, tensors)), i, value)
+
     with torch.enable_grad():
-        if not isinstance(tr.inputs, Tensor):
-            raise ConfigError("network-scope IG needs tensor inputs; use --scope head for text models.")
         with torch.no_grad():
-            _, outputs = model.block_outputs(tr.inputs)
+            _, outputs = model.block_outputs(x)
         # Row chunks within the memory budget: at most `rows` (input, step) pairs per backbone call.
         rows = context.internal_batch_size or ig_rows(outputs, context.max_memory_mb)
         options["internal_batch_size"] = rows
@@ -289,19 +302,25 @@ def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContex
             # The path runs from the baseline (by default the state the ablation puts in, injected through the
             # backbone's replace mechanism) to the block's actual output, with every later block recomputed: the
             # same total effect the network-scope effect measures.
-            ig = IntegratedGradients(lambda value, x, i=i: replaced_logits(model, x, i, value))
+            ig = IntegratedGradients(lambda value, *tensors, i=i: forward(value, i, *tensors))
             base = layer_baseline(out.detach(), context.layer_baseline, i)
             parts = []
             for sl in row_chunks(tr.n_samples, rows):
                 attr = ig.attribute(
                     out[sl].detach(),
                     baselines=base[sl],
-                    additional_forward_args=(tr.inputs[sl],),
+                    additional_forward_args=rows_of(sl),
                     **{**options, "target": target[sl]},
                 )
-                parts.append(attr.flatten(1).sum(1).detach())
+                # on text, the sum runs over the real tokens (padding is masked out of every later block anyway)
+                real = None if mask is None else _real_tokens(attr, mask[sl])
+                parts.append((attr if real is None else attr * real).flatten(1).sum(1).detach())
             scores.append(torch.cat(parts))
     return torch.stack(scores, 1)
+
+
+def _atp(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
+    return attribution_patching(tr, model, target, context)
 
 
 def _block_influence(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContext) -> Tensor:
@@ -381,6 +400,7 @@ _BUILTIN = {
     "block_influence": (_block_influence,),
     "angular_distance": (_angular_distance,),
     "alpha_norm": (_alpha_norm,),
+    "atp": (_atp,),
 }
 for _name in [n for n in METHOD_SPECS if n in _BUILTIN]:  # catalog order is registry order
     _fn, *_diagnostic = _BUILTIN[_name]
@@ -415,11 +435,22 @@ def applicable(method: AttributionMethod, model: LayeredModel) -> str | None:
     return None
 
 
+def check_without_ablation(names: Sequence[str] | None, command: str) -> None:
+    """Refuse, before any work, a method that estimates an ablation's effect (``"removal"``) in ``command``, which
+    scores methods without one."""
+    for n in names or ():
+        if n in METHODS and "removal" in METHODS[n].needs:
+            raise ConfigError(
+                f"method {n!r} estimates the effect of the evaluation's ablation and runs in `laya-eval faithfulness` "
+                f"only; `laya-eval {command}` scores methods without one: remove it from --methods."
+            )
+
+
 def resolve_methods(names: list[str] | None) -> list[AttributionMethod]:
     """Methods by name (all when ``None``, installed plug-ins included), validated against the registry."""
     load_installed_plugins()
     if names is None:
-        return list(METHODS.values())
+        return [m for m in METHODS.values() if not m.spec.opt_in]
     for n in names:
         check_choice("methods", n, METHODS)
     if not names:

@@ -29,6 +29,8 @@ from laya_eval.data import Dataset, check_finite, load_dataset
 from laya_eval.models.devices import resolve_device
 from laya_eval.engine.distributed import SINGLE_PROCESS, World
 from laya_eval.engine.effect_precision import float64_view
+from laya_eval.engine.attribution_patching import removal_problem
+from laya_eval.engine.gradients import network_gradient_problem
 from laya_eval.engine.memory_budget import check_network_budget, ig_rows, one_row_block_outputs
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.loading.feature_cache import Features, backbone_features, caches_features
@@ -36,6 +38,9 @@ from laya_eval.models.layered import LayeredModel
 from laya_eval.engine.partial import run_key
 from laya_eval.engine.plugins import code_identity, load_installed_plugins
 from laya_eval.engine.removals import ABLATION_REGISTRY, check_ablations
+
+#: The needs that take gradients (through the backbone at network scope).
+GRADIENT_NEEDS = ("gradients", "network_gradients", "probability_gradients")
 
 __all__ = [
     "CHUNK_SIZE",
@@ -162,6 +167,10 @@ class Plan:
     @property
     def needs_gradients(self) -> bool:
         return any("gradients" in m.needs for m in self.methods)
+
+    @property
+    def needs_probability_gradients(self) -> bool:
+        return any("probability_gradients" in m.needs for m in self.methods)
 
     @property
     def rows_per_batch(self) -> int:
@@ -313,26 +322,43 @@ def _check_update_shapes(model: LayeredModel, data: Dataset, device: torch.devic
             )
 
 
+def _input_problem(m: AttributionMethod, model: LayeredModel, data: Dataset, options: EvalOptions) -> str | None:
+    """Why ``m`` cannot run on this data, scope and these ablations (a sentence), or ``None``."""
+    network_text = options.scope == "network" and data.input_shape is None
+    if network_text and "tensor_inputs" in m.needs:
+        return (
+            f"it needs tensor inputs at network scope; '{data.name}' is text (use scope 'head' for its direct effect)."
+        )
+    if network_text and set(GRADIENT_NEEDS) & set(m.needs):
+        problem = network_gradient_problem(model, data.subset(slice(0, 1)).x)
+        if problem is not None:
+            return f"{problem}."
+    if "removal" in m.needs:
+        for a in options.ablations:
+            problem = removal_problem(a)
+            if problem is not None:
+                return f"{problem}."
+    return None
+
+
 def _applicable_methods(
     model: LayeredModel, data: Dataset, options: EvalOptions, extra: Sequence[AttributionMethod] = ()
 ) -> tuple[list, list[str]]:
     """The requested methods that can run, and a note per method skipped.
 
-    A method that does not apply to the head is skipped with a note. One that needs tensor inputs at network
-    scope on text data is skipped with a note among the defaults and refused by name when asked for (by
-    name in ``options.methods`` or as an ``extra`` method). No
-    method left is an error: there would be nothing to score.
+    A method that does not apply to the head is skipped with a note. One that cannot run on these inputs or
+    ablations (tensor inputs or gradients through a backbone that cannot tokenize text at network scope, an
+    estimate of an ablation that puts no state in) is skipped with a note among the defaults and refused by name
+    when asked for (by name in ``options.methods`` or as an ``extra`` method). No method left is an error: there
+    would be nothing to score.
     """
     asked = None if options.methods is None else list(options.methods)
     methods, notes = [], []
     for m in [*resolve_methods(asked), *extra]:
         reason = applicable(m, model)
-        if reason is None and options.scope == "network" and "tensor_inputs" in m.needs and data.input_shape is None:
-            reason = (
-                f"it needs tensor inputs at network scope; '{data.name}' is text (use scope 'head' "
-                "for its direct effect)."
-            )
-            if asked is not None or any(m is e for e in extra):
+        if reason is None:
+            reason = _input_problem(m, model, data, options)
+            if reason is not None and (asked is not None or any(m is e for e in extra)):
                 raise ConfigError(f"method {m.name!r}: {reason}")
         (notes.append(f"skipped {m.name}: {reason}") if reason else methods.append(m))
     if not methods:
@@ -434,7 +460,7 @@ def make_plan(
     batch_rows = None
     if options.scope == "network":
         # methods that need gradients or tensor inputs take gradients through the backbone at network scope
-        backward = any({"gradients", "tensor_inputs"} & set(m.needs) for m in methods)
+        backward = any({"tensor_inputs", *GRADIENT_NEEDS} & set(m.needs) for m in methods)
         batch_rows = _check_network_budget(model, data, device, options, gradients=backward)
     return Plan(
         model,

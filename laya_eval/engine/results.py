@@ -22,6 +22,7 @@ from laya_eval.stats.metrics import (
     METRICS,
     bootstrap_mean,
     rank_layers,
+    recall_at_k,
     spearman_per_sample,
     top1_hit,
 )
@@ -77,8 +78,12 @@ SUMMARY_COLUMNS = [
     "deletion_at_1_ci_high",
     "deletion_at_1_ci_note",
     "top1_hit_rate",
+    "recall_at_1",
+    "recall_at_3",
     "aopc",
 ]
+#: The k of the recall@k columns (stats.metrics.recall_at_k).
+RECALL_KS = (1, 3)
 
 
 @dataclass
@@ -210,10 +215,16 @@ def score_method(
         "deletion_at_1_ci_high": d1.high,
         "deletion_at_1_ci_note": d1.note,
         "top1_hit_rate": float(hit.mean()),
+        **{f"recall_at_{k}": _mean_or_nan(recall_at_k(scores, ranked, k)) for k in RECALL_KS},
         "aopc": float(deletion.mean()),
     }
     summary.update({f"deletion_at_{j}": float(deletion[:, j - 1].mean()) for j in range(2, deletion.shape[1] + 1)})
     return MethodScore(spearman=rho, top1_hit=hit, summary=summary)
+
+
+def _mean_or_nan(values: np.ndarray) -> float:
+    """The mean of ``values``; NaN when they are undefined (NaN)."""
+    return float("nan") if values.size == 0 or np.isnan(values).any() else float(values.mean())
 
 
 def build_result(
@@ -432,6 +443,8 @@ def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: in
         "result_key": plan.result_key(),
         "world_size": world_size,
         "methods": {m.name: m.description for m in plan.methods},
+        # a method that estimates an ablation's effect (attribution patching) estimates this folder's ablation
+        "estimates": {m.name: options.ablation for m in plan.methods if "removal" in m.needs},
         "skipped": list(plan.notes),
         "effect": (
             "p_t(x) - p_t(x with the layer removed), t = the target class (see 'target'; by default the "

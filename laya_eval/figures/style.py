@@ -61,6 +61,7 @@ PALETTE: dict[str, str] = {
     "block_influence": "#fbafe4",
     "angular_distance": "#ece133",
     "alpha_norm": "#004d80",
+    "atp": "#8c0800",
 }
 # Names come from the method catalog (the one owner); a method without a label shows its name.
 METHOD_LABELS: dict[str, str] = {n: spec.label or n for n, spec in METHOD_SPECS.items()}
@@ -78,6 +79,7 @@ _MARKERS = {
     "block_influence": "<",
     "angular_distance": ">",
     "alpha_norm": "h",
+    "atp": "d",
 }
 _DASHES = {
     "laya": (None, None),
@@ -90,6 +92,7 @@ _DASHES = {
     "block_influence": (0, (8, 2)),
     "angular_distance": (0, (3, 1, 3, 3)),
     "alpha_norm": (0, (1, 1, 4, 1)),
+    "atp": (0, (6, 2, 2, 2)),
 }
 FORMATS, STYLES = FIGURE_FORMATS, FIGURE_STYLES
 DPI = 110

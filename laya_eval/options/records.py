@@ -307,7 +307,7 @@ RECORDS: list[Option] = [
     _eval(
         "methods",
         "--methods",
-        f"Comma-separated methods (default: all): {', '.join(catalog.method_names())}; with --target next-token: "
+        f"Comma-separated methods (default: {catalog.default_methods_text()}): {', '.join(catalog.method_names())}; with --target next-token: "
         + ", ".join(catalog.NEXT_TOKEN_METHODS)
         + ".",
         "decides",
@@ -633,7 +633,7 @@ RECORDS: list[Option] = [
     Option(
         "SanityOptions.methods",
         "--methods",
-        f"Comma-separated methods (default: all): {', '.join(catalog.method_names())}; with --target next-token: "
+        f"Comma-separated methods (default: {catalog.default_methods_text()}): {', '.join(catalog.method_names())}; with --target next-token: "
         + ", ".join(catalog.NEXT_TOKEN_METHODS)
         + ".",
         ("sanity", "prune"),
@@ -1034,7 +1034,7 @@ RECORDS: list[Option] = [
     Option(
         "MetaOptions.methods",
         "--methods",
-        f"Comma-separated methods (default: all): {', '.join(catalog.method_names())}.",
+        f"Comma-separated methods (default: {catalog.default_methods_text()}): {', '.join(catalog.method_names())}.",
         ("meta",),
         "decides",
         "names",

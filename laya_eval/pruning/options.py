@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import field
 
 from laya_eval.checks import check_positive_int
+from laya_eval.engine.methods import check_without_ablation
 from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.engine.removals import check_ablations, check_fixed_ablation
 from laya_eval.options import check_declared, declared, defaults_of
@@ -121,5 +122,6 @@ class PruneOptions:
         object.__setattr__(self, "ablations", check_ablations(self.ablations, "head", "PruneOptions.ablations"))
         for a in self.ablations:
             check_fixed_ablation(a, "prune")
+        check_without_ablation(self.methods, "prune")
         check_positive_int("PruneOptions.timing_repeats", self.timing_repeats)
         check_positive_int("PruneOptions.timing_batch", self.timing_batch)

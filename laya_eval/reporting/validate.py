@@ -60,6 +60,8 @@ _NUMBERS = {
         "deletion_at_1_ci_low",
         "deletion_at_1_ci_high",
         "top1_hit_rate",
+        "recall_at_1",
+        "recall_at_3",
         "aopc",
         "faithfulness_p_value",
     ),

@@ -11,7 +11,7 @@ from laya_eval.catalog import (
     ROAR_AGREEMENT_COLUMNS,
     SIMILARITIES,
 )
-from laya_eval.engine.methods import resolve_methods
+from laya_eval.engine.methods import check_without_ablation, resolve_methods
 from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.engine.removals import check_ablation, check_fixed_ablation
 from laya_eval.options import check_declared, declared, defaults_of
@@ -61,6 +61,7 @@ class SanityOptions:
         check_declared(self)
         check_ablation(self.ablation, "head", "SanityOptions.ablation")
         check_fixed_ablation(self.ablation, "sanity")
+        check_without_ablation(self.methods, "sanity")
 
 
 def checked_methods(options: SanityOptions) -> list[str]:

@@ -21,6 +21,7 @@ __all__ = [
     "Interval",
     "bootstrap_mean",
     "rank_layers",
+    "recall_at_k",
     "spearman_per_sample",
     "top1_hit",
 ]
@@ -66,6 +67,18 @@ METRICS: dict[str, MetricInfo] = {
             "Share of samples whose top-ranked layer is also the layer with the largest effect.",
         ),
         MetricInfo("aopc", True, -1.0, 1.0, 1.0, "Area over the perturbation curve: mean of deletion@1..L."),
+        *(
+            MetricInfo(
+                f"recall_at_{k}",
+                True,
+                0.0,
+                1.0,
+                1.0,
+                f"Mean share of the {k} layers with the largest effects that are among the method's top {k} "
+                f"(a layer whose effect ties the {k}-th largest counts; undefined when {k} >= L).",
+            )
+            for k in (1, 3)
+        ),
     )
 }
 
@@ -127,6 +140,25 @@ def rank_layers(attribution: np.ndarray) -> np.ndarray:
 def top1_hit(attribution: np.ndarray, effect: np.ndarray) -> np.ndarray:
     """Whether the top-ranked layer is also the layer with the largest effect (ties: lowest index), (N,) bool."""
     return rank_layers(attribution)[:, 0] == rank_layers(effect)[:, 0]
+
+
+def recall_at_k(attribution: np.ndarray, effect: np.ndarray, k: int) -> np.ndarray:
+    """Per sample, the share of the exact top-``k`` layers (by effect) that the method's top ``k`` contains, (N,).
+
+    The method's top ``k`` are its ``k`` highest-scored layers (:func:`rank_layers`: ties broken by the lowest layer
+    index). A layer counts as one of the exact top ``k`` when its effect is at least the ``k``-th largest effect of
+    the sample, so effects tied at the boundary all count and the result does not depend on their order; the
+    count is divided by ``k``. NaN for every sample when ``k >= L`` (the top ``k`` would be every layer, a recall of
+    1 whatever the method).
+    """
+    effect = np.asarray(effect, dtype=np.float64)
+    n, n_layers = effect.shape
+    if k >= n_layers:
+        return np.full(n, np.nan)
+    kth = -np.sort(-effect, axis=1)[:, k - 1]
+    top = rank_layers(attribution)[:, :k]
+    hits = np.take_along_axis(effect, top, axis=1) >= kth[:, None]
+    return hits.sum(1) / k
 
 
 _CHUNK = 100
