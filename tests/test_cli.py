@@ -35,7 +35,11 @@ def test_cli_choices_come_from_the_registries():
     from laya_eval.options import option
 
     # One owner: the catalog, read by the option records the CLI is built from and by the registries.
-    assert option("EvalOptions.methods").choice_list() == list(METHODS) == catalog.method_names()
+    assert list(METHODS) == catalog.method_names()
+    # --methods also takes the scores of a causal LM's own next-token prediction that no classifier method shares.
+    next_token_only = [m for m in catalog.NEXT_TOKEN_METHODS if m not in METHODS]
+    assert next_token_only == ["logit_lens"]
+    assert option("EvalOptions.methods").choice_list() == list(METHODS) + next_token_only
     assert option("EvalOptions.ablation").choice_list() == list(catalog.ABLATIONS) == list(ABLATIONS)
     head = next(p for p in train_cmd.train.params if p.name == "head")
     assert list(head.type.choices) == list(catalog.HEAD_NAMES) == list(HEADS)
@@ -201,7 +205,7 @@ def test_bad_input_gives_one_line_and_exit_2(digits_checkpoints, tmp_path):
     ckpt = digits_checkpoints["laya"]
     assert_one_line_error(
         run("faithfulness", ckpt, "--methods", "ig,gi"),
-        r"--methods must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm, atp\}; got 'gi'",
+        r"--methods must be one of \{laya, static, contribution, ig, gradcam, grad_x_act, random, block_influence, angular_distance, alpha_norm, atp, logit_lens\}; got 'gi'",
     )
     assert_one_line_error(run("faithfulness", tmp_path / "nope.pt"), r"checkpoint '.*nope.pt' does not exist")
     assert_one_line_error(run("faithfulness", ckpt, "--limit", 99999), r"limit 99999 is larger than the 360 samples")

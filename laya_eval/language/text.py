@@ -170,7 +170,8 @@ def windows(
     lengths_ok = 0
     picked = split_documents(len(documents), split)
     ids, doc, off = [], [], []
-    encoded = tokenizer([documents[i] for i in picked])["input_ids"] if len(picked) else []
+    # verbose=False: a document longer than the model's positions is cut into windows below, not fed whole
+    encoded = tokenizer([documents[i] for i in picked], verbose=False)["input_ids"] if len(picked) else []
     for i, tokens in zip(picked.tolist(), encoded):
         tokens = np.asarray(tokens, dtype=np.int64)
         if tokens.size >= 2:
