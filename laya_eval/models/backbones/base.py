@@ -8,6 +8,11 @@ mapping; ``_positive_ints`` validates a list option (single values use :mod:`lay
 A replacement is a function of the block's output, ``fn(output)``, or a :class:`BlockInputReplacement`, which
 also reads the block's input: ``fn(block_input, output)`` (a residual block's update ``output - block_input``
 is then at hand; ``block_input`` is ``None`` where the block's input is not one tensor, e.g. token ids).
+
+A backbone that can *start at a block* (``starts_at_block``) also has ``forward_from(i, output, x, replace)``: the
+hidden states of layers ``i .. L-1`` when block ``i``'s full output is ``output``, running only the blocks after it.
+Network-scope work then reuses the plain pass's states up to the first removed block instead of re-running the
+backbone from the input (docs/concepts/ablations.md, "Start at block").
 """
 
 from __future__ import annotations
@@ -109,6 +114,8 @@ class Backbone(nn.Module):
 
     name: ClassVar[str] = ""
     stored_by_reference: bool = False
+    #: Whether :meth:`forward_from` can continue from a block's output (without re-running the blocks before it).
+    starts_at_block: bool = False
     vector_states: bool = False
     layer_dims: list[int]
     layer_names: list[str]
@@ -121,6 +128,22 @@ class Backbone(nn.Module):
     def forward(self, x: Any, replace: Mapping[int, Replacement] | None = None) -> list[Tensor]:
         """Return the hidden states; see the module docstring for ``replace``."""
         raise NotImplementedError
+
+    def forward_from(
+        self, start: int, output: Tensor, x: Any, replace: Mapping[int, Replacement] | None = None
+    ) -> list[Tensor]:
+        """The hidden states of layers ``start .. L-1`` when block ``start``'s full output is ``output``.
+
+        Only the blocks after block ``start`` run; ``replace`` acts on them as in :meth:`forward` (keys after
+        ``start``). ``x`` holds the inputs of the same rows (a text encoder reads its attention mask from them).
+        Defined where :attr:`starts_at_block` is true.
+
+        Returns
+        -------
+        list of Tensor
+            ``L - start`` hidden states, ``h_start`` read from ``output`` itself.
+        """
+        raise ConfigError(f"{type(self).__name__} cannot start at a block; run it from the input (forward).")
 
     def config(self) -> dict[str, Any]:
         """JSON-serialisable ``{"name": ..., "kwargs": {...}}`` for :func:`make_backbone`."""
@@ -135,6 +158,7 @@ class _BlockBackbone(Backbone):
     """A stem (``_embed``) followed by ``self.blocks``; ``h_i = _readout(block_i output)``."""
 
     blocks: nn.ModuleList
+    starts_at_block = True
 
     def _embed(self, x: Tensor) -> Tensor:
         return x
@@ -163,6 +187,19 @@ class _BlockBackbone(Backbone):
         hidden = []
         for i, block in enumerate(self.blocks):
             block_input, out = out, block(out)
+            if i in replace:
+                out = _apply_replacement(i, replace[i], out, block_input)
+            hidden.append(self._readout(out))
+        return hidden
+
+    def forward_from(
+        self, start: int, output: Tensor, x: Any = None, replace: Mapping[int, Replacement] | None = None
+    ) -> list[Tensor]:
+        """Blocks ``start + 1 ..`` on block ``start``'s output (see :meth:`Backbone.forward_from`)."""
+        replace = _check_replace(replace, self.n_layers)
+        out, hidden = output, [self._readout(output)]
+        for i in range(start + 1, self.n_layers):
+            block_input, out = out, self.blocks[i](out)
             if i in replace:
                 out = _apply_replacement(i, replace[i], out, block_input)
             hidden.append(self._readout(out))
