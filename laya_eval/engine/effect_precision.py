@@ -61,4 +61,4 @@ def float64_trace(tr: Trace, model64: LayeredModel) -> Trace:
     """``tr`` re-read through the float64 head; the predicted class stays the one the model predicted."""
     hidden = [h.double() if h.is_floating_point() else h for h in tr.hidden]
     out = trace_from_hidden(model64.head, hidden, labels=tr.labels, inputs=tr.inputs, sample_ids=tr.sample_ids)
-    return dataclasses.replace(out, pred=tr.pred)
+    return dataclasses.replace(out, pred=tr.pred, block_outputs=tr.block_outputs, block_inputs=tr.block_inputs)

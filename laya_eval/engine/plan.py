@@ -162,6 +162,17 @@ class Plan:
         return any("gradients" in m.needs for m in self.methods)
 
     @property
+    def starts_at_block(self) -> bool:
+        """Whether network-scope removals and IG start at their block from the plain pass's kept block states (a
+        backbone that can start at a block, run in float32; docs/concepts/ablations.md, "Start at block")."""
+        o = self.options
+        return (
+            o.scope == "network"
+            and o.dtype == "float32"
+            and bool(getattr(self.model.backbone, "starts_at_block", False))
+        )
+
+    @property
     def rows_per_batch(self) -> int:
         return min(self.options.batch_size, self.batch_rows or self.options.batch_size)
 
