@@ -33,12 +33,14 @@ from laya_eval.engine.ig_baselines import (
     ig_diagnostic,
     layer_baseline,
     network_ig_completeness_delta,
+    kept_block_outputs,
     replaced_logits,
     resolved_baseline,
 )
 from laya_eval.engine.integrated_gradients import head_ig
 from laya_eval.engine.plugins import load_installed_plugins
 from laya_eval.engine.memory_budget import ig_rows, one_row_block_outputs, row_chunks
+from laya_eval.engine.network_passes import starts_at_block
 from laya_eval.engine.representation_scores import alpha_norm, angular_distance, block_influence, has_common_states
 from laya_eval.engine.seeding import per_sample_uniform
 from laya_eval.models.trace import Trace
@@ -279,24 +281,28 @@ def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContex
     with torch.enable_grad():
         if not isinstance(tr.inputs, Tensor):
             raise ConfigError("network-scope IG needs tensor inputs; use --scope head for text models.")
-        with torch.no_grad():
-            _, outputs = model.block_outputs(tr.inputs)
+        outputs = kept_block_outputs(tr, model)
+        # Start at block: the path of block i runs through the blocks after it only, the states before it are the
+        # trace's (engine/network_passes.py); otherwise the backbone runs from the input with block i replaced.
+        started = starts_at_block(tr, model)
         # Row chunks within the memory budget: at most `rows` (input, step) pairs per backbone call.
         rows = context.internal_batch_size or ig_rows(outputs, context.max_memory_mb)
         options["internal_batch_size"] = rows
         scores = []
         for i, out in enumerate(outputs):
-            # The path runs from the baseline (by default the state the ablation puts in, injected through the
-            # backbone's replace mechanism) to the block's actual output, with every later block recomputed: the
-            # same total effect the network-scope effect measures.
-            ig = IntegratedGradients(lambda value, x, i=i: replaced_logits(model, x, i, value))
+            # The path runs from the baseline (by default the state the ablation puts in) to the block's actual
+            # output, with every later block recomputed: the same total effect the network-scope effect measures.
+            ig = IntegratedGradients(
+                lambda value, x, *prefix, i=i: replaced_logits(model, x, i, value, prefix if started else None)
+            )
             base = layer_baseline(out.detach(), context.layer_baseline, i)
             parts = []
             for sl in row_chunks(tr.n_samples, rows):
+                prefix = tuple(h[sl] for h in tr.hidden[:i]) if started else ()
                 attr = ig.attribute(
                     out[sl].detach(),
                     baselines=base[sl],
-                    additional_forward_args=(tr.inputs[sl],),
+                    additional_forward_args=(tr.inputs[sl], *prefix),
                     **{**options, "target": target[sl]},
                 )
                 parts.append(attr.flatten(1).sum(1).detach())
