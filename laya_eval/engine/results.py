@@ -467,12 +467,7 @@ def _network_route(plan: Plan) -> str | None:
         return None
     if plan.starts_at_block:
         return "start at block: each removal reuses the plain pass's states up to its first removed block"
-    why = (
-        f"--dtype {plan.options.dtype}"
-        if getattr(plan.model.backbone, "starts_at_block", False)
-        else f"the backbone ({type(plan.model.backbone).__name__}) cannot start at a block"
-    )
-    return f"from the input: {why}; every removal re-runs the backbone from the input"
+    return f"from the input: {plan.start_refusal}; every removal re-runs the backbone from the input"
 
 
 def result_files(
