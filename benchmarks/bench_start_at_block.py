@@ -3,7 +3,8 @@
     python benchmarks/bench_start_at_block.py --threads 1 --reps 3
 
 Two cases, every route on the same inputs, interleaved (the order rotates every repetition), after an untimed
-warm-up; medians of ``--reps`` are reported. Block evaluations are counted by forward hooks on the blocks (rows per
+warm-up; medians of ``--reps`` are reported, in CPU seconds of the process (one thread: on a shared machine its wall
+time measures the other users' load as well). Block evaluations are counted by forward hooks on the blocks (rows per
 call, summed; backward hooks count the backward passes of IG), divided by the number of inputs.
 
 1. Leave-one-layer-out ``zero`` at network scope on a random-init BERT-base (12 blocks, hidden 768; 64 inputs of
@@ -181,19 +182,19 @@ def cnn_ig(model: LayeredModel, x: torch.Tensor, steps: int) -> torch.Tensor:
 
 
 def measure(routes: dict, reps: int, blocks, n: int, backward: bool = False) -> tuple[dict, dict]:
-    """Median seconds of each route, interleaved (order rotated per repetition), and its block evaluations per
-    input (forward, backward) counted during the first repetition."""
+    """Median CPU seconds of each route (one thread), interleaved (order rotated per repetition), and its block
+    evaluations per input (forward, backward) counted during the first repetition."""
     out = {name: [] for name in routes}
     counts = {}
     names = list(routes)
     for r in range(reps):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             counter = Counter(blocks, backward) if r == 0 else None
-            start = time.perf_counter()
+            start = time.process_time()  # CPU seconds of this one-thread process: a shared machine's load aside
             try:
                 routes[name]()
             finally:
-                seconds = time.perf_counter() - start
+                seconds = time.process_time() - start
                 if counter is not None:
                     counter.remove()
                     counts[name] = (counter.forward / n, counter.backward / n)
@@ -243,7 +244,7 @@ def main() -> int:
             f"## Leave-one-out `zero` at network scope, random-init BERT-base ({n_layers} blocks, "
             f"{args.n} inputs x {args.tokens} tokens)",
             "",
-            "| route | block evaluations per input | seconds (median) | x start_at_block |",
+            "| route | block evaluations per input | CPU seconds (median) | x start_at_block |",
             "|---|---:|---:|---:|",
             *(
                 f"| {name} | {counts[name]:.2f} | {seconds[name]:.2f} | "
@@ -287,7 +288,7 @@ def main() -> int:
     lines += [
         f"## Network-scope IG, 16-block depthwise CNN ({args.n_cnn} inputs, 64x64x3, {args.steps} steps)",
         "",
-        "| route | forward | backward | block evaluations per input | x floor | seconds (median) | x start_at_block |",
+        "| route | forward | backward | block evaluations per input | x floor | CPU seconds (median) | x start_at_block |",
         "|---|---:|---:|---:|---:|---:|---:|",
         *(
             f"| {name} | {counts[name][0]:.0f} | {counts[name][1]:.0f} | {sum(counts[name]):.0f} | "
@@ -312,7 +313,7 @@ def main() -> int:
         "",
         f"`python benchmarks/bench_start_at_block.py {' '.join(sys.argv[1:])}` "
         f"(torch {torch.__version__}, {args.threads} thread(s), CPU; all routes in one process, interleaved, "
-        f"medians of {args.reps}; {time.perf_counter() - started_at:.0f} s in all).",
+        f"medians of {args.reps} in CPU seconds; {time.perf_counter() - started_at:.0f} s of wall time in all).",
         "",
     ]
     (args.out / "start_at_block.md").write_text("\n".join(head + lines))
