@@ -36,8 +36,18 @@ class _Float64Outputs(nn.Module):
     def n_layers(self) -> int:
         return len(self.layer_dims)
 
+    @property
+    def starts_at_block(self) -> bool:
+        return bool(getattr(self.inner, "starts_at_block", False))
+
     def forward(self, x: Any, replace: Mapping[int, Callable[[Tensor], Tensor]] | None = None) -> list[Tensor]:
         hidden = self.inner(x, replace=replace) if replace else self.inner(x)
+        return [h.double() if h.is_floating_point() else h for h in hidden]
+
+    def forward_from(
+        self, start: int, output: Tensor, x: Any, replace: Mapping[int, Callable[[Tensor], Tensor]] | None = None
+    ) -> list[Tensor]:
+        hidden = self.inner.forward_from(start, output, x, replace)
         return [h.double() if h.is_floating_point() else h for h in hidden]
 
 
@@ -51,4 +61,4 @@ def float64_trace(tr: Trace, model64: LayeredModel) -> Trace:
     """``tr`` re-read through the float64 head; the predicted class stays the one the model predicted."""
     hidden = [h.double() if h.is_floating_point() else h for h in tr.hidden]
     out = trace_from_hidden(model64.head, hidden, labels=tr.labels, inputs=tr.inputs, sample_ids=tr.sample_ids)
-    return dataclasses.replace(out, pred=tr.pred)
+    return dataclasses.replace(out, pred=tr.pred, block_outputs=tr.block_outputs, block_inputs=tr.block_inputs)

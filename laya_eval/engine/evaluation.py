@@ -227,7 +227,9 @@ def _batch_records(
 ) -> Records:
     """Scores, effects and deletion curves of one (padded) batch; only the real rows are kept."""
     o, model = plan.options, plan.model
-    tr, _ = _trace(plan, x, y, ids, index)
+    tr, blocks = _trace(plan, x, y, ids, index, record_blocks=plan.starts_at_block, with_inputs=plan.starts_at_block)
+    if blocks is not None:  # removals and IG start at their block from these states (engine/network_passes.py)
+        tr = dataclasses.replace(tr, block_outputs=tuple(blocks), block_inputs=tuple(blocks.inputs))
     rows = ids >= 0
     # Effects in float64 at the head (laya_eval.engine.effect_precision); scores from the model as it is.
     model64 = plan.effect_model

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from laya_eval.catalog import ABLATION_SPECS
 from laya_eval.engine.memory_budget import one_row_block_outputs, replacement_rows, row_chunks
+from laya_eval.engine.network_passes import starts_at_block
 from laya_eval.engine.removals import ABLATION_REGISTRY, ablation_fill, removed_states
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import pool_hidden
@@ -27,6 +28,7 @@ __all__ = [
     "baseline_needs",
     "baseline_states",
     "head_ig_from",
+    "kept_block_outputs",
     "ig_completeness_delta",
     "ig_diagnostic",
     "layer_baseline",
@@ -36,9 +38,26 @@ __all__ = [
 ]
 
 
-def replaced_logits(model: LayeredModel, x: Tensor, i: int, value: Tensor) -> Tensor:
-    """Logits with block ``i``'s full output replaced by ``value`` (its shape) and every later block recomputed."""
+def replaced_logits(
+    model: LayeredModel, x: Tensor, i: int, value: Tensor, prefix: Sequence[Tensor] | None = None
+) -> Tensor:
+    """Logits with block ``i``'s full output replaced by ``value`` (its shape) and every later block recomputed.
+
+    With ``prefix``, the hidden states of layers ``0 .. i-1`` of the same rows, the backbone starts at block ``i``
+    (:meth:`~laya_eval.models.backbones.base.Backbone.forward_from`): only the blocks after it run. Without it, the
+    backbone runs from the input with block ``i``'s output replaced."""
+    if prefix is not None:
+        return model.head([*prefix, *model.backbone.forward_from(i, value, x)])
     return model.head(model.hidden_states(x, {i: lambda t: value}))
+
+
+def kept_block_outputs(tr: Trace, model: LayeredModel) -> list[Tensor]:
+    """Every block's full output of the trace's pass: the ones the trace kept (start at block), else from one
+    more pass without gradients."""
+    if starts_at_block(tr, model):
+        return list(tr.block_outputs)
+    with torch.no_grad():
+        return model.block_outputs(tr.inputs)[1]
 
 
 def layer_baseline(output: Tensor, fill: list[Tensor] | None, i: int) -> Tensor:
@@ -148,8 +167,7 @@ def baseline_states(
     if scope == "head":
         states = [pool_hidden(h) for h in tr.hidden]
     else:
-        with torch.no_grad():
-            _, states = model.block_outputs(tr.inputs)
+        states = kept_block_outputs(tr, model)
     return {a: removed_states(a, states, ablation_fill(a, statistics)) for a in ablations}
 
 
@@ -177,13 +195,17 @@ def network_ig_completeness_delta(
     """Network-scope IG completeness, per layer ``a_i - (f_t(x) - f_t(x, block i at its baseline))``; mean |.| over
     layers, (B,); at most ``max_rows`` inputs per replacement pass."""
     target = tr.pred if target is None else target
-    _, outputs = model.block_outputs(tr.inputs)
+    outputs = kept_block_outputs(tr, model)
+    started = starts_at_block(tr, model)
     f = _class_logit(tr.logits, target)
     deltas = []
     for i, out in enumerate(outputs):
         base = layer_baseline(out, baseline, i)
         removed = torch.cat(
-            [replaced_logits(model, tr.inputs[sl], i, base[sl]) for sl in row_chunks(tr.n_samples, max_rows)]
+            [
+                replaced_logits(model, tr.inputs[sl], i, base[sl], [h[sl] for h in tr.hidden[:i]] if started else None)
+                for sl in row_chunks(tr.n_samples, max_rows)
+            ]
         )
         deltas.append(scores[:, i] - (f - _class_logit(removed, target)))
     return torch.stack(deltas, 1).abs().mean(1)

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from laya_eval.engine.memory_budget import row_chunks
-from laya_eval.engine.network_passes import update_replacer
+from laya_eval.engine.network_passes import continued_logits, starts_at_block, update_replacer
 from laya_eval.engine.seeding import derived_seed, per_sample_normal, per_sample_uniform
 from laya_eval.errors import ConfigError
 from laya_eval.models.heads import LayerHead, pool_hidden
@@ -195,6 +195,21 @@ def _network_logits(
     """Logits (B, K, C) with block ``i``'s output replaced by ``values[i][b]`` (``on_update``: by its input plus
     ``values[i][b]``) inside the backbone; at most ``max_rows`` inputs per backbone pass
     (:mod:`laya_eval.engine.memory_budget`)."""
+    if starts_at_block(tr, model):  # each removal from its first removed block (laya_eval.engine.network_passes)
+
+        def replacer_for(i: int, rows: Tensor, drop: Tensor) -> Any:
+            value = values[i][rows.to(values[i].device)]
+            return update_replacer(drop, value) if on_update else _per_sample_replacer(drop, value)
+
+        first = row_chunks(tr.n_samples, max_rows)[0]
+        index = torch.arange(tr.n_samples, device=masks.device)
+        return torch.stack(
+            [
+                continued_logits(tr, model, index, masks[:, k] == 0, replacer_for, first.stop - first.start)
+                for k in range(masks.shape[1])
+            ],
+            1,
+        )
     out = []
     for k in range(masks.shape[1]):
         parts = []

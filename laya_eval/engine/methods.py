@@ -33,6 +33,7 @@ from laya_eval.engine.ig_baselines import (
     ig_diagnostic,
     layer_baseline,
     network_ig_completeness_delta,
+    kept_block_outputs,
     replaced_logits,
     resolved_baseline,
 )
@@ -41,6 +42,7 @@ from laya_eval.engine.gradients import LayerGradients, gradient_pass, network_in
 from laya_eval.engine.integrated_gradients import head_ig
 from laya_eval.engine.plugins import load_installed_plugins, plugin_function
 from laya_eval.engine.memory_budget import ig_rows, row_chunks
+from laya_eval.engine.network_passes import starts_at_block
 from laya_eval.engine.representation_scores import alpha_norm, angular_distance, block_influence, has_common_states
 from laya_eval.engine.seeding import per_sample_uniform
 from laya_eval.models.trace import Trace
@@ -288,28 +290,32 @@ def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContex
     def rows_of(sl: slice) -> tuple[Tensor, ...]:
         return tuple(a[sl] for a in args)
 
-    def forward(value: Tensor, i: int, *tensors: Tensor) -> Tensor:
-        return replaced_logits(model, tensors[0] if keys is None else dict(zip(keys, tensors)), i, value)
+    def forward(value: Tensor, i: int, started: bool, *tensors: Tensor) -> Tensor:
+        inputs, prefix = tensors[: len(args)], tensors[len(args) :]
+        batch = inputs[0] if keys is None else dict(zip(keys, inputs))
+        return replaced_logits(model, batch, i, value, prefix if started else None)
 
     with torch.enable_grad():
-        with torch.no_grad():
-            _, outputs = model.block_outputs(x)
+        outputs = kept_block_outputs(tr, model)
+        # Start at block: the path of block i runs through the blocks after it only, the states before it are the
+        # trace's (engine/network_passes.py); otherwise the backbone runs from the input with block i replaced.
+        started = starts_at_block(tr, model)
         # Row chunks within the memory budget: at most `rows` (input, step) pairs per backbone call.
         rows = context.internal_batch_size or ig_rows(outputs, context.max_memory_mb)
         options["internal_batch_size"] = rows
         scores = []
         for i, out in enumerate(outputs):
-            # The path runs from the baseline (by default the state the ablation puts in, injected through the
-            # backbone's replace mechanism) to the block's actual output, with every later block recomputed: the
-            # same total effect the network-scope effect measures.
-            ig = IntegratedGradients(lambda value, *tensors, i=i: forward(value, i, *tensors))
+            # The path runs from the baseline (by default the state the ablation puts in) to the block's actual
+            # output, with every later block recomputed: the same total effect the network-scope effect measures.
+            ig = IntegratedGradients(lambda value, *tensors, i=i: forward(value, i, started, *tensors))
             base = layer_baseline(out.detach(), context.layer_baseline, i)
             parts = []
             for sl in row_chunks(tr.n_samples, rows):
+                prefix = tuple(h[sl] for h in tr.hidden[:i]) if started else ()
                 attr = ig.attribute(
                     out[sl].detach(),
                     baselines=base[sl],
-                    additional_forward_args=rows_of(sl),
+                    additional_forward_args=(*rows_of(sl), *prefix),
                     **{**options, "target": target[sl]},
                 )
                 # on text, the sum runs over the real tokens (padding is masked out of every later block anyway)

@@ -31,10 +31,10 @@ from laya_eval.engine.distributed import SINGLE_PROCESS, World
 from laya_eval.engine.effect_precision import float64_view
 from laya_eval.engine.attribution_patching import removal_problem
 from laya_eval.engine.gradients import network_gradient_problem
-from laya_eval.engine.memory_budget import check_network_budget, ig_rows, one_row_block_outputs
+from laya_eval.engine.memory_budget import check_network_budget, ig_rows, one_row_block_outputs, row_bytes
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.loading.feature_cache import Features, backbone_features, caches_features
-from laya_eval.models.layered import LayeredModel
+from laya_eval.models.layered import LayeredModel, padded_rows
 from laya_eval.engine.partial import run_key
 from laya_eval.engine.plugins import code_identity, load_installed_plugins
 from laya_eval.engine.removals import ABLATION_REGISTRY, check_ablations
@@ -163,6 +163,8 @@ class Plan:
     features: Features | None = None
     #: Rows per batch where the budget allows fewer than ``options.batch_size`` (see :func:`make_plan`).
     batch_rows: int | None = None
+    #: Bytes of one input's full block outputs (network scope; the planning probe).
+    block_bytes: int | None = None
 
     @property
     def needs_gradients(self) -> bool:
@@ -171,6 +173,27 @@ class Plan:
     @property
     def needs_probability_gradients(self) -> bool:
         return any("probability_gradients" in m.needs for m in self.methods)
+
+    @property
+    def starts_at_block(self) -> bool:
+        """Whether network-scope removals and IG start at their block from the plain pass's kept block states: a
+        backbone that can start at a block, run in float32, whose batch's block outputs fit in ``--max-memory``
+        (docs/concepts/ablations.md, "Start at block")."""
+        return self.start_refusal is None
+
+    @property
+    def start_refusal(self) -> str | None:
+        """Why network-scope work runs from the input (``None`` where it starts at a block)."""
+        o = self.options
+        if o.scope != "network":
+            return "head scope"
+        if not getattr(self.model.backbone, "starts_at_block", False):
+            return f"the backbone ({type(self.model.backbone).__name__}) cannot start at a block"
+        if o.dtype != "float32":
+            return f"--dtype {o.dtype} (the plain pass runs under autocast)"
+        if (self.block_bytes or 0) * padded_rows(self.rows_per_batch) > o.max_memory_mb << 20:
+            return f"a batch's block outputs do not fit in --max-memory {o.max_memory_mb} MB"
+        return None
 
     @property
     def rows_per_batch(self) -> int:
@@ -272,14 +295,15 @@ def check_extra_methods(extra: Sequence[AttributionMethod]) -> tuple[Attribution
 
 def _check_network_budget(
     model: LayeredModel, data: Dataset, device: torch.device, options: EvalOptions, *, gradients: bool
-) -> int | None:
+) -> tuple[int | None, int]:
     """One input's full block outputs sized against ``--max-memory`` (one backbone pass on one row), before any
     work. With gradients, the rows a batch may have: the methods read every block's output and its gradient for the
-    whole batch, so a batch holds no more rows than one gradient call within the budget."""
+    whole batch, so a batch holds no more rows than one gradient call within the budget. Returns ``(rows, bytes of
+    one row's block outputs)``."""
     first = data.subset(slice(0, 1)).x
     outputs = one_row_block_outputs(model, first.to(device) if isinstance(first, torch.Tensor) else first)
     check_network_budget(outputs, options.max_memory_mb, gradients=gradients)
-    return ig_rows(outputs, options.max_memory_mb) if gradients else None
+    return (ig_rows(outputs, options.max_memory_mb) if gradients else None), row_bytes(outputs)
 
 
 def _check_ablation_needs(ablations: Sequence[str], data: Dataset, options: EvalOptions) -> None:
@@ -457,11 +481,11 @@ def make_plan(
     if any("baseline" in m.needs for m in methods):
         needs += baseline_needs(resolved_ig_baseline(options), ablations, explicit=options.ig_baseline is not None)
     stats = tuple(dict.fromkeys(n.split(":", 1)[1] for n in needs if n.startswith("stat:")))
-    batch_rows = None
+    batch_rows = block_bytes = None
     if options.scope == "network":
         # methods that need gradients or tensor inputs take gradients through the backbone at network scope
         backward = any({"tensor_inputs", *GRADIENT_NEEDS} & set(m.needs) for m in methods)
-        batch_rows = _check_network_budget(model, data, device, options, gradients=backward)
+        batch_rows, block_bytes = _check_network_budget(model, data, device, options, gradients=backward)
     return Plan(
         model,
         data,
@@ -474,6 +498,7 @@ def make_plan(
         tuple(notes),
         effect_model=float64_view(model),
         batch_rows=batch_rows,
+        block_bytes=block_bytes,
     )
 
 

@@ -467,10 +467,20 @@ def _manifest(records: Records, plan: Plan, options: EvalOptions, world_size: in
             "internal_batch_size": options.internal_batch_size,
         },
         "plugins": plugin_sources(plan),
+        "network_route": _network_route(plan),
         "feature_cache": None
         if plan.features is None
         else {"path": str(plan.features.path), "reused": plan.features.reused},
     }
+
+
+def _network_route(plan: Plan) -> str | None:
+    """How network-scope removals ran: from their first removed block, or from the input (and why)."""
+    if plan.options.scope != "network":
+        return None
+    if plan.starts_at_block:
+        return "start at block: each removal reuses the plain pass's states up to its first removed block"
+    return f"from the input: {plan.start_refusal}; every removal re-runs the backbone from the input"
 
 
 def result_files(

@@ -129,7 +129,7 @@ def load_backbone(
         Frozen: no parameter requires grad.
     """
     from laya_eval.models.backbones import HFBackbone
-    from laya_eval.models.backbones.hf import select_names
+    from laya_eval.models.backbones.base import select_names
 
     kind, value = parse_spec(spec)
     if kind == "path":

@@ -47,6 +47,10 @@ class Trace:
         The head's adapter outputs ``z_i = g_i(h_i)`` (LAYA, ScalarMix), which the ``zero``/``mean``
         removal fast paths reuse; ``None`` for heads without adapters or whose class changes a method
         the fast path relies on.
+    block_outputs, block_inputs : tuple of Tensor, or None
+        Each block's full output and input in this pass (what ``replace`` acts on and reads), kept at network
+        scope when the backbone can start at a block: a removal then starts at its first removed block from these
+        states instead of re-running the backbone from the input. ``None`` otherwise.
     """
 
     hidden: tuple[Tensor, ...]
@@ -59,6 +63,8 @@ class Trace:
     inputs: Any = None
     sample_ids: Tensor | None = None
     adapted: Tensor | None = None
+    block_outputs: tuple[Tensor, ...] | None = None
+    block_inputs: tuple[Tensor | None, ...] | None = None
 
     @property
     def n_samples(self) -> int:

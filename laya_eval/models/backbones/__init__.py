@@ -6,7 +6,9 @@ Every backbone is an :class:`torch.nn.Module` subclass of :class:`Backbone` with
 - ``layer_names`` (human-readable labels),
 - ``stored_by_reference`` (True when the weights are frozen, pretrained and must
   not be written into checkpoints),
-- ``forward(x, replace=None) -> list of Tensor`` and
+- ``forward(x, replace=None) -> list of Tensor``,
+- optionally ``starts_at_block`` and ``forward_from(i, output, x, replace=None)``: the states from layer ``i`` on
+  when block ``i``'s full output is ``output``, running only the blocks after it, and
 - ``config()``, a JSON-serialisable ``{"name", "kwargs"}`` that rebuilds the
   backbone through :func:`make_backbone`.
 

@@ -8,10 +8,16 @@ mapping; ``_positive_ints`` validates a list option (single values use :mod:`lay
 A replacement is a function of the block's output, ``fn(output)``, or a :class:`BlockInputReplacement`, which
 also reads the block's input: ``fn(block_input, output)`` (a residual block's update ``output - block_input``
 is then at hand; ``block_input`` is ``None`` where the block's input is not one tensor, e.g. token ids).
+
+A backbone that can *start at a block* (``starts_at_block``) also has ``forward_from(i, output, x, replace)``: the
+hidden states of layers ``i .. L-1`` when block ``i``'s full output is ``output``, running only the blocks after it.
+Network-scope work then reuses the plain pass's states up to the first removed block instead of re-running the
+backbone from the input (docs/concepts/ablations.md, "Start at block").
 """
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -40,6 +46,38 @@ class BlockInputReplacement:
 
 
 # --------------------------------------------------------------------------- argument checks
+def _glob_match(name: str, pattern: str) -> bool:
+    """Glob over dotted names: a wildcard stays within one ``.``-separated part (``layer.*`` skips ``layer.0.fc``)."""
+    parts, pats = name.split("."), pattern.split(".")
+    return len(parts) == len(pats) and all(fnmatch.fnmatchcase(a, p) for a, p in zip(parts, pats))
+
+
+def select_names(requested: Sequence[str] | None, available: Sequence[str], what: str) -> list[str]:
+    """Expand names and glob patterns against ``available`` (order of ``available`` kept per pattern).
+
+    Raises
+    ------
+    ConfigError
+        A name that does not exist or a pattern that matches nothing, with close matches.
+    """
+    import difflib
+
+    if requested is None:
+        return list(available)
+    out: list[str] = []
+    for item in requested:
+        matched = (
+            [n for n in available if _glob_match(n, item)]
+            if any(c in item for c in "*?[")
+            else ([item] if item in available else [])
+        )
+        if not matched:
+            hints = difflib.get_close_matches(item, list(available), n=5) or list(available)[:5]
+            raise ConfigError(f"{what} {item!r} matches nothing; close matches: {{{', '.join(hints)}}}.")
+        out += [n for n in matched if n not in out]
+    return out
+
+
 def _positive_ints(name: str, values: Any) -> list[int]:
     if (
         isinstance(values, (str, bytes))
@@ -109,6 +147,8 @@ class Backbone(nn.Module):
 
     name: ClassVar[str] = ""
     stored_by_reference: bool = False
+    #: Whether :meth:`forward_from` can continue from a block's output (without re-running the blocks before it).
+    starts_at_block: bool = False
     vector_states: bool = False
     layer_dims: list[int]
     layer_names: list[str]
@@ -121,6 +161,22 @@ class Backbone(nn.Module):
     def forward(self, x: Any, replace: Mapping[int, Replacement] | None = None) -> list[Tensor]:
         """Return the hidden states; see the module docstring for ``replace``."""
         raise NotImplementedError
+
+    def forward_from(
+        self, start: int, output: Tensor, x: Any, replace: Mapping[int, Replacement] | None = None
+    ) -> list[Tensor]:
+        """The hidden states of layers ``start .. L-1`` when block ``start``'s full output is ``output``.
+
+        Only the blocks after block ``start`` run; ``replace`` acts on them as in :meth:`forward` (keys after
+        ``start``). ``x`` holds the inputs of the same rows (a text encoder reads its attention mask from them).
+        Defined where :attr:`starts_at_block` is true.
+
+        Returns
+        -------
+        list of Tensor
+            ``L - start`` hidden states, ``h_start`` read from ``output`` itself.
+        """
+        raise ConfigError(f"{type(self).__name__} cannot start at a block; run it from the input (forward).")
 
     def config(self) -> dict[str, Any]:
         """JSON-serialisable ``{"name": ..., "kwargs": {...}}`` for :func:`make_backbone`."""
@@ -135,6 +191,7 @@ class _BlockBackbone(Backbone):
     """A stem (``_embed``) followed by ``self.blocks``; ``h_i = _readout(block_i output)``."""
 
     blocks: nn.ModuleList
+    starts_at_block = True
 
     def _embed(self, x: Tensor) -> Tensor:
         return x
@@ -163,6 +220,19 @@ class _BlockBackbone(Backbone):
         hidden = []
         for i, block in enumerate(self.blocks):
             block_input, out = out, block(out)
+            if i in replace:
+                out = _apply_replacement(i, replace[i], out, block_input)
+            hidden.append(self._readout(out))
+        return hidden
+
+    def forward_from(
+        self, start: int, output: Tensor, x: Any = None, replace: Mapping[int, Replacement] | None = None
+    ) -> list[Tensor]:
+        """Blocks ``start + 1 ..`` on block ``start``'s output (see :meth:`Backbone.forward_from`)."""
+        replace = _check_replace(replace, self.n_layers)
+        out, hidden = output, [self._readout(output)]
+        for i in range(start + 1, self.n_layers):
+            block_input, out = out, self.blocks[i](out)
             if i in replace:
                 out = _apply_replacement(i, replace[i], out, block_input)
             hidden.append(self._readout(out))

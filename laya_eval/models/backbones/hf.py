@@ -10,7 +10,6 @@ does not pay for it; a ``lazy`` backbone imports it only when its encoder is fir
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import importlib.util
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -20,7 +19,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from laya_eval.models.backbones.base import Backbone, Replacement, _block_input, _check_replace, _replace_in_output
+from laya_eval.models.backbones.base import (
+    Backbone,
+    Replacement,
+    _apply_replacement,
+    _block_input,
+    _check_replace,
+    _replace_in_output,
+    select_names,
+)
 from laya_eval.models.backbones import hf_causal
 from laya_eval.models.backbones.hf_layout import DecoderParts, find_decoder_parts
 from laya_eval.models.backbones.hf_files import (
@@ -122,36 +129,8 @@ _HF_LAYOUTS = (
 )
 
 
-def _glob_match(name: str, pattern: str) -> bool:
-    """Glob over dotted names: a wildcard stays within one ``.``-separated part (``layer.*`` skips ``layer.0.fc``)."""
-    parts, pats = name.split("."), pattern.split(".")
-    return len(parts) == len(pats) and all(fnmatch.fnmatchcase(a, p) for a, p in zip(parts, pats))
-
-
-def select_names(requested: Sequence[str] | None, available: Sequence[str], what: str) -> list[str]:
-    """Expand names and glob patterns against ``available`` (order of ``available`` kept per pattern).
-
-    Raises
-    ------
-    ConfigError
-        A name that does not exist or a pattern that matches nothing, with close matches.
-    """
-    import difflib
-
-    if requested is None:
-        return list(available)
-    out: list[str] = []
-    for item in requested:
-        matched = (
-            [n for n in available if _glob_match(n, item)]
-            if any(c in item for c in "*?[")
-            else ([item] if item in available else [])
-        )
-        if not matched:
-            hints = difflib.get_close_matches(item, list(available), n=5) or list(available)[:5]
-            raise ConfigError(f"{what} {item!r} matches nothing; close matches: {{{', '.join(hints)}}}.")
-        out += [n for n in matched if n not in out]
-    return out
+class _FirstBlockReached(Exception):
+    """Raised from a pre-hook on the first block: the encoder's arguments for its blocks are known."""
 
 
 _LAZY_ATTRIBUTES = frozenset({"model", "tokenizer", "is_vision", "decoder_parts"})
@@ -334,18 +313,88 @@ class HFBackbone(Backbone):
         if self.causal:
             every = [self.decoder_parts.embeddings, *self.decoder_parts.blocks]
             return [every[i] for i in self._keep]
+        emb, stack = self._layout()
+        every = [emb, *stack]
+        return [every[i] for i in self._keep]
+
+    @property
+    def starts_at_block(self) -> bool:  # type: ignore[override]
+        """An encoder of one of the known layouts (embeddings and a block stack) can start at a block; a causal LM
+        runs from the input."""
+        if self.causal:
+            return False
+        try:
+            self._layout()
+        except ConfigError:
+            return False
+        return True
+
+    def _layout(self) -> tuple[nn.Module, nn.ModuleList]:
         for embeddings, layers in _HF_LAYOUTS:
             try:
                 emb, stack = self.model.get_submodule(embeddings), self.model.get_submodule(layers)
             except AttributeError:
                 continue
             if isinstance(stack, nn.ModuleList) and len(stack) + 1 == len(self._all_state_names()):
-                every = [emb, *stack]
-                return [every[i] for i in self._keep]
+                return emb, stack
         raise ConfigError(
             "replace and layer modules need an encoder with embeddings and a block stack (encoder.layer, "
             f"transformer.layer, encoder.layers or layers); got {type(self.model).__name__}."
         )
+
+    def _block_arguments(self, inputs: Mapping[str, Tensor]) -> tuple[tuple, dict[str, Any]]:
+        """The arguments after the hidden states that the encoder gives its first block (the attention mask in the
+        form its attention implementation takes, position embeddings, ...): the encoder's own forward, stopped
+        at that block's call, so only the embeddings run."""
+        _, stack = self._layout()
+        seen: dict[str, Any] = {}
+
+        def stop(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            seen["args"] = args[1:] if args else ()
+            seen["kwargs"] = {k: v for k, v in kwargs.items() if k != "hidden_states"}
+            raise _FirstBlockReached
+
+        handle = stack[0].register_forward_pre_hook(stop, with_kwargs=True)
+        try:
+            self.model(**inputs)
+        except _FirstBlockReached:
+            pass
+        finally:
+            handle.remove()
+        return seen["args"], seen["kwargs"]
+
+    def forward_from(
+        self, start: int, output: Tensor, x: Any, replace: Mapping[int, Replacement] | None = None
+    ) -> list[Tensor]:
+        """Kept state ``start``'s full output (B, T, D) through the encoder's later blocks, each called as the
+        encoder calls it (transformers' own block modules, the attention mask the encoder makes for ``x``); the
+        kept states from ``start`` on, pooled. See :meth:`Backbone.forward_from`."""
+        replace = _check_replace(replace, self.n_layers)
+        inputs = self._model_inputs(x)
+        _, stack = self._layout()
+        first = self._keep[start]  # state index: 0 the embeddings, k the output of stack[k - 1]
+        kept = {k: i for i, k in enumerate(self._keep)}
+        if inputs.get("attention_mask") is not None and inputs["attention_mask"].shape[1] != output.shape[1]:
+            # rows of a batch tokenized on their own pad to their own longest text: right padding only drops
+            # positions that are padding in every row
+            if self.tokenizer.padding_side != "right" or inputs["attention_mask"].shape[1] > output.shape[1]:
+                raise DataError(
+                    f"forward_from needs the inputs its state was computed from: {output.shape[1]} tokens, "
+                    f"got {inputs['attention_mask'].shape[1]}."
+                )
+            output = output[:, : inputs["attention_mask"].shape[1]]
+        every = [output]
+        if first < self._keep[-1]:
+            args, kwargs = self._block_arguments(inputs)
+            h = output
+            for k in range(first + 1, self._keep[-1] + 1):
+                out = stack[k - 1](h, *args, **kwargs)
+                out = out[0] if isinstance(out, tuple) else out
+                if kept.get(k) in replace:
+                    out = _apply_replacement(kept[k], replace[kept[k]], out, h)
+                every.append(out)
+                h = out
+        return self._pooled([every[k - first] for k in self._keep[start:]], inputs)
 
     @contextlib.contextmanager
     def _replacing(self, replace: dict[int, Replacement]) -> Iterator[None]:
@@ -404,7 +453,9 @@ class HFBackbone(Backbone):
         else:
             with self._replacing(replace):
                 every = self.model(**inputs, output_hidden_states=True).hidden_states
-        hidden = [every[i] for i in self._keep]
+        return self._pooled([every[i] for i in self._keep], inputs)
+
+    def _pooled(self, hidden: list[Tensor], inputs: Mapping[str, Tensor]) -> list[Tensor]:
         if self.pooling == "cls":
             return [h[:, 0] for h in hidden]
         if self.pooling == "last":

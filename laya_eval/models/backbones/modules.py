@@ -43,6 +43,12 @@ class ModuleBackbone(Backbone):
     The forward pass stops as soon as every named submodule has run. A
     submodule returning a tuple contributes its element 0.
 
+    It can start at a block (:meth:`forward_from`) when every named submodule is a child of one
+    ``nn.Sequential`` (the network itself or a submodule such as ``features``; children in order), or when the
+    network defines ``forward_from(layer_name, output)``: run everything after submodule ``layer_name`` (the
+    submodules' own calls, so their hooks fire) given that submodule's output. Otherwise network-scope work runs
+    it from the input.
+
     Parameters
     ----------
     module : nn.Module
@@ -108,6 +114,8 @@ class ModuleBackbone(Backbone):
             module.eval().requires_grad_(False)
         self.layer_names = list(layer_names)
         self._submodules = [self._find(name) for name in self.layer_names]
+        self._chain = self._sequential_chain()
+        self.starts_at_block = self._chain is not None or callable(getattr(module, "forward_from", None))
         self._pool = _POOLS.get(pool, pool) if isinstance(pool, str) else pool
         if layer_dims is not None:
             self.layer_dims = _positive_ints("layer_dims", layer_dims)
@@ -147,11 +155,55 @@ class ModuleBackbone(Backbone):
             raise ConfigError(f"layer outputs must be at least (B, d) after pooling; got shapes {shapes}.")
         return [int(h.shape[1]) for h in hidden]
 
+    def _sequential_chain(self) -> tuple[nn.Sequential, list[int]] | None:
+        """``(parent, child positions)`` when every named submodule is a child of one plain ``nn.Sequential``, in
+        its order; ``None`` otherwise."""
+        parents = {name.rpartition(".")[0] for name in self.layer_names}
+        if len(parents) != 1:
+            return None
+        parent = self.module.get_submodule(parents.pop())
+        if not isinstance(parent, nn.Sequential) or type(parent).forward is not nn.Sequential.forward:
+            return None
+        children = [name for name, _ in parent.named_children()]
+        positions = [children.index(name.rpartition(".")[2]) for name in self.layer_names]
+        return (parent, positions) if positions == sorted(set(positions)) else None
+
     def layer_modules(self) -> list[nn.Module]:
         return list(self._submodules)
 
+    def forward_from(
+        self, start: int, output: Tensor, x: Any = None, replace: Mapping[int, Replacement] | None = None
+    ) -> list[Tensor]:
+        """The named submodules after ``start`` on submodule ``start``'s output (the ``nn.Sequential``'s later
+        children, or the network's own ``forward_from``); see :meth:`Backbone.forward_from`."""
+        if not self.starts_at_block:
+            return super().forward_from(start, output, x, replace)
+        replace = _check_replace(replace, len(self.layer_names))
+        n = len(self.layer_names)
+        captured: list[Tensor | None] = [output] * (start + 1) + [None] * (n - start - 1)
+        with self._capturing(captured, replace, first=start + 1):
+            try:
+                if start + 1 < n and self._chain is not None:
+                    parent, positions = self._chain
+                    h = output
+                    for child in list(parent)[positions[start] + 1 : positions[-1] + 1]:
+                        h = child(h)
+                elif start + 1 < n:
+                    self.module.forward_from(self.layer_names[start], output)
+            except _AllCaptured:
+                pass
+        missing = [name for name, c in zip(self.layer_names, captured) if c is None]
+        if missing:
+            raise ConfigError(
+                f"submodules {missing} did not run in forward_from({self.layer_names[start]!r}) of "
+                f"{type(self.module).__name__}; it must run every submodule after the one it starts from."
+            )
+        return [self._pool(c) if self._pool else c for c in captured[start:]]  # type: ignore[arg-type]
+
     @contextlib.contextmanager
-    def _capturing(self, captured: list[Tensor | None], replace: dict[int, Replacement]) -> Iterator[None]:
+    def _capturing(
+        self, captured: list[Tensor | None], replace: dict[int, Replacement], first: int = 0
+    ) -> Iterator[None]:
         def make_hook(i: int) -> Callable[..., Any]:
             def hook(module: nn.Module, args: Any, kwargs: Any, output: Any) -> Any:
                 if captured[i] is not None:
@@ -176,6 +228,8 @@ class ModuleBackbone(Backbone):
         handles = []
         try:
             for i, sub in enumerate(self._submodules):
+                if i < first:
+                    continue
                 handles.append(sub.register_forward_hook(make_hook(i), with_kwargs=True))
             yield
         finally:
