@@ -237,10 +237,19 @@ def run_windows(
     return out
 
 
+#: Bytes of one float64 copy of log-probabilities the loss holds at a time (rows are taken a few at a time).
+LOSS_BYTES = 64 << 20
+
+
 def window_losses(logits: Tensor, ids: Tensor, mask: Tensor) -> Tensor:
     """Mean next-token negative log-likelihood of each window, in nats, float64 (B,): the logits at position t
     predict token t + 1, over the window's real tokens."""
-    logp = torch.log_softmax(logits[:, :-1].double(), dim=-1)
-    nll = -logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
-    real = (mask[:, 1:] * mask[:, :-1]).double()
-    return (nll * real).sum(1) / real.sum(1)
+    # float64 copies of a few rows at a time (each row's arithmetic is the same for any number of rows)
+    step = max(1, LOSS_BYTES // max(1, 8 * logits.shape[1] * logits.shape[2]))
+    out = []
+    for s in range(0, logits.shape[0], step):
+        logp = torch.log_softmax(logits[s : s + step, :-1].double(), dim=-1)
+        nll = -logp.gather(-1, ids[s : s + step, 1:, None]).squeeze(-1)
+        real = (mask[s : s + step, 1:] * mask[s : s + step, :-1]).double()
+        out.append((nll * real).sum(1) / real.sum(1))
+    return torch.cat(out)

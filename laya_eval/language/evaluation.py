@@ -36,6 +36,7 @@ from laya_eval.language.methods import NEXT_TOKEN_REGISTRY, IntactPass
 from laya_eval.language.passes import (
     FILL_STATISTICS,
     ablation_fill,
+    batch_rows,
     batches,
     deletion_scales,
     removal_scales,
@@ -111,6 +112,7 @@ def intact_pass(lm: CausalLM, batch, rows: int, *, seed: int, n_steps: int, fill
         fill=fill,
         seed=seed,
         n_steps=n_steps,
+        rows=rows,
     )
     return intact, torch.cat([loss for _, loss in parts])
 
@@ -119,7 +121,8 @@ def _collect(lm: CausalLM, data: TextWindows, options: EvalOptions, methods, pro
     device = next(lm.model.parameters()).device
     length = max(w.size for w in data.ids)
     rows = row_chunk(lm, length, options.max_memory_mb)
-    parts = batches(data, options.batch_size, device)
+    grad_rows = row_chunk(lm, length, options.max_memory_mb, gradients=True)
+    parts = batches(data, batch_rows(lm, length, options.max_memory_mb, options.batch_size), device)
     needs = {FILL_STATISTICS[a] for a in options.ablations} - {None}
     statistics = update_statistics(lm, parts, rows) if needs else None
     fills = {a: ablation_fill(a, statistics) for a in options.ablations}
@@ -128,7 +131,7 @@ def _collect(lm: CausalLM, data: TextWindows, options: EvalOptions, methods, pro
     got: dict[str, Any] = {"loss": [], "scores": {}, "effects": {}, "deletion": {}}
     for batch in parts:
         first, loss = intact_pass(
-            lm, batch, rows, seed=options.seed, n_steps=options.n_steps, fill=fills[options.ablations[0]]
+            lm, batch, grad_rows, seed=options.seed, n_steps=options.n_steps, fill=fills[options.ablations[0]]
         )
         got["loss"].append(loss.cpu().numpy())
         for a in options.ablations:

@@ -51,6 +51,8 @@ class IntactPass:
     fill : Fill
         The ablation's fill (the state IG and attribution patching start from).
     seed, n_steps : int
+    rows : int
+        Rows per model call with gradients within the memory budget (IG and the logit lens run in such chunks).
     """
 
     lm: CausalLM
@@ -63,6 +65,7 @@ class IntactPass:
     fill: Fill
     seed: int
     n_steps: int
+    rows: int
 
 
 @dataclass(frozen=True)
@@ -147,13 +150,15 @@ def integrated_gradients(batch: IntactPass) -> Tensor:
     out = torch.zeros(b, n_layers, dtype=torch.float64, device=batch.ids.device)
     for i in range(n_layers):
         diff = (batch.outputs[i] - batch.fill.of(i, batch.inputs[i])).detach().double()
-        for alpha, weight in zip(alphas.tolist(), weights.tolist()):
-            scale = torch.ones(b, n_layers, device=batch.ids.device)
-            scale[:, i] = alpha
-            with torch.enable_grad():
-                run = run_windows(batch.lm, batch.ids, batch.mask, scale=scale, fill=batch.fill, keep=True)
-                window_losses(run.logits, batch.ids, batch.mask).sum().backward()
-            out[:, i] -= weight * (run.outputs[i].grad.double() * diff).sum((1, 2))
+        for s in range(0, b, batch.rows):  # row chunks within the memory budget
+            ids, mask, part = batch.ids[s : s + batch.rows], batch.mask[s : s + batch.rows], diff[s : s + batch.rows]
+            for alpha, weight in zip(alphas.tolist(), weights.tolist()):
+                scale = torch.ones(ids.shape[0], n_layers, device=batch.ids.device)
+                scale[:, i] = alpha
+                with torch.enable_grad():
+                    run = run_windows(batch.lm, ids, mask, scale=scale, fill=batch.fill, keep=True)
+                    window_losses(run.logits, ids, mask).sum().backward()
+                out[s : s + batch.rows, i] -= weight * (run.outputs[i].grad.double() * part).sum((1, 2))
     return out
 
 
@@ -167,9 +172,15 @@ def lens_losses(lm: CausalLM, state: Tensor, ids: Tensor, mask: Tensor) -> Tenso
     "logit_lens", "Logit lens: fall of the next-token loss when the head reads block i instead of i-1."
 )
 def logit_lens(batch: IntactPass) -> Tensor:
+    states = [batch.inputs[0], *batch.outputs]
+    parts = []
     with torch.no_grad():
-        states = [batch.inputs[0], *batch.outputs]
-        lens = torch.stack([lens_losses(batch.lm, s, batch.ids, batch.mask) for s in states], 1)
+        for r in range(0, batch.ids.shape[0], batch.rows):  # row chunks within the memory budget
+            rows = slice(r, r + batch.rows)
+            parts.append(
+                torch.stack([lens_losses(batch.lm, s[rows], batch.ids[rows], batch.mask[rows]) for s in states], 1)
+            )
+    lens = torch.cat(parts)
     return lens[:, :-1] - lens[:, 1:]
 
 

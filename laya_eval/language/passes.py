@@ -1,8 +1,9 @@
 """The passes of a next-token evaluation: windows batched, the intact pass with gradients, losses under removals.
 
 Every pass pads its windows on the right to one length for the whole evaluated set (the longest window), so a
-window's numbers do not depend on which windows share its batch. Rows go through the model in chunks sized by
-``max_memory_mb`` on the float64 log-probabilities of one row (T x vocabulary x 8 bytes, three copies).
+window's numbers do not depend on which windows share its batch. Windows are batched so that a batch's kept states
+(every block's input, output and gradient) fit in a quarter of ``max_memory_mb``; rows go through the model in
+chunks sized by the rest of the budget on a row's float32 logits and block activations (:func:`row_chunk`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = [
     "FILL_STATISTICS",
     "WindowBatch",
     "ablation_fill",
+    "batch_rows",
     "batches",
     "deletion_scales",
     "losses_under",
@@ -43,10 +45,29 @@ class WindowBatch:
     sample_ids: Tensor
 
 
-def row_chunk(lm: CausalLM, length: int, max_memory_mb: int) -> int:
-    """Rows per model call: the float64 log-probabilities of a row (length x vocabulary) three times in budget."""
+def _row_bytes(lm: CausalLM, length: int) -> tuple[int, int]:
+    """Bytes of one window's float32 logits (length x vocabulary) and of its block states (length x width, every
+    block)."""
     vocab = int(lm.model.get_output_embeddings().weight.shape[0])
-    return max(1, (max_memory_mb << 20) // (3 * 8 * length * vocab))
+    width = int(lm.parts.embeddings.weight.shape[1])
+    return 4 * length * vocab, 4 * length * width * lm.n_layers
+
+
+def row_chunk(lm: CausalLM, length: int, max_memory_mb: int, *, gradients: bool = False) -> int:
+    """Rows per model call within ``max_memory_mb``: the float32 logits of a row and a block's activations (counted
+    as eight copies of its state: attention, the MLP's expansion) in half the budget, the other half for what the
+    process holds besides; a pass with gradients keeps the logits, their gradient and every block's activations
+    for the backward pass (three copies of the logits, all blocks' activations)."""
+    logits, states = _row_bytes(lm, length)
+    per_row = 3 * logits + 8 * states if gradients else logits + 8 * states // max(1, lm.n_layers)
+    return max(1, (max_memory_mb << 20) // (2 * per_row))
+
+
+def batch_rows(lm: CausalLM, length: int, max_memory_mb: int, batch_size: int) -> int:
+    """Windows per batch: ``batch_size``, or fewer where the batch's kept states (every block's input, output and
+    gradient, float32) would take more than a quarter of ``max_memory_mb``."""
+    _, states = _row_bytes(lm, length)
+    return max(1, min(batch_size, (max_memory_mb << 20) // (4 * 3 * states)))
 
 
 def batches(data: TextWindows, rows: int, device: torch.device) -> list[WindowBatch]:

@@ -23,18 +23,22 @@ import numpy as np
 import pandas as pd
 import torch
 
-from laya_eval.catalog import IG_STEPS, NEXT_TOKEN_METHODS
+from laya_eval.catalog import IG_STEPS, MAX_MEMORY_MB, NEXT_TOKEN_METHODS
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.language.decoder import SKIP, CausalLM, load_causal_lm
 from laya_eval.language.evaluation import intact_pass, load_text_windows
 from laya_eval.language.methods import NEXT_TOKEN_REGISTRY
-from laya_eval.language.passes import batches, losses_under, row_chunk
+from laya_eval.language.passes import batch_rows, batches, losses_under, row_chunk
 from laya_eval.language.text import TextWindows
 from laya_eval.models.devices import resolve_device
 from laya_eval.pruning.auc import pruning_comparisons, pruning_summary
 from laya_eval.pruning.options import PruneOptions
 
 __all__ = ["NEXT_TOKEN_PRUNING_COLUMNS", "NextTokenPruning", "prune_next_token"]
+
+#: The memory budget of a next-token pruning run (windows per batch and rows per model call; see
+#: :func:`laya_eval.language.passes.row_chunk`): the evaluation's default ``--max-memory``.
+PRUNE_MEMORY_MB = MAX_MEMORY_MB
 
 NEXT_TOKEN_PRUNING_COLUMNS = ["method", "ranking", "ablation", "k_removed", "layers_kept", "loss", "perplexity"]
 ORDER_RULE = "dataset ranking: the method's mean score per block over the validation windows, removed lowest first"
@@ -112,7 +116,8 @@ def _greedy_order(lm: CausalLM, parts, weights: np.ndarray, rows: int) -> np.nda
 def _dataset_scores(lm: CausalLM, parts, methods, options: PruneOptions, rows: int) -> dict[str, np.ndarray]:
     scores: dict[str, list[np.ndarray]] = {m: [] for m in methods}
     for batch in parts:
-        intact, _ = intact_pass(lm, batch, rows, seed=options.seed, n_steps=IG_STEPS, fill=SKIP)
+        grad_rows = row_chunk(lm, batch.ids.shape[1], PRUNE_MEMORY_MB, gradients=True)
+        intact, _ = intact_pass(lm, batch, grad_rows, seed=options.seed, n_steps=IG_STEPS, fill=SKIP)
         for m in methods:
             with torch.no_grad():
                 scores[m].append(NEXT_TOKEN_REGISTRY[m].fn(intact).double().cpu().numpy())
@@ -182,11 +187,9 @@ def prune_next_token(
         for s in ("val", "test")
     )
     length = max(max(w.size for w in val.ids), max(w.size for w in test.ids))
-    rows = row_chunk(lm, length, 1024)
-    val_parts, test_parts = (
-        batches(val, options.batch_size, lm.model.device),
-        batches(test, options.batch_size, lm.model.device),
-    )
+    rows = row_chunk(lm, length, PRUNE_MEMORY_MB)
+    size = batch_rows(lm, length, PRUNE_MEMORY_MB, options.batch_size)
+    val_parts, test_parts = (batches(val, size, lm.model.device), batches(test, size, lm.model.device))
     weights = _weights(test)
     orders = {
         m: np.argsort(s, kind="stable") for m, s in _dataset_scores(lm, val_parts, methods, options, rows).items()
