@@ -121,3 +121,23 @@ def test_a_damaged_layer_size_record_is_inferred_again(damage, seeds, tmp_path):
     from laya_eval import load_model
 
     assert load_model(tmp_path / "o.pt", trust_code=True).model.backbone.layer_dims == [8, 6]
+
+
+def test_an_archive_with_two_members_of_one_name_is_refused(tmp_path):
+    import json
+    import warnings
+    import zipfile
+
+    import numpy as np
+
+    from tests.test_keras_import import _config, tiny_layers, write_weights
+
+    weights = write_weights(tmp_path / "w.h5", tiny_layers(np.random.default_rng(1))).read_bytes()
+    path = tmp_path / "twice.keras"
+    with zipfile.ZipFile(path, "w") as z, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name it writes
+        z.writestr("config.json", json.dumps(_config()))
+        z.writestr("model.weights.h5", weights)
+        z.writestr("config.json", "{}")
+    result = run("import-keras", path, "--input-shape", "6", "--out", tmp_path / "o.pt")
+    assert_one_line_error(result, r"the archive holds more than one member named 'config.json'\.")
