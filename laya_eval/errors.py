@@ -70,7 +70,10 @@ class DefaultedWarning(UserWarning):
 def describe_exception(err: BaseException) -> str:
     """``Type: message`` of an exception on one line (whitespace runs become one space), the message cut to
     :data:`MAX_QUOTED` characters."""
-    text = " ".join(str(err).split())
+    try:
+        text = " ".join(str(err).split())
+    except Exception:  # noqa: BLE001 - a user's exception whose __str__ itself fails
+        text = "(its message cannot be shown)"
     if len(text) > MAX_QUOTED:
         text = text[:MAX_QUOTED] + "…"
     return f"{type(err).__name__}: {text}" if text else type(err).__name__

@@ -4,6 +4,8 @@ significance markers, distinguishable curves, jittered scatters, violins within 
 from __future__ import annotations
 
 import io
+import itertools
+import math
 import re
 
 import matplotlib.text
@@ -14,6 +16,7 @@ from PIL import Image
 
 from laya_eval import figures as F
 from laya_eval.errors import ConfigError
+from laya_eval.figures.pruning import pruning_figure
 from laya_eval.profiling.diagnosis import diagnose_scores
 from laya_eval.profiling.profiles import layer_table, profile_table
 
@@ -251,11 +254,81 @@ def test_faithfulness_axis_follows_the_data(style):
     assert hi - lo < 0.5
     assert lo <= 0.846 and hi >= 0.896
     texts = [t.get_text() for t in ax.texts]
-    assert any("random: 0.00" in t for t in texts), texts
-    # A random baseline inside the range is a dotted reference line instead.
+    assert "← 0.00" in texts, texts
+    # random has its own row, named on the axis
+    assert [t.get_text() for t in ax.get_yticklabels()][-1] == "random"
+    # A random baseline inside the range is drawn on its row as the other methods (dot and interval, in its
+    # colour), with a dashed line through the panel at its mean.
     fig = F.faithfulness_figure(_faith_table({"laya": 0.2, "ig": -0.2, "random": 0.0}), [_meta()], style=style)
-    lines = [ln for ln in fig.axes[0].get_lines() if ln.get_linestyle() == ":"]
-    assert len(lines) == 1 and lines[0].get_xdata()[0] == 0.0
+    ax = fig.axes[0]
+    dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--" and list(ln.get_xdata()) == [0.0, 0.0]]
+    assert len(dashed) == 1
+    dots = [ln for ln in ax.get_lines() if ln.get_marker() == F.method_marker("random")]
+    assert [(ln.get_xdata()[0], ln.get_ydata()[0]) for ln in dots] == [(0.0, 0)]
+    assert dots[0].get_color() == F.method_color("random")
+
+
+def _relative_luminance(hex_color: str) -> float:
+    # WCAG 2.x: sRGB channels linearised, weighted 0.2126 / 0.7152 / 0.0722.
+    channels = [int(hex_color[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def _cielab(hex_color: str) -> tuple[float, float, float]:
+    # sRGB (D65) -> XYZ -> CIELAB, the textbook formulas.
+    channels = [int(hex_color[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+    f = [v ** (1 / 3) if v > 216 / 24389 else (24389 / 27 * v + 16) / 116 for v in (x, y, z)]
+    return 116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+
+
+def test_the_oracle_formulas_give_known_values():
+    # WCAG's own examples: black on white 21:1, #767676 on white 4.54:1; CIELAB of pure red (53.24, 80.09, 67.20).
+    assert 1.05 / (_relative_luminance("#000000") + 0.05) == pytest.approx(21.0)
+    assert 1.05 / (_relative_luminance("#767676") + 0.05) == pytest.approx(4.54, abs=0.01)
+    assert _cielab("#ff0000") == pytest.approx((53.24, 80.09, 67.20), abs=0.05)
+
+
+def test_every_method_colour_is_readable_on_white_and_apart_from_the_others():
+    from laya_eval.catalog import METHOD_SPECS
+    from laya_eval.figures.style import PALETTE
+
+    assert set(PALETTE) == set(METHOD_SPECS)
+    contrast = {m: 1.05 / (_relative_luminance(c) + 0.05) for m, c in PALETTE.items()}
+    assert min(contrast.values()) >= 3.0, contrast  # WCAG 2.x, graphical objects
+    # CIE76 distance: 2.3 is a just-noticeable difference; 25 keeps two lines of a figure apart at a glance
+    # (the blues that were too close: #0173b2 and #004d80 are 16.5 apart).
+    assert math.dist(_cielab("#0173b2"), _cielab("#004d80")) < 25
+    pairs = {(a, b): math.dist(_cielab(PALETTE[a]), _cielab(PALETTE[b])) for a, b in itertools.combinations(PALETTE, 2)}
+    assert min(pairs.values()) >= 25, min(pairs.items(), key=lambda kv: kv[1])
+
+
+def _pruning_table(values: dict[str, list[float]]) -> pd.DataFrame:
+    rows = [
+        {"ablation": "gate", "method": m, "ranking": "dataset", "k_removed": k, "accuracy": v, "accuracy_refit": np.nan}
+        for m, curve in values.items()
+        for k, v in enumerate(curve)
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_the_pruning_figure_names_the_lines_that_equal_the_oracle():
+    oracle = [0.9, 0.9, 0.8]
+    table = _pruning_table({"oracle": oracle, "laya": oracle, "ig": list(oracle), "random": [0.9, 0.6, 0.4]})
+    fig = pruning_figure(table, meta={"label": "m.pt", "head": "laya", "dataset": "digits", "n_test": 40})
+    ax = fig.axes[0]
+    notes = [t.get_text() for t in ax.texts if t.get_text().startswith("same as oracle")]
+    assert notes == ["same as oracle:\nα(x), IG"], notes
+    # every line keeps its markers, set side by side: none hides exactly under another
+    xs = {ln.get_label(): tuple(ln.get_xdata()) for ln in ax.get_lines() if not ln.get_label().startswith("_")}
+    assert len(set(xs.values())) == len(xs), xs
+    table = _pruning_table({"oracle": oracle, "laya": [0.9, 0.8, 0.8]})
+    fig = pruning_figure(table, meta={"label": "m.pt", "head": "laya", "dataset": "digits", "n_test": 40})
+    assert not [t for t in fig.axes[0].texts if t.get_text().startswith("same as oracle")]
 
 
 def test_significance_markers_come_from_the_paired_tests():
@@ -273,7 +346,8 @@ def test_significance_markers_come_from_the_paired_tests():
     fig = F.faithfulness_figure(table, [_meta()], comparisons=comparisons)
     ax = fig.axes[0]
     marks = {round(t.xy[1]): t.get_text() for t in ax.texts if isinstance(t, matplotlib.text.Annotation)}
-    ypos = {"laya": 2, "ig": 1, "gradcam": 0}  # rows top to bottom in palette order: laya, ig, gradcam
+    # rows top to bottom in palette order: laya, ig, gradcam, then random (row 0, no marker: it is the baseline)
+    ypos = {"laya": 3, "ig": 2, "gradcam": 1}
     assert marks == {ypos["laya"]: "***", ypos["ig"]: "ref.", ypos["gradcam"]: "n.s."}
     assert not [t for t in fig.axes[1].texts if isinstance(t, matplotlib.text.Annotation)]  # no deletion tests
     assert "Holm" in F.figure_caption(fig)

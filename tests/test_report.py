@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import html.parser
 import json
 import re
 import warnings
@@ -472,6 +473,40 @@ def test_report_has_a_toc_collapsed_runs_and_no_empty_section(report_dir):
     # every section has content: something between one h2 and the next
     sections = re.split(r"^## .+$", md, flags=re.M)[1:]
     assert all(re.search(r"^\| |^!\[|^<details", s, flags=re.M) for s in sections)
+
+
+class _TableParents(html.parser.HTMLParser):
+    """The element around every <table> of a page, and the page's style sheet."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[tuple[str, str]] = []
+        self.parents: list[tuple[str, str]] = []
+        self.style = ""
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.parents.append(self.stack[-1] if self.stack else ("", ""))
+        if tag not in ("meta", "img", "br", "link"):  # void elements never close
+            self.stack.append((tag, dict(attrs).get("class") or ""))
+
+    def handle_endtag(self, tag):
+        while self.stack and self.stack.pop()[0] != tag:
+            pass
+
+    def handle_data(self, data):
+        if self.stack and self.stack[-1][0] == "style":
+            self.style += data
+
+
+def test_every_table_of_report_html_scrolls_inside_its_own_box(report_dir):
+    # On a 390-pixel screen a wide table (Runs) must scroll inside its box, not be cut or widen the page.
+    parser = _TableParents()
+    parser.feed((report_dir / "report.html").read_text())
+    assert len(parser.parents) >= 8
+    assert all(tag == "div" and "wide" in cls.split() for tag, cls in parser.parents), parser.parents
+    rule = re.search(r"\.wide\{([^}]*)\}", parser.style)
+    assert rule and "overflow-x:auto" in rule.group(1) and "max-width:100%" in rule.group(1), parser.style
 
 
 def _scipy_comparisons(samples: pd.DataFrame) -> pd.DataFrame:

@@ -229,7 +229,7 @@ def _with(path: tuple, value, drop: bool = False) -> dict:
         (
             _with(("evaluation", "targets"), "label"),
             "evaluation: unknown key 'targets'; expected among {ablation, "
-            "allow_nonfinite, angular_span, batch_size, bootstrap, cache, chunk_size, device, draws, dtype, ig_baseline, "
+            "allow_nonfinite, angular_span, batch_size, bootstrap, cache, chunk_size, context, device, draws, dtype, ig_baseline, "
             "internal_batch_size, limit, max_memory_mb, methods, n_steps, reference, save_draws, scope, seed, split, table_format, "
             "target, tie_rtol}.",
         ),

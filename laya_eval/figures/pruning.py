@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
 from laya_eval.figures.style import (
+    METHOD_SHORT_LABELS,
     _finish,
     _legend_below,
     _new_figure,
@@ -23,7 +24,7 @@ from laya_eval.figures.style import (
 
 __all__ = ["early_exit_figure", "perplexity_figure", "pruning_figure"]
 
-_BOUND_STYLE = {"oracle": ("#000000", (0, (1, 1))), "random": ("#949494", (0, (1, 3)))}
+_BOUND_STYLE = {"oracle": ("#000000", (0, (1, 1)))}
 # Horizontal step between the markers of the lines of one panel (in layers removed): lines that coincide
 # (every method often keeps the oracle's accuracy) stay visible side by side.
 _DODGE = 0.035
@@ -38,6 +39,12 @@ def _subtitle(meta: Mapping[str, Any]) -> str:
         f"checkpoint: {meta.get('label', '?')} ({meta.get('head', '?')} head) · dataset: {meta.get('dataset', '?')} "
         f"(test, n = {meta.get('n_test', '?')}) · head scope"
     )
+
+
+def _same_curve(rows: pd.DataFrame, oracle: pd.DataFrame, value: str) -> bool:
+    """Whether a line has the oracle's value at every number of layers removed (it would hide under it)."""
+    a, b = rows.set_index("k_removed")[value], oracle.set_index("k_removed")[value]
+    return a.index.equals(b.index) and bool(np.allclose(a.to_numpy(float), b.to_numpy(float), equal_nan=True))
 
 
 def _panel(ax, part: pd.DataFrame, value: str, title: str, style: str) -> None:
@@ -58,6 +65,7 @@ def _panel(ax, part: pd.DataFrame, value: str, title: str, style: str) -> None:
             zorder=1,
         )
     others = [line for line in lines if line[0][0] != "oracle"]
+    same = [key for key, rows in others if oracle and _same_curve(rows, oracle[0], value)]
     size = 3 if style == "paper" else 4
     # Offsets symmetric around each k and never 0: the oracle's own markers keep the exact positions.
     shift = (len(others) % 2) / 2
@@ -86,6 +94,21 @@ def _panel(ax, part: pd.DataFrame, value: str, title: str, style: str) -> None:
             linewidth=1.0,
             zorder=4,
             label="oracle (grey band)",
+        )
+    if same:  # lines under the oracle's, named in the panel (the legend is shared by panels that may differ)
+        names = [f"{METHOD_SHORT_LABELS.get(m, m)}{'' if r == 'dataset' else ' (input)'}" for m, r in same]
+        rows_of_names = [", ".join(names[k : k + 2]) for k in range(0, len(names), 2)]
+        ax.text(
+            0.03,
+            0.03,
+            "same as oracle:\n" + ",\n".join(rows_of_names),
+            transform=ax.transAxes,
+            fontsize=5.5 if style == "paper" else 7,
+            color="#333333",
+            ha="left",
+            va="bottom",
+            zorder=5,
+            bbox={"facecolor": "white", "edgecolor": "#bbbbbb", "alpha": 0.85, "linewidth": 0.5},
         )
     ax.set_title(title)
     ax.set_xticks(sorted(part["k_removed"].unique()))
@@ -153,7 +176,8 @@ def pruning_figure(
             _legend_below(fig, handles, labels, ncols=4, fontsize=6, frameon=False)
         note = (
             "markers of the lines of one panel are set side by side so that lines which coincide stay "
-            "visible; the oracle (greedy order on the validation split) is also the wide grey band"
+            "visible, and a panel names the lines equal to the oracle's; the oracle (greedy order on the "
+            "validation split) is also the wide grey band"
         )
         return _finish(fig, "Pruning layers by attribution: accuracy against layers removed", _subtitle(meta), note)
 

@@ -87,40 +87,39 @@ def _markers(comparisons: pd.DataFrame | None, run: str, metric: str, means: pd.
     return out
 
 
-def _baseline(ax, value: float | None, style: str) -> None:
-    """The random method's score: a dotted line if it lies on the axis, else an arrow label at the edge."""
-    if value is None or pd.isna(value):
+def _interval(ax, y: float, lo: float, mid: float, hi: float, method: str, style: str) -> None:
+    # The interval is drawn as it is: a percentile bootstrap interval may miss the estimate (--bootstrap 1).
+    color = method_color(method)
+    ax.hlines(y, lo, hi, color=color, linewidth=1.0, zorder=3)
+    ax.plot([lo, hi], [y, y], "|", color=color, markersize=4 if style == "paper" else 6, zorder=3)
+    ax.plot([mid], [y], method_marker(method), color=color, markersize=3.5 if style == "paper" else 5, zorder=4)
+
+
+def _baseline(ax, row: pd.DataFrame, metric: str, y: float, style: str) -> None:
+    """The random method's row: its dot and interval, with a dashed line through the panel at its mean, where the
+    mean lies on the axis; else its value and an arrow at the edge of its row (the axis spans the other methods)."""
+    if row.empty or pd.isna(row[metric].iloc[0]):
         return
+    value = float(row[metric].iloc[0])
     lo, hi = ax.get_xlim()
-    size = 6 if style == "paper" else 7.5
     color = method_color(BASELINE)
     if lo <= value <= hi:
-        ax.axvline(value, color=color, linestyle=":", linewidth=1.0, zorder=1)
-        ax.text(
-            value, 1.0, " random", transform=ax.get_xaxis_transform(), color=color, fontsize=size, ha="left", va="top"
-        )
-    elif value < lo:
-        ax.text(
-            0.01,
-            0.02,
-            f"← random: {value:.2f}",
-            transform=ax.transAxes,
-            color=color,
-            fontsize=size,
-            ha="left",
-            va="bottom",
-        )
-    else:
-        ax.text(
-            0.99,
-            0.02,
-            f"random: {value:.2f} →",
-            transform=ax.transAxes,
-            color=color,
-            fontsize=size,
-            ha="right",
-            va="bottom",
-        )
+        band = row[f"{metric}_ci_low"].fillna(value).iloc[0], row[f"{metric}_ci_high"].fillna(value).iloc[0]
+        ax.axvline(value, color=color, linestyle=(0, (4, 2)), linewidth=1.0, alpha=0.8, zorder=2)
+        _interval(ax, y, band[0], value, band[1], BASELINE, style)
+        return
+    left = value < lo
+    ax.text(
+        0.01 if left else 0.99,
+        y,
+        f"← {value:.2f}" if left else f"{value:.2f} →",
+        transform=ax.get_yaxis_transform(),  # x in axes fraction, y in data
+        color=color,
+        fontsize=6 if style == "paper" else 7.5,
+        fontweight="bold",
+        ha="left" if left else "right",
+        va="center",
+    )
 
 
 def _score_panel(ax, part: pd.DataFrame, metric: str, ypos: dict[str, int], marks: dict[str, str], style: str) -> None:
@@ -132,12 +131,7 @@ def _score_panel(ax, part: pd.DataFrame, metric: str, ypos: dict[str, int], mark
         )
     )
     for row, lo, hi in zip(shown.itertuples(index=False), low, high):
-        mid = getattr(row, metric)
-        # The interval is drawn as it is: a percentile bootstrap interval may miss the estimate (--bootstrap 1).
-        y, color = ypos[row.method], method_color(row.method)
-        ax.hlines(y, lo, hi, color=color, linewidth=1.0, zorder=3)
-        ax.plot([lo, hi], [y, y], "|", color=color, markersize=4 if style == "paper" else 6, zorder=3)
-        ax.plot([mid], [y], method_marker(row.method), color=color, markersize=3.5 if style == "paper" else 5, zorder=4)
+        _interval(ax, ypos[row.method], lo, getattr(row, metric), hi, row.method, style)
         if row.method in marks:
             ax.annotate(
                 marks[row.method],
@@ -149,9 +143,8 @@ def _score_panel(ax, part: pd.DataFrame, metric: str, ypos: dict[str, int], mark
                 fontsize=6 if style == "paper" else 7.5,
                 color="#333333",
             )
-    random = part.loc[part["method"] == BASELINE, metric]
-    if len(shown) < len(part):
-        _baseline(ax, float(random.iloc[0]) if len(random) else None, style)
+    if len(shown) < len(part) and BASELINE in ypos:
+        _baseline(ax, part[part["method"] == BASELINE], metric, ypos[BASELINE], style)
 
 
 def faithfulness_figure(
@@ -164,9 +157,9 @@ def faithfulness_figure(
 ):
     """Faithfulness and Deletion@1 per method: dots (means) and 95% intervals on a data-driven axis.
 
-    One column per run, one row per metric. The random baseline is a reference line (or an
-    arrow label where it lies off the axis) rather than a dot, so the axis spans the real
-    methods only; with ``comparisons``, every method carries the marker of its paired test
+    One column per run, one row per metric. The axis spans the real methods only; the random baseline has the
+    last row, with its dot, interval and a dashed line through the panel where it lies on that axis, or its value
+    and an arrow where it does not; with ``comparisons``, every method carries the marker of its paired test
     against the panel's best method.
 
     Parameters
@@ -183,7 +176,9 @@ def faithfulness_figure(
         Paper style: the figure's width (default: single for one run, else double).
     """
     check_style(style)
-    methods = [m for m in _ordered_methods(table["method"]) if m != BASELINE] or [BASELINE]
+    # The random baseline gets the last row; its value does not set the axis (which spans the other methods).
+    methods = [m for m in _ordered_methods(table["method"]) if m != BASELINE]
+    methods += [BASELINE] if BASELINE in set(table["method"]) or not methods else []
     ypos = {m: len(methods) - 1 - k for k, m in enumerate(methods)}
     paper_height = 2 * (0.13 * len(methods) + 0.55) + 0.15
     marked = False
@@ -213,7 +208,7 @@ def faithfulness_figure(
             ax.set_yticks([ypos[m] for m in methods], [method_label(m) for m in methods])
             for text, name in zip(ax.get_yticklabels(), methods):
                 text.set_color(method_color(name))
-            ax.set_ylim(-1.1, len(methods) - 0.4)  # the bottom half row holds the baseline's label
+            ax.set_ylim(-0.6, len(methods) - 0.4)
         note = (
             "markers: paired Wilcoxon signed-rank test against the run's reference method (ref.; the panel's best "
             "where every pair was tested), Holm-adjusted over the metric's tests (comparisons.csv's family_size): "
@@ -222,8 +217,10 @@ def faithfulness_figure(
             else ""
         )
         note = (
-            "higher is better for both; each panel's axis spans its methods' intervals; dotted line or arrow: "
-            "the random baseline; " + note + "faithfulness = Spearman ρ(attribution, leave-one-layer-out "
+            "higher is better for both; each panel's axis spans its methods' intervals, the random baseline "
+            "aside (its row: dot, interval and a dashed line on the axis, else its value and an arrow); "
+            + note
+            + "faithfulness = Spearman ρ(attribution, leave-one-layer-out "
             "effect); a method missing from a column does not apply to that head"
         )
         if style == "paper":

@@ -49,19 +49,20 @@ __all__ = [
     "save_figure",
 ]
 
-# seaborn's "colorblind" palette; the two weight-based methods share a hue family.
+# One hue per method, each at least 3:1 against white (WCAG's contrast for graphics) and apart from every other
+# in CIELAB (tests/test_figures.py computes both from these values); markers and dashes are the second channel.
 PALETTE: dict[str, str] = {
-    "laya": "#0173b2",
-    "static": "#56b4e9",
-    "contribution": "#029e73",
+    "laya": "#0072b2",
+    "static": "#7b3294",
+    "contribution": "#008a5e",
     "ig": "#d55e00",
-    "gradcam": "#cc78bc",
-    "grad_x_act": "#ca9161",
-    "random": "#949494",
-    "block_influence": "#fbafe4",
-    "angular_distance": "#ece133",
-    "alpha_norm": "#004d80",
-    "atp": "#8c0800",
+    "gradcam": "#c2188b",
+    "grad_x_act": "#8c564b",
+    "random": "#6e6e6e",
+    "block_influence": "#b2182b",
+    "angular_distance": "#7a7a00",
+    "alpha_norm": "#00838f",
+    "atp": "#1a1a1a",
 }
 # Names come from the method catalog (the one owner); a method without a label shows its name.
 METHOD_LABELS: dict[str, str] = {n: spec.label or n for n, spec in METHOD_SPECS.items()}

@@ -165,6 +165,9 @@ def _unpack_archive(path: Path, data: bytes) -> tuple[bytes, dict, dict | None]:
                 f"'{path}' is not a Keras 3 archive with HDF5 weights: it has {what}; expected "
                 "config.json and model.weights.h5."
             )
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # zipfile reads the last of them; Keras, another tool, may read the first: which model is it?
+            raise CheckpointError(f"'{path}': the archive holds more than one member named {twice[0][:80]!r}.")
         unknown = sorted(n for n in names if n not in _ARCHIVE_MEMBERS and not n.startswith("assets/"))
         if unknown:
             raise CheckpointError(

@@ -48,7 +48,8 @@ def import_module_source(name: str, *, what: str) -> Any:
     A file is imported under a name made from its path and content, so an edited file is imported afresh and
     never served from an older import. This runs the module's code: call it only for a name the user typed, or
     with trust. Whatever the module raises while it runs (a syntax error, an exception, ``sys.exit``) is one
-    :class:`~laya_eval.errors.UserCodeError` naming ``what``, the module and the exception, chained to it.
+    :class:`~laya_eval.errors.UserCodeError` naming ``what``, the module and the exception, chained to it (any
+    exception, a ``BaseException`` of the module's own included; only ``KeyboardInterrupt`` passes through).
     """
     try:
         if name.endswith(".py"):
@@ -60,7 +61,9 @@ def import_module_source(name: str, *, what: str) -> Any:
         if err.name is not None and (name == err.name or name.startswith(err.name + ".")):  # the module itself
             raise ConfigError(f"{what} cannot import module {name!r} ({err}); is it on PYTHONPATH?") from None
         raise _code_error(what, f"importing module {name!r}", err) from err
-    except (Exception, SystemExit) as err:
+    except KeyboardInterrupt:  # the user's own Ctrl-C, not the module's failure
+        raise
+    except BaseException as err:  # noqa: BLE001 - a module may raise anything, even a BaseException of its own
         raise _code_error(what, f"importing module {name!r}", err) from err
 
 
@@ -247,7 +250,9 @@ def call_factory(value: str) -> Any:
         pass
     try:
         return factory()
-    except (Exception, SystemExit) as err:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as err:  # noqa: BLE001 - as import_module_source
         raise _code_error(f"py:{value}", f"calling {attr}() of module {module_name!r}", err) from err
 
 

@@ -193,14 +193,23 @@ def _module_backbone(
         "state_sha256": state_sha256(made),
         "source_sha256": code,
     }
-    dims = known_layer_dims(reference, cache_dir)
-    if dims is not None and len(dims) == len(names):
+    from laya_eval.loading.schema import BACKBONE_KWARGS
+
+    try:
+        dims = known_layer_dims(reference, cache_dir)
+    except OSError:  # the record cannot be read (a folder in its place): the sizes are inferred again
+        dims = None
+    # A record is a shortcut, not a fact: sizes a checkpoint of this backbone could not hold are inferred again.
+    if dims is not None and len(dims) == len(names) and BACKBONE_KWARGS["modules"]["layer_dims"].check(dims):
         backbone = ModuleBackbone(made, names, layer_dims=dims, pool=pool, spec=spec)
     elif example_input is None:
         raise ConfigError(f"{spec}: layer sizes are inferred from one batch; pass example_input.")
     else:
         backbone = ModuleBackbone(made, names, example_input=example_input, pool=pool, spec=spec)
-        remember_layer_dims(reference, backbone.layer_dims, cache_dir)
+        try:
+            remember_layer_dims(reference, backbone.layer_dims, cache_dir)
+        except OSError:  # a shortcut left unwritten (a full disk, a folder in its place): the next run infers again
+            pass
     backbone.source_sha256 = dict(code)
     return backbone
 

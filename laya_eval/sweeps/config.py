@@ -206,10 +206,29 @@ def _check_sections(raw: dict[str, Any]) -> None:
     for name, kwargs in heads.items():
         if not isinstance(kwargs, Mapping):
             raise fail(f"head_kwargs.{name}", "a table", kwargs)
+    _check_head_kwargs(heads)
     # Every value the options the cells build refuse (a count, a seed out of range, a device this machine lacks)
     # is refused here, before the first cell is trained, under its key in the config.
     _named("training", training, lambda: training_options(training, 0))
     _named("evaluation", ev, lambda: evaluation_options(ev))
+
+
+def _check_head_kwargs(heads: Mapping[str, Mapping[str, Any]]) -> None:
+    """Every ``[head_kwargs.HEAD]`` key and value checked by the rules a checkpoint's head options obey (the one
+    owner of what a head accepts: ``loading.schema.HEAD_KWARGS``), before any head is built."""
+    if not any(heads.values()):
+        return
+    from laya_eval.loading.schema import HEAD_KWARGS
+
+    for name, kwargs in heads.items():
+        rules = HEAD_KWARGS[name]
+        _keys(f"head_kwargs.{name}", kwargs, set(rules))
+        for key, value in kwargs.items():
+            if not rules[key].check(value):
+                raise ConfigError(
+                    f"head_kwargs.{name}.{key} must be {rules[key].expected}; got {_shown(value)}.",
+                    parameter=f"head_kwargs.{name}.{key}",
+                )
 
 
 def _named(section: str, values: Mapping[str, Any], build: Callable[[], Any]) -> None:
