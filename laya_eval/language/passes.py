@@ -2,7 +2,7 @@
 
 Every pass pads its windows on the right to one length for the whole evaluated set (the longest window), so a
 window's numbers do not depend on which windows share its batch. Windows are batched so that a batch's kept states
-(every block's input, output and gradient) fit in a quarter of ``max_memory_mb``; rows go through the model in
+(every block's input, output and gradient) fit in an eighth of ``max_memory_mb``; rows go through the model in
 chunks sized by the rest of the budget on a row's float32 logits and block activations (:func:`row_chunk`).
 """
 
@@ -54,20 +54,20 @@ def _row_bytes(lm: CausalLM, length: int) -> tuple[int, int]:
 
 
 def row_chunk(lm: CausalLM, length: int, max_memory_mb: int, *, gradients: bool = False) -> int:
-    """Rows per model call within ``max_memory_mb``: the float32 logits of a row and a block's activations (counted
-    as eight copies of its state: attention, the MLP's expansion) in half the budget, the other half for what the
-    process holds besides; a pass with gradients keeps the logits, their gradient and every block's activations
-    for the backward pass (three copies of the logits, all blocks' activations)."""
+    """Rows per model call within ``max_memory_mb``: three copies of a row's float32 logits (the LM head's output,
+    its shifted slice, its gradient) and a block's activations (counted as eight copies of its state: attention, the
+    MLP's expansion; every block's with gradients, kept for the backward pass) in half the budget, the other half
+    for the kept states and what the process holds besides."""
     logits, states = _row_bytes(lm, length)
-    per_row = 3 * logits + 8 * states if gradients else logits + 8 * states // max(1, lm.n_layers)
+    per_row = 3 * logits + (8 * states if gradients else 8 * states // max(1, lm.n_layers))
     return max(1, (max_memory_mb << 20) // (2 * per_row))
 
 
 def batch_rows(lm: CausalLM, length: int, max_memory_mb: int, batch_size: int) -> int:
     """Windows per batch: ``batch_size``, or fewer where the batch's kept states (every block's input, output and
-    gradient, float32) would take more than a quarter of ``max_memory_mb``."""
+    gradient, float32) would take more than an eighth of ``max_memory_mb``."""
     _, states = _row_bytes(lm, length)
-    return max(1, min(batch_size, (max_memory_mb << 20) // (4 * 3 * states)))
+    return max(1, min(batch_size, (max_memory_mb << 20) // (8 * 3 * states)))
 
 
 def batches(data: TextWindows, rows: int, device: torch.device) -> list[WindowBatch]:
