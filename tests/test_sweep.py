@@ -227,6 +227,11 @@ def _with(path: tuple, value, drop: bool = False) -> dict:
             "evaluation.device must be 'cpu', 'cuda' or 'cuda:N'; got 'quantum'.",
         ),
         (
+            _with(("evaluation", "target"), "next-token"),
+            "evaluation.target 'next-token' is for a causal LM's own prediction (laya-eval faithfulness hf:DIR "
+            "--target next-token); a sweep evaluates the heads it trains: use pred, label or a class index.",
+        ),
+        (
             _with(("evaluation", "targets"), "label"),
             "evaluation: unknown key 'targets'; expected among {ablation, "
             "allow_nonfinite, angular_span, batch_size, bootstrap, cache, chunk_size, context, device, draws, dtype, ig_baseline, "

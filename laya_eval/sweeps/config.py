@@ -268,6 +268,12 @@ def evaluation_options(evaluation: Mapping[str, Any], n_test: int | None = None)
     if n_test is not None and options.get("limit") is not None and options["limit"] > n_test:
         options["limit"] = n_test
     built = EvalOptions(**options)
+    if built.target == "next-token":
+        # a sweep trains and evaluates classifier heads; a language model's own prediction is `faithfulness hf:DIR`
+        raise ConfigError(
+            "target 'next-token' is for a causal LM's own prediction (laya-eval faithfulness hf:DIR "
+            "--target next-token); a sweep evaluates the heads it trains: use pred, label or a class index."
+        )
     resolve_device(built.device)
     return built
 
