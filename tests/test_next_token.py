@@ -491,3 +491,38 @@ def test_skip_effects_of_every_family_equal_a_hand_loop(more_models, text_file, 
     scale = np.abs(hand).max()
     assert scale > 1e-3
     np.testing.assert_allclose(effects, hand, rtol=0, atol=1e-6 * scale)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_leave_one_out_starts_at_the_removed_block(models, text_file, family):
+    """Block calls counted by hooks on transformers' blocks: removing block f runs blocks f .. L-1 only, so the
+    leave-one-out removals of a window cost L(L+1)/2 block calls (L^2 from the input), with the same losses."""
+    from laya_eval.language.decoder import SKIP, load_causal_lm, run_windows
+    from laya_eval.language.passes import batches, removal_scales, shared_losses
+
+    lm = load_causal_lm(f"hf:{models[family]}")
+    data = windows(DOCS, lm.tokenizer, split="train", context=6, name="docs", source={})
+    (batch,) = batches(data, len(data), torch.device("cpu"))
+    n, n_layers = batch.ids.shape[0], lm.n_layers
+    calls = []
+    # one entry per block call: the rows it ran (a block evaluation per window)
+    handles = [b.register_forward_hook(lambda m, a, out: calls.append(out.shape[0])) for b in lm.parts.blocks]
+    try:
+        with torch.no_grad():
+            kept = run_windows(lm, batch.ids, batch.mask, keep=True).outputs
+        intact = sum(calls)
+        scales = [removal_scales(n, n_layers, batch.ids.device)]
+        (started,) = shared_losses(lm, batch, scales, SKIP, rows=1000, kept=kept)
+        from_start = sum(calls) - intact
+        (from_input,) = shared_losses(lm, batch, scales, SKIP, rows=1000)
+        from_input_calls = sum(calls) - intact - from_start
+    finally:
+        for h in handles:
+            h.remove()
+    assert intact == n * n_layers
+    assert from_start == n * sum(n_layers - f for f in range(n_layers)) == n * n_layers * (n_layers + 1) // 2
+    assert from_input_calls == n * n_layers * n_layers
+    # float32 blocks: the two routes round differently (the kept blocks' outputs are the intact pass's own)
+    assert float((started - from_input).abs().max()) <= 1e-6 * float(from_input.abs().max())
+    # the blocks are the model's own again afterwards
+    assert all(type(b).__name__ != "_KeptOutput" for b in lm.parts.blocks)

@@ -219,6 +219,7 @@ def run_windows(
     scale: Tensor | None = None,
     fill: Fill = SKIP,
     keep: bool = False,
+    start: tuple[int, Sequence[Tensor]] | None = None,
 ) -> RunOutput:
     """The model on right-padded windows with block ``i`` of row ``b`` scaled by ``scale[b, i]`` towards its fill.
 
@@ -230,11 +231,49 @@ def run_windows(
     keep : bool
         Keep every block's input and output (``RunOutput.inputs``, ``outputs``); under ``torch.enable_grad()``
         the outputs keep their gradients (``.grad`` after a backward pass) even where the weights are frozen.
+    start : (int, list of Tensor), optional
+        ``(f, outputs)``: start at block ``f``, blocks ``0 .. f-1`` giving ``outputs[j]`` (B, T, d), their outputs
+        in the intact pass of the same rows, without running (every row must keep those blocks). Only the
+        embeddings and blocks ``f ..`` run.
     """
     out = RunOutput(logits=torch.empty(0))
-    with _block_hooks(lm.parts.blocks, scale, fill, out, keep):
+    with _block_hooks(lm.parts.blocks, scale, fill, out, keep), _started(lm.parts.blocks, start):
         out.logits = lm.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
     return out
+
+
+class _KeptOutput(nn.Module):
+    """Stands in for a block before the first removed one: returns that block's output from the intact pass
+    (the same rows), so the model's own forward skips the block's work. Carries the block's plain attributes
+    (``attention_type``, ``layer_idx`` …), which some families read while looping over their blocks."""
+
+    def __init__(self, block: nn.Module, output: Tensor) -> None:
+        super().__init__()
+        for key, value in vars(block).items():
+            if not key.startswith("_") and not isinstance(value, (nn.Module, Tensor)):
+                setattr(self, key, value)
+        self.output = output
+
+    def forward(self, *args: Any, **kwargs: Any) -> Tensor:
+        return self.output
+
+
+@contextlib.contextmanager
+def _started(blocks: nn.ModuleList, start: tuple[int, Sequence[Tensor]] | None) -> Iterator[None]:
+    """Blocks ``0 .. f-1`` replaced by their kept outputs for ``start = (f, outputs)`` (entered after the hooks,
+    so the stand-ins carry none); the blocks are put back on exit."""
+    if start is None or start[0] == 0:
+        yield
+        return
+    first, outputs = start
+    originals = [blocks[j] for j in range(first)]
+    try:
+        for j in range(first):
+            blocks[j] = _KeptOutput(originals[j], outputs[j])
+        yield
+    finally:
+        for j, block in enumerate(originals):
+            blocks[j] = block
 
 
 #: Bytes of one float64 copy of log-probabilities the loss holds at a time (rows are taken a few at a time).

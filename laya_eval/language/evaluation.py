@@ -147,7 +147,7 @@ def _collect(lm: CausalLM, data: TextWindows, options: EvalOptions, methods, pro
                     got["scores"].setdefault(key, []).append(scores)
                 orders[m] = deletion_scales(rank_layers(got["scores"][key][-1]), device)
             scales = [removal_scales(n, lm.n_layers, device), *orders.values()]
-            removed, *curves = shared_losses(lm, batch, scales, fills[a], rows)
+            removed, *curves = shared_losses(lm, batch, scales, fills[a], rows, kept=intact.outputs)
             got["effects"].setdefault(a, []).append((removed - loss[:, None]).cpu().numpy())
             for m, curve in zip(orders, curves):
                 got["deletion"].setdefault((a, m), []).append((curve - loss[:, None]).cpu().numpy())

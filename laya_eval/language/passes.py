@@ -105,7 +105,14 @@ def losses_under(lm: CausalLM, batch: WindowBatch, scale: Tensor, fill: Fill, ro
     return torch.cat(out).reshape(b, r)
 
 
-def shared_losses(lm: CausalLM, batch: WindowBatch, scales: Sequence[Tensor], fill: Fill, rows: int) -> list[Tensor]:
+def shared_losses(
+    lm: CausalLM,
+    batch: WindowBatch,
+    scales: Sequence[Tensor],
+    fill: Fill,
+    rows: int,
+    kept: Sequence[Tensor] | None = None,
+) -> list[Tensor]:
     """:func:`losses_under` for several sets of removals at once, each distinct (window, removal) run once: a
     leave-one-out removal is every ranking's first deletion step, removing every block is every ranking's last,
     and rankings that agree share all their steps.
@@ -113,6 +120,9 @@ def shared_losses(lm: CausalLM, batch: WindowBatch, scales: Sequence[Tensor], fi
     Parameters
     ----------
     scales : sequence of Tensor, each (B, R_j, L)
+    kept : list of Tensor, optional
+        Every block's output in the batch's intact pass, each (B, T, d): a removal then starts at its first removed
+        block (the blocks before it are not run again), so leave-one-out costs L(L+1)/2 block evaluations.
 
     Returns
     -------
@@ -126,13 +136,22 @@ def shared_losses(lm: CausalLM, batch: WindowBatch, scales: Sequence[Tensor], fi
     device = batch.ids.device
     index = torch.tensor(distinct[:, 0].astype(np.int64), device=device)
     scale = torch.tensor(distinct[:, 1:], dtype=scales[0].dtype, device=device)
-    out = []
+    # rows grouped by their first removed block (L where none is removed)
+    removed = scale < 1
+    first = torch.where(removed.any(1), removed.long().argmax(1), torch.full_like(index, n_layers))
+    if kept is None:
+        first = torch.zeros_like(first)
+    losses = torch.empty(len(distinct), dtype=torch.float64, device=device)
     with torch.no_grad():
-        for s in range(0, len(distinct), rows):
-            ids, mask = batch.ids[index[s : s + rows]], batch.mask[index[s : s + rows]]
-            run = run_windows(lm, ids, mask, scale=scale[s : s + rows], fill=fill)
-            out.append(window_losses(run.logits, ids, mask))
-    losses = torch.cat(out)[torch.tensor(where.reshape(-1), device=device)]
+        for f in torch.unique(first).tolist():
+            group = (first == f).nonzero().squeeze(1)
+            for s in range(0, len(group), rows):
+                part = group[s : s + rows]
+                ids, mask = batch.ids[index[part]], batch.mask[index[part]]
+                start = None if kept is None else (f, [h[index[part]] for h in kept[:f]])
+                run = run_windows(lm, ids, mask, scale=scale[part], fill=fill, start=start)
+                losses[part] = window_losses(run.logits, ids, mask)
+    losses = losses[torch.tensor(where.reshape(-1), device=device)]
     parts, start = [], 0
     for s in scales:
         size = b * s.shape[1]
