@@ -99,6 +99,7 @@ def intact_pass(lm: CausalLM, batch, rows: int, *, seed: int, n_steps: int, fill
             run = run_windows(lm, ids, mask, keep=True)
             loss = window_losses(run.logits, ids, mask)
             loss.sum().backward()
+        run.logits = torch.empty(0)  # the states and gradients are kept, the chunk's logits are not
         parts.append((run, loss.detach()))
     cat = lambda pick: [torch.cat([pick(r)[i].detach() for r, _ in parts]) for i in range(lm.n_layers)]  # noqa: E731
     intact = IntactPass(

@@ -2,7 +2,7 @@
 
 Every pass pads its windows on the right to one length for the whole evaluated set (the longest window), so a
 window's numbers do not depend on which windows share its batch. Windows are batched so that a batch's kept states
-(every block's input, output and gradient) fit in an eighth of ``max_memory_mb``; rows go through the model in
+(every block's input, output and gradient) fit in a sixteenth of ``max_memory_mb``; rows go through the model in
 chunks sized by the rest of the budget on a row's float32 logits and block activations (:func:`row_chunk`).
 """
 
@@ -65,9 +65,9 @@ def row_chunk(lm: CausalLM, length: int, max_memory_mb: int, *, gradients: bool 
 
 def batch_rows(lm: CausalLM, length: int, max_memory_mb: int, batch_size: int) -> int:
     """Windows per batch: ``batch_size``, or fewer where the batch's kept states (every block's input, output and
-    gradient, float32) would take more than an eighth of ``max_memory_mb``."""
+    gradient, float32) would take more than a sixteenth of ``max_memory_mb``."""
     _, states = _row_bytes(lm, length)
-    return max(1, min(batch_size, (max_memory_mb << 20) // (8 * 3 * states)))
+    return max(1, min(batch_size, (max_memory_mb << 20) // (16 * 3 * states)))
 
 
 def batches(data: TextWindows, rows: int, device: torch.device) -> list[WindowBatch]:
