@@ -70,7 +70,11 @@ def check_next_token_options(options: EvalOptions, data: Any) -> tuple[str, ...]
             raise ConfigError(
                 f"--ablation with --target next-token must be among {{{', '.join(FILL_STATISTICS)}}}; got {a!r}."
             )
-    methods = options.methods or NEXT_TOKEN_METHODS
+    return check_methods_and_text(options.methods or NEXT_TOKEN_METHODS, data)
+
+
+def check_methods_and_text(methods, data) -> tuple[str, ...]:
+    """``methods`` among the next-token methods and ``data`` a ``text:`` source (faithfulness and prune)."""
     for m in methods:
         if m not in NEXT_TOKEN_REGISTRY:
             raise ConfigError(

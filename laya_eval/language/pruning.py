@@ -24,9 +24,9 @@ import pandas as pd
 import torch
 
 from laya_eval.catalog import IG_STEPS, MAX_MEMORY_MB, NEXT_TOKEN_METHODS
-from laya_eval.errors import ConfigError, DataError
+from laya_eval.errors import ConfigError
 from laya_eval.language.decoder import SKIP, CausalLM, load_causal_lm
-from laya_eval.language.evaluation import intact_pass, load_text_windows
+from laya_eval.language.evaluation import check_methods_and_text, intact_pass, load_text_windows
 from laya_eval.language.methods import NEXT_TOKEN_REGISTRY
 from laya_eval.language.passes import batch_rows, batches, losses_under, row_chunk
 from laya_eval.language.text import TextWindows
@@ -168,14 +168,7 @@ def prune_next_token(
     options = options or PruneOptions(target="next-token")
     if options.target != "next-token":
         raise ConfigError(f"PruneOptions.target must be 'next-token' here; got {options.target!r}.")
-    methods = [m for m in (options.methods or NEXT_TOKEN_METHODS) if m != "random"]
-    for m in methods:
-        if m not in NEXT_TOKEN_REGISTRY:
-            raise ConfigError(
-                f"--methods with --target next-token must be among {{{', '.join(NEXT_TOKEN_REGISTRY)}}}; got {m!r}."
-            )
-    if not isinstance(data, str) or not data.startswith("text:") or len(data) == 5:
-        raise DataError(f"--target next-token reads text: --data text:FILE or text:rotten-tomatoes; got {data!r}.")
+    methods = list(check_methods_and_text([m for m in (options.methods or NEXT_TOKEN_METHODS) if m != "random"], data))
     if out is not None:
         check_output_folder(out)
     torch.manual_seed(options.seed)
