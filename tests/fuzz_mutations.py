@@ -212,7 +212,9 @@ def _paths(node, prefix=()) -> list[tuple]:
     return out
 
 
-def _edit_tree(rng: random.Random, tree: dict) -> dict:
+def edit_tree(rng: random.Random, tree, extra_keys, pool, adjust=None):
+    """One to three edits of a copy of ``tree``: a value swapped from ``pool`` (through ``adjust(rng, key, value)``
+    where given), a key deleted, or one of ``extra_keys`` added."""
     tree = copy.deepcopy(tree)
     for _ in range(rng.randint(1, 3)):
         paths = _paths(tree)
@@ -226,10 +228,15 @@ def _edit_tree(rng: random.Random, tree: dict) -> dict:
         if action < 0.15 and isinstance(parent, dict):
             del parent[path[-1]]
         elif action < 0.25 and isinstance(parent, dict):
-            parent[rng.choice(["evil", "local_files_only", "model", "depth", "kwargs"])] = rng.choice(_POOL)
+            parent[rng.choice(list(extra_keys))] = copy.deepcopy(rng.choice(pool))
         else:
-            parent[path[-1]] = copy.deepcopy(rng.choice(_POOL))
+            value = copy.deepcopy(rng.choice(pool))
+            parent[path[-1]] = value if adjust is None else adjust(rng, path[-1], value)
     return tree
+
+
+def _edit_tree(rng: random.Random, tree: dict) -> dict:
+    return edit_tree(rng, tree, ["evil", "local_files_only", "model", "depth", "kwargs"], _POOL)
 
 
 def _edit_state(rng: random.Random, state: dict) -> dict:

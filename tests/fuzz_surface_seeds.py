@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.fuzz_mutations import BYTE_MUTATIONS
+from tests.fuzz_mutations import edit_tree as fuzz_edit_tree
 
 MARKER = "MARKER-code-ran"
 
@@ -117,37 +118,16 @@ def json_text(tree) -> str:
     return json.dumps(tree)
 
 
-def _paths(node, prefix=()) -> list[tuple]:
-    out = []
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
-    for k, v in items:
-        out.append(prefix + (k,))
-        out.extend(_paths(v, prefix + (k,)))
-    return out
+def _work_value(rng: random.Random, key, value):
+    """A value that only asks for more work (epochs, steps, draws) is made wrong, never huge."""
+    if key in WORK_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return rng.choice([0, -1, 1.5, "x"])
+    return value
 
 
 def edit_tree(rng: random.Random, tree, extra_keys=("evil", "trust_code", "model", "kwargs", "label")):
     """One to three edits of a copy of ``tree``: a value swapped from :data:`POOL`, a key deleted or added."""
-    tree = copy.deepcopy(tree)
-    for _ in range(rng.randint(1, 3)):
-        paths = _paths(tree)
-        if not paths:
-            break
-        path = rng.choice(paths)
-        parent = tree
-        for k in path[:-1]:
-            parent = parent[k]
-        action = rng.random()
-        if action < 0.15 and isinstance(parent, dict):
-            del parent[path[-1]]
-        elif action < 0.25 and isinstance(parent, dict):
-            parent[rng.choice(extra_keys)] = copy.deepcopy(rng.choice(POOL))
-        else:
-            value = copy.deepcopy(rng.choice(POOL))
-            if path[-1] in WORK_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
-                value = rng.choice([0, -1, 1.5, "x"])
-            parent[path[-1]] = value
-    return tree
+    return fuzz_edit_tree(rng, tree, extra_keys, POOL, adjust=_work_value)
 
 
 def deep(rng: random.Random) -> str:
