@@ -526,3 +526,11 @@ def test_leave_one_out_starts_at_the_removed_block(models, text_file, family):
     assert float((started - from_input).abs().max()) <= 1e-6 * float(from_input.abs().max())
     # the blocks are the model's own again afterwards
     assert all(type(b).__name__ != "_KeptOutput" for b in lm.parts.blocks)
+
+
+def test_prune_takes_attribution_patching_for_a_language_model_only():
+    from laya_eval import PruneOptions
+
+    assert PruneOptions(target="next-token", methods=("atp", "logit_lens")).methods == ("atp", "logit_lens")
+    with pytest.raises(ConfigError, match="method 'atp' estimates the effect of the evaluation's ablation"):
+        PruneOptions(methods=("atp",))

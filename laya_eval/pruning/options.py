@@ -122,6 +122,7 @@ class PruneOptions:
         object.__setattr__(self, "ablations", check_ablations(self.ablations, "head", "PruneOptions.ablations"))
         for a in self.ablations:
             check_fixed_ablation(a, "prune")
-        check_without_ablation(self.methods, "prune")
+        if self.target != "next-token":  # a language model's pruning scores every block under skip (atp included)
+            check_without_ablation(self.methods, "prune")
         check_positive_int("PruneOptions.timing_repeats", self.timing_repeats)
         check_positive_int("PruneOptions.timing_batch", self.timing_batch)
