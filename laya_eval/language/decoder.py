@@ -14,9 +14,7 @@ and output, with their gradients.
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -33,7 +31,7 @@ from laya_eval.models.backbones.hf_files import (
     resolve_hf_model,
     weight_file_hashes,
 )
-from laya_eval.models.backbones.hf_causal import folder_is_causal_lm
+from laya_eval.models.backbones.hf_causal import is_causal_lm_type
 from laya_eval.models.backbones.hf_causal import load_causal_lm as load_pretrained_causal_lm
 from laya_eval.models.backbones.hf_layout import DecoderParts, find_decoder_parts
 
@@ -71,19 +69,13 @@ def _first_line(err: Exception) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def _refuse_non_causal(path: str, spec: str) -> None:
+def _refuse_non_causal(config: Any, spec: str) -> None:
     """A causal LM by its config's ``model_type`` (:func:`~laya_eval.models.backbones.hf_causal.is_causal_lm_type`)."""
-    if not folder_is_causal_lm(path, local_files_only=True):
-        kind = "unknown"
-        config = Path(path) / "config.json"
-        if config.is_file():
-            try:
-                kind = json.loads(config.read_text(encoding="utf-8")).get("model_type", "unknown")
-            except (OSError, ValueError, AttributeError):
-                pass
+    kind = getattr(config, "model_type", None)
+    if not is_causal_lm_type(kind):
         raise ConfigError(
-            f"--target next-token needs a causal language model with its LM head; {spec} is a {kind} model "
-            "(an encoder or a model without a next-token head)."
+            f"--target next-token needs a causal language model with its LM head; {spec} is a {kind or 'unknown'} "
+            "model (an encoder or a model without a next-token head)."
         )
 
 
@@ -114,7 +106,7 @@ def load_causal_lm(
             config = AutoConfig.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as err:
         raise ConfigError(f"could not read a Hugging Face model config from {path!r}: {_first_line(err)}") from None
-    _refuse_non_causal(path, spec)
+    _refuse_non_causal(config, spec)
     refuse_missing_tokenizer(path)
     try:
         with no_progress_bars():
