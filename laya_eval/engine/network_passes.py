@@ -63,7 +63,7 @@ def continued_logits(
     rows padded with copies of its own to a multiple of :data:`~laya_eval.models.layered.MIN_BATCH_ROWS`."""
     n_rows, n_layers = dropped.shape
     first = torch.where(dropped.any(1), dropped.long().argmax(1), torch.full_like(index, n_layers))
-    out: list[Tensor | None] = [None] * n_rows
+    out: Tensor | None = None
     for f in torch.unique(first).tolist():
         chosen = (first == f).nonzero().squeeze(1)
         for lo in range(0, len(chosen), size):
@@ -83,9 +83,10 @@ def continued_logits(
                 later = {i: replacer_for(i, rows, drop[:, i]) for i in range(f + 1, n_layers) if bool(drop[:, i].any())}
                 hidden += model.backbone.forward_from(f, state, _input_rows(tr.inputs, rows), later)
             logits = model.head(hidden)[:real]
-            for j, r in enumerate(chosen[lo : lo + size].tolist()):
-                out[r] = logits[j]
-    return torch.stack(out)  # type: ignore[arg-type]
+            if out is None:
+                out = logits.new_empty((n_rows, *logits.shape[1:]))
+            out[chosen[lo : lo + size].to(out.device)] = logits
+    return out  # type: ignore[return-value]
 
 
 def take_rows(inputs: Any, index: Tensor) -> Any | None:
