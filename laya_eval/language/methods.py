@@ -155,10 +155,13 @@ def integrated_gradients(batch: IntactPass) -> Tensor:
             for alpha, weight in zip(alphas.tolist(), weights.tolist()):
                 scale = torch.ones(ids.shape[0], n_layers, device=batch.ids.device)
                 scale[:, i] = alpha
+                # the path starts at block i: the blocks before it give their intact outputs without running
+                start = (i, [h[s : s + batch.rows] for h in batch.outputs[:i]])
                 with torch.enable_grad():
-                    run = run_windows(batch.lm, ids, mask, scale=scale, fill=batch.fill, keep=True)
+                    run = run_windows(batch.lm, ids, mask, scale=scale, fill=batch.fill, keep=True, start=start)
                     window_losses(run.logits, ids, mask).sum().backward()
-                out[s : s + batch.rows, i] -= weight * (run.outputs[i].grad.double() * part).sum((1, 2))
+                # only blocks i .. run, so block i's output is the first one kept
+                out[s : s + batch.rows, i] -= weight * (run.outputs[0].grad.double() * part).sum((1, 2))
     return out
 
 
