@@ -23,7 +23,6 @@ from torch import Tensor
 from laya_eval.engine.memory_budget import ig_rows, one_row_block_outputs, row_chunks
 from laya_eval.engine.network_passes import take_rows
 from laya_eval.errors import ConfigError
-from laya_eval.models.backbones.base import BlockInputReplacement
 from laya_eval.models.layered import LayeredModel
 from laya_eval.models.trace import Trace
 
@@ -134,25 +133,8 @@ def _outputs_on_graph(model: LayeredModel, x: Any, with_inputs: bool):
     block output then depends on."""
     if isinstance(x, Tensor):
         x = x.detach().clone().requires_grad_(True)
-        if not with_inputs:
-            hidden, outputs = model.block_outputs(x)
-            return hidden, None, outputs
-        return model.block_inputs_and_outputs(x)
-    inputs: dict[int, Tensor | None] = {}
-    outputs: dict[int, Tensor] = {}
-
-    def record(i: int) -> BlockInputReplacement:
-        def on_graph(block_input: Tensor | None, t: Tensor) -> Tensor:
-            if not t.requires_grad:
-                t = t.detach().requires_grad_(True)
-            inputs[i], outputs[i] = block_input, t
-            return t
-
-        return BlockInputReplacement(on_graph)
-
-    hidden = model.hidden_states(x, {i: record(i) for i in range(model.n_layers)})
-    n = model.n_layers
-    return hidden, [inputs[i] for i in range(n)], [outputs[i] for i in range(n)]
+    hidden, inputs, outputs = model.block_inputs_and_outputs(x, on_graph=True)
+    return hidden, inputs if with_inputs else None, outputs
 
 
 def _network_pass(

@@ -115,19 +115,25 @@ class LayeredModel(nn.Module):
         hidden = self.hidden_states(x, {i: record(i) for i in range(self.n_layers)})
         return hidden, [outputs[i] for i in range(self.n_layers)]
 
-    def block_inputs_and_outputs(self, x: Any) -> tuple[list[Tensor], list[Tensor | None], list[Tensor]]:
+    def block_inputs_and_outputs(
+        self, x: Any, *, on_graph: bool = False
+    ) -> tuple[list[Tensor], list[Tensor | None], list[Tensor]]:
         """Hidden states, each block's input and each block's full output, in one pass.
 
         The read-only twin of a :class:`~laya_eval.models.backbones.base.BlockInputReplacement`: a block's update
         is ``outputs[i] - inputs[i]`` where the two have one shape. Returns ``(hidden, inputs, outputs)``;
         ``inputs[i]`` is ``None`` where block ``i`` is not called with one tensor (an embedding layer's token ids
-        are not a tensor of its output's kind either: compare shapes and dtypes before subtracting).
+        are not a tensor of its output's kind either: compare shapes and dtypes before subtracting). With
+        ``on_graph``, a block output that is not on the autograd graph (the first block of a frozen encoder fed token
+        ids) becomes a leaf that every later block output depends on, so each has a gradient.
         """
         inputs: dict[int, Tensor | None] = {}
         outputs: dict[int, Tensor] = {}
 
         def record(i: int) -> BlockInputReplacement:
             def keep_and_pass(block_input: Tensor | None, t: Tensor) -> Tensor:
+                if on_graph and not t.requires_grad:
+                    t = t.detach().requires_grad_(True)
                 inputs[i], outputs[i] = block_input, t
                 return t
 
