@@ -101,15 +101,20 @@ def _model(lm_dir):
     return AutoModelForCausalLM.from_pretrained(lm_dir, dtype=torch.float32).eval()
 
 
-def _hand_losses(lm_dir, family, window: torch.Tensor, removed: tuple[int, ...], fill=None, states=None) -> float:
+def _hand_losses(
+    lm_dir, family, window: torch.Tensor, removed: tuple[int, ...], fill=None, states=None, length=None
+) -> float:
     """Mean next-token loss of one window with the blocks ``removed`` skipped, by calling transformers' blocks.
 
     ``fill(i, h_in)``: what a removed block outputs instead (default: its input, ``skip``); ``states``: a list that
-    receives every block's (input, output)."""
+    receives every block's (input, output); ``length``: the window padded on the right with token id 0 to that
+    length, the padding keys masked (the states a padded run computes)."""
     model = _model(lm_dir)
-    ids = window[None]
+    n = window.numel()
+    ids = window[None] if length is None else torch.nn.functional.pad(window, (0, length - n))[None]
     t = ids.shape[1]
     mask = torch.full((t, t), torch.finfo(torch.float32).min).triu(1)[None, None]  # causal, additive
+    mask[..., n:] = torch.finfo(torch.float32).min  # no token reads a padding position
     pos = torch.arange(t)[None]
     with torch.no_grad():
         if family == "gpt2":
@@ -132,7 +137,7 @@ def _hand_losses(lm_dir, family, window: torch.Tensor, removed: tuple[int, ...],
                 states.append((h, out))
             h = out
         logits = model.get_output_embeddings()(norm(h)).double()
-    return float(torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:]))
+    return float(torch.nn.functional.cross_entropy(logits[0, : n - 1], ids[0, 1:n]))
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
@@ -278,10 +283,11 @@ def _bad_inputs(models, text_file, encoder_dir, tmp_path):
         ((lm, "--data", "digits"), ConfigError, r"causal language model without a classifier head"),
         ((lm, "--data", text, *nt, "--scope", "head"), ConfigError, r"use --scope network; got 'head'"),
         (
-            (lm, "--data", text, *nt, "--ablation", "resample"),
+            (lm, "--data", text, *nt, "--ablation", "resample", "--limit", "1"),
             ConfigError,
-            r"among \{skip, zero, mean, mean-update\}; got 'resample'",
+            r"--ablation resample draws donors from the other evaluated windows; got 1 window",
         ),
+        ((lm, "--data", text, *nt, "--ablation", "gate"), ConfigError, r"defined at network scope.*got 'gate'"),
         ((lm, "--data", text, *nt, "--methods", "laya"), ConfigError, r"got 'laya'"),
         ((lm, "--data", text, *nt, "--resume"), ConfigError, r"--resume is not available with --target next-token"),
     ]
@@ -407,16 +413,23 @@ def test_rotten_tomatoes_snippets_are_documents_in_file_order(tmp_path):
 
 
 def test_windows_do_not_depend_on_the_batch_size(models, text_file):
+    """The same bytes at batch sizes 2 and 16, the drawn removals included (their donors and noise are drawn per
+    window, and attribution patching averages over the same draws)."""
     torch.set_num_threads(1)
-    tables = [
+    ablations = ("skip", "resample-update", "noise")
+    runs = [
         evaluate_next_token(
             f"hf:{models['gpt2']}",
             f"text:{text_file}",
-            options=_options(methods=("block_influence", "grad_x_act"), limit=6, batch_size=b),
-        )["skip"].layers
+            options=_options(
+                methods=("block_influence", "grad_x_act", "atp"), limit=6, batch_size=b, ablation=ablations, draws=3
+            ),
+        )
         for b in (2, 16)
     ]
-    assert tables[0].equals(tables[1])
+    for a in ablations:
+        assert runs[0][a].layers.equals(runs[1][a].layers)
+        assert runs[0][a].samples.equals(runs[1][a].samples)
 
 
 def test_zero_and_mean_update_effects_equal_a_hand_loop(models, text_file):
@@ -534,3 +547,104 @@ def test_prune_takes_attribution_patching_for_a_language_model_only():
     assert PruneOptions(target="next-token", methods=("atp", "logit_lens")).methods == ("atp", "logit_lens")
     with pytest.raises(ConfigError, match="method 'atp' estimates the effect of the evaluation's ablation"):
         PruneOptions(methods=("atp",))
+
+
+def _recorded_draws(lm, family, text_file, tmp_path, limit=None, draws=2):
+    """A run of resample-update and noise with --save-draws; the draws it records (donors.csv, noise_draws.npz)."""
+    import pandas as pd
+
+    options = _options(
+        methods=("random",), limit=limit, draws=draws, ablation=("resample-update", "noise"), save_draws=True
+    )
+    got = evaluate_next_token(f"hf:{lm}", f"text:{text_file}", options=options, out=tmp_path / "o")
+    donors = pd.read_csv(tmp_path / "o" / "resample-update" / "donors.csv")
+    noise = dict(np.load(tmp_path / "o" / "noise" / "noise_draws.npz"))
+    return got, donors.pivot(index="sample", columns="draw", values="donor").to_numpy(), noise
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_drawn_effects_equal_a_hand_loop_with_the_recorded_draws(models, text_file, tmp_path, family):
+    """resample-update and noise: the mean over the draws of the loss rise, by a hand loop over transformers'
+    blocks that puts in the donors' updates (the donors run by hand, padded as the run pads them) and the noise the
+    run recorded."""
+    torch.set_num_threads(1)
+    lm, draws = models[family], 2
+    # two documents (each split holds both): windows of 6, 6, 3 and 4 tokens, so some donors are shorter (no
+    # window of two tokens: a loss over one position would leave float32 rounding unaveraged)
+    uneven = tmp_path / "uneven.txt"
+    uneven.write_text("the film was good and the cast was great but the plot was very thin\n\na dull sad story\n")
+    got, donors, noise = _recorded_draws(lm, family, uneven, tmp_path, draws=draws)
+    docs, _ = read_documents(str(uneven))
+    text = windows(docs, word_tokenizer(pad=True), split="train", context=6, name="d", source={})
+    length, n = max(w.size for w in text.ids), len(text)
+    assert sorted(w.size for w in text.ids) == [3, 4, 6, 6]
+    assert donors.shape == (n, draws) and not (donors == np.arange(n)[:, None]).any()  # never the window itself
+    sizes = np.array([w.size for w in text.ids])
+    assert (sizes[donors] < sizes[:, None]).any()  # a donor shorter than its window: its padding states are read
+    padded = []  # every window's (input, output) per block, padded to the run's length
+    for w in text.ids:
+        padded.append([])
+        _hand_losses(lm, family, torch.tensor(w), (), states=padded[-1], length=length)
+    intact = [_hand_losses(lm, family, torch.tensor(w), ()) for w in text.ids]
+
+    def update_of(g, j):  # draw j of window g: the donor's update added to the block's input
+        return lambda i, x: x + (padded[donors[g, j]][i][1] - padded[donors[g, j]][i][0])[:, : x.shape[1]]
+
+    def noise_of(g, j):  # draw j of window g: the recorded noise at the window's positions
+        return lambda i, x: torch.tensor(noise[f"layer_{i + 1}"][g, j, : x.shape[1]])[None]
+
+    for ablation, fill_of in (("resample-update", update_of), ("noise", noise_of)):
+        hand = np.array(
+            [
+                [
+                    np.mean(
+                        [
+                            _hand_losses(lm, family, torch.tensor(w), (i,), fill=fill_of(g, j)) - intact[g]
+                            for j in range(draws)
+                        ]
+                    )
+                    for i in range(3)
+                ]
+                for g, w in enumerate(text.ids)
+            ]
+        )
+        effects = got[ablation].layers.sort_values(["sample", "layer"])["effect"].to_numpy().reshape(n, 3)
+        scale = np.abs(hand).max()
+        assert scale > 1e-2
+        np.testing.assert_allclose(effects, hand, rtol=0, atol=1e-6 * scale)
+
+
+def test_noise_has_the_moments_of_the_block_outputs_over_real_tokens(models, text_file, tmp_path):
+    """The recorded noise, standardised by the per-feature mean and standard deviation of each block's output over
+    the windows' real tokens (computed here from the blocks' own outputs), is standard normal, independent across
+    windows, draws and positions."""
+    torch.set_num_threads(1)
+    lm = models["gpt2"]
+    _, _, noise = _recorded_draws(lm, "gpt2", text_file, tmp_path, limit=6, draws=8)
+    docs, _ = read_documents(str(text_file))
+    text = windows(docs, word_tokenizer(pad=True), split="train", context=6, name="d", source={}).take(6)
+    outputs = [[], [], []]
+    for w in text.ids:
+        states = []
+        _hand_losses(lm, "gpt2", torch.tensor(w), (), states=states)
+        for i, (_, h) in enumerate(states):
+            outputs[i].append(h[0].double())
+    for i in range(3):
+        real = torch.cat(outputs[i])
+        z = (noise[f"layer_{i + 1}"] - real.mean(0).numpy()) / real.std(0, unbiased=False).numpy()
+        assert noise[f"layer_{i + 1}"].shape == (6, 8, 6, 32)
+        assert abs(z.mean()) < 0.05 and abs(z.std() - 1) < 0.05  # 9216 values: both within ~5 standard errors
+        assert abs(np.corrcoef(z[:, 0].reshape(-1), z[:, 1].reshape(-1))[0, 1]) < 0.1  # draws independent
+        assert abs(np.corrcoef(z[:, :, 0].reshape(-1), z[:, :, 1].reshape(-1))[0, 1]) < 0.1  # positions too
+
+
+def test_integrated_gradients_sum_to_the_drawn_effect(models, text_file):
+    """For a drawn removal IG is the mean over the draws of IG from each draw's fill: by completeness it sums to
+    the mean loss rise over the draws, the effect."""
+    torch.set_num_threads(1)
+    result = evaluate_next_token(
+        f"hf:{models['gpt2']}",
+        f"text:{text_file}",
+        options=_options(methods=("ig",), limit=2, n_steps=96, ablation="noise-update", draws=2),
+    )["noise-update"]
+    np.testing.assert_allclose(result.layers["attribution"], result.layers["effect"], rtol=0, atol=1e-4)

@@ -130,7 +130,9 @@ def load_causal_lm(
 
 @dataclass(frozen=True)
 class Fill:
-    """What a removed block's output becomes: ``coef * block input + const[i]`` (``const``: one (d,) per block)."""
+    """What a removed block's output becomes: ``coef * block input + const[i]``. ``const`` holds one (d,) per block,
+    the same for every window, or, for a fill drawn per window (``resample``, ``noise``: :mod:`~laya_eval.language.draws`),
+    one (B, T, d) per block whose row b is the fill of the run's row b (:meth:`rows` picks a run's rows)."""
 
     coef: float
     const: Sequence[Tensor] | None = None
@@ -138,6 +140,15 @@ class Fill:
     def of(self, i: int, inp: Tensor) -> Tensor:
         base = inp * self.coef if self.coef else torch.zeros_like(inp)
         return base if self.const is None else base + self.const[i].to(inp.dtype)
+
+    @property
+    def per_window(self) -> bool:
+        """Whether the fill differs between windows (one (B, T, d) per block)."""
+        return self.const is not None and self.const[0].dim() > 1
+
+    def rows(self, index: Tensor | slice) -> Fill:
+        """The fill of the rows ``index`` of the windows it was drawn for (itself when it is the same for all)."""
+        return Fill(self.coef, [c[index] for c in self.const]) if self.per_window else self
 
 
 SKIP = Fill(1.0)

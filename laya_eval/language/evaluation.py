@@ -25,13 +25,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from laya_eval.catalog import NEXT_TOKEN_METHODS
+from laya_eval.catalog import ABLATION_SPECS, NEXT_TOKEN_METHODS
 from laya_eval.engine.outcome import Evaluation, write_evaluation
 from laya_eval.engine.plan import EvalOptions, comparison_reference
 from laya_eval.engine.results import TIE_RULE, EvaluationResult, score_method
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.models.devices import resolve_device
 from laya_eval.language.decoder import CausalLM, load_causal_lm, run_windows, window_losses
+from laya_eval.language.draws import check_draws, donor_table, drawn_fill, is_drawn, noise_draw_arrays
 from laya_eval.language.methods import NEXT_TOKEN_REGISTRY, IntactPass
 from laya_eval.language.passes import (
     FILL_STATISTICS,
@@ -54,6 +55,10 @@ EFFECT_MEANING = (
     "loss(window, block i removed) - loss(window), the mean next-token negative log-likelihood over the window's "
     "tokens in nats; ablation {ablation!r}, scope 'network' (every later block recomputed)"
 )
+#: Added to the effect's meaning for an ablation drawn per window.
+DRAWN_MEANING = "; the mean over {draws} seeded draws per window of that rise"
+#: The methods whose scores start from the ablation's fill (for a drawn ablation: the mean over its draws).
+FILL_METHODS = ("atp", "ig")
 
 
 def check_next_token_options(options: EvalOptions, data: Any) -> tuple[str, ...]:
@@ -122,44 +127,72 @@ def intact_pass(lm: CausalLM, batch, rows: int, *, seed: int, n_steps: int, fill
     return intact, torch.cat([loss for _, loss in parts])
 
 
+def _mean(values) -> Any:
+    """The mean of an iterable of tensors (or of equal-length lists of tensors), summed in order: one value is
+    itself, exactly."""
+    total, n = None, 0
+    for v in values:
+        total = v if total is None else ([t + u for t, u in zip(total, v)] if isinstance(v, list) else total + v)
+        n += 1
+    return [t / n for t in total] if isinstance(total, list) else total / n
+
+
 def _collect(lm: CausalLM, data: TextWindows, options: EvalOptions, methods, progress) -> dict[str, Any]:
     device = next(lm.model.parameters()).device
     length = max(w.size for w in data.ids)
     rows = row_chunk(lm, length, options.max_memory_mb)
     grad_rows = row_chunk(lm, length, options.max_memory_mb, gradients=True)
-    parts = batches(data, batch_rows(lm, length, options.max_memory_mb, options.batch_size), device)
+    drawn = [a for a in options.ablations if is_drawn(a)]
+    size = batch_rows(lm, length, options.max_memory_mb, options.batch_size, copies=4 if drawn else 3)
+    parts = batches(data, size, device)
     needs = {FILL_STATISTICS[a] for a in options.ablations} - {None}
     statistics = update_statistics(lm, parts, rows) if needs else None
-    fills = {a: ablation_fill(a, statistics) for a in options.ablations}
+    fixed = {a: ablation_fill(a, statistics) for a in options.ablations if a not in drawn}
+
+    def fills(a, batch):  # the fixed fill, or each draw's fill of this batch's windows (drawn when needed)
+        if a in fixed:
+            return [fixed[a]]
+        o = options
+        kw = dict(seed=o.seed, draws=o.draws, statistics=statistics, rows=grad_rows)
+        return (drawn_fill(a, lm, data, batch.sample_ids, length, j, **kw) for j in range(o.draws))
+
     for p in lm.model.parameters():
         p.requires_grad_(False)
     got: dict[str, Any] = {"loss": [], "scores": {}, "effects": {}, "deletion": {}}
     for batch in parts:
         first, loss = intact_pass(
-            lm, batch, grad_rows, seed=options.seed, n_steps=options.n_steps, fill=fills[options.ablations[0]]
+            lm, batch, grad_rows, seed=options.seed, n_steps=options.n_steps, fill=fixed.get(options.ablations[0])
         )
         got["loss"].append(loss.cpu().numpy())
         for a in options.ablations:
-            intact = dataclasses.replace(first, fill=fills[a])
             n = batch.ids.shape[0]
             orders = {}
             for m in methods:
                 # Methods that start from the removed state (attribution patching, IG) depend on the ablation.
-                key = f"{m}@{a}" if m in ("atp", "ig") else m
+                key = f"{m}@{a}" if m in FILL_METHODS else m
                 if key not in got["scores"] or len(got["scores"][key]) < len(got["loss"]):
+                    fn = NEXT_TOKEN_REGISTRY[m].fn
                     with torch.no_grad():
-                        scores = NEXT_TOKEN_REGISTRY[m].fn(intact).detach().double().cpu().numpy()
-                    got["scores"].setdefault(key, []).append(scores)
+                        if m in FILL_METHODS:
+                            scores = _mean(fn(dataclasses.replace(first, fill=f)).double() for f in fills(a, batch))
+                        else:
+                            scores = fn(first).double()
+                    got["scores"].setdefault(key, []).append(scores.detach().cpu().numpy())
                 orders[m] = deletion_scales(rank_layers(got["scores"][key][-1]), device)
             scales = [removal_scales(n, lm.n_layers, device), *orders.values()]
-            removed, *curves = shared_losses(lm, batch, scales, fills[a], rows, kept=intact.outputs)
-            got["effects"].setdefault(a, []).append((removed - loss[:, None]).cpu().numpy())
+            rises = _mean(
+                [x - loss[:, None] for x in shared_losses(lm, batch, scales, f, rows, kept=first.outputs)]
+                for f in fills(a, batch)
+            )
+            removed, *curves = rises
+            got["effects"].setdefault(a, []).append(removed.cpu().numpy())
             for m, curve in zip(orders, curves):
-                got["deletion"].setdefault((a, m), []).append((curve - loss[:, None]).cpu().numpy())
+                got["deletion"].setdefault((a, m), []).append(curve.cpu().numpy())
         if progress is not None:
             progress.update(int(batch.ids.shape[0]))
     cat = lambda d: {k: np.concatenate(v) for k, v in d.items()}  # noqa: E731
-    return {"loss": np.concatenate(got["loss"]), **{k: cat(got[k]) for k in ("scores", "effects", "deletion")}}
+    out = {"loss": np.concatenate(got["loss"]), **{k: cat(got[k]) for k in ("scores", "effects", "deletion")}}
+    return {**out, "statistics": statistics, "length": length}
 
 
 def _unigram_loss(data: TextWindows) -> float:
@@ -170,7 +203,10 @@ def _unigram_loss(data: TextWindows) -> float:
 
 
 def _result(lm, data, options, methods, got, ablation: str, model_record) -> EvaluationResult:
-    opts = dataclasses.replace(options, ablation=ablation)
+    # --save-draws belongs to the noise ablations' folders (EvalOptions refuses it for any other alone)
+    saves = options.save_draws and ABLATION_SPECS[ablation].draws_noise
+    opts = dataclasses.replace(options, ablation=ablation, save_draws=saves)
+    drawn = is_drawn(ablation)
     effects, loss, n_layers = got["effects"][ablation], got["loss"], lm.n_layers
     ties = tie_effects(effects, rtol=opts.tie_rtol)
     largest = typical_largest_effect(effects)
@@ -263,12 +299,20 @@ def _result(lm, data, options, methods, got, ablation: str, model_record) -> Eva
         "seed": opts.seed,
         "options": dataclasses.asdict(opts),
         "methods": {m: NEXT_TOKEN_REGISTRY[m].description for m in methods},
-        "effect": EFFECT_MEANING.format(ablation=ablation),
+        "effect": EFFECT_MEANING.format(ablation=ablation) + (DRAWN_MEANING.format(draws=opts.draws) if drawn else ""),
         "target": {"option": "next-token", "meaning": "the model's own next-token prediction over each window"},
         "ties": {"rtol": ties.rtol, "rule": TIE_RULE},
         "verdict": {"value": judged, "typical_largest_effect": largest, "effect_floor": EFFECT_FLOOR},
         "warnings": warnings,
     }
+    donors = noise = None
+    if drawn and "donors" in ABLATION_SPECS[ablation].needs:
+        donors = donor_table(len(data), seed=opts.seed, draws=opts.draws)
+    elif saves:
+        dtype = next(lm.model.parameters()).dtype
+        noise = noise_draw_arrays(
+            ablation, got["statistics"], len(data), got["length"], seed=opts.seed, draws=opts.draws, dtype=dtype
+        )
     return EvaluationResult(
         layers=pd.concat(layers, ignore_index=True),
         samples=samples_df,
@@ -277,6 +321,8 @@ def _result(lm, data, options, methods, got, ablation: str, model_record) -> Eva
         comparisons=comparisons,
         warnings=warnings,
         verdict=judged,
+        donors=donors,
+        noise_draws=noise,
     )
 
 
@@ -300,8 +346,8 @@ def evaluate_next_token(
         ``text:FILE`` or ``text:rotten-tomatoes`` (:mod:`laya_eval.language.text`); ``options.split`` and
         ``options.limit`` pick the windows, ``options.context`` sizes them.
     options : EvalOptions
-        ``target="next-token"``, ``scope="network"``, ``ablation`` among skip, zero, mean, mean-update
-        (default here: ``skip``); ``dtype``: the precision the model's weights run in (losses and effects are
+        ``target="next-token"``, ``scope="network"``, ``ablation`` among skip, zero, mean, mean-update and the
+        drawn resample, noise, resample-update, noise-update (``draws`` each; default here: ``skip``); ``dtype``: the precision the model's weights run in (losses and effects are
         float64 from the logits).
     out : path, optional
         The result folder (checked before any work, replaced whole at the end).
@@ -330,6 +376,7 @@ def evaluate_next_token(
     text = load_text_windows(
         lm, data, split=options.split, context=options.context, data_dir=data_dir, download=options.download
     ).take(options.limit)
+    check_draws(options.ablations, len(text))
     if progress is not None:
         progress.total = len(text)
     got = _collect(lm, text, options, methods, progress)

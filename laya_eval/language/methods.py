@@ -158,7 +158,8 @@ def integrated_gradients(batch: IntactPass) -> Tensor:
                 # the path starts at block i: the blocks before it give their intact outputs without running
                 start = (i, [h[s : s + batch.rows] for h in batch.outputs[:i]])
                 with torch.enable_grad():
-                    run = run_windows(batch.lm, ids, mask, scale=scale, fill=batch.fill, keep=True, start=start)
+                    fill = batch.fill.rows(slice(s, s + batch.rows))
+                    run = run_windows(batch.lm, ids, mask, scale=scale, fill=fill, keep=True, start=start)
                     window_losses(run.logits, ids, mask).sum().backward()
                 # only blocks i .. run, so block i's output is the first one kept
                 out[s : s + batch.rows, i] -= weight * (run.outputs[0].grad.double() * part).sum((1, 2))

@@ -32,8 +32,18 @@ __all__ = [
     "update_statistics",
 ]
 
-#: The removals of a block a next-token evaluation runs, and the statistic each fill needs.
-FILL_STATISTICS = {"skip": None, "zero": None, "mean": "output", "mean-update": "update"}
+#: The removals of a block a next-token evaluation runs, and the statistic each fill needs (``noise`` also reads the
+#: square mean of the same quantity; the drawn ones are built by :mod:`laya_eval.language.draws`).
+FILL_STATISTICS = {
+    "skip": None,
+    "zero": None,
+    "mean": "output",
+    "mean-update": "update",
+    "resample": None,
+    "noise": "output",
+    "resample-update": None,
+    "noise-update": "update",
+}
 
 
 @dataclass(frozen=True)
@@ -63,11 +73,12 @@ def row_chunk(lm: CausalLM, length: int, max_memory_mb: int, *, gradients: bool 
     return max(1, (max_memory_mb << 20) // (2 * per_row))
 
 
-def batch_rows(lm: CausalLM, length: int, max_memory_mb: int, batch_size: int) -> int:
-    """Windows per batch: ``batch_size``, or fewer where the batch's kept states (every block's input, output and
-    gradient, float32) would take more than a sixteenth of ``max_memory_mb``."""
+def batch_rows(lm: CausalLM, length: int, max_memory_mb: int, batch_size: int, copies: int = 3) -> int:
+    """Windows per batch: ``batch_size``, or fewer where the batch's kept states (``copies`` float32 copies of every
+    block's state: its input, output and gradient, and one draw's fill for a drawn ablation) would take more than a
+    sixteenth of ``max_memory_mb``."""
     _, states = _row_bytes(lm, length)
-    return max(1, min(batch_size, (max_memory_mb << 20) // (16 * 3 * states)))
+    return max(1, min(batch_size, (max_memory_mb << 20) // (16 * copies * states)))
 
 
 def batches(data: TextWindows, rows: int, device: torch.device) -> list[WindowBatch]:
@@ -97,10 +108,12 @@ def losses_under(lm: CausalLM, batch: WindowBatch, scale: Tensor, fill: Fill, ro
     ids = batch.ids.repeat_interleave(r, 0)
     mask = batch.mask.repeat_interleave(r, 0)
     flat = scale.reshape(b * r, n_layers)
+    window = torch.arange(b, device=ids.device).repeat_interleave(r)
     out = []
     with torch.no_grad():
         for s in range(0, b * r, rows):
-            run = run_windows(lm, ids[s : s + rows], mask[s : s + rows], scale=flat[s : s + rows], fill=fill)
+            part = fill.rows(window[s : s + rows])
+            run = run_windows(lm, ids[s : s + rows], mask[s : s + rows], scale=flat[s : s + rows], fill=part)
             out.append(window_losses(run.logits, ids[s : s + rows], mask[s : s + rows]))
     return torch.cat(out).reshape(b, r)
 
@@ -149,7 +162,7 @@ def shared_losses(
                 part = group[s : s + rows]
                 ids, mask = batch.ids[index[part]], batch.mask[index[part]]
                 start = None if kept is None else (f, [h[index[part]] for h in kept[:f]])
-                run = run_windows(lm, ids, mask, scale=scale[part], fill=fill, start=start)
+                run = run_windows(lm, ids, mask, scale=scale[part], fill=fill.rows(index[part]), start=start)
                 losses[part] = window_losses(run.logits, ids, mask)
     losses = losses[torch.tensor(where.reshape(-1), device=device)]
     parts, start = [], 0
@@ -161,9 +174,10 @@ def shared_losses(
 
 
 def update_statistics(lm: CausalLM, parts: Sequence[WindowBatch], rows: int) -> dict[str, list[Tensor]]:
-    """Per block, the float64 mean over the real tokens of the evaluated windows of its output (``output``) and of
-    its update, output minus input (``update``); each (d,)."""
-    sums: dict[str, list[Tensor]] = {"output": [], "update": []}
+    """Per block, the float64 mean over the real tokens of the evaluated windows of its output (``output``), of
+    its update, output minus input (``update``), and of their squares (``output_square``, ``update_square``),
+    each rounded once to float32, (d,)."""
+    sums: dict[str, list[Tensor]] = {"output": [], "update": [], "output_square": [], "update_square": []}
     count = 0.0
     with torch.no_grad():
         for batch in parts:
@@ -173,19 +187,21 @@ def update_statistics(lm: CausalLM, parts: Sequence[WindowBatch], rows: int) -> 
                 real = mask.double()[..., None]
                 count += float(real.sum())
                 for i, (x, h) in enumerate(zip(run.inputs, run.outputs)):
-                    out_sum = (h.double() * real).sum((0, 1))
-                    upd_sum = ((h.double() - x.double()) * real).sum((0, 1))
-                    if len(sums["output"]) <= i:
-                        sums["output"].append(out_sum)
-                        sums["update"].append(upd_sum)
-                    else:
-                        sums["output"][i] += out_sum
-                        sums["update"][i] += upd_sum
+                    update = h.double() - x.double()
+                    got = {"output": h.double(), "update": update}
+                    got.update({"output_square": got["output"] ** 2, "update_square": update**2})
+                    for key, value in got.items():
+                        total = (value * real).sum((0, 1))
+                        if len(sums[key]) <= i:
+                            sums[key].append(total)
+                        else:
+                            sums[key][i] += total
     return {k: [(v / count).float() for v in vs] for k, vs in sums.items()}
 
 
 def ablation_fill(ablation: str, statistics: dict[str, list[Tensor]] | None) -> Fill:
-    """The fill of a removed block under ``ablation`` (``skip``, ``zero``, ``mean``, ``mean-update``)."""
+    """The fill of a removed block under ``ablation`` (``skip``, ``zero``, ``mean``, ``mean-update``: the same for
+    every window; the drawn ones are :func:`laya_eval.language.draws.drawn_fill`)."""
     if ablation == "skip":
         return SKIP
     if ablation == "zero":
