@@ -2,8 +2,8 @@
 
 :mod:`~laya_eval.language.text` reads text (``--data text:FILE``, named corpora), splits it by document and cuts
 windows of tokens; :mod:`~laya_eval.language.decoder` loads ``hf:`` causal LMs with their LM head and runs their
-blocks with replacements (``skip`` and the other network-scope removals); :mod:`~laya_eval.language.methods`
-holds the registered layer scores (Block Influence, angular distance, gradients, attribution patching,
+blocks with replacements (``skip`` and the other network-scope removals); :mod:`~laya_eval.language.draws` draws
+the fills of ``resample``, ``noise`` and their update forms per window; :mod:`~laya_eval.language.methods` holds the registered layer scores (Block Influence, angular distance, gradients, attribution patching,
 Integrated Gradients, logit lens, random); :mod:`~laya_eval.language.evaluation` scores them against the loss
 increase of removing each block (``faithfulness --target next-token``); :mod:`~laya_eval.language.pruning`
 removes blocks in each score's order and reports held-out perplexity (``prune --target next-token``).

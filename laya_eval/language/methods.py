@@ -9,9 +9,11 @@ and ``h_i`` block ``i``'s output (over the window's real tokens):
 - ``grad_x_act``: ``-sum_{t,d} dl/dh_i * h_i``, the first-order rise of the loss when ``h_i`` is zeroed, ``l`` the
   window's mean loss and the gradient through every later block.
 - ``atp`` (attribution patching): ``sum_{t,d} dl/dh_i * (fill_i - h_i)``, the first-order estimate of the
-  ablation's own effect (``fill_i = h_{i-1}`` for ``skip``).
+  ablation's own effect (``fill_i = h_{i-1}`` for ``skip``). A drawn ablation's score is the mean over its draws
+  (the evaluation sets each draw's fill in turn), i.e. against the mean fill.
 - ``ig``: Integrated Gradients of ``-l`` along ``fill_i + a (h_i - fill_i)``, ``a`` from 0 to 1, later blocks
-  recomputed (Gauss-Legendre, ``n_steps`` points); by completeness it sums to the exact effect.
+  recomputed (Gauss-Legendre, ``n_steps`` points); by completeness it sums to the exact effect (a drawn ablation:
+  the mean over its draws, which sums to the mean effect).
 - ``logit_lens``: ``lens(h_{i-1}) - lens(h_i)``, ``lens(h)`` the mean next-token loss of the LM head reading ``h``
   through the final norm: how much the loss falls when the head reads block i instead of block i-1.
 - ``random``: uniform numbers drawn from (seed, window index), a chance baseline.
@@ -48,8 +50,9 @@ class IntactPass:
     grads : list of Tensor, each (B, T, d)
         ``d l_b / d h_i`` of each window's mean loss (through every later block).
     sample_ids : Tensor of int64, (B,)
-    fill : Fill
-        The ablation's fill (the state IG and attribution patching start from).
+    fill : Fill or None
+        The ablation's fill (the state IG and attribution patching start from); one draw's for a drawn ablation
+        (rows as the batch's), None where no fill is set (the methods that read none).
     seed, n_steps : int
     rows : int
         Rows per model call with gradients within the memory budget (IG and the logit lens run in such chunks).
@@ -62,7 +65,7 @@ class IntactPass:
     outputs: list[Tensor]
     grads: list[Tensor]
     sample_ids: Tensor
-    fill: Fill
+    fill: Fill | None
     seed: int
     n_steps: int
     rows: int
