@@ -648,3 +648,34 @@ def test_integrated_gradients_sum_to_the_drawn_effect(models, text_file):
         options=_options(methods=("ig",), limit=2, n_steps=96, ablation="noise-update", draws=2),
     )["noise-update"]
     np.testing.assert_allclose(result.layers["attribution"], result.layers["effect"], rtol=0, atol=1e-4)
+
+
+def test_a_drawn_removal_from_the_command_line(models, text_file, tmp_path):
+    import pandas as pd
+
+    from tests.cli_helpers import run
+
+    out = tmp_path / "f"
+    args = ("--target", "next-token", "--context", "6", "--split", "train", "--limit", "3", "--bootstrap", "0")
+    result = run(
+        "faithfulness",
+        f"hf:{models['gpt2']}",
+        "--data",
+        f"text:{text_file}",
+        *args,
+        "--ablation",
+        "resample-update",
+        "--draws",
+        "2",
+        "--methods",
+        "block_influence",
+        "--out",
+        out,
+        "--quiet",
+    )
+    assert result.exit_code == 0, result.output
+    assert "ablation resample-update, scope network" in result.output
+    donors = pd.read_csv(out / "donors.csv")
+    assert list(donors.columns) == ["sample", "draw", "donor"] and len(donors) == 3 * 2
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["effect"].endswith("the mean over 2 seeded draws per window of that rise")

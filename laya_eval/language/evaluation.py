@@ -149,12 +149,11 @@ def _collect(lm: CausalLM, data: TextWindows, options: EvalOptions, methods, pro
     statistics = update_statistics(lm, parts, rows) if needs else None
     fixed = {a: ablation_fill(a, statistics) for a in options.ablations if a not in drawn}
 
-    def fills(a, batch):  # the fixed fill, or each draw's fill of this batch's windows (drawn when needed)
+    def fills(a, batch):  # the fixed fill, or each draw's fill of this batch's windows, drawn when it is needed
         if a in fixed:
             return [fixed[a]]
-        o = options
-        kw = dict(seed=o.seed, draws=o.draws, statistics=statistics, rows=grad_rows)
-        return (drawn_fill(a, lm, data, batch.sample_ids, length, j, **kw) for j in range(o.draws))
+        kw = dict(seed=options.seed, draws=options.draws, statistics=statistics, rows=grad_rows)
+        return (drawn_fill(a, lm, data, batch.sample_ids, length, j, **kw) for j in range(options.draws))
 
     for p in lm.model.parameters():
         p.requires_grad_(False)
