@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -508,8 +509,9 @@ def test_skip_effects_of_every_family_equal_a_hand_loop(more_models, text_file, 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_leave_one_out_starts_at_the_removed_block(models, text_file, family):
-    """Block calls counted by hooks on transformers' blocks: removing block f runs blocks f .. L-1 only, so the
-    leave-one-out removals of a window cost L(L+1)/2 block calls (L^2 from the input), with the same losses."""
+    """Block calls counted by hooks on transformers' blocks: removing block f runs blocks f+1 .. L-1 only (the
+    blocks before it give their kept outputs, block f's whole output is its fill), so the leave-one-out removals of
+    a window cost L(L-1)/2 block calls (L^2 from the input), with the same losses."""
     from laya_eval.language.decoder import SKIP, load_causal_lm, run_windows
     from laya_eval.language.passes import batches, removal_scales, shared_losses
 
@@ -533,7 +535,7 @@ def test_leave_one_out_starts_at_the_removed_block(models, text_file, family):
         for h in handles:
             h.remove()
     assert intact == n * n_layers
-    assert from_start == n * sum(n_layers - f for f in range(n_layers)) == n * n_layers * (n_layers + 1) // 2
+    assert from_start == n * sum(n_layers - 1 - f for f in range(n_layers)) == n * n_layers * (n_layers - 1) // 2
     assert from_input_calls == n * n_layers * n_layers
     # float32 blocks: the two routes round differently (the kept blocks' outputs are the intact pass's own)
     assert float((started - from_input).abs().max()) <= 1e-6 * float(from_input.abs().max())
@@ -679,3 +681,51 @@ def test_a_drawn_removal_from_the_command_line(models, text_file, tmp_path):
     assert list(donors.columns) == ["sample", "draw", "donor"] and len(donors) == 3 * 2
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["effect"].endswith("the mean over 2 seeded draws per window of that rise")
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_the_graph_a_window_keeps_is_measured_at_least_its_known_tensors(models, family):
+    """The bytes a call with gradients is sized on cover at least the tensors worked out by hand that autograd must
+    keep for one window: the loss's float64 log-probabilities ((T - 1) x V) and one (T, d) float32 state per block
+    (each block saves its input for its first norm or attention)."""
+    from laya_eval.language.decoder import load_causal_lm
+    from laya_eval.language.passes import row_chunk, saved_bytes
+
+    lm = load_causal_lm(f"hf:{models[family]}")
+    t = 6
+    vocab = lm.model.get_output_embeddings().weight.shape[0]
+    width = lm.parts.embeddings.weight.shape[1]
+    floor = 8 * (t - 1) * vocab + 4 * t * width * lm.n_layers
+    measured = saved_bytes(lm, t)
+    assert measured >= floor
+    assert measured < 100 * floor  # the weights are not counted (they are far larger than a 6-token window's graph)
+    assert row_chunk(lm, t, 64, gradients=True) == max(1, (64 << 20) // (4 * measured))
+
+
+def test_the_intact_pass_runs_backward_only_for_methods_that_read_gradients(models, text_file):
+    """Backward calls counted by hooks on the blocks: none when no method reads gradients, some with grad_x_act; the
+    effects are the same either way."""
+    from laya_eval.language import decoder
+
+    calls = []
+    original = decoder.load_causal_lm
+
+    def counted(*args, **kwargs):
+        lm = original(*args, **kwargs)
+        for block in lm.parts.blocks:
+            block.register_full_backward_hook(lambda m, gi, go: calls.append(1))
+        return lm
+
+    torch.set_num_threads(1)
+    runs = {}
+    for methods in (("random", "block_influence"), ("random", "grad_x_act")):
+        calls.clear()
+        with mock.patch("laya_eval.language.evaluation.load_causal_lm", counted):
+            result = evaluate_next_token(
+                f"hf:{models['llama']}", f"text:{text_file}", options=_options(methods=methods, limit=4)
+            )["skip"]
+        runs[methods[1]] = (len(calls), result.layers.sort_values(["sample", "layer"]))
+    assert runs["block_influence"][0] == 0
+    assert runs["grad_x_act"][0] > 0
+    a, b = runs["block_influence"][1], runs["grad_x_act"][1]
+    np.testing.assert_array_equal(a["effect"].to_numpy(), b["effect"].to_numpy())

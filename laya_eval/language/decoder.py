@@ -223,6 +223,7 @@ def run_windows(
     fill: Fill = SKIP,
     keep: bool = False,
     start: tuple[int, Sequence[Tensor]] | None = None,
+    first_removed: bool = False,
 ) -> RunOutput:
     """The model on right-padded windows with block ``i`` of row ``b`` scaled by ``scale[b, i]`` towards its fill.
 
@@ -238,44 +239,71 @@ def run_windows(
         ``(f, outputs)``: start at block ``f``, blocks ``0 .. f-1`` giving ``outputs[j]`` (B, T, d), their outputs
         in the intact pass of the same rows, without running (every row must keep those blocks). Only the
         embeddings and blocks ``f ..`` run.
+    first_removed : bool
+        Every row removes block ``f`` (``start``'s, 0 without it) whole (``scale`` 0): it gives ``fill`` of its
+        input without running.
     """
     out = RunOutput(logits=torch.empty(0))
-    with _block_hooks(lm.parts.blocks, scale, fill, out, keep), _started(lm.parts.blocks, start):
+    with (
+        _block_hooks(lm.parts.blocks, scale, fill, out, keep),
+        _started(lm.parts.blocks, start, fill if first_removed else None),
+    ):
         out.logits = lm.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
     return out
 
 
+def _plain_attributes(stand_in: nn.Module, block: nn.Module) -> None:
+    """Copy the block's plain attributes (``attention_type``, ``layer_idx`` …), which some families read while
+    looping over their blocks, onto the module standing in for it."""
+    for key, value in vars(block).items():
+        if not key.startswith("_") and not isinstance(value, (nn.Module, Tensor)):
+            setattr(stand_in, key, value)
+
+
 class _KeptOutput(nn.Module):
     """Stands in for a block before the first removed one: returns that block's output from the intact pass
-    (the same rows), so the model's own forward skips the block's work. Carries the block's plain attributes
-    (``attention_type``, ``layer_idx`` …), which some families read while looping over their blocks."""
+    (the same rows), so the model's own forward skips the block's work."""
 
     def __init__(self, block: nn.Module, output: Tensor) -> None:
         super().__init__()
-        for key, value in vars(block).items():
-            if not key.startswith("_") and not isinstance(value, (nn.Module, Tensor)):
-                setattr(self, key, value)
+        _plain_attributes(self, block)
         self.output = output
 
     def forward(self, *args: Any, **kwargs: Any) -> Tensor:
         return self.output
 
 
+class _Filled(nn.Module):
+    """Stands in for the first removed block where every row of the call removes it whole: returns the fill of its
+    input (``skip``: the input itself) without running the block, whose output would be replaced anyway."""
+
+    def __init__(self, block: nn.Module, fill: Fill, index: int) -> None:
+        super().__init__()
+        _plain_attributes(self, block)
+        self.fill, self.index = fill, index
+
+    def forward(self, *args: Any, **kwargs: Any) -> Tensor:
+        return self.fill.of(self.index, args[0] if args else kwargs["hidden_states"])
+
+
 @contextlib.contextmanager
-def _started(blocks: nn.ModuleList, start: tuple[int, Sequence[Tensor]] | None) -> Iterator[None]:
-    """Blocks ``0 .. f-1`` replaced by their kept outputs for ``start = (f, outputs)`` (entered after the hooks,
-    so the stand-ins carry none); the blocks are put back on exit."""
-    if start is None or start[0] == 0:
-        yield
-        return
-    first, outputs = start
-    originals = [blocks[j] for j in range(first)]
+def _started(
+    blocks: nn.ModuleList, start: tuple[int, Sequence[Tensor]] | None, removed: Fill | None = None
+) -> Iterator[None]:
+    """Blocks ``0 .. f-1`` replaced by their kept outputs for ``start = (f, outputs)``, and block ``f`` by its fill
+    where ``removed`` gives it (entered after the hooks, so the stand-ins carry none); the blocks are put back on
+    exit."""
+    first, outputs = start if start is not None else (0, [])
+    stand_ins = {j: _KeptOutput(blocks[j], outputs[j]) for j in range(first)}
+    if removed is not None:
+        stand_ins[first] = _Filled(blocks[first], removed, first)
+    originals = {j: blocks[j] for j in stand_ins}
     try:
-        for j in range(first):
-            blocks[j] = _KeptOutput(originals[j], outputs[j])
+        for j, stand_in in stand_ins.items():
+            blocks[j] = stand_in
         yield
     finally:
-        for j, block in enumerate(originals):
+        for j, block in originals.items():
             blocks[j] = block
 
 

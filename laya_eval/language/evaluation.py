@@ -98,16 +98,19 @@ def load_text_windows(lm: CausalLM, data: str, *, split: str, context: int, data
     return windows(documents, lm.tokenizer, split=split, context=context, name=data[5:], source=source)
 
 
-def intact_pass(lm: CausalLM, batch, rows: int, *, seed: int, n_steps: int, fill) -> tuple[IntactPass, torch.Tensor]:
-    """The intact pass of one batch with every block's states and the gradients of each window's loss, and the
-    windows' losses (B,)."""
+def intact_pass(
+    lm: CausalLM, batch, rows: int, *, seed: int, n_steps: int, fill, gradients: bool = True
+) -> tuple[IntactPass, torch.Tensor]:
+    """The intact pass of one batch with every block's states and, with ``gradients``, the gradients of each
+    window's loss (a backward pass; without, ``IntactPass.grads`` is empty), and the windows' losses (B,)."""
     parts = []
     for s in range(0, batch.ids.shape[0], rows):
         ids, mask = batch.ids[s : s + rows], batch.mask[s : s + rows]
-        with torch.enable_grad():
+        with torch.set_grad_enabled(gradients):
             run = run_windows(lm, ids, mask, keep=True)
             loss = window_losses(run.logits, ids, mask)
-            loss.sum().backward()
+            if gradients:
+                loss.sum().backward()
         run.logits = torch.empty(0)  # the states and gradients are kept, the chunk's logits are not
         parts.append((run, loss.detach()))
     cat = lambda pick: [torch.cat([pick(r)[i].detach() for r, _ in parts]) for i in range(lm.n_layers)]  # noqa: E731
@@ -117,7 +120,7 @@ def intact_pass(lm: CausalLM, batch, rows: int, *, seed: int, n_steps: int, fill
         mask=batch.mask,
         inputs=cat(lambda r: r.inputs),
         outputs=cat(lambda r: r.outputs),
-        grads=cat(lambda r: [h.grad for h in r.outputs]),
+        grads=cat(lambda r: [h.grad for h in r.outputs]) if gradients else [],
         sample_ids=batch.sample_ids,
         fill=fill,
         seed=seed,
@@ -146,7 +149,7 @@ def _collect(lm: CausalLM, data: TextWindows, options: EvalOptions, methods, pro
     size = batch_rows(lm, length, options.max_memory_mb, options.batch_size, copies=4 if drawn else 3)
     parts = batches(data, size, device)
     needs = {FILL_STATISTICS[a] for a in options.ablations} - {None}
-    statistics = update_statistics(lm, parts, rows) if needs else None
+    statistics = update_statistics(lm, parts, grad_rows) if needs else None
     fixed = {a: ablation_fill(a, statistics) for a in options.ablations if a not in drawn}
 
     def fills(a, batch):  # the fixed fill, or each draw's fill of this batch's windows, drawn when it is needed
@@ -160,7 +163,13 @@ def _collect(lm: CausalLM, data: TextWindows, options: EvalOptions, methods, pro
     got: dict[str, Any] = {"loss": [], "scores": {}, "effects": {}, "deletion": {}}
     for batch in parts:
         first, loss = intact_pass(
-            lm, batch, grad_rows, seed=options.seed, n_steps=options.n_steps, fill=fixed.get(options.ablations[0])
+            lm,
+            batch,
+            grad_rows,
+            seed=options.seed,
+            n_steps=options.n_steps,
+            fill=fixed.get(options.ablations[0]),
+            gradients=any(NEXT_TOKEN_REGISTRY[m].gradients for m in methods),
         )
         got["loss"].append(loss.cpu().numpy())
         for a in options.ablations:

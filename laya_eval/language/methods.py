@@ -48,7 +48,8 @@ class IntactPass:
     inputs, outputs : list of Tensor, each (B, T, d)
         Every block's input and output.
     grads : list of Tensor, each (B, T, d)
-        ``d l_b / d h_i`` of each window's mean loss (through every later block).
+        ``d l_b / d h_i`` of each window's mean loss (through every later block); empty where no method of the
+        run reads gradients.
     sample_ids : Tensor of int64, (B,)
     fill : Fill or None
         The ablation's fill (the state IG and attribution patching start from); one draw's for a drawn ablation
@@ -77,18 +78,22 @@ class NextTokenMethod:
     description: str
     fn: Callable[[IntactPass], Tensor]
     baseline: bool = False
+    #: Whether it reads the intact pass's loss gradients (``IntactPass.grads``): the intact pass runs backward only
+    #: when some method does.
+    gradients: bool = False
 
 
 NEXT_TOKEN_REGISTRY: dict[str, NextTokenMethod] = {}
 
 
-def register_next_token_method(name: str, description: str, *, baseline: bool = False):
-    """Decorator: enter ``fn(batch: IntactPass) -> Tensor (B, L)`` under ``name``."""
+def register_next_token_method(name: str, description: str, *, baseline: bool = False, gradients: bool = False):
+    """Decorator: enter ``fn(batch: IntactPass) -> Tensor (B, L)`` under ``name`` (``gradients``: it reads
+    ``batch.grads``)."""
 
     def enter(fn: Callable[[IntactPass], Tensor]) -> Callable[[IntactPass], Tensor]:
         if name in NEXT_TOKEN_REGISTRY:
             raise ValueError(f"next-token method {name!r} is registered already")
-        NEXT_TOKEN_REGISTRY[name] = NextTokenMethod(name, description, fn, baseline)
+        NEXT_TOKEN_REGISTRY[name] = NextTokenMethod(name, description, fn, baseline, gradients)
         return fn
 
     return enter
@@ -129,13 +134,15 @@ def angular_distance(batch: IntactPass) -> Tensor:
 
 
 @register_next_token_method(
-    "grad_x_act", "-gradient x activation of block outputs (first-order rise of the loss on zeroing)."
+    "grad_x_act", "-gradient x activation of block outputs (first-order rise of the loss on zeroing).", gradients=True
 )
 def grad_x_act(batch: IntactPass) -> Tensor:
     return torch.stack([-(g.double() * h.double()).sum((1, 2)) for g, h in zip(batch.grads, batch.outputs)], 1)
 
 
-@register_next_token_method("atp", "Attribution patching: gradient x (fill - output), the first-order removal effect.")
+@register_next_token_method(
+    "atp", "Attribution patching: gradient x (fill - output), the first-order removal effect.", gradients=True
+)
 def attribution_patching(batch: IntactPass) -> Tensor:
     cols = []
     for i, (g, h, x) in enumerate(zip(batch.grads, batch.outputs, batch.inputs)):

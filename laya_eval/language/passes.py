@@ -8,6 +8,7 @@ chunks sized by the rest of the budget on a row's float32 logits and block activ
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -28,6 +29,7 @@ __all__ = [
     "losses_under",
     "removal_scales",
     "row_chunk",
+    "saved_bytes",
     "shared_losses",
     "update_statistics",
 ]
@@ -63,13 +65,53 @@ def _row_bytes(lm: CausalLM, length: int) -> tuple[int, int]:
     return 4 * length * vocab, 4 * length * width * lm.n_layers
 
 
+#: Per model, the bytes autograd keeps for one window, by window length (measured once: :func:`saved_bytes`).
+_SAVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def saved_bytes(lm: CausalLM, length: int) -> int:
+    """Bytes autograd keeps for one window of ``length`` tokens from the model's forward pass and its loss until
+    the backward pass: every block's activations (attention, the MLP's expansion, norms), the logits and the loss's
+    log-probabilities. Measured, not estimated: one window runs once with saved-tensor hooks that add up the
+    storages the graph keeps (each once; the model's weights and buffers not counted), the weights frozen as in
+    the evaluation. Kept per model and length."""
+    known = _SAVED.setdefault(lm.model, {})
+    if length not in known:
+        tensors = [*lm.model.parameters(), *lm.model.buffers()]
+        weights = {t.untyped_storage().data_ptr() for t in tensors}
+        seen: dict[int, int] = {}
+
+        def pack(t: Tensor) -> Tensor:
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in weights:
+                seen[storage.data_ptr()] = storage.nbytes()
+            return t
+
+        device = lm.parts.embeddings.weight.device
+        ids = torch.zeros((1, length), dtype=torch.long, device=device)
+        grads = [p.requires_grad for p in lm.model.parameters()]
+        try:
+            for p in lm.model.parameters():
+                p.requires_grad_(False)
+            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                run = run_windows(lm, ids, torch.ones_like(ids), keep=True)
+                loss = window_losses(run.logits, ids, torch.ones_like(ids))
+            del run, loss
+        finally:
+            for p, g in zip(lm.model.parameters(), grads):
+                p.requires_grad_(g)
+        known[length] = sum(seen.values())
+    return known[length]
+
+
 def row_chunk(lm: CausalLM, length: int, max_memory_mb: int, *, gradients: bool = False) -> int:
-    """Rows per model call within ``max_memory_mb``: three copies of a row's float32 logits (the LM head's output,
-    its shifted slice, its gradient) and a block's activations (counted as eight copies of its state: attention, the
-    MLP's expansion; every block's with gradients, kept for the backward pass) in half the budget, the other half
-    for the kept states and what the process holds besides."""
-    logits, states = _row_bytes(lm, length)
-    per_row = 3 * logits + (8 * states if gradients else 8 * states // max(1, lm.n_layers))
+    """Rows per model call within half of ``max_memory_mb`` (the other half for the kept states and what the
+    process holds besides). With ``gradients``, a row costs twice what autograd keeps for it (:func:`saved_bytes`:
+    the graph, then as much again in gradients during the backward pass); without, two copies of its float32 logits
+    and twice one block's share of that graph (the activations alive inside the block being run)."""
+    logits, _ = _row_bytes(lm, length)
+    saved = saved_bytes(lm, length)
+    per_row = 2 * saved if gradients else 2 * logits + 2 * saved // max(1, lm.n_layers)
     return max(1, (max_memory_mb << 20) // (2 * per_row))
 
 
@@ -135,7 +177,8 @@ def shared_losses(
     scales : sequence of Tensor, each (B, R_j, L)
     kept : list of Tensor, optional
         Every block's output in the batch's intact pass, each (B, T, d): a removal then starts at its first removed
-        block (the blocks before it are not run again), so leave-one-out costs L(L+1)/2 block evaluations.
+        block (the blocks before it are not run again, nor the removed block itself where its whole output is
+        replaced), so leave-one-out costs L(L-1)/2 block evaluations after the intact pass.
 
     Returns
     -------
@@ -162,7 +205,9 @@ def shared_losses(
                 part = group[s : s + rows]
                 ids, mask = batch.ids[index[part]], batch.mask[index[part]]
                 start = None if kept is None else (f, [h[index[part]] for h in kept[:f]])
-                run = run_windows(lm, ids, mask, scale=scale[part], fill=fill.rows(index[part]), start=start)
+                whole = f < n_layers and bool((scale[part, f] == 0).all())  # block f then needs no run
+                part_fill = fill.rows(index[part])
+                run = run_windows(lm, ids, mask, scale=scale[part], fill=part_fill, start=start, first_removed=whole)
                 losses[part] = window_losses(run.logits, ids, mask)
     losses = losses[torch.tensor(where.reshape(-1), device=device)]
     parts, start = [], 0
@@ -176,7 +221,8 @@ def shared_losses(
 def update_statistics(lm: CausalLM, parts: Sequence[WindowBatch], rows: int) -> dict[str, list[Tensor]]:
     """Per block, the float64 mean over the real tokens of the evaluated windows of its output (``output``), of
     its update, output minus input (``update``), and of their squares (``output_square``, ``update_square``),
-    each rounded once to float32, (d,)."""
+    each rounded once to float32, (d,). Runs ``rows`` windows at a time with every block's input and output kept
+    (size ``rows`` as for a pass with gradients, :func:`row_chunk`)."""
     sums: dict[str, list[Tensor]] = {"output": [], "update": [], "output_square": [], "update_square": []}
     count = 0.0
     with torch.no_grad():

@@ -117,7 +117,15 @@ def _dataset_scores(lm: CausalLM, parts, methods, options: PruneOptions, rows: i
     scores: dict[str, list[np.ndarray]] = {m: [] for m in methods}
     for batch in parts:
         grad_rows = row_chunk(lm, batch.ids.shape[1], PRUNE_MEMORY_MB, gradients=True)
-        intact, _ = intact_pass(lm, batch, grad_rows, seed=options.seed, n_steps=IG_STEPS, fill=SKIP)
+        intact, _ = intact_pass(
+            lm,
+            batch,
+            grad_rows,
+            seed=options.seed,
+            n_steps=IG_STEPS,
+            fill=SKIP,
+            gradients=any(NEXT_TOKEN_REGISTRY[m].gradients for m in methods),
+        )
         for m in methods:
             with torch.no_grad():
                 scores[m].append(NEXT_TOKEN_REGISTRY[m].fn(intact).double().cpu().numpy())
