@@ -729,3 +729,30 @@ def test_the_intact_pass_runs_backward_only_for_methods_that_read_gradients(mode
     assert runs["grad_x_act"][0] > 0
     a, b = runs["block_influence"][1], runs["grad_x_act"][1]
     np.testing.assert_array_equal(a["effect"].to_numpy(), b["effect"].to_numpy())
+
+
+def test_pruning_curves_start_at_the_first_removed_block(models, text_file):
+    """Block calls counted by hooks: a pruning curve over an order (k = 0 … L-1 removals) runs the intact pass once
+    (L per window), and after k removals only the blocks after the first removed one, min(order[:k]) (its fill
+    needs no run), with the losses of runs from the input."""
+    from laya_eval.language.decoder import SKIP, load_causal_lm
+    from laya_eval.language.passes import batches, losses_under
+    from laya_eval.language.pruning import _curves, _prefix_scales
+
+    lm = load_causal_lm(f"hf:{models['llama']}")
+    data = windows(DOCS, lm.tokenizer, split="train", context=6, name="docs", source={})
+    (batch,) = batches(data, len(data), torch.device("cpu"))
+    n, n_layers = batch.ids.shape[0], lm.n_layers
+    order = np.array([2, 0, 1])
+    calls = []
+    handles = [b.register_forward_hook(lambda m, a, out: calls.append(out.shape[0])) for b in lm.parts.blocks]
+    try:
+        (curve,) = _curves(lm, [batch], [order], rows=1000, keep_rows=1000)
+    finally:
+        for h in handles:
+            h.remove()
+    # k = 0 is the intact pass's own rows (no call); k = 1 removes block 2 (no block after it runs); k = 2 removes
+    # blocks 2 and 0, so it starts at block 0 (blocks 1 and 2 run, block 2's output replaced afterwards)
+    assert sum(calls) == n * (n_layers + 0 + 0 + 2)
+    from_input = losses_under(lm, batch, _prefix_scales(order, n, batch.ids.device), SKIP, 1000).numpy()
+    np.testing.assert_allclose(curve, from_input, rtol=0, atol=1e-6 * np.abs(from_input).max())

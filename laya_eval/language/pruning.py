@@ -25,10 +25,10 @@ import torch
 
 from laya_eval.catalog import IG_STEPS, MAX_MEMORY_MB, NEXT_TOKEN_METHODS
 from laya_eval.errors import ConfigError
-from laya_eval.language.decoder import SKIP, CausalLM, load_causal_lm
+from laya_eval.language.decoder import SKIP, CausalLM, load_causal_lm, run_windows
 from laya_eval.language.evaluation import check_methods_and_text, intact_pass, load_text_windows
 from laya_eval.language.methods import NEXT_TOKEN_REGISTRY
-from laya_eval.language.passes import batch_rows, batches, losses_under, row_chunk
+from laya_eval.language.passes import batch_rows, batches, row_chunk, shared_losses
 from laya_eval.language.text import TextWindows
 from laya_eval.models.devices import resolve_device
 from laya_eval.pruning.auc import pruning_comparisons, pruning_summary
@@ -83,32 +83,48 @@ def _prefix_scales(order: np.ndarray, n_windows: int, device) -> torch.Tensor:
     return torch.tensor(keep, device=device)[None].expand(n_windows, n_layers, n_layers).contiguous()
 
 
-def _curves(lm: CausalLM, parts, order: np.ndarray, rows: int) -> np.ndarray:
-    """(N, L) per-window loss after k = 0 … L-1 removals in ``order``."""
+def _kept(lm: CausalLM, batch, rows: int) -> list[torch.Tensor]:
+    """Every block's output in the batch's intact pass (no gradients), ``rows`` windows at a time."""
+    outs = []
+    with torch.no_grad():
+        for s in range(0, batch.ids.shape[0], rows):
+            outs.append(run_windows(lm, batch.ids[s : s + rows], batch.mask[s : s + rows], keep=True).outputs)
+    return [torch.cat([o[i] for o in outs]) for i in range(lm.n_layers)]
+
+
+def _curves(lm: CausalLM, parts, orders: list[np.ndarray], rows: int, keep_rows: int) -> list[np.ndarray]:
+    """Per order, (N, L) per-window loss after k = 0 … L-1 removals in it. Every batch runs its intact pass once
+    and each removal from its first removed block (the rows that orders share run once)."""
     device = parts[0].ids.device
-    return np.concatenate(
-        [losses_under(lm, b, _prefix_scales(order, b.ids.shape[0], device), SKIP, rows).cpu().numpy() for b in parts]
-    )
+    out: list[list[np.ndarray]] = [[] for _ in orders]
+    for b in parts:
+        scales = [_prefix_scales(o, b.ids.shape[0], device) for o in orders]
+        for acc, losses in zip(out, shared_losses(lm, b, scales, SKIP, rows, kept=_kept(lm, b, keep_rows))):
+            acc.append(losses.cpu().numpy())
+    return [np.concatenate(a) for a in out]
 
 
-def _greedy_order(lm: CausalLM, parts, weights: np.ndarray, rows: int) -> np.ndarray:
+def _greedy_order(lm: CausalLM, parts, weights: np.ndarray, rows: int, keep_rows: int) -> np.ndarray:
     """The oracle: at every step the block whose removal (with those removed so far) raises the token-weighted
-    validation loss least (ties: the lowest block)."""
+    validation loss least (ties: the lowest block). The validation windows' intact block outputs are kept across
+    the steps (each removal then starts at its first removed block) where they fit in three sixteenths of the
+    budget (the share of a batch's kept states); otherwise the removals run from the input."""
     n_layers, removed = lm.n_layers, []
     device = parts[0].ids.device
+    states = sum(b.ids.numel() for b in parts) * lm.parts.embeddings.weight.shape[1] * 4 * n_layers
+    kept = [_kept(lm, b, keep_rows) for b in parts] if 16 * states <= 3 * (PRUNE_MEMORY_MB << 20) else None
     for _ in range(n_layers - 1):
         left = [i for i in range(n_layers) if i not in removed]
         keep = np.ones((len(left), n_layers), np.float32)
         keep[:, removed] = 0
         keep[np.arange(len(left)), left] = 0
-        losses = np.concatenate(
-            [
-                losses_under(lm, b, torch.tensor(keep, device=device)[None].expand(b.ids.shape[0], -1, -1), SKIP, rows)
-                .cpu()
-                .numpy()
-                for b in parts
-            ]
-        )
+        scale = torch.tensor(keep, device=device)[None]
+        losses = []
+        for j, b in enumerate(parts):
+            start = None if kept is None else kept[j]
+            (got,) = shared_losses(lm, b, [scale.expand(b.ids.shape[0], -1, -1)], SKIP, rows, kept=start)
+            losses.append(got.cpu().numpy())
+        losses = np.concatenate(losses)
         removed.append(left[int(np.argmin(weights @ losses))])
     return np.array(removed + [i for i in range(n_layers) if i not in removed])
 
@@ -195,11 +211,13 @@ def prune_next_token(
     orders = {
         m: np.argsort(s, kind="stable") for m, s in _dataset_scores(lm, val_parts, methods, options, rows).items()
     }
-    orders["oracle"] = _greedy_order(lm, val_parts, _weights(val), rows)
-    curves = {name: _curves(lm, test_parts, order, rows) for name, order in orders.items()}
+    keep_rows = row_chunk(lm, length, PRUNE_MEMORY_MB, gradients=True)
+    orders["oracle"] = _greedy_order(lm, val_parts, _weights(val), rows, keep_rows)
     randoms = [np.random.default_rng([options.seed, r]).permutation(lm.n_layers) for r in range(options.n_random)]
+    got = _curves(lm, test_parts, [*orders.values(), *randoms], rows, keep_rows)
+    curves = dict(zip(orders, got))
     if randoms:
-        curves["random"] = np.mean([_curves(lm, test_parts, o, rows) for o in randoms], 0)
+        curves["random"] = np.mean(got[len(orders) :], 0)
     table = pd.DataFrame(
         [r for name, c in curves.items() for r in _rows(name, c, orders.get(name), weights)],
         columns=NEXT_TOKEN_PRUNING_COLUMNS,
