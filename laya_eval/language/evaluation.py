@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -203,11 +202,37 @@ def _collect(lm: CausalLM, data: TextWindows, options: EvalOptions, methods, pro
     return {**out, "statistics": statistics, "length": length}
 
 
-def _unigram_loss(data: TextWindows) -> float:
-    """The mean loss of the best unigram model of the evaluated tokens (fitted on them: an optimistic baseline)."""
-    counts = Counter(int(t) for w in data.ids for t in w[1:])
-    total = sum(counts.values())
-    return float(-sum(c * math.log(c / total) for c in counts.values()) / total)
+#: Tokens of the training split the unigram baseline of a next-token run is fitted on, at most.
+UNIGRAM_TOKENS = 1_000_000
+
+
+def _unigram_loss(fit: TextWindows, data: TextWindows, vocab: int) -> float:
+    """Mean loss over the evaluated windows' predicted tokens (token-weighted, as the model's) of a unigram model
+    fitted on the first :data:`UNIGRAM_TOKENS` tokens of ``fit``'s windows, add-one smoothed over the vocabulary
+    (no token has probability 0)."""
+    counts, seen = np.zeros(vocab, np.float64), 0
+    for w in fit.ids:
+        if seen >= UNIGRAM_TOKENS:
+            break
+        counts += np.bincount(w, minlength=vocab)[:vocab]
+        seen += w.size
+    logp = np.log((counts + 1.0) / (counts.sum() + vocab))
+    return float(-logp[np.concatenate([w[1:] for w in data.ids])].mean())
+
+
+def _unigram_fit(lm: CausalLM, data: str, options: EvalOptions, text: TextWindows, data_dir) -> tuple:
+    """The windows the unigram baseline is fitted on, and how (the training split, held out from the evaluated
+    windows unless they are the training split themselves)."""
+    if options.split != "train":
+        try:
+            train = load_text_windows(lm, data, split="train", context=options.context, data_dir=data_dir)
+            return (
+                train,
+                f"add-one smoothed token frequencies of the first {UNIGRAM_TOKENS:,} tokens of the train split",
+            )
+        except DataError:
+            pass
+    return text, "add-one smoothed token frequencies of the evaluated windows themselves (in-sample: optimistic)"
 
 
 def _result(lm, data, options, methods, got, ablation: str, model_record) -> EvaluationResult:
@@ -389,12 +414,15 @@ def evaluate_next_token(
         progress.total = len(text)
     got = _collect(lm, text, options, methods, progress)
     mean_loss = float(np.average(got["loss"], weights=[w.size - 1 for w in text.ids]))
-    unigram = _unigram_loss(text)
+    fit, fitted_on = _unigram_fit(lm, data, options, text, data_dir)
+    vocab = max(int(lm.model.get_output_embeddings().weight.shape[0]), max(int(w.max()) for w in fit.ids) + 1)
+    unigram = _unigram_loss(fit, text, vocab)
     record = {
         "loss": mean_loss,
         "perplexity": math.exp(mean_loss),
         "unigram_loss": unigram,
         "uniform_loss": math.log(int(lm.model.get_output_embeddings().weight.shape[0])),
+        "unigram_fit": fitted_on,
         "at_chance": bool(mean_loss >= unigram),
         "loss_rule": "token-weighted mean over the evaluated windows of the mean next-token loss (nats)",
     }
