@@ -756,3 +756,46 @@ def test_pruning_curves_start_at_the_first_removed_block(models, text_file):
     assert sum(calls) == n * (n_layers + 0 + 0 + 2)
     from_input = losses_under(lm, batch, _prefix_scales(order, n, batch.ids.device), SKIP, 1000).numpy()
     np.testing.assert_allclose(curve, from_input, rtol=0, atol=1e-6 * np.abs(from_input).max())
+
+
+def test_the_unigram_baseline_is_fitted_on_the_train_split_and_smoothed(models, text_file):
+    """The unigram loss beside the model's: token counts of the train split's windows (add-one over the vocabulary)
+    scoring the evaluated test windows' predicted tokens, worked out by hand with a Counter."""
+    import math
+    from collections import Counter
+
+    from laya_eval.language.decoder import load_causal_lm
+
+    lm = load_causal_lm(f"hf:{models['gpt2']}")
+    docs, _ = read_documents(str(text_file))
+    train = windows(docs, lm.tokenizer, split="train", context=6, name="docs", source={})
+    test = windows(docs, lm.tokenizer, split="test", context=6, name="docs", source={})
+    vocab = lm.model.get_output_embeddings().weight.shape[0]
+    counts = Counter(int(t) for w in train.ids for t in w)
+    total = sum(counts.values())
+    targets = [int(t) for w in test.ids for t in w[1:]]
+    hand = -sum(math.log((counts[t] + 1) / (total + vocab)) for t in targets) / len(targets)
+    result = evaluate_next_token(
+        f"hf:{models['gpt2']}", f"text:{text_file}", options=_options(methods=("random",), split="test")
+    )["skip"]
+    record = result.manifest["model"]
+    assert record["unigram_loss"] == pytest.approx(hand, rel=1e-12)
+    assert "train split" in record["unigram_fit"]
+    own = evaluate_next_token(f"hf:{models['gpt2']}", f"text:{text_file}", options=_options(methods=("random",)))
+    assert "in-sample" in own["skip"].manifest["model"]["unigram_fit"]
+
+
+def test_report_reads_a_next_token_folder_and_names_its_effect(models, text_file, tmp_path):
+    """`laya-eval report` on a next-token faithfulness folder: it reads the windows' samples table (document,
+    offset, tokens, loss instead of label and prediction) and calls the effect a rise of the loss, in nats."""
+    from tests.cli_helpers import run
+
+    out = tmp_path / "nt"
+    nt = ("--target", "next-token", "--context", "6", "--split", "train", "--methods", "random,block_influence")
+    assert run("faithfulness", f"hf:{models['gpt2']}", "--data", f"text:{text_file}", *nt, "--out", out).exit_code == 0
+    result = run("report", out, "--out", tmp_path / "rep")
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert "### Deletion@1 (rise of the next-token loss, nats)" in text
+    assert "the rise of the mean next-token loss, in nats" in text
+    assert "predicted class" not in text

@@ -38,7 +38,7 @@ _REQUIRED = {
         "top1_hit_rate",
         "aopc",
     ],
-    "samples": ["sample", "label", "pred", "method", "spearman"],
+    "samples": ["sample", "method", "spearman"],
     "layers": ["sample", "method", "layer", "attribution", "effect"],
 }
 # comparisons.csv (paired tests between methods, written by newer `faithfulness` runs) is optional.
@@ -91,12 +91,19 @@ class Run:
         }
 
 
+#: What identifies a sample besides its index: a classifier's label and prediction, or a text window's document,
+#: offset, tokens and loss (``faithfulness --target next-token``).
+SAMPLE_KINDS = (("label", "pred"), ("document", "offset", "tokens", "loss"))
+
+
 def _read(folder: Path, name: str, required: Sequence[str]) -> pd.DataFrame:
     from laya_eval.output.tables import find_table, read_table
 
     path = find_table(folder / name)
     table = read_table(path)
     missing = [c for c in required if c not in table.columns]
+    if name == "samples" and not missing and not any(set(k) <= set(table.columns) for k in SAMPLE_KINDS):
+        missing = [c for c in SAMPLE_KINDS[0] if c not in table.columns]
     if missing:
         raise ResultsError(f"{path}: missing column(s) {', '.join(missing)}; is it from `laya-eval faithfulness`?")
     return table

@@ -47,7 +47,7 @@ _TEXT = {
 }
 _INTEGERS = {
     "summary": ("n", "n_undefined"),
-    "samples": ("sample", "label", "pred"),
+    "samples": ("sample", "label", "pred", "document", "offset", "tokens"),
     "layers": ("sample", "layer"),
     "comparisons": ("n",),
 }
