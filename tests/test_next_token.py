@@ -799,3 +799,39 @@ def test_report_reads_a_next_token_folder_and_names_its_effect(models, text_file
     assert "### Deletion@1 (rise of the next-token loss, nats)" in text
     assert "the rise of the mean next-token loss, in nats" in text
     assert "predicted class" not in text
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("torchrun")
+def test_two_processes_under_torchrun_write_the_same_next_token_tables(models, text_file, tmp_path):
+    """Each rank evaluates its shard of the windows, rank 0 writes: the tables equal one process's byte for byte,
+    with a removal that needs dataset statistics (summed over the ranks) and a drawn one (donors from any shard)."""
+    import os
+    import subprocess
+    import sys
+
+    args = ["faithfulness", f"hf:{models['llama']}", "--data", f"text:{text_file}", "--target", "next-token"]
+    args += ["--context", "6", "--split", "train", "--ablation", "mean-update,resample-update", "--draws", "2"]
+    args += ["--methods", "random,block_influence,atp", "--bootstrap", "20", "--quiet"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "LAYA_EVAL_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    one = subprocess.run(
+        [sys.executable, "-m", "laya_eval_cli", *args, "--out", str(tmp_path / "one")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert one.returncode == 0, one.stderr
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    two = subprocess.run(
+        [*torchrun, "-m", "laya_eval_cli", *args, "--out", str(tmp_path / "two")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert two.returncode == 0, two.stderr
+    for ablation in ("mean-update", "resample-update"):
+        for name in ("layers.csv", "samples.csv", "summary.csv", "comparisons.csv"):
+            a, b = (tmp_path / run / ablation / name for run in ("one", "two"))
+            assert a.read_bytes() == b.read_bytes(), (ablation, name)

@@ -86,6 +86,27 @@ class World:
             out[name] = pairs
         return DatasetStatistics(out)
 
+    def sum_tensors(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each tensor summed over every rank (each rank gets the totals; the inputs are left as they are)."""
+        if self.size == 1:
+            return list(tensors)
+        import torch.distributed as dist
+
+        out = [t.clone() for t in tensors]
+        for t in out:
+            dist.all_reduce(t)
+        return out
+
+    def gather_objects(self, obj: object) -> list:
+        """Every rank's ``obj``, in rank order, on every rank."""
+        if self.size == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        parts: list = [None] * self.size
+        dist.all_gather_object(parts, obj)
+        return parts
+
     def all_gather(self, records: Records) -> Records:
         """Every rank's records merged, on every rank."""
         if self.size == 1:

@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 
 from laya_eval.catalog import ABLATION_SPECS, NEXT_TOKEN_METHODS
+from laya_eval.engine.distributed import SINGLE_PROCESS, World
 from laya_eval.engine.outcome import Evaluation, write_evaluation
 from laya_eval.engine.plan import EvalOptions, comparison_reference
 from laya_eval.engine.results import TIE_RULE, EvaluationResult, score_method
@@ -139,16 +140,21 @@ def _mean(values) -> Any:
     return [t / n for t in total] if isinstance(total, list) else total / n
 
 
-def _collect(lm: CausalLM, data: TextWindows, options: EvalOptions, methods, progress) -> dict[str, Any]:
+def _collect(
+    lm: CausalLM, data: TextWindows, options: EvalOptions, methods, progress, world: World = SINGLE_PROCESS
+) -> dict[str, Any]:
+    """Every window's intact loss, scores, effects and deletion curves; under several processes this rank's
+    contiguous shard of the windows (indices, padding and draws those of the whole set; statistics summed over
+    the ranks)."""
     device = next(lm.model.parameters()).device
     length = max(w.size for w in data.ids)
     rows = row_chunk(lm, length, options.max_memory_mb)
     grad_rows = row_chunk(lm, length, options.max_memory_mb, gradients=True)
     drawn = [a for a in options.ablations if is_drawn(a)]
     size = batch_rows(lm, length, options.max_memory_mb, options.batch_size, copies=4 if drawn else 3)
-    parts = batches(data, size, device)
+    parts = batches(data, size, device, shard=world.shard(len(data)))
     needs = {FILL_STATISTICS[a] for a in options.ablations} - {None}
-    statistics = update_statistics(lm, parts, grad_rows) if needs else None
+    statistics = update_statistics(lm, parts, grad_rows, world.sum_tensors) if needs else None
     fixed = {a: ablation_fill(a, statistics) for a in options.ablations if a not in drawn}
 
     def fills(a, batch):  # the fixed fill, or each draw's fill of this batch's windows, drawn when it is needed
@@ -200,6 +206,15 @@ def _collect(lm: CausalLM, data: TextWindows, options: EvalOptions, methods, pro
     cat = lambda d: {k: np.concatenate(v) for k, v in d.items()}  # noqa: E731
     out = {"loss": np.concatenate(got["loss"]), **{k: cat(got[k]) for k in ("scores", "effects", "deletion")}}
     return {**out, "statistics": statistics, "length": length}
+
+
+def _gathered(shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ranks' results (in rank order: contiguous shards) as one: every per-window array concatenated."""
+    if len(shards) == 1:
+        return shards[0]
+    cat = lambda key: {k: np.concatenate([g[key][k] for g in shards]) for k in shards[0][key]}  # noqa: E731
+    out = {key: cat(key) for key in ("scores", "effects", "deletion")}
+    return {**shards[0], **out, "loss": np.concatenate([g["loss"] for g in shards])}
 
 
 #: Tokens of the training split the unigram baseline of a next-token run is fitted on, at most.
@@ -368,7 +383,8 @@ def evaluate_next_token(
     data_dir: str | os.PathLike | None = None,
     progress: Any = None,
     resume: bool = False,
-) -> Evaluation:
+    world: World = SINGLE_PROCESS,
+) -> Evaluation | None:
     """Score layer scores of a causal LM against the loss increase of removing each block, per text window.
 
     Parameters
@@ -386,10 +402,13 @@ def evaluate_next_token(
         The result folder (checked before any work, replaced whole at the end).
     resume : bool
         Refused: a next-token run keeps no partial results.
+    world : laya_eval.engine.distributed.World
+        Under ``torchrun``: each rank evaluates its contiguous shard of the windows, rank 0 gathers them, writes
+        and returns the evaluation; the other ranks return None. The tables are those of one process.
 
     Returns
     -------
-    Evaluation
+    Evaluation or None
         One result per ablation with the tables of ``faithfulness``; ``samples`` also records each window's
         ``document``, ``offset``, ``tokens`` and intact ``loss``.
     """
@@ -405,14 +424,21 @@ def evaluate_next_token(
         check_output_folder(out)
     torch.manual_seed(options.seed)
     dtype = getattr(torch, options.dtype)
-    lm = load_causal_lm(model, download=options.download, device=resolve_device(options.device), dtype=dtype)
+    lm = load_causal_lm(
+        model, download=options.download, device=resolve_device(world.device(options.device)), dtype=dtype
+    )
     text = load_text_windows(
         lm, data, split=options.split, context=options.context, data_dir=data_dir, download=options.download
     ).take(options.limit)
     check_draws(options.ablations, len(text))
     if progress is not None:
-        progress.total = len(text)
-    got = _collect(lm, text, options, methods, progress)
+        first, stop = world.shard(len(text))
+        progress.total = stop - first  # this rank's windows
+    if len(text) < world.size:
+        raise ConfigError(f"{len(text)} window(s) cannot be shared by {world.size} processes: evaluate more windows.")
+    got = _gathered(world.gather_objects(_collect(lm, text, options, methods, progress, world)))
+    if not world.is_main:
+        return None
     mean_loss = float(np.average(got["loss"], weights=[w.size - 1 for w in text.ids]))
     fit, fitted_on = _unigram_fit(lm, data, options, text, data_dir)
     vocab = max(int(lm.model.get_output_embeddings().weight.shape[0]), max(int(w.max()) for w in fit.ids) + 1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -123,14 +123,18 @@ def batch_rows(lm: CausalLM, length: int, max_memory_mb: int, batch_size: int, c
     return max(1, min(batch_size, (max_memory_mb << 20) // (16 * copies * states)))
 
 
-def batches(data: TextWindows, rows: int, device: torch.device) -> list[WindowBatch]:
-    """The evaluated windows in batches of ``rows``, all padded to the longest window of ``data``."""
+def batches(
+    data: TextWindows, rows: int, device: torch.device, shard: tuple[int, int] | None = None
+) -> list[WindowBatch]:
+    """The evaluated windows (``shard``: windows ``start .. stop`` only, keeping their indices) in batches of
+    ``rows``, all padded to the longest window of ``data``."""
     length = max(w.size for w in data.ids)
+    first, stop = shard if shard is not None else (0, len(data))
     out = []
-    for start in range(0, len(data), rows):
-        ids, mask = padded_batch(data.ids[start : start + rows], length, device)
-        sample = torch.arange(start, min(start + rows, len(data)), device=device)
-        out.append(WindowBatch(ids, mask, sample))
+    for start in range(first, stop, rows):
+        end = min(start + rows, stop)
+        ids, mask = padded_batch(data.ids[start:end], length, device)
+        out.append(WindowBatch(ids, mask, torch.arange(start, end, device=device)))
     return out
 
 
@@ -218,7 +222,9 @@ def shared_losses(
     return parts
 
 
-def update_statistics(lm: CausalLM, parts: Sequence[WindowBatch], rows: int) -> dict[str, list[Tensor]]:
+def update_statistics(
+    lm: CausalLM, parts: Sequence[WindowBatch], rows: int, add_up: Callable[[list[Tensor]], list[Tensor]] = list
+) -> dict[str, list[Tensor]]:
     """Per block, the float64 mean over the real tokens of the evaluated windows of its output (``output``), of
     its update, output minus input (``update``), and of their squares (``output_square``, ``update_square``),
     each rounded once to float32, (d,). Runs ``rows`` windows at a time with every block's input and output kept
@@ -242,7 +248,12 @@ def update_statistics(lm: CausalLM, parts: Sequence[WindowBatch], rows: int) -> 
                             sums[key].append(total)
                         else:
                             sums[key][i] += total
-    return {k: [(v / count).float() for v in vs] for k, vs in sums.items()}
+    # under several processes, every rank's float64 sums and count added up (``add_up``) before the division
+    keys = list(sums)
+    summed = add_up([torch.tensor(count, dtype=torch.float64), *(v for k in keys for v in sums[k])])
+    count, flat = float(summed[0]), summed[1:]
+    n = len(sums[keys[0]])
+    return {k: [(v / count).float() for v in flat[j * n : (j + 1) * n]] for j, k in enumerate(keys)}
 
 
 def ablation_fill(ablation: str, statistics: dict[str, list[Tensor]] | None) -> Fill:

@@ -58,12 +58,17 @@ def _next_token(checkpoint, data, out_dir, data_dir, quiet, resume, params) -> N
     import laya_eval
     from laya_eval.options import values_for
 
+    from laya_eval.engine.distributed import world_from_environment
+
     options = laya_eval.EvalOptions(**values_for("EvalOptions", next_token_defaults(params)))
+    world = world_from_environment(options.device)
     start = time.perf_counter()
-    with progress_bar(quiet, desc="evaluate", unit="window") as bar:
+    with progress_bar(quiet or not world.is_main, desc="evaluate", unit="window") as bar:
         evaluation = laya_eval.evaluate_next_token(
-            checkpoint, data, options=options, out=out_dir, data_dir=data_dir, progress=bar, resume=resume
+            checkpoint, data, options=options, out=out_dir, data_dir=data_dir, progress=bar, resume=resume, world=world
         )
+    if evaluation is None:
+        return
     for name, result in evaluation.items():
         m = result.manifest
         click.echo(
