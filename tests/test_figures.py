@@ -294,10 +294,10 @@ def test_the_oracle_formulas_give_known_values():
 
 
 def test_every_method_colour_is_readable_on_white_and_apart_from_the_others():
-    from laya_eval.catalog import METHOD_SPECS
+    from laya_eval.catalog import METHOD_SPECS, NEXT_TOKEN_METHODS
     from laya_eval.figures.style import PALETTE
 
-    assert set(PALETTE) == set(METHOD_SPECS)
+    assert set(PALETTE) == set(METHOD_SPECS) | set(NEXT_TOKEN_METHODS)
     contrast = {m: 1.05 / (_relative_luminance(c) + 0.05) for m, c in PALETTE.items()}
     assert min(contrast.values()) >= 3.0, contrast  # WCAG 2.x, graphical objects
     # CIE76 distance: 2.3 is a just-noticeable difference; 25 keeps two lines of a figure apart at a glance
@@ -654,3 +654,32 @@ def test_a_finished_figure_pickles_and_draws_the_same_after_unpickling():
     copy = pickle.loads(pickle.dumps(fig))
     assert sorted(t.get_text() for t in copy.axes[0].texts) == sorted(t.get_text() for t in fig.axes[0].texts)
     assert F.figure_bytes(copy, "png") == F.figure_bytes(fig, "png")
+
+
+def test_perplexity_figure_labels_minor_ticks_at_two_and_five_only_and_colours_the_logit_lens():
+    """Minor tick labels of the log axis: only 2 and 5 times a power of ten (the labels of a decade would run into
+    each other); the logit lens has its own colour and label."""
+    from laya_eval.figures.pruning import perplexity_figure
+    from laya_eval.figures.style import PALETTE
+
+    rows = []
+    for method, ranking, values in (
+        ("logit_lens", "dataset", [260, 290, 340, 420, 700]),
+        ("oracle", "oracle", [260, 280, 330, 400, 650]),
+        ("random", "random", [260, 900, 1500, 2600, 3900]),
+    ):
+        rows += [{"method": method, "ranking": ranking, "k_removed": k, "perplexity": v} for k, v in enumerate(values)]
+    fig = perplexity_figure(pd.DataFrame(rows), meta={"label": "lm", "dataset": "text:x", "n_test": 9})
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    minor = [(t.get_loc(), t.label1.get_text()) for t in ax.yaxis.get_minor_ticks() if t.label1.get_text()]
+    ylow, yhigh = ax.get_ylim()
+    shown = [v for v, _ in minor if ylow <= v <= yhigh]
+    assert shown, minor
+    for value in shown:
+        mantissa = value / 10 ** math.floor(math.log10(value) + 1e-9)
+        assert round(mantissa, 6) in (2.0, 5.0), minor
+    colours = {line.get_label(): line.get_color() for line in ax.get_lines()}
+    assert any(c == PALETTE["logit_lens"] for c in colours.values()), colours
+    texts = [t.get_text() for t in fig.findobj(matplotlib.text.Text)]
+    assert any("logit lens" in t for t in texts) and not any("logit_lens" in t for t in texts)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -182,6 +184,15 @@ def pruning_figure(
         return _finish(fig, "Pruning layers by attribution: accuracy against layers removed", _subtitle(meta), note)
 
 
+def _two_and_five(value: float, _position=None) -> str:
+    """A minor tick's label on a log axis: only at 2 and 5 times a power of ten (200, 500, 2000 …), so that the
+    labels of a decade do not run into each other."""
+    if value <= 0:
+        return ""
+    mantissa = value / 10 ** math.floor(math.log10(value) + 1e-9)
+    return f"{value:.4g}" if round(mantissa, 6) in (2.0, 5.0) else ""
+
+
 def perplexity_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style: str = "default"):
     """A causal LM's held-out perplexity against the number of blocks removed (``skip``), one line per ranking,
     the oracle as a grey band (log scale: removing blocks multiplies perplexity).
@@ -199,9 +210,8 @@ def perplexity_figure(table: pd.DataFrame, *, meta: Mapping[str, Any], style: st
         ax = fig.subplots()
         _panel(ax, table, "perplexity", "skip" if style == "paper" else "blocks skipped · no retraining", style)
         ax.set_yscale("log")
-        plain = FuncFormatter(lambda v, _: f"{v:.4g}")  # 37.5, not 3.75 x 10^1
-        ax.yaxis.set_major_formatter(plain)
-        ax.yaxis.set_minor_formatter(plain)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.4g}"))  # 37.5, not 3.75 x 10^1
+        ax.yaxis.set_minor_formatter(FuncFormatter(_two_and_five))
         ax.set_ylabel("test perplexity")
         ax.set_xlabel("blocks removed (least important first)")
         handles, labels = ax.get_legend_handles_labels()

@@ -63,11 +63,16 @@ PALETTE: dict[str, str] = {
     "angular_distance": "#7a7a00",
     "alpha_norm": "#00838f",
     "atp": "#1a1a1a",
+    "logit_lens": "#3d2bd9",
 }
+# The next-token methods that no classifier has (``catalog.NEXT_TOKEN_METHODS``): label and short label.
+_NEXT_TOKEN_ONLY = {"logit_lens": ("logit lens", "lens")}
 # Names come from the method catalog (the one owner); a method without a label shows its name.
 METHOD_LABELS: dict[str, str] = {n: spec.label or n for n, spec in METHOD_SPECS.items()}
+METHOD_LABELS.update({n: label for n, (label, _) in _NEXT_TOKEN_ONLY.items()})
 # Direct labels on lines have little room.
 METHOD_SHORT_LABELS: dict[str, str] = {n: spec.short_label or spec.label or n for n, spec in METHOD_SPECS.items()}
+METHOD_SHORT_LABELS.update({n: short for n, (_, short) in _NEXT_TOKEN_ONLY.items()})
 # A second channel besides colour (grey-scale print, colour-blind readers): marker and dash pattern.
 _MARKERS = {
     "laya": "o",
@@ -81,6 +86,7 @@ _MARKERS = {
     "angular_distance": ">",
     "alpha_norm": "h",
     "atp": "d",
+    "logit_lens": "p",
 }
 _DASHES = {
     "laya": (None, None),
@@ -94,6 +100,7 @@ _DASHES = {
     "angular_distance": (0, (3, 1, 3, 3)),
     "alpha_norm": (0, (1, 1, 4, 1)),
     "atp": (0, (6, 2, 2, 2)),
+    "logit_lens": (0, (2, 1, 2, 4)),
 }
 FORMATS, STYLES = FIGURE_FORMATS, FIGURE_STYLES
 DPI = 110
