@@ -74,3 +74,20 @@ def test_typical_largest_effect_is_the_median_of_each_samples_largest():
     assert small == pytest.approx(1.25e-4) and small < EFFECT_FLOOR
     with pytest.raises(ConfigError, match=r"effects must be a 2-d array \(samples, layers\); got 'shape \(3,\)'"):
         typical_largest_effect(np.zeros(3))
+
+
+def test_too_few_samples_are_said_to_be_too_few_not_a_failing_model():
+    """Two samples of a 4-class model, both right: chance is the majority label's share 0.5 (labels 0 and 1), p =
+    0.5^2 = 0.25 >= 0.05, so the rule cannot tell the model from chance, and no accuracy on 2 samples could (0.25 is
+    the smallest p there is): the note says so. Three samples of three labels all right: chance 1/3, p = 1/27 <
+    0.05, not at chance."""
+    two = model_state(np.array([0, 1]), np.array([0, 1]), n_classes=4)
+    assert two.at_chance and two.p_value == pytest.approx(0.25)
+    (note,) = two.notes()
+    assert note.startswith("accuracy 1.000 on 2 samples cannot be told from the chance level 0.500")
+    assert "too few samples to judge the model" in note
+    three = model_state(np.array([0, 1, 2]), np.array([0, 1, 2]), n_classes=4)
+    assert not three.at_chance and three.notes() == []
+    # a model that is wrong on few samples is at chance in the plain words
+    wrong = model_state(np.array([0, 1]), np.array([1, 0]), n_classes=4)
+    assert wrong.notes()[0].startswith("the model is at chance on these samples")

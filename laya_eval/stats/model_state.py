@@ -100,7 +100,15 @@ class ModelState:
     def notes(self) -> list[str]:
         """Plain-language warnings for a model at chance or predicting one class (empty for a working model)."""
         out = []
-        if self.at_chance:
+        if self.at_chance and self.accuracy > self.chance and self.chance**self.n >= CHANCE_ALPHA:
+            # even every sample right would not pass the test: the samples are too few to judge, not the model
+            out.append(
+                f"accuracy {self.accuracy:.3f} on {self.n} samples cannot be told from the chance level "
+                f"{self.chance:.3f} (one-sided p = {self.p_value:.2g} >= {CHANCE_ALPHA:g}; with {self.n} samples "
+                "not even all of them right could be): too few samples to judge the model, so its verdict says "
+                "model-at-chance; evaluate more samples."
+            )
+        elif self.at_chance:
             out.append(
                 f"the model is at chance on these samples: accuracy {self.accuracy:.3f} is not above the stricter "
                 f"chance level {self.chance:.3f} beyond binomial noise (one-sided p = {self.p_value:.2g} >= "
