@@ -70,7 +70,6 @@ def main() -> None:
         }
         save_mixer_model(model, out / f"{kind}.pt", info=info)
         entry = {**info, "train_seconds": round(train_s, 1), "audits": {}}
-        print(f"{kind}: test accuracy {acc:.4f} ({len(test)} images); trained in {train_s:.1f} s", flush=True)
         for removal in args.removals:
             start = time.perf_counter()
             options = MixerOptions(

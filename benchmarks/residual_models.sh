@@ -20,7 +20,7 @@ N=${N:-200}
 N_CNN=${N_CNN:-200}
 PARTS=${PARTS:-cnn mixers}
 WORK=${WORK:-$(mktemp -d)}
-RES=benchmarks/results/residual
+RES=${RES:-benchmarks/results/residual}
 DATA_DIR=${DATA_DIR:-.cache}
 export HF_HUB_OFFLINE=1 LAYA_EVAL_THREADS=1 OMP_NUM_THREADS=1
 mkdir -p "$RES" "$WORK"
@@ -87,8 +87,12 @@ fi
 # --- DenseFormer and AttnRes reference classifiers (benchmarks/mixers_reference.py) + LAYA on their block states
 if has mixers; then
 [ -f "$WORK/mixers/attnres.pt" ] || /usr/bin/time -f "mixers-train: %e s wall, %M KB peak RSS" -a \
-  -o "$WORK/time-mixers.txt" "$BIN/python" benchmarks/mixers_reference.py --out "$WORK/mixers" --removals \
-  | tee "$WORK/mixers-train.txt"
+  -o "$WORK/time-mixers.txt" "$BIN/python" benchmarks/mixers_reference.py --out "$WORK/mixers" --removals
+"$BIN/python" - "$WORK/mixers/results.json" <<'PY' | tee "$WORK/mixers-train.txt"
+import json, sys
+for kind, m in json.load(open(sys.argv[1]))["models"].items():
+    print(f"{kind}: test accuracy {m['test_accuracy']:.4f} ({m['n_test']} images); trained in {m['train_seconds']} s")
+PY
 names=(mixers-train)
 for kind in denseformer attnres; do
   export LAYA_MIXER_MODEL="$WORK/mixers/$kind.pt"
