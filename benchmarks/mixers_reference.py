@@ -5,28 +5,44 @@ Fashion-MNIST, then every mixer audited (does mass predict the effect of removin
 
 Writes ``OUT/KIND.pt`` (the trained model), ``OUT/KIND-REMOVAL/`` (the audit folder: sources, samples,
 summary, comparisons, map, manifest, map.png) and ``OUT/results.json`` (accuracy, wall times, options).
+
+``py:benchmarks/mixers_reference.py:reference_model`` returns the model of the file named by ``LAYA_MIXER_MODEL``
+(``OUT/KIND.pt``) for ``laya-eval fit-head --layers "block_states.*" --pool flatten``: a LAYA head over its
+blocks' states, evaluated by ``laya-eval faithfulness`` (benchmarks/residual_models.sh).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
+import torch
 
 from laya_eval.data import load_dataset
 from laya_eval.mixers.audit import MixerOptions, audit_mixers
-from laya_eval.mixers.reference import KINDS, accuracy, fit_mixer_model, save_mixer_model
+from laya_eval.mixers.reference import KINDS, accuracy, fit_mixer_model, load_mixer_model, save_mixer_model
 from laya_eval.output.files import atomic_write_text
 from laya_eval.output.origin import provenance
+
+
+def reference_model() -> torch.nn.Module:
+    """The classifier of the mixer model file ``LAYA_MIXER_MODEL`` (eval mode)."""
+    path = os.environ.get("LAYA_MIXER_MODEL")
+    if not path:
+        raise RuntimeError("set LAYA_MIXER_MODEL to a file `python benchmarks/mixers_reference.py` wrote")
+    return load_mixer_model(path)[0]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/mixers")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
-    parser.add_argument("--removals", nargs="+", default=["weight", "mean"], choices=["weight", "mean"])
+    parser.add_argument(
+        "--removals", nargs="*", default=["weight", "mean"], choices=["weight", "mean"], help="none: train only"
+    )
     parser.add_argument("--n-train", type=int, default=12000)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--limit", type=int, default=300)

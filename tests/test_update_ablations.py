@@ -280,6 +280,80 @@ def test_noise_update_draws_noise_of_the_updates_moments(cnn):
     _assert_agree(_effects(model, data, "noise-update", draws=2), hand)
 
 
+# --------------------------------------------------------------------------- depth mixers (DenseFormer, AttnRes)
+def _mixer_model(kind: str):
+    """A LAYA head on the block states of a reference depth-mixer classifier (trained-looking random weights)."""
+    from laya_eval.mixers.reference import PatchDepthClassifier
+
+    torch.manual_seed(5)
+    net = PatchDepthClassifier(kind, image_size=8, patch=4, dim=8, depth=3, heads=2, n_classes=N_CLASSES)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.normal_(0, 0.5)
+    net.eval()
+    x = torch.randn(N_SAMPLES, 1, 8, 8, generator=torch.Generator().manual_seed(6))
+    names = [f"block_states.{i}" for i in range(3)]
+    backbone = ModuleBackbone(net, names, example_input=x[:2], pool="flatten")
+    head = make_head("laya", backbone.layer_dims, N_CLASSES)
+    model = LayeredModel(backbone, head, ModelInfo(num_classes=N_CLASSES, input_shape=(1, 8, 8)))
+    data = Dataset(x=x, y=torch.arange(N_SAMPLES) % N_CLASSES, class_names=("a", "b", "c"), name="m", split="test")
+    return model, data
+
+
+def _mixer_states(net, x):
+    """``states_of`` by hand from the DenseFormer definition: block i reads the mix of the embedding and the states
+    so far, its state is its input plus its update (``replace`` sees that input and that state); flattened."""
+
+    def states_of(replace):
+        e = net.embed(x).flatten(2).transpose(1, 2) + net.pos
+        sources, h, states = [e], e, []
+        for i, (block, mixer) in enumerate(zip(net.blocks, net.mixers)):
+            out = h + block(h)
+            out = replace[i](h, out) if i in replace else out
+            sources.append(out)
+            states.append(out.flatten(1))
+            h = mixer(sources)
+        return states
+
+    return states_of
+
+
+def test_denseformer_block_states_take_skip_and_mean_update_as_hand_loops_do():
+    model, data = _mixer_model("denseformer")
+    net, head64 = model.backbone.module, copy.deepcopy(model.head).double().eval()
+    states_of = _mixer_states(net, data.x)
+    with torch.no_grad():  # the oracle is the model: its own forward gives the logits the hand loop implies
+        e = net.embed(data.x).flatten(2).transpose(1, 2) + net.pos
+        sources = [e, *(state.view_as(e) for state in states_of({}))]
+        torch.testing.assert_close(net(data.x), net.classifier(net.norm(net.mixers[-1](sources)).mean(1)))
+    _assert_agree(_effects(model, data, "zero"), _hand_effects(head64, states_of, 3, lambda i: lambda a, o: 0 * o))
+    skip = _hand_effects(head64, states_of, 3, lambda i: lambda inp, out: inp)
+    _assert_agree(_effects(model, data, "skip"), skip)
+    with torch.no_grad():  # each block's update over the plain pass: its state minus the mix it read
+        e = net.embed(data.x).flatten(2).transpose(1, 2) + net.pos
+        sources, h, mean = [e], e, []
+        for block, mixer in zip(net.blocks, net.mixers):
+            u = block(h)
+            mean.append(u.double().mean(0).float())
+            sources.append(h + u)
+            h = mixer(sources)
+    mean_update = _hand_effects(head64, states_of, 3, lambda i: lambda a, o: a + mean[i])
+    _assert_agree(_effects(model, data, "mean-update"), mean_update)
+    assert float((mean_update - skip).abs().max()) > 1e-4
+
+
+def test_attnres_block_states_have_no_block_input_so_skip_is_refused(tmp_path):
+    model, data = _mixer_model("attnres")
+    with pytest.raises(ConfigError, match=r"layer 'block_states.0' maps no tensor to \(4, 8\): use an ablation"):
+        evaluate(model, data, options=EvalOptions(scope="network", ablation=("skip",)), out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    net = model.backbone.module
+    with torch.no_grad():  # its state is the block's output itself (block 1 reads the embedding): zero removes it
+        states = model.backbone(data.x)
+        e = net.embed(data.x).flatten(2).transpose(1, 2) + net.pos
+        torch.testing.assert_close(states[0], net.blocks[0](e).flatten(1))
+
+
 # --------------------------------------------------------------------------- refusals
 def test_skip_on_the_mlps_shape_changing_layer_is_refused_in_one_line(digits_checkpoints, tmp_path):
     out = tmp_path / "out"

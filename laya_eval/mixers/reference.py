@@ -34,6 +34,7 @@ from laya_eval.output.files import atomic_write_bytes
 __all__ = [
     "CHECKPOINT_FORMAT",
     "KINDS",
+    "BlockState",
     "DepthClassifier",
     "DepthSoftmax",
     "DepthWeightedAverage",
@@ -117,6 +118,21 @@ class Block(nn.Module):
         return a + self.mlp(self.norm2(x + a))
 
 
+class BlockState(nn.Module):
+    """The state block ``i`` adds to the sources of the later mixers, as a named submodule without weights (a point
+    a forward hook can read or replace, e.g. ``laya-eval fit-head --layers "block_states.*"``).
+
+    DenseFormer: ``state(h, update) -> h + update``, with ``h`` the block's input (the mix it reads) and ``update``
+    what the block computed, so the block's output minus its input is its update and ``skip`` and the update
+    removals of ``laya-eval faithfulness`` apply. AttnRes: ``state(update=u) -> u``; the block's update is its state
+    (no residual sum), so the state removals act on the update itself, and the update removals, which need the
+    block's input, are refused.
+    """
+
+    def forward(self, h: Tensor | None = None, *, update: Tensor) -> Tensor:
+        return update if h is None else h + update
+
+
 class DepthClassifier(nn.Module):
     """The part both input kinds share: blocks, depth mixers, LayerNorm and a linear classifier over the mean
     token. A subclass embeds its inputs as tokens ``(B, T, dim)`` and says which tokens the mean reads."""
@@ -127,6 +143,7 @@ class DepthClassifier(nn.Module):
         self.embed, self.pos = embed, pos
         kind, dim, depth = config["kind"], config["dim"], config["depth"]
         self.blocks = nn.ModuleList(Block(dim, config["heads"], config["mlp_ratio"]) for _ in range(depth))
+        self.block_states = nn.ModuleList(BlockState() for _ in range(depth))  # no weights: the files are unchanged
         if kind == "denseformer":  # mixer i follows block i: sources embedding, h_1 .. h_i
             self.mixers = nn.ModuleList(DepthWeightedAverage(i + 2) for i in range(depth))
         else:  # mixer i feeds block i + 1 (the last feeds the classifier): sources embedding, f_1 .. f_i
@@ -143,9 +160,9 @@ class DepthClassifier(nn.Module):
         states, h = [e], e
         for i, block in enumerate(self.blocks):
             if self.config["kind"] == "denseformer":
-                states.append(h + block(h))
+                states.append(self.block_states[i](h, update=block(h)))
             else:
-                states.append(block(h))
+                states.append(self.block_states[i](update=block(h)))
             h = self.mixers[i](states)
         h = self.norm(h)
         if pool is None:
