@@ -103,9 +103,9 @@ def row_cost(model: "LayeredModel", inputs: Any) -> RowCost:
     if isinstance(row, Tensor) and row.is_floating_point():
         row = row.detach().clone().requires_grad_(True)
     own = {t.untyped_storage().data_ptr() for t in itertools.chain(model.parameters(), model.buffers())}
-    saved: dict[int, int] = {}
+    saved: dict[int, Any] = {}
     ends: list[int] = []
-    held: dict[int, int] = {}
+    held: dict[int, Any] = {}
     out_bytes = 0
 
     def pack(t: Tensor) -> Tensor:
@@ -116,7 +116,7 @@ def row_cost(model: "LayeredModel", inputs: Any) -> RowCost:
         nonlocal out_bytes
         if not t.requires_grad:
             t = t.detach().requires_grad_(True)
-        ends.append(sum(saved.values()))
+        ends.append(_bytes(saved))
         out_bytes += t.numel() * t.element_size()
         for s in (block_input, t):
             if isinstance(s, Tensor):
@@ -127,28 +127,33 @@ def row_cost(model: "LayeredModel", inputs: Any) -> RowCost:
     with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model.hidden_states(row, replace)
     inner = [b - a for a, b in zip([0, *ends], ends)]
-    return RowCost(outputs=out_bytes, kept=sum(held.values()), block=max(inner), graph=sum(saved.values()))
+    return RowCost(outputs=out_bytes, kept=_bytes(held), block=max(inner), graph=_bytes(saved))
 
 
 def held_bytes(*groups: Sequence[Tensor | None] | None) -> int:
     """Bytes of the distinct storages of the tensors in ``groups`` (a trace's kept block outputs and inputs, the
     block outputs a gradient call gathers): what a batch holds while its chunks run."""
-    seen: dict[int, int] = {}
+    seen: dict[int, Any] = {}
     for group in groups:
         for t in group or ():
             if isinstance(t, Tensor):
                 _count(t, seen, set())
-    return sum(seen.values())
+    return _bytes(seen)
 
 
-def _count(t: Tensor, seen: dict[int, int], own: set[int]) -> None:
-    """Add ``t``'s storage to ``seen`` (pointer -> bytes) unless it is the model's own or already there."""
+def _count(t: Tensor, seen: dict[int, Any], own: set[int]) -> None:
+    """Add ``t``'s storage to ``seen`` (pointer -> storage, held so that no later tensor reuses the address) unless it
+    is the model's own or already there."""
     try:
         storage = t.untyped_storage()
     except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, nested) holds no dense bytes
         return
     if storage.data_ptr() not in own:
-        seen.setdefault(storage.data_ptr(), storage.nbytes())
+        seen.setdefault(storage.data_ptr(), storage)
+
+
+def _bytes(seen: dict[int, Any]) -> int:
+    return sum(storage.nbytes() for storage in seen.values())
 
 
 def _widest_row(inputs: Any) -> Any:
