@@ -59,7 +59,7 @@ from bench_speed import _reset_peak, _status_mb  # noqa: E402
 from laya_eval.catalog import METHOD_SPECS  # noqa: E402
 from laya_eval.data import Dataset  # noqa: E402
 from laya_eval.engine.evaluation import EvalOptions, evaluate  # noqa: E402
-from laya_eval.engine.memory_budget import one_row_block_outputs, replacement_rows  # noqa: E402
+from laya_eval.engine.memory_budget import replacement_rows, row_cost  # noqa: E402
 from laya_eval.engine.removals import leave_one_out_masks, removal_effects  # noqa: E402
 from laya_eval.models.trace import trace  # noqa: E402
 from laya_eval.output.files import atomic_write_text  # noqa: E402
@@ -198,7 +198,7 @@ def routes(model, data: Dataset, n: int, n_captum: int) -> dict[str, tuple[int, 
 
     def lolo_network():
         tr = trace(model, xc)
-        rows = replacement_rows(one_row_block_outputs(model, xc), 2048)
+        rows = replacement_rows(row_cost(model, xc), 2048)
         return removal_effects(tr, model, lolo, ablation="zero", scope="network", max_rows=rows)
 
     inputs, extra = captum_inputs(model, xc)

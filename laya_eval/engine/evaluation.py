@@ -43,7 +43,7 @@ from laya_eval.engine.dataset_stats import STATISTICS, BlockOutputs, DatasetStat
 from laya_eval.models.devices import backbone_precision
 from laya_eval.engine.distributed import SINGLE_PROCESS, World, serial_map
 from laya_eval.engine.effect_precision import float64_trace
-from laya_eval.engine.memory_budget import one_row_block_outputs, replacement_rows, row_chunks
+from laya_eval.engine.memory_budget import held_bytes, replacement_rows, row_chunks, row_cost
 from laya_eval.models.layered import MIN_BATCH_ROWS, LayeredModel, padded_rows
 from laya_eval.engine.partial import PARTIAL_FOLDER, PartialStore, chunk_grid
 from laya_eval.engine.interventions import SampleFills, donor_ids
@@ -176,7 +176,7 @@ def _donor_states(plan: Plan, donors: Tensor, *, updates: bool = False) -> list[
     x = part.x.to(plan.device) if isinstance(part.x, Tensor) else part.x
     with torch.no_grad(), backbone_precision(plan.device, plan.options.dtype):
         if plan.options.scope == "network":
-            rows = replacement_rows(one_row_block_outputs(plan.model, x), plan.options.max_memory_mb)
+            rows = replacement_rows(row_cost(plan.model, x), plan.options.max_memory_mb)
             chunks = [_block_states(plan.model, x[sl], updates) for sl in row_chunks(len(x), rows)]
             states = [torch.cat(layer) for layer in zip(*chunks)]
         else:
@@ -240,7 +240,11 @@ def _batch_records(
     lolo = leave_one_out_masks(model.n_layers, device=plan.device)
     # Network scope: replacement passes in row chunks within --max-memory (laya_eval.engine.memory_budget).
     max_rows = (
-        replacement_rows(one_row_block_outputs(model, tr.inputs), o.max_memory_mb) if o.scope == "network" else None
+        replacement_rows(
+            row_cost(model, tr.inputs), o.max_memory_mb, held=held_bytes(tr.block_outputs, tr.block_inputs)
+        )
+        if o.scope == "network"
+        else None
     )
 
     def effects_of(a: str, masks: Tensor) -> Tensor:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from laya_eval.engine.memory_budget import ig_rows, one_row_block_outputs, row_chunks
+from laya_eval.engine.memory_budget import held_bytes, ig_rows, row_chunks, row_cost
 from laya_eval.engine.network_passes import take_rows
 from laya_eval.errors import ConfigError
 from laya_eval.models.layered import LayeredModel
@@ -149,7 +149,10 @@ def _network_pass(
 ) -> LayerGradients:
     x, mask = network_inputs(model, tr.inputs)
     parts = []
-    for sl in row_chunks(tr.n_samples, ig_rows(one_row_block_outputs(model, x), max_memory_mb)):
+    cost = row_cost(model, x)
+    # held while the chunks run: the trace's kept states, and every block's output and gradient gathered per chunk
+    held = held_bytes(tr.block_outputs, tr.block_inputs) + 2 * tr.n_samples * cost.outputs
+    for sl in row_chunks(tr.n_samples, ig_rows(cost, max_memory_mb, held=held)):
         rows = x[sl] if isinstance(x, Tensor) else take_rows(x, torch.arange(sl.start, sl.stop))
         with torch.enable_grad():
             hidden, block_inputs, acts = _outputs_on_graph(model, rows, with_inputs)

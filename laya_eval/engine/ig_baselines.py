@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from laya_eval.catalog import ABLATION_SPECS
-from laya_eval.engine.memory_budget import one_row_block_outputs, replacement_rows, row_chunks
+from laya_eval.engine.memory_budget import held_bytes, replacement_rows, row_chunks, row_cost
 from laya_eval.engine.network_passes import starts_at_block
 from laya_eval.engine.removals import ABLATION_REGISTRY, ablation_fill, removed_states
 from laya_eval.errors import ConfigError
@@ -215,5 +215,6 @@ def ig_diagnostic(tr: Trace, model: LayeredModel, scores: Tensor, context: Any) 
     """The completeness delta of ``scores`` at ``context``'s scope, baseline and target, (B,)."""
     if context.scope == "head":
         return ig_completeness_delta(tr, model, scores, context.target, context.layer_baseline)
-    rows = replacement_rows(one_row_block_outputs(model, tr.inputs), context.max_memory_mb)
+    held = held_bytes(tr.block_outputs, tr.block_inputs)
+    rows = replacement_rows(row_cost(model, tr.inputs), context.max_memory_mb, held=held)
     return network_ig_completeness_delta(tr, model, scores, context.layer_baseline, context.target, rows)

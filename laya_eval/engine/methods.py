@@ -41,7 +41,7 @@ from laya_eval.engine.attribution_patching import attribution_patching
 from laya_eval.engine.gradients import LayerGradients, gradient_pass, network_inputs
 from laya_eval.engine.integrated_gradients import head_ig
 from laya_eval.engine.plugins import load_installed_plugins, plugin_function
-from laya_eval.engine.memory_budget import ig_rows, row_chunks
+from laya_eval.engine.memory_budget import held_bytes, ig_rows, row_chunks, row_cost
 from laya_eval.engine.network_passes import starts_at_block
 from laya_eval.engine.representation_scores import alpha_norm, angular_distance, block_influence, has_common_states
 from laya_eval.engine.seeding import per_sample_uniform
@@ -301,7 +301,8 @@ def _ig(tr: Trace, model: LayeredModel, *, target: Tensor, context: MethodContex
         # trace's (engine/network_passes.py); otherwise the backbone runs from the input with block i replaced.
         started = starts_at_block(tr, model)
         # Row chunks within the memory budget: at most `rows` (input, step) pairs per backbone call.
-        rows = context.internal_batch_size or ig_rows(outputs, context.max_memory_mb)
+        held = held_bytes(outputs, tr.block_inputs)  # every block's output (and input) of the batch, kept meanwhile
+        rows = context.internal_batch_size or ig_rows(row_cost(model, tr.inputs), context.max_memory_mb, held=held)
         options["internal_batch_size"] = rows
         scores = []
         for i, out in enumerate(outputs):

@@ -31,7 +31,7 @@ from laya_eval.engine.distributed import SINGLE_PROCESS, World
 from laya_eval.engine.effect_precision import float64_view
 from laya_eval.engine.attribution_patching import removal_problem
 from laya_eval.engine.gradients import network_gradient_problem
-from laya_eval.engine.memory_budget import check_network_budget, ig_rows, one_row_block_outputs, row_bytes
+from laya_eval.engine.memory_budget import check_network_budget, gradient_batch_rows, row_cost
 from laya_eval.errors import ConfigError, DataError
 from laya_eval.loading.feature_cache import Features, backbone_features, caches_features
 from laya_eval.models.layered import LayeredModel, padded_rows
@@ -296,14 +296,14 @@ def check_extra_methods(extra: Sequence[AttributionMethod]) -> tuple[Attribution
 def _check_network_budget(
     model: LayeredModel, data: Dataset, device: torch.device, options: EvalOptions, *, gradients: bool
 ) -> tuple[int | None, int]:
-    """One input's full block outputs sized against ``--max-memory`` (one backbone pass on one row), before any
-    work. With gradients, the rows a batch may have: the methods read every block's output and its gradient for the
-    whole batch, so a batch holds no more rows than one gradient call within the budget. Returns ``(rows, bytes of
-    one row's block outputs)``."""
+    """What one input holds in network-scope work (one backbone pass with gradients on one row) sized against
+    ``--max-memory``, before any work. With gradients, the rows a batch may have: the methods read every block's
+    output and its gradient for the whole batch, so a batch holds no more rows than fit beside their kept states in
+    one gradient call. Returns ``(rows, bytes of one row's kept block outputs and inputs)``."""
     first = data.subset(slice(0, 1)).x
-    outputs = one_row_block_outputs(model, first.to(device) if isinstance(first, torch.Tensor) else first)
-    check_network_budget(outputs, options.max_memory_mb, gradients=gradients)
-    return (ig_rows(outputs, options.max_memory_mb) if gradients else None), row_bytes(outputs)
+    cost = row_cost(model, first.to(device) if isinstance(first, torch.Tensor) else first)
+    check_network_budget(cost, options.max_memory_mb, gradients=gradients)
+    return (gradient_batch_rows(cost, options.max_memory_mb) if gradients else None), cost.kept
 
 
 def _check_ablation_needs(ablations: Sequence[str], data: Dataset, options: EvalOptions) -> None:
