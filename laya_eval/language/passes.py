@@ -80,11 +80,13 @@ def saved_bytes(lm: CausalLM, length: int) -> int:
         tensors = [*lm.model.parameters(), *lm.model.buffers()]
         weights = {t.untyped_storage().data_ptr() for t in tensors}
         seen: dict[int, int] = {}
+        alive: list[Tensor] = []  # held until counted: a freed address must not pass for a storage seen before
 
         def pack(t: Tensor) -> Tensor:
             storage = t.untyped_storage()
             if storage.data_ptr() not in weights:
                 seen[storage.data_ptr()] = storage.nbytes()
+                alive.append(t)
             return t
 
         device = lm.parts.embeddings.weight.device
@@ -96,7 +98,7 @@ def saved_bytes(lm: CausalLM, length: int) -> int:
             with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 run = run_windows(lm, ids, torch.ones_like(ids), keep=True)
                 loss = window_losses(run.logits, ids, torch.ones_like(ids))
-            del run, loss
+            del run, loss, alive
         finally:
             for p, g in zip(lm.model.parameters(), grads):
                 p.requires_grad_(g)
