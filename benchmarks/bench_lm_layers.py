@@ -69,12 +69,12 @@ class Counter:
             h.remove()
 
 
-def build(seed: int = 0):
+def build(seed: int = 0, device: str = "cpu", dtype: torch.dtype = torch.float32):
     import transformers
 
     torch.manual_seed(seed)
     config = transformers.LlamaConfig(**SHAPE, attn_implementation="sdpa")
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = transformers.LlamaForCausalLM(config).eval().to(device=device, dtype=dtype)
     for p in model.parameters():
         p.requires_grad_(False)
     parts = find_decoder_parts(model, config.num_hidden_layers)
@@ -101,7 +101,7 @@ def laya_eval_route(lm: CausalLM, ids: torch.Tensor, mask: torch.Tensor, max_mem
 def hand_route(lm: CausalLM, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Effects (B, L) by a hand loop over the decoder layers, each removal from its block's kept input."""
     body = lm.model.model
-    pos = torch.arange(ids.shape[1])[None]
+    pos = torch.arange(ids.shape[1], device=ids.device)[None]
 
     def tail(h, first):
         for block in body.layers[first:]:
@@ -157,14 +157,20 @@ def main() -> int:
     parser.add_argument("--windows", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--max-memory", type=int, default=2048)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (on cuda, wall seconds are the time)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     wall = time.time()
-    lm = build()
+    lm = build(device=args.device, dtype=getattr(torch, args.dtype))
     n_layers = lm.n_layers
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, SHAPE["vocab_size"], (args.windows, args.tokens), generator=gen)
+    ids = (
+        torch.randint(0, SHAPE["vocab_size"], (args.windows, args.tokens), generator=gen)
+        .to(args.device)
+        .to(args.device)
+    )
     mask = torch.ones_like(ids)
     routes = {
         "laya_eval": lambda: laya_eval_route(lm, ids, mask, args.max_memory),
@@ -182,6 +188,10 @@ def main() -> int:
             counter = Counter(lm.parts.blocks) if r == 0 else None
             start, wall_start = time.process_time(), time.perf_counter()
             got = routes[name]()
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
             times[name].append(time.process_time() - start)
             walls[name].append(time.perf_counter() - wall_start)
             if counter is not None:
@@ -196,7 +206,9 @@ def main() -> int:
     diff_hand = float((effects["laya_eval"] - effects["hand"]).abs().max())
     diff_captum = float((effects["laya_eval"] - effects["captum_lfa"]).abs().max())
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"lm_layers_threads{args.threads}"
+    plain = args.device == "cpu" and args.dtype == "float32"
+    device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
+    stem = args.out / (f"lm_layers_threads{args.threads}" if plain else f"lm_layers_{args.device}_{args.dtype}")
     lines = ["route,block_evaluations_per_window,cpu_seconds_median,ratio_to_laya_eval,wall_seconds_median,repetitions"]
     for k in routes:
         lines.append(
@@ -204,15 +216,18 @@ def main() -> int:
         )
     stem.with_suffix(".csv").write_text("\n".join(lines) + "\n")
     md = [
-        f"# Next-token leave-one-out (`skip`), random-init Llama, {args.threads} thread(s)",
+        f"# Next-token leave-one-out (`skip`), random-init Llama, {args.threads} thread(s), {args.device},"
+        f" {args.dtype}",
         "",
         f"`python benchmarks/bench_lm_layers.py --threads {args.threads} --reps {args.reps}"
-        f" --captum-reps {args.captum_reps}` (torch {torch.__version__},"
-        f" {platform.machine()}, CPU; {args.windows} windows x {args.tokens} tokens; routes interleaved in one"
+        f" --captum-reps {args.captum_reps}"
+        + ("" if plain else f" --device {args.device} --dtype {args.dtype}")
+        + f"` (torch {torch.__version__}, {platform.machine()}, {device_name}; {args.windows} windows x"
+        f" {args.tokens} tokens; routes interleaved in one"
         f" process, medians of {args.reps} ({args.captum_reps} for Captum) in CPU seconds; {time.time() - wall:.0f} s of wall time in all).",
         "",
         "Model: hidden 1024, 16 blocks, 16 heads over 4 key/value heads (GQA), MLP 2816, vocabulary 32,000, random"
-        " init, float32.",
+        f" init, {args.dtype}.",
         "",
         "| route | block evaluations per window | CPU seconds (median) | x laya_eval | wall seconds (median) |",
         "|---|---:|---:|---:|---:|",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One pass over every CUDA path, for a machine with one NVIDIA GPU (< 8 min): the speed benchmark on the GPU,
 # the Fashion-MNIST reference evaluation with --device cuda (float32 and --dtype bfloat16), sanity and prune
-# with --device cuda, and a torchrun run over NCCL. Figures and logs go to benchmarks/results/gpu/ (OUT);
+# with --device cuda, a torchrun run over NCCL, and next-token leave-one-out of a 16-block Llama in bfloat16. Figures and logs go to benchmarks/results/gpu/ (OUT);
 # every step prints its wall time and peak RSS and a summary line; a failed step is reported and the
 # script goes on, exiting non-zero at the end.
 #
@@ -67,5 +67,9 @@ for a in gate mean; do
     echo "torchrun vs one process: $a/$f.csv $r" | tee -a "$LOG"
   done
 done
+# network scope at a language model's width in bfloat16: next-token leave-one-out (skip) of a 16-block GQA Llama
+# against a hand prefix loop and Captum (benchmarks/bench_lm_layers.py; lm_layers_cuda_bfloat16.md)
+step lm-layers-cuda-bf16 240 "$BIN/python" benchmarks/bench_lm_layers.py --device cuda --dtype bfloat16 --reps 3 \
+  --captum-reps 1 --out "$OUT"
 echo "gpu_check: $([[ $FAILED = 0 ]] && echo all steps passed || echo some steps FAILED)" | tee -a "$LOG"
 exit $FAILED
