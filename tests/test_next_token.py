@@ -835,3 +835,17 @@ def test_two_processes_under_torchrun_write_the_same_next_token_tables(models, t
         for name in ("layers.csv", "samples.csv", "summary.csv", "comparisons.csv"):
             a, b = (tmp_path / run / ablation / name for run in ("one", "two"))
             assert a.read_bytes() == b.read_bytes(), (ablation, name)
+
+
+def test_a_model_call_makes_at_most_32_mb_of_logits(models):
+    """Rows per call without gradients: the budget would allow thousands of these tiny rows, but a call's float32
+    logits stay within 32 MB (worked out by hand: rows x tokens x vocabulary x 4 bytes), so they come from the
+    process's heap rather than fresh pages."""
+    from laya_eval.language.decoder import load_causal_lm
+    from laya_eval.language.passes import row_chunk
+
+    lm = load_causal_lm(f"hf:{models['gpt2']}")
+    vocab = lm.model.get_output_embeddings().weight.shape[0]
+    rows = row_chunk(lm, 6, 2048)
+    assert rows == (32 << 20) // (4 * 6 * vocab)
+    assert rows * 6 * vocab * 4 <= 32 << 20 < (rows + 1) * 6 * vocab * 4

@@ -308,7 +308,7 @@ def _started(
 
 
 #: Bytes of one float64 copy of log-probabilities the loss holds at a time (rows are taken a few at a time).
-LOSS_BYTES = 64 << 20
+LOSS_BYTES = 16 << 20
 
 
 def window_losses(logits: Tensor, ids: Tensor, mask: Tensor) -> Tensor:

@@ -106,6 +106,11 @@ def saved_bytes(lm: CausalLM, length: int) -> int:
     return known[length]
 
 
+#: The most bytes of float32 logits one model call makes (rows are fewer where the budget allows more): larger
+#: tensors are mapped from the kernel afresh at every call (page faults), smaller ones reuse the process's heap.
+CALL_LOGITS_BYTES = 32 << 20
+
+
 def row_chunk(lm: CausalLM, length: int, max_memory_mb: int, *, gradients: bool = False) -> int:
     """Rows per model call within half of ``max_memory_mb`` (the other half for the kept states and what the
     process holds besides). With ``gradients``, a row costs twice what autograd keeps for it (:func:`saved_bytes`:
@@ -114,7 +119,7 @@ def row_chunk(lm: CausalLM, length: int, max_memory_mb: int, *, gradients: bool 
     logits, _ = _row_bytes(lm, length)
     saved = saved_bytes(lm, length)
     per_row = 2 * saved if gradients else 2 * logits + 2 * saved // max(1, lm.n_layers)
-    return max(1, (max_memory_mb << 20) // (2 * per_row))
+    return max(1, min((max_memory_mb << 20) // (2 * per_row), CALL_LOGITS_BYTES // logits))
 
 
 def batch_rows(lm: CausalLM, length: int, max_memory_mb: int, batch_size: int, copies: int = 3) -> int:
