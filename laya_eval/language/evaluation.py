@@ -40,6 +40,7 @@ from laya_eval.language.passes import (
     batch_rows,
     batches,
     deletion_scales,
+    release_free_memory,
     removal_scales,
     row_chunk,
     shared_losses,
@@ -203,6 +204,9 @@ def _collect(
                 got["deletion"].setdefault((a, m), []).append(curve.cpu().numpy())
         if progress is not None:
             progress.update(int(batch.ids.shape[0]))
+        # the batch's kept states go before the next batch's are made (else two batches' would be held at once)
+        del first, loss
+        release_free_memory()
     cat = lambda d: {k: np.concatenate(v) for k, v in d.items()}  # noqa: E731
     out = {"loss": np.concatenate(got["loss"]), **{k: cat(got[k]) for k in ("scores", "effects", "deletion")}}
     return {**out, "statistics": statistics, "length": length}
