@@ -242,7 +242,8 @@ def main() -> int:
         f" {counts['laya_eval'] - n_layers - pairs:.2f} = one window through the {n_layers} blocks once per run, with"
         " gradients, that measures the graph a window keeps (the memory budget's row size). The hand loop counts"
         f" the intact pass and the {pairs}. Captum runs {counts['captum_lfa'] / n_layers:.0f} full passes per"
-        " window (one of them this script's pass that records each layer's input, its baseline).",
+        f" window ({counts['captum_lfa']:.0f} / {n_layers}: three per layer, and this script's pass that records"
+        " each layer's input, its baseline).",
         f"- time laya_eval / hand prefix-reuse loop = {med['laya_eval'] / med['hand']:.2f} in CPU seconds,"
         f" {wall_med['laya_eval'] / wall_med['hand']:.2f} in wall seconds (target <= 1.2).",
         f"- throughput laya_eval / Captum LayerFeatureAblation = {med['captum_lfa'] / med['laya_eval']:.2f}x in CPU"
