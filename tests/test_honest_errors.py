@@ -264,6 +264,7 @@ def _report(folder: Path, out: Path, *extra: str):
     return CliRunner().invoke(cli, ["report", str(folder), "--out", str(out), "--no-html", "--max-points", "5", *extra])
 
 
+@pytest.mark.slow  # many report runs end to end
 def test_edited_and_rehashed_result_tables_give_exit_0_or_2_never_a_traceback(faithfulness_dir, tmp_path):
     counts = {"exit 0": 0, "exit 2": 0, "traceback": 0}
     failures = []
