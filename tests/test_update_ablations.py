@@ -155,7 +155,7 @@ def test_skip_refuses_the_embeddings_before_any_work(bert, tmp_path):
     model, data = bert
     backbone = HFBackbone(model.backbone.model_ref)  # embeddings, layer1 .. layer3
     whole = LayeredModel(backbone, make_head("concat", backbone.layer_dims, N_CLASSES), ModelInfo(N_CLASSES))
-    with pytest.raises(ConfigError, match=r"layer 'embeddings' maps no tensor to \(8, 8\): use an ablation that"):
+    with pytest.raises(ConfigError, match=r"layer 'embeddings' is given no tensor input, so it has no update to repl"):
         evaluate(whole, data, options=EvalOptions(scope="network", ablation=("skip",)), out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -344,7 +344,7 @@ def test_denseformer_block_states_take_skip_and_mean_update_as_hand_loops_do():
 
 def test_attnres_block_states_have_no_block_input_so_skip_is_refused(tmp_path):
     model, data = _mixer_model("attnres")
-    with pytest.raises(ConfigError, match=r"layer 'block_states.0' maps no tensor to \(4, 8\): use an ablation"):
+    with pytest.raises(ConfigError, match=r"layer 'block_states.0' is given no tensor input, so it has no update"):
         evaluate(model, data, options=EvalOptions(scope="network", ablation=("skip",)), out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
     net = model.backbone.module

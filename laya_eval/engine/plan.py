@@ -336,13 +336,19 @@ def _check_update_shapes(model: LayeredModel, data: Dataset, device: torch.devic
     state_forms = [a for a, s in ABLATION_SPECS.items() if "network" in s.scopes and "updates" not in s.needs]
     for name, block_input, out in zip(model.layer_names, inputs, outputs):
         if block_input is None or block_input.shape != out.shape or not block_input.is_floating_point():
-            got = "no tensor" if block_input is None else str(tuple(block_input.shape[1:]))
-            got += "" if block_input is None or block_input.is_floating_point() else f" of {block_input.dtype}"
+            state = f"use an ablation that replaces the state ({', '.join(state_forms)})"
+            if block_input is None:  # the layer's module is called without a tensor input (e.g. a named output)
+                raise ConfigError(
+                    f"ablation {update_forms[0]!r} replaces a block's update (output minus input), but layer "
+                    f"{name!r} is given no tensor input, so it has no update to replace: {state}, or name layers "
+                    "whose modules take the state they change."
+                )
+            got = str(tuple(block_input.shape[1:]))
+            got += "" if block_input.is_floating_point() else f" of {block_input.dtype}"
             raise ConfigError(
                 f"ablation {update_forms[0]!r} replaces a block's update (output minus input), so every layer's "
-                f"block must keep its shape; layer {name!r} maps {got} to {tuple(out.shape[1:])}: use an ablation "
-                f"that replaces the state ({', '.join(state_forms)}) or a head on layers whose blocks keep their "
-                "shape."
+                f"block must keep its shape; layer {name!r} maps {got} to {tuple(out.shape[1:])}: {state} or a head "
+                "on layers whose blocks keep their shape."
             )
 
 
