@@ -50,6 +50,7 @@ __all__ = [
     "EvaluationResult",
     "MethodScore",
     "build_result",
+    "donor_table",
     "mean_faithfulness",
     "result_files",
     "sample_faithfulness",
@@ -342,12 +343,15 @@ def build_result(
 
 def _donor_table(records: Records, ablation: str) -> pd.DataFrame | None:
     donors = records.donors.get(ablation)
-    if donors is None:
-        return None
+    return None if donors is None else donor_table(records.sample, donors)
+
+
+def donor_table(sample: np.ndarray, donors: np.ndarray) -> pd.DataFrame:
+    """``donors.csv``: one row per (sample, draw) with its donor's index, from the samples (N,) and donors (N, K)."""
     n, k = donors.shape
     return pd.DataFrame(
         {
-            "sample": np.repeat(records.sample, k),
+            "sample": np.repeat(sample, k),
             "draw": np.tile(np.arange(k), n),
             "donor": donors.reshape(-1).astype(np.int64),
         }

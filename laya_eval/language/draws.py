@@ -32,6 +32,7 @@ from torch import Tensor
 
 from laya_eval.catalog import ABLATION_SPECS
 from laya_eval.engine.interventions import NOISE_STREAM, donor_ids
+from laya_eval.engine.results import donor_table as engine_donor_table
 from laya_eval.engine.seeding import derived_seed, per_sample_normal
 from laya_eval.errors import ConfigError
 from laya_eval.language.decoder import CausalLM, Fill, padded_batch, run_windows
@@ -129,13 +130,7 @@ def drawn_fill(
 def donor_table(n_windows: int, *, seed: int, draws: int) -> pd.DataFrame:
     """``donors.csv``: one row per (window, draw) with the donor window's index (``sample``, ``draw``, ``donor``)."""
     donors = donor_ids(seed, torch.arange(n_windows), n_windows, draws).numpy()
-    return pd.DataFrame(
-        {
-            "sample": np.repeat(np.arange(n_windows, dtype=np.int64), draws),
-            "draw": np.tile(np.arange(draws, dtype=np.int64), n_windows),
-            "donor": donors.reshape(-1).astype(np.int64),
-        }
-    )
+    return engine_donor_table(np.arange(n_windows, dtype=np.int64), donors)
 
 
 def noise_draw_arrays(
