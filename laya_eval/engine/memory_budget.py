@@ -29,8 +29,9 @@ resume key at network scope.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -47,14 +48,17 @@ if TYPE_CHECKING:
 __all__ = [
     "MIN_ROWS",
     "RowCost",
-    "gradient_batch_rows",
     "check_network_budget",
+    "gradient_batch_rows",
     "held_bytes",
     "ig_rows",
+    "model_storages",
     "replacement_rows",
     "row_bytes",
     "row_chunks",
     "row_cost",
+    "saved_storages",
+    "storage_bytes",
 ]
 
 #: Chunks hold multiples of this many rows (or the whole batch): the engine's batches are padded to multiples of
@@ -102,21 +106,16 @@ def row_cost(model: "LayeredModel", inputs: Any) -> RowCost:
     row = _widest_row(inputs)
     if isinstance(row, Tensor) and row.is_floating_point():
         row = row.detach().clone().requires_grad_(True)
-    own = {t.untyped_storage().data_ptr() for t in itertools.chain(model.parameters(), model.buffers())}
-    saved: dict[int, Any] = {}
+    own = model_storages(model)
     ends: list[int] = []
     held: dict[int, Any] = {}
     out_bytes = 0
-
-    def pack(t: Tensor) -> Tensor:
-        _count(t, saved, own)
-        return t
 
     def mark(block_input: Tensor | None, t: Tensor) -> Tensor:
         nonlocal out_bytes
         if not t.requires_grad:
             t = t.detach().requires_grad_(True)
-        ends.append(_bytes(saved))
+        ends.append(storage_bytes(saved))
         out_bytes += t.numel() * t.element_size()
         for s in (block_input, t):
             if isinstance(s, Tensor):
@@ -124,10 +123,30 @@ def row_cost(model: "LayeredModel", inputs: Any) -> RowCost:
         return t
 
     replace = {i: BlockInputReplacement(mark) for i in range(model.n_layers)}
-    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with torch.enable_grad(), saved_storages(own) as saved:
         model.hidden_states(row, replace)
     inner = [b - a for a, b in zip([0, *ends], ends)]
-    return RowCost(outputs=out_bytes, kept=_bytes(held), block=max(inner), graph=_bytes(saved))
+    return RowCost(outputs=out_bytes, kept=storage_bytes(held), block=max(inner), graph=storage_bytes(saved))
+
+
+def model_storages(module: torch.nn.Module) -> set[int]:
+    """The storage addresses of ``module``'s parameters and buffers (left out of what a row holds)."""
+    return {t.untyped_storage().data_ptr() for t in itertools.chain(module.parameters(), module.buffers())}
+
+
+@contextlib.contextmanager
+def saved_storages(own: set[int]) -> Iterator[dict[int, Any]]:
+    """Inside the block, every storage autograd saves for the backward pass, once (address -> storage, held so that
+    no freed address passes for one seen before), the storages ``own`` left out; :func:`storage_bytes` adds them
+    up."""
+    seen: dict[int, Any] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        _count(t, seen, own)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield seen
 
 
 def held_bytes(*groups: Sequence[Tensor | None] | None) -> int:
@@ -138,7 +157,7 @@ def held_bytes(*groups: Sequence[Tensor | None] | None) -> int:
         for t in group or ():
             if isinstance(t, Tensor):
                 _count(t, seen, set())
-    return _bytes(seen)
+    return storage_bytes(seen)
 
 
 def _count(t: Tensor, seen: dict[int, Any], own: set[int]) -> None:
@@ -152,7 +171,8 @@ def _count(t: Tensor, seen: dict[int, Any], own: set[int]) -> None:
         seen.setdefault(storage.data_ptr(), storage)
 
 
-def _bytes(seen: dict[int, Any]) -> int:
+def storage_bytes(seen: dict[int, Any]) -> int:
+    """Bytes of the storages in ``seen`` (:func:`saved_storages`, :func:`held_bytes`)."""
     return sum(storage.nbytes() for storage in seen.values())
 
 

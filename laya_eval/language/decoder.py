@@ -113,7 +113,7 @@ def load_causal_lm(
             model, tokenizer = load_pretrained_causal_lm(path, kwargs)
     except (OSError, ValueError, TypeError) as err:
         raise ConfigError(f"could not load {spec} as a causal LM (safetensors only): {_first_line(err)}") from None
-    model.eval().to(device=device, dtype=dtype)
+    model.eval().to(device=device, dtype=dtype).requires_grad_(False)  # evaluated, never trained: weights frozen
     parts = find_decoder_parts(model, int(config.num_hidden_layers))
     if parts.lm_head is None:
         raise ConfigError(f"{spec}: the model has no LM head (get_output_embeddings() is None).")

@@ -164,8 +164,6 @@ def _collect(
         kw = dict(seed=options.seed, draws=options.draws, statistics=statistics, rows=grad_rows)
         return (drawn_fill(a, lm, data, batch.sample_ids, length, j, **kw) for j in range(options.draws))
 
-    for p in lm.model.parameters():
-        p.requires_grad_(False)
     got: dict[str, Any] = {"loss": [], "scores": {}, "effects": {}, "deletion": {}}
     for batch in parts:
         first, loss = intact_pass(

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from laya_eval.engine.memory_budget import model_storages, saved_storages, storage_bytes
 from laya_eval.language.decoder import SKIP, CausalLM, Fill, padded_batch, run_windows, window_losses
 from laya_eval.language.text import TextWindows
 
@@ -74,37 +75,16 @@ _SAVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def saved_bytes(lm: CausalLM, length: int) -> int:
     """Bytes autograd keeps for one window of ``length`` tokens from the model's forward pass and its loss until
     the backward pass: every block's activations (attention, the MLP's expansion, norms), the logits and the loss's
-    log-probabilities. Measured, not estimated: one window runs once with saved-tensor hooks that add up the
-    storages the graph keeps (each once; the model's weights and buffers not counted), the weights frozen as in
-    the evaluation. Kept per model and length."""
+    log-probabilities. Measured, not estimated: one window runs once with saved-tensor hooks
+    (:func:`laya_eval.engine.memory_budget.saved_storages`; the model's weights, frozen on loading, not counted).
+    Kept per model and length."""
     known = _SAVED.setdefault(lm.model, {})
     if length not in known:
-        tensors = [*lm.model.parameters(), *lm.model.buffers()]
-        weights = {t.untyped_storage().data_ptr() for t in tensors}
-        seen: dict[int, int] = {}
-        alive: list[Tensor] = []  # held until counted: a freed address must not pass for a storage seen before
-
-        def pack(t: Tensor) -> Tensor:
-            storage = t.untyped_storage()
-            if storage.data_ptr() not in weights:
-                seen[storage.data_ptr()] = storage.nbytes()
-                alive.append(t)
-            return t
-
-        device = lm.parts.embeddings.weight.device
-        ids = torch.zeros((1, length), dtype=torch.long, device=device)
-        grads = [p.requires_grad for p in lm.model.parameters()]
-        try:
-            for p in lm.model.parameters():
-                p.requires_grad_(False)
-            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                run = run_windows(lm, ids, torch.ones_like(ids), keep=True)
-                loss = window_losses(run.logits, ids, torch.ones_like(ids))
-            del run, loss, alive
-        finally:
-            for p, g in zip(lm.model.parameters(), grads):
-                p.requires_grad_(g)
-        known[length] = sum(seen.values())
+        ids = torch.zeros((1, length), dtype=torch.long, device=lm.parts.embeddings.weight.device)
+        with torch.enable_grad(), saved_storages(model_storages(lm.model)) as saved:
+            run = run_windows(lm, ids, torch.ones_like(ids), keep=True)
+            window_losses(run.logits, ids, torch.ones_like(ids))
+        known[length] = storage_bytes(saved)
     return known[length]
 
 

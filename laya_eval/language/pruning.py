@@ -129,10 +129,9 @@ def _greedy_order(lm: CausalLM, parts, weights: np.ndarray, rows: int, keep_rows
     return np.array(removed + [i for i in range(n_layers) if i not in removed])
 
 
-def _dataset_scores(lm: CausalLM, parts, methods, options: PruneOptions, rows: int) -> dict[str, np.ndarray]:
+def _dataset_scores(lm: CausalLM, parts, methods, options: PruneOptions, grad_rows: int) -> dict[str, np.ndarray]:
     scores: dict[str, list[np.ndarray]] = {m: [] for m in methods}
     for batch in parts:
-        grad_rows = row_chunk(lm, batch.ids.shape[1], PRUNE_MEMORY_MB, gradients=True)
         intact, _ = intact_pass(
             lm,
             batch,
@@ -197,8 +196,6 @@ def prune_next_token(
         check_output_folder(out)
     torch.manual_seed(options.seed)
     lm = load_causal_lm(model, download=download, device=resolve_device(device))
-    for p in lm.model.parameters():
-        p.requires_grad_(False)
     val, test = (
         load_text_windows(lm, data, split=s, context=options.context, data_dir=data_dir).take(limit)
         for s in ("val", "test")
@@ -208,10 +205,9 @@ def prune_next_token(
     size = batch_rows(lm, length, PRUNE_MEMORY_MB, options.batch_size)
     val_parts, test_parts = (batches(val, size, lm.model.device), batches(test, size, lm.model.device))
     weights = _weights(test)
-    orders = {
-        m: np.argsort(s, kind="stable") for m, s in _dataset_scores(lm, val_parts, methods, options, rows).items()
-    }
-    keep_rows = row_chunk(lm, length, PRUNE_MEMORY_MB, gradients=True)
+    keep_rows = row_chunk(lm, length, PRUNE_MEMORY_MB, gradients=True)  # calls that keep every block's states
+    scores = _dataset_scores(lm, val_parts, methods, options, keep_rows)
+    orders = {m: np.argsort(s, kind="stable") for m, s in scores.items()}
     orders["oracle"] = _greedy_order(lm, val_parts, _weights(val), rows, keep_rows)
     randoms = [np.random.default_rng([options.seed, r]).permutation(lm.n_layers) for r in range(options.n_random)]
     got = _curves(lm, test_parts, [*orders.values(), *randoms], rows, keep_rows)
