@@ -96,6 +96,20 @@ def test_row_cost_counts_the_maps_inside_the_blocks_by_hand(digits):
     assert row_cost(model, x) == EXPANDING
 
 
+def test_row_cost_of_a_tensor_row_is_measured_once_per_model_and_shape(digits):
+    """Every batch of a network-scope run asks for the row cost (replacement passes, IG, gradients): the backbone
+    pass that measures it runs once per model and row shape (counted by a hook on the stem); another model is
+    measured on its own."""
+    model = _expanding_cnn()
+    calls = []
+    model.backbone.module[1].register_forward_hook(lambda m, a, out: calls.append(1))
+    x = digits["test"].x
+    assert row_cost(model, x[:5]) == row_cost(model, x[5:9]) == EXPANDING
+    assert len(calls) == 1
+    wide = _expanding_cnn(c=8)  # another model: measured on its own
+    assert row_cost(wide, x[:5]) != EXPANDING and len(calls) == 1
+
+
 def test_network_gradient_chunks_leave_room_for_what_the_batch_holds(digits, monkeypatch):
     """IG and the network gradients run in chunks of the budget less the batch's kept block outputs and inputs (and,
     for the gradients, every block's output and gradient gathered over the chunks)."""

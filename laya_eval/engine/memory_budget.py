@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
@@ -98,12 +99,27 @@ class RowCost:
         return self.graph + self.outputs + self.block
 
 
+#: Per model, the :class:`RowCost` of a tensor input by its row's shape, dtype and device (measured once).
+_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def row_cost(model: "LayeredModel", inputs: Any) -> RowCost:
     """What one input as large as any of ``inputs`` holds in network-scope work: one backbone pass over it with
     gradients (a tensor input requires grad; otherwise the first block's output becomes a leaf), counting the
     distinct storages autograd saves (the model's parameters and buffers left out) block by block and the blocks'
-    outputs and inputs."""
+    outputs and inputs. For tensor inputs the pass runs once per model and row shape (every batch of a run asks
+    again); tokenized text is measured each time (its cost follows its tokens)."""
     row = _widest_row(inputs)
+    if not isinstance(row, Tensor):
+        return _measured_cost(model, row)
+    key = (tuple(row.shape), row.dtype, str(row.device), any(p.requires_grad for p in model.parameters()))
+    known = _COSTS.setdefault(model, {})
+    if key not in known:
+        known[key] = _measured_cost(model, row)
+    return known[key]
+
+
+def _measured_cost(model: "LayeredModel", row: Any) -> RowCost:
     if isinstance(row, Tensor) and row.is_floating_point():
         row = row.detach().clone().requires_grad_(True)
     own = model_storages(model)
