@@ -398,8 +398,8 @@ def evaluate_next_token(
         ``options.limit`` pick the windows, ``options.context`` sizes them.
     options : EvalOptions
         ``target="next-token"``, ``scope="network"``, ``ablation`` among skip, zero, mean, mean-update and the
-        drawn resample, noise, resample-update, noise-update (``draws`` each; default here: ``skip``); ``dtype``: the precision the model's weights run in (losses and effects are
-        float64 from the logits).
+        drawn resample, noise, resample-update, noise-update (``draws`` each; default here: ``skip``); ``dtype``:
+        the precision the model's weights run in (losses and effects are float64 from the logits).
     out : path, optional
         The result folder (checked before any work, replaced whole at the end).
     resume : bool
